@@ -1,0 +1,90 @@
+# cython: language_level=3
+"""Prefix matching of a draft against the target's row tokens (compiled)."""
+
+import numpy as np
+
+from specfsm._validate import as_token_array
+
+from libc.stdint cimport int32_t, int64_t
+
+from _typedefs cimport token_t
+from _seq cimport obj_eq, Py_SIZE
+
+__all__ = ["common_prefix"]
+
+
+cdef inline Py_ssize_t _prefix_typed(const token_t[::1] a, const token_t[::1] b) noexcept nogil:
+    cdef Py_ssize_t n = a.shape[0] if a.shape[0] < b.shape[0] else b.shape[0]
+    cdef Py_ssize_t i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+# Below this many rows the loop is shorter than releasing and retaking the GIL.
+cdef enum:
+    NOGIL_MIN = 4096
+
+
+cdef Py_ssize_t _prefix_arrays(object a, object b) except -1:
+    """a and b: 1-D C-contiguous arrays of one dtype, int32 or int64."""
+    cdef const int32_t[::1] a32, b32
+    cdef const int64_t[::1] a64, b64
+    cdef Py_ssize_t r
+    if a.dtype.itemsize == 4:
+        a32 = a
+        b32 = b
+        if a32.shape[0] >= NOGIL_MIN:
+            with nogil:
+                r = _prefix_typed(a32, b32)
+        else:
+            r = _prefix_typed(a32, b32)
+    else:
+        a64 = a
+        b64 = b
+        if a64.shape[0] >= NOGIL_MIN:
+            with nogil:
+                r = _prefix_typed(a64, b64)
+        else:
+            r = _prefix_typed(a64, b64)
+    return r
+
+
+cdef Py_ssize_t _prefix_seq(object a, object b) except -1:
+    """a and b are lists or tuples; lengths are re-read each step since __eq__ may mutate."""
+    cdef Py_ssize_t i = 0
+    while i < Py_SIZE(a) and i < Py_SIZE(b):
+        if not obj_eq(a, i, b, i):
+            break
+        i += 1
+    return i
+
+
+cdef object _as_seq(object x, str name):
+    t = type(x)
+    if t is list or t is tuple:
+        return x
+    if isinstance(x, np.ndarray):
+        return as_token_array(x, name).tolist()
+    from specfsm._py._seq import as_entries  # the rare generic path: same rules as the twin
+    return as_entries(x, name)
+
+
+def common_prefix(draft, row_tokens):
+    """How many leading entries of ``draft`` and ``row_tokens`` are equal.
+
+    Entries compare with ``==`` (identity counts as equal, as in CPython's containers);
+    integer numpy arrays compare by value whatever their dtype.
+    """
+    ta = type(draft)
+    tb = type(row_tokens)
+    if (ta is list or ta is tuple) and (tb is list or tb is tuple):
+        return _prefix_seq(draft, row_tokens)
+    if isinstance(draft, np.ndarray) and isinstance(row_tokens, np.ndarray):
+        a = as_token_array(draft, "draft")
+        b = as_token_array(row_tokens, "row_tokens")
+        if a.dtype != b.dtype:
+            a = a.astype(np.int64)
+            b = b.astype(np.int64)
+        return _prefix_arrays(a, b)
+    return _prefix_seq(_as_seq(draft, "draft"), _as_seq(row_tokens, "row_tokens"))

@@ -1,0 +1,31 @@
+# cython: language_level=3
+"""Settling a verify evaluation: validation and the placement choice (compiled)."""
+
+from specfsm._validate import check_count, settle_reason
+from specfsm.errors import IllegalTransition
+
+__all__ = ["settle"]
+
+
+def settle(Py_ssize_t draft_len, accepted, Py_ssize_t n_row_tokens, Py_ssize_t n_row_caches,
+           str attempted):
+    """Index of the row cache to resume from after accepting ``accepted`` of ``draft_len`` rows.
+
+    That is ``accepted`` when a draft row was rejected, ``accepted - 1`` when every row
+    was accepted. Refuses (``IllegalTransition(attempted)``) an empty draft, ``accepted``
+    beyond the draft, a ``row_caches`` that is not one entry per draft row, and a
+    ``row_tokens`` that does not reach row ``accepted`` when a row was rejected.
+    ``accepted`` that is not a non-negative integer raises TypeError/ValueError.
+    """
+    cdef Py_ssize_t n
+    if type(accepted) is not int or accepted < 0:
+        accepted = check_count(accepted, "accepted")
+    if accepted > draft_len:
+        n = draft_len + 1   # any value past the draft; the reason names the real one
+    else:
+        n = accepted
+    if (draft_len == 0 or n > draft_len or n_row_caches != draft_len
+            or (n < draft_len and n_row_tokens <= n)):
+        raise IllegalTransition(
+            attempted, settle_reason(draft_len, accepted, n_row_tokens, n_row_caches))
+    return n - 1 if n == draft_len else n

@@ -1,0 +1,59 @@
+"""Build the compiled core: every ``_core/*.pyx`` becomes ``specfsm._core.<name>``.
+
+Cython directives are set once here for the whole core (bounds and wraparound checks
+off: every kernel validates its arguments at the Python boundary, then runs unchecked).
+``SPECFSM_CYTHON_DEBUG=1`` at build time turns the checks back on, for hunting an
+out-of-bounds access. ``SPECFSM_NO_EXTENSIONS=1`` at build time skips the compiled
+core altogether (the package then runs on its pure-Python twin).
+"""
+
+import os
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+CORE = "_core"
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _extensions():
+    if _flag("SPECFSM_NO_EXTENSIONS"):
+        return []
+    import numpy
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    debug = _flag("SPECFSM_CYTHON_DEBUG")
+    directives = {
+        "language_level": 3,
+        "boundscheck": debug,
+        "wraparound": debug,
+        "initializedcheck": debug,
+        "cdivision": True,
+        "embedsignature": True,
+        "freethreading_compatible": True,
+    }
+    sources = sorted((HERE / CORE).glob("*.pyx"))
+    extensions = [
+        Extension(
+            f"specfsm._core.{src.stem}",
+            [f"{CORE}/{src.name}"],
+            include_dirs=[numpy.get_include(), CORE],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
+        )
+        for src in sources
+    ]
+    return cythonize(
+        extensions,
+        include_path=[CORE],
+        compiler_directives=directives,
+        build_dir="build/cython",
+        quiet=True,
+    )
+
+
+setup(ext_modules=_extensions())

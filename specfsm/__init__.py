@@ -1,0 +1,29 @@
+"""specfsm: a control plane for speculative decoding.
+
+The ``ServingState`` machine says which evaluation shape is legal right now (prefill,
+single-row decode, K-row verify) and settles what a verify evaluation confirmed; its hot
+paths run on a compiled Cython core, or on a pure-Python twin where that is not built or
+``SPECFSM_NO_EXTENSIONS=1`` is set. ``USE_EXTENSIONS`` says which is active.
+"""
+
+from ._impl import USE_EXTENSIONS
+from .drafting import common_prefix, prompt_lookup
+from .errors import IllegalTransition, ServingFsmError
+from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "USE_EXTENSIONS",
+    "ServingState",
+    "Prefill",
+    "Decode",
+    "Verify",
+    "Accept",
+    "Rollback",
+    "Done",
+    "ServingFsmError",
+    "IllegalTransition",
+    "prompt_lookup",
+    "common_prefix",
+]

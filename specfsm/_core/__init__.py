@@ -1,0 +1,1 @@
+"""Compiled Cython modules (built from the top-level ``_core/`` sources)."""

@@ -1,0 +1,262 @@
+"""The serving state machine: which evaluation shape is legal right now.
+
+``ServingState`` is the base of six immutable variants. Each transition is a method on
+every state: it returns a new state, never changes the one it was called on, and raises
+``IllegalTransition`` from a state it does not apply to. The semantics follow the seed
+design (a Rust enum whose transitions consume ``self``) one for one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import _impl
+from ._validate import as_token_array, check_count
+from ._values import Clone, default_clone, hash_key, seq_eq, value_eq
+from .errors import IllegalTransition
+
+__all__ = ["ServingState", "Prefill", "Decode", "Verify", "Accept", "Rollback", "Done"]
+
+_set = object.__setattr__
+
+
+def _check_tokens(tokens: object, name: str) -> object:
+    """Accept a list, tuple, 1-D integer array or other sequence; refuse anything else."""
+    t = type(tokens)
+    if t is list or t is tuple:
+        return tokens
+    if isinstance(tokens, np.ndarray):
+        as_token_array(tokens, name)  # raises on 2-D arrays and unsupported dtypes
+        return tokens
+    if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__") or not hasattr(
+        tokens, "__getitem__"
+    ):
+        raise TypeError(
+            f"{name} must be a list, tuple or 1-D integer numpy array, got {t.__name__}"
+        )
+    return tokens
+
+
+def _length(x: object, name: str) -> int:
+    try:
+        return len(x)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be a sized sequence, got {type(x).__name__}") from None
+
+
+class ServingState:
+    """Base of the six states; every transition is defined here and refused by default.
+
+    Construct a machine with ``ServingState.start(positions, cache)``.
+    """
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+    _seq_fields: ClassVar[frozenset[str]] = frozenset()
+
+    # -- entry ---------------------------------------------------------------------
+    @staticmethod
+    def start(positions: Any, cache: Any) -> Prefill:
+        """Enter the state machine at ``Prefill`` with an empty ``cache``."""
+        return Prefill(positions, cache)
+
+    # -- transitions (refused unless a variant overrides them) -----------------------
+    def advance_prefill(self, next_token: Any, cache: Any) -> ServingState:
+        """``Prefill -> Decode``: the one M-row prefill evaluation produced ``next_token``."""
+        raise IllegalTransition("advance_prefill")
+
+    def advance_decode(self, next_token: Any, cache: Any) -> ServingState:
+        """``Decode -> Decode``: one single-row evaluation."""
+        raise IllegalTransition("advance_decode")
+
+    def enter_verify(self, draft: Any, clone: Clone | None = None) -> ServingState:
+        """``Decode -> Verify``: the current cache becomes the snapshot."""
+        raise IllegalTransition("enter_verify")
+
+    def accept(self, row_tokens: Any, row_caches: Any) -> ServingState:
+        """``Verify -> Accept | Rollback``: score the verify rows against the draft."""
+        raise IllegalTransition("accept")
+
+    def accept_rows(self, accepted: int, row_tokens: Any, row_caches: Any) -> ServingState:
+        """``Verify -> Accept | Rollback`` with the accepted count supplied by the caller."""
+        raise IllegalTransition("accept_rows")
+
+    def resume(self) -> ServingState:
+        """``Accept -> Decode``: no evaluation, just the placement ``accept`` chose."""
+        raise IllegalTransition("resume")
+
+    def rollback(self) -> ServingState:
+        """``Rollback -> Decode``: placement copy only, no evaluation."""
+        raise IllegalTransition("rollback")
+
+    def finish(self) -> Done:
+        """Any state ``-> Done``: the caller stops requesting evaluations."""
+        return Done(self.cache)  # type: ignore[attr-defined]
+
+    # -- value semantics -----------------------------------------------------------
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: {type(self).__name__} is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}: {type(self).__name__} is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        seqs = self._seq_fields
+        for f in self._fields:
+            a, b = getattr(self, f), getattr(other, f)
+            if not (seq_eq(a, b) if f in seqs else value_eq(a, b)):
+                return False
+        return True
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *(hash_key(getattr(self, f)) for f in self._fields)))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__name__}({fields})"
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return (type(self), tuple(getattr(self, f) for f in self._fields))
+
+
+class Prefill(ServingState):
+    """``positions``: the prompt token ids for one M-row evaluation; ``cache`` starts empty."""
+
+    __slots__ = ("positions", "cache")
+    __match_args__ = ("positions", "cache")
+    _fields = __match_args__
+    _seq_fields = frozenset({"positions"})
+
+    def __init__(self, positions: Any, cache: Any) -> None:
+        _set(self, "positions", _check_tokens(positions, "positions"))
+        _set(self, "cache", cache)
+
+    def advance_prefill(self, next_token: Any, cache: Any) -> Decode:
+        return Decode(next_token, cache)
+
+
+class Decode(ServingState):
+    """``last``: the most recently accepted token, the next single-row evaluation's input."""
+
+    __slots__ = ("last", "cache")
+    __match_args__ = ("last", "cache")
+    _fields = __match_args__
+
+    def __init__(self, last: Any, cache: Any) -> None:
+        _set(self, "last", last)
+        _set(self, "cache", cache)
+
+    def advance_decode(self, next_token: Any, cache: Any) -> Decode:
+        return Decode(next_token, cache)
+
+    def enter_verify(self, draft: Any, clone: Clone | None = None) -> Verify:
+        """The current cache becomes ``snapshot``: an independent copy for arrays (numpy,
+        CuPy, torch, and containers of them), the same object for immutable values, or
+        whatever ``clone(cache)`` returns when ``clone`` is given."""
+        cache = self.cache
+        snapshot = default_clone(cache) if clone is None else clone(cache)
+        return Verify(draft, snapshot, cache)
+
+
+class Verify(ServingState):
+    """``draft``: the speculator's tokens, scored in one K-row evaluation; ``snapshot``: the
+    pre-draft cache."""
+
+    __slots__ = ("draft", "snapshot", "cache")
+    __match_args__ = ("draft", "snapshot", "cache")
+    _fields = __match_args__
+    _seq_fields = frozenset({"draft"})
+
+    def __init__(self, draft: Any, snapshot: Any, cache: Any) -> None:
+        _set(self, "draft", _check_tokens(draft, "draft"))
+        _set(self, "snapshot", snapshot)
+        _set(self, "cache", cache)
+
+    def accept(self, row_tokens: Any, row_caches: Any) -> Accept | Rollback:
+        """Score the verify rows' greedy choices against the draft.
+
+        ``row_tokens[i]`` is the target's choice having consumed input row ``i`` (row 0
+        follows ``last``, row ``i > 0`` follows ``draft[i - 1]``); ``row_caches[i]`` is the
+        cache that evaluation produced at row ``i``, one per draft row. All rows accepted:
+        ``Accept`` resuming from ``row_caches[-1]``; rejected at row ``n``: ``Rollback`` to
+        ``row_tokens[n]`` from ``row_caches[n]``. Refuses an empty draft and rows of the
+        wrong length.
+        """
+        draft = self.draft
+        n = _impl.common_prefix(draft, row_tokens)
+        return _settled(draft, n, row_tokens, row_caches, "accept")
+
+    def accept_rows(self, accepted: int, row_tokens: Any, row_caches: Any) -> Accept | Rollback:
+        """``accept`` with the accepted count supplied by the caller (an acceptance rule).
+
+        ``row_tokens`` must reach row ``accepted`` unless every draft row was accepted;
+        ``row_caches`` always holds one entry per draft row. Refuses ``accepted`` beyond
+        the draft; a float, bool or negative ``accepted`` raises TypeError/ValueError.
+        """
+        return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows")
+
+
+def _settled(draft: Any, accepted: Any, row_tokens: Any, row_caches: Any, attempted: str):
+    k = len(draft)
+    if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
+        as_token_array(row_tokens, "row_tokens")  # refuses 2-D arrays and non-integer dtypes
+    idx = _impl.settle(
+        k, accepted, _length(row_tokens, "row_tokens"), _length(row_caches, "row_caches"), attempted
+    )
+    cache = row_caches[idx]
+    if idx + 1 == k and idx != accepted:  # every draft row accepted
+        return Accept(k, draft[idx], cache)
+    return Rollback(cache, row_tokens[idx])
+
+
+class Accept(ServingState):
+    """``n`` draft tokens accepted (all of them); decoding resumes from ``next``."""
+
+    __slots__ = ("n", "next", "cache")
+    __match_args__ = ("n", "next", "cache")
+    _fields = __match_args__
+
+    def __init__(self, n: int, next: Any, cache: Any) -> None:  # noqa: A002 (seed's field name)
+        if type(n) is not int or n < 0:
+            n = check_count(n, "n")
+        _set(self, "n", n)
+        _set(self, "next", next)
+        _set(self, "cache", cache)
+
+    def resume(self) -> Decode:
+        return Decode(self.next, self.cache)
+
+
+class Rollback(ServingState):
+    """Resume from ``to`` after ``snapshot`` replaces a rejected draft's advanced cache."""
+
+    __slots__ = ("snapshot", "to")
+    __match_args__ = ("snapshot", "to")
+    _fields = __match_args__
+
+    def __init__(self, snapshot: Any, to: Any) -> None:
+        _set(self, "snapshot", snapshot)
+        _set(self, "to", to)
+
+    def rollback(self) -> Decode:
+        return Decode(self.to, self.snapshot)
+
+    def finish(self) -> Done:
+        """``Rollback -> Done`` keeps ``snapshot`` as the cache."""
+        return Done(self.snapshot)
+
+
+class Done(ServingState):
+    """Terminal: no further evaluation is legal."""
+
+    __slots__ = ("cache",)
+    __match_args__ = ("cache",)
+    _fields = __match_args__
+
+    def __init__(self, cache: Any) -> None:
+        _set(self, "cache", cache)
