@@ -84,6 +84,11 @@ class ServingState:
         """``Verify -> Accept | Rollback`` with the accepted count supplied by the caller."""
         raise IllegalTransition("accept_rows")
 
+    def accept_with(self, rule: Any, *args: Any, **kwargs: Any) -> ServingState:
+        """``Verify -> Accept | Rollback`` with the accepted count decided by an acceptance
+        rule (see ``specfsm.accept_rule.accept_with`` for the arguments)."""
+        raise IllegalTransition("accept_with")
+
     def resume(self) -> ServingState:
         """``Accept -> Decode``: no evaluation, just the placement ``accept`` chose."""
         raise IllegalTransition("resume")
@@ -199,6 +204,11 @@ class Verify(ServingState):
         the draft; a float, bool or negative ``accepted`` raises TypeError/ValueError.
         """
         return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows")
+
+    def accept_with(self, rule: Any, *args: Any, **kwargs: Any) -> Accept | Rollback:
+        from .accept_rule import accept_with
+
+        return accept_with(self, rule, *args, **kwargs)
 
 
 def _settled(draft: Any, accepted: Any, row_tokens: Any, row_caches: Any, attempted: str):

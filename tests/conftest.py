@@ -18,17 +18,50 @@ IMPLEMENTATIONS = [
 ]
 
 
+class Implementation:
+    """One implementation's kernels: ``impl.name`` and ``impl.module("ngram")`` etc.
+
+    Attribute access reaches the foundation kernels directly: ``impl.common_prefix``,
+    ``impl.prompt_lookup``, ``impl.settle``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def module(self, name: str):
+        try:
+            return _impl.module(self.name, name)
+        except ImportError as exc:
+            if self.name == "compiled":
+                pytest.fail(
+                    f"the compiled module specfsm._core.{name} does not import ({exc}); "
+                    "build it (pip install . or python setup.py build_ext --inplace) "
+                    "or set SPECFSM_NO_EXTENSIONS=1"
+                )
+            raise
+
+    @property
+    def common_prefix(self):
+        return self.module("prefix").common_prefix
+
+    @property
+    def prompt_lookup(self):
+        return self.module("ngram").prompt_lookup
+
+    @property
+    def settle(self):
+        return self.module("settle").settle
+
+    def __repr__(self) -> str:
+        return f"Implementation({self.name!r})"
+
+
 @pytest.fixture(scope="session", params=IMPLEMENTATIONS)
 def impl(request):
-    """The kernels of one implementation (``impl.name`` is ``"compiled"`` or ``"python"``)."""
-    if request.param == "compiled":
-        if _impl.NO_EXTENSIONS:
-            pytest.skip("SPECFSM_NO_EXTENSIONS is set: the compiled core is switched off")
-        try:
-            return _impl.implementation("compiled")
-        except ImportError as exc:  # pragma: no cover - a broken build
-            pytest.fail(f"the compiled core does not import ({exc}); build it or set SPECFSM_NO_EXTENSIONS=1")
-    return _impl.implementation("python")
+    """One implementation, compiled or python (see ``Implementation``)."""
+    if request.param == "compiled" and _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set: the compiled core is switched off")
+    return Implementation(request.param)
 
 
 @pytest.fixture
