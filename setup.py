@@ -43,6 +43,7 @@ def _extensions():
             f"specfsm._core.{src.stem}",
             [f"{CORE}/{src.name}"],
             include_dirs=[numpy.get_include(), CORE],
+            depends=[str(p.relative_to(HERE)) for pat in ("*.h", "*.pxd") for p in sorted((HERE / CORE).glob(pat))],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
         )
         for src in sources

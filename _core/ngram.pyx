@@ -12,56 +12,48 @@ from _seq cimport obj_eq, Py_SIZE
 
 __all__ = ["prompt_lookup"]
 
+cdef extern from "scan.h" nogil:
+    Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
+    Py_ssize_t specfsm_find_last_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
+
 cdef enum:
-    BLOCK = 32          # candidates tested per vectorised step of the backward scan
     NOGIL_MIN = 2048    # below this many entries the scan is shorter than a GIL release
+
+
+cdef inline Py_ssize_t _find_last(const token_t* p, Py_ssize_t lo, Py_ssize_t hi,
+                                  token_t v) noexcept nogil:
+    if token_t is int32_t:
+        return specfsm_find_last_i32(p, lo, hi, v)
+    else:
+        return specfsm_find_last_i64(p, lo, hi, v)
 
 
 cdef Py_ssize_t _match_end_typed(const token_t[::1] h, Py_ssize_t ngram) noexcept nogil:
     """End of the most recent earlier occurrence of h's last ngram entries, or -1.
 
-    Scans candidate end positions backwards, BLOCK at a time: a block with no entry equal
-    to the needle's last token is skipped with one branch (the compiler vectorises the
-    comparison), otherwise its candidates are checked one by one, newest first.
+    Candidate end positions are found newest first by a vectorised backward search for
+    the needle's last token (scan.h); each candidate then has its other ngram - 1
+    entries compared.
     """
     cdef Py_ssize_t n = h.shape[0]
     if ngram == 0 or n <= ngram:
         return -1
     cdef const token_t* p = &h[0]
     cdef const token_t* needle = p + (n - ngram)
-    cdef token_t last = p[n - 1]
     cdef Py_ssize_t lo = ngram - 1       # lowest candidate end (start 0)
     cdef Py_ssize_t e = n - 2            # highest candidate end (start n - ngram - 1)
-    cdef Py_ssize_t k, j, s
-    cdef int hit
-    while e >= lo:
-        if e - (BLOCK - 1) >= lo:
-            hit = 0
-            for k in range(e - (BLOCK - 1), e + 1):
-                hit |= (p[k] == last)
-            if not hit:
-                e -= BLOCK
-                continue
-            # a hit in this block: test its candidates individually, newest first
-            for k in range(BLOCK):
-                if p[e] == last:
-                    s = e - lo
-                    j = 0
-                    while j < lo and p[s + j] == needle[j]:
-                        j += 1
-                    if j == lo:
-                        return e + 1
-                e -= 1
-            continue
-        if p[e] == last:
-            s = e - lo
-            j = 0
-            while j < lo and p[s + j] == needle[j]:
-                j += 1
-            if j == lo:
-                return e + 1
+    cdef Py_ssize_t j, s
+    while True:
+        e = _find_last(p, lo, e, p[n - 1])
+        if e < 0:
+            return -1
+        s = e - lo
+        j = 0
+        while j < lo and p[s + j] == needle[j]:
+            j += 1
+        if j == lo:
+            return e + 1
         e -= 1
-    return -1
 
 
 cdef Py_ssize_t _match_end_array(object arr, Py_ssize_t ngram) except -2:

@@ -99,7 +99,7 @@ class ServingState:
 
     def finish(self) -> Done:
         """Any state ``-> Done``: the caller stops requesting evaluations."""
-        return Done(self.cache)  # type: ignore[attr-defined]
+        return _done(self.cache)  # type: ignore[attr-defined]
 
     # -- value semantics -----------------------------------------------------------
     def __setattr__(self, name: str, value: object) -> None:
@@ -142,7 +142,7 @@ class Prefill(ServingState):
         _set(self, "cache", cache)
 
     def advance_prefill(self, next_token: Any, cache: Any) -> Decode:
-        return Decode(next_token, cache)
+        return _decode(next_token, cache)
 
 
 class Decode(ServingState):
@@ -157,7 +157,7 @@ class Decode(ServingState):
         _set(self, "cache", cache)
 
     def advance_decode(self, next_token: Any, cache: Any) -> Decode:
-        return Decode(next_token, cache)
+        return _decode(next_token, cache)
 
     def enter_verify(self, draft: Any, clone: Clone | None = None) -> Verify:
         """The current cache becomes ``snapshot``: an independent copy for arrays (numpy,
@@ -165,7 +165,7 @@ class Decode(ServingState):
         whatever ``clone(cache)`` returns when ``clone`` is given."""
         cache = self.cache
         snapshot = default_clone(cache) if clone is None else clone(cache)
-        return Verify(draft, snapshot, cache)
+        return _verify(_check_tokens(draft, "draft"), snapshot, cache)
 
 
 class Verify(ServingState):
@@ -220,8 +220,8 @@ def _settled(draft: Any, accepted: Any, row_tokens: Any, row_caches: Any, attemp
     )
     cache = row_caches[idx]
     if idx + 1 == k and idx != accepted:  # every draft row accepted
-        return Accept(k, draft[idx], cache)
-    return Rollback(cache, row_tokens[idx])
+        return _accept(k, draft[idx], cache)
+    return _rollback(cache, row_tokens[idx])
 
 
 class Accept(ServingState):
@@ -239,7 +239,7 @@ class Accept(ServingState):
         _set(self, "cache", cache)
 
     def resume(self) -> Decode:
-        return Decode(self.next, self.cache)
+        return _decode(self.next, self.cache)
 
 
 class Rollback(ServingState):
@@ -254,11 +254,11 @@ class Rollback(ServingState):
         _set(self, "to", to)
 
     def rollback(self) -> Decode:
-        return Decode(self.to, self.snapshot)
+        return _decode(self.to, self.snapshot)
 
     def finish(self) -> Done:
         """``Rollback -> Done`` keeps ``snapshot`` as the cache."""
-        return Done(self.snapshot)
+        return _done(self.snapshot)
 
 
 class Done(ServingState):
@@ -270,3 +270,59 @@ class Done(ServingState):
 
     def __init__(self, cache: Any) -> None:
         _set(self, "cache", cache)
+
+
+# -- internal constructors --------------------------------------------------------------
+# Transitions build their results through the slot descriptors directly: the fields were
+# already validated (or need no validation), and skipping __init__ and
+# object.__setattr__ takes about a third off each transition's cost.
+_new = object.__new__
+_decode_last, _decode_cache = Decode.last.__set__, Decode.cache.__set__  # type: ignore[attr-defined]
+_verify_draft, _verify_snapshot, _verify_cache = (
+    Verify.draft.__set__,  # type: ignore[attr-defined]
+    Verify.snapshot.__set__,  # type: ignore[attr-defined]
+    Verify.cache.__set__,  # type: ignore[attr-defined]
+)
+_accept_n, _accept_next, _accept_cache = (
+    Accept.n.__set__,  # type: ignore[attr-defined]
+    Accept.next.__set__,  # type: ignore[attr-defined]
+    Accept.cache.__set__,  # type: ignore[attr-defined]
+)
+_rollback_snapshot, _rollback_to = Rollback.snapshot.__set__, Rollback.to.__set__  # type: ignore[attr-defined]
+_done_cache = Done.cache.__set__  # type: ignore[attr-defined]
+
+
+def _decode(last: Any, cache: Any) -> Decode:
+    state = _new(Decode)
+    _decode_last(state, last)
+    _decode_cache(state, cache)
+    return state
+
+
+def _verify(draft: Any, snapshot: Any, cache: Any) -> Verify:
+    state = _new(Verify)
+    _verify_draft(state, draft)
+    _verify_snapshot(state, snapshot)
+    _verify_cache(state, cache)
+    return state
+
+
+def _accept(n: int, next_token: Any, cache: Any) -> Accept:
+    state = _new(Accept)
+    _accept_n(state, n)
+    _accept_next(state, next_token)
+    _accept_cache(state, cache)
+    return state
+
+
+def _rollback(snapshot: Any, to: Any) -> Rollback:
+    state = _new(Rollback)
+    _rollback_snapshot(state, snapshot)
+    _rollback_to(state, to)
+    return state
+
+
+def _done(cache: Any) -> Done:
+    state = _new(Done)
+    _done_cache(state, cache)
+    return state

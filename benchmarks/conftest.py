@@ -1,0 +1,43 @@
+"""Benchmarks run each case on the compiled core and on the pure-Python twin in the same
+process, so their ratio is measured side by side (``--benchmark-group-by=group``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specfsm import _impl
+
+
+@pytest.fixture(params=["compiled", "python"])
+def kind(request, monkeypatch):
+    """Routes the state machine through one implementation's kernels; yields its name."""
+    if request.param == "compiled" and _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set")
+    for module, name in (("prefix", "common_prefix"), ("ngram", "prompt_lookup"), ("settle", "settle")):
+        monkeypatch.setattr(_impl, name, getattr(_impl.module(request.param, module), name))
+    return request.param
+
+
+def repetitive_stream(length: int, vocab: int = 32_000, seed: int = 0) -> np.ndarray:
+    """A code-editing-like token stream: spans copied from earlier in the stream (what
+    prompt lookup feeds on) interleaved with fresh Zipf-distributed tokens."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(length, dtype=np.int64)
+    n = 0
+    while n < length:
+        if n > 64 and rng.random() < 0.6:
+            span = int(rng.integers(8, 64))
+            start = int(rng.integers(0, n - 8))
+            piece = out[start : min(start + span, n)]
+        else:
+            piece = np.minimum(rng.zipf(1.3, size=int(rng.integers(4, 32))), vocab - 1)
+        take = min(len(piece), length - n)
+        out[n : n + take] = piece[:take]
+        n += take
+    return out
+
+
+def unique_stream(length: int) -> np.ndarray:
+    """No token repeats, so no n-gram ever matches: the full backward scan."""
+    return np.arange(length, dtype=np.int64)

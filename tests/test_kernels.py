@@ -1,0 +1,229 @@
+"""The three foundation kernels: compiled == twin == a plain reference, on random and
+edge-case inputs, and the same clear errors from both."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specfsm import IllegalTransition
+
+I64 = (-(2**63), 2**63 - 1)
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+# -- plain references, written from the seed ---------------------------------------------
+def ref_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def ref_lookup(history, ngram, max_k):
+    h = list(history)
+    if ngram == 0 or max_k == 0 or len(h) <= ngram:
+        return []
+    needle = h[len(h) - ngram :]
+    for start in range(len(h) - ngram - 1, -1, -1):
+        if h[start : start + ngram] == needle:
+            end = start + ngram
+            return h[end : end + min(len(h) - end, max_k)]
+    return []
+
+
+def ref_settle(draft_len, accepted, n_tokens, n_caches):
+    if draft_len == 0 or (accepted < draft_len and n_tokens <= accepted) or n_caches != draft_len or accepted > draft_len:
+        return None
+    return accepted - 1 if accepted == draft_len else accepted
+
+
+# -- strategies -------------------------------------------------------------------------
+small_vocab = st.lists(st.integers(0, 3), max_size=60)
+wide_vocab = st.lists(st.integers(*I64), max_size=40)
+extremes = st.lists(st.sampled_from([I64[0], I64[1], 0, -1, 1]), max_size=40)
+token_lists = st.one_of(small_vocab, wide_vocab, extremes)
+int32_lists = st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(0, 3), max_size=60)
+
+
+def variants(tokens, dtype):
+    """The same tokens as a list, a tuple, a contiguous array and a strided view."""
+    arr = np.asarray(tokens, dtype=dtype)
+    doubled = np.repeat(arr, 2)[::2]
+    assert not doubled.flags.c_contiguous or len(arr) <= 1
+    return [list(tokens), tuple(tokens), arr, doubled]
+
+
+# -- common_prefix ----------------------------------------------------------------------
+@SETTINGS
+@given(a=token_lists, b=token_lists, shared=st.integers(0, 10))
+def test_common_prefix_matches_reference(impl, a, b, shared):
+    b = a[:shared] + b
+    expected = ref_prefix(a, b)
+    for x in variants(a, np.int64):
+        for y in variants(b, np.int64):
+            assert impl.common_prefix(x, y) == expected
+
+
+@SETTINGS
+@given(a=int32_lists, b=int32_lists)
+def test_common_prefix_mixed_dtypes(impl, a, b):
+    b = a[: len(a) // 2] + b
+    expected = ref_prefix(a, b)
+    assert impl.common_prefix(np.asarray(a, np.int32), np.asarray(b, np.int64)) == expected
+    assert impl.common_prefix(np.asarray(a, np.int32), np.asarray(b, np.int32)) == expected
+    assert impl.common_prefix(np.asarray(a, np.int16 if all(abs(v) < 2**15 for v in a) else np.int64), b) == expected
+
+
+def test_common_prefix_edges(impl):
+    assert impl.common_prefix([], []) == 0
+    assert impl.common_prefix([1], []) == 0
+    assert impl.common_prefix([1], [1]) == 1
+    assert impl.common_prefix([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert impl.common_prefix(["a", None, 2.5], ["a", None, 2.5]) == 3
+    nan = float("nan")
+    assert impl.common_prefix([nan], [float("nan")]) == 0  # distinct NaNs are unequal
+    assert impl.common_prefix([nan], [nan]) == 1  # identity counts as equal, as in list ==
+    big = np.arange(10_000, dtype=np.int64)  # long enough to release the GIL
+    other = big.copy()
+    other[7777] = -1
+    assert impl.common_prefix(big, other) == 7777
+
+
+@pytest.mark.parametrize(
+    "bad, exc, match",
+    [
+        (np.zeros((2, 2), dtype=np.int64), ValueError, "draft must be 1-D"),
+        (np.array([1.0, 2.0]), TypeError, "unsupported dtype float64"),
+        (np.array([True]), TypeError, "unsupported dtype bool"),
+        (np.array(["a"]), TypeError, "unsupported dtype"),
+        (np.array([1], dtype=object), TypeError, "unsupported dtype object"),
+        (5, TypeError, "draft must be"),
+        ("abc", TypeError, "draft must be"),
+    ],
+)
+def test_common_prefix_refuses_bad_input(impl, bad, exc, match):
+    with pytest.raises(exc, match=match):
+        impl.common_prefix(bad, [1, 2])
+
+
+# -- prompt_lookup ------------------------------------------------------------------------
+@SETTINGS
+@given(history=token_lists, ngram=st.integers(0, 5), max_k=st.integers(0, 7))
+def test_prompt_lookup_matches_reference(impl, history, ngram, max_k):
+    expected = ref_lookup(history, ngram, max_k)
+    for h in variants(history, np.int64):
+        got = impl.prompt_lookup(h, ngram, max_k)
+        if isinstance(h, np.ndarray):
+            assert isinstance(got, np.ndarray) and got.dtype == h.dtype
+            assert got.tolist() == expected
+        else:
+            assert got == expected
+
+
+@SETTINGS
+@given(history=int32_lists, ngram=st.integers(1, 4), max_k=st.integers(1, 6))
+def test_prompt_lookup_int32(impl, history, ngram, max_k):
+    expected = ref_lookup(history, ngram, max_k)
+    for h in variants(history, np.int32):
+        got = impl.prompt_lookup(h, ngram, max_k)
+        assert (got.tolist() if isinstance(got, np.ndarray) else got) == expected
+
+
+@SETTINGS
+@given(
+    period=st.lists(st.integers(0, 50), min_size=1, max_size=12),
+    reps=st.integers(1, 300),
+    tail=st.lists(st.integers(0, 50), max_size=5),
+    ngram=st.integers(1, 4),
+)
+def test_prompt_lookup_long_repetitive_streams(impl, period, reps, tail, ngram):
+    history = period * reps + tail  # long enough to cross the blocked scan and the GIL release
+    expected = ref_lookup(history, ngram, 5)
+    assert impl.prompt_lookup(np.asarray(history, np.int32), ngram, 5).tolist() == expected
+    assert impl.prompt_lookup(np.asarray(history, np.int64), ngram, 5).tolist() == expected
+    assert impl.prompt_lookup(history, ngram, 5) == expected
+
+
+def test_prompt_lookup_edges(impl):
+    assert impl.prompt_lookup([], 1, 1) == []
+    assert impl.prompt_lookup([7], 1, 1) == []
+    assert impl.prompt_lookup([7, 7], 1, 3) == [7]
+    assert impl.prompt_lookup([1, 2, 1], 0, 3) == []
+    assert impl.prompt_lookup([1, 2, 1], 1, 0) == []
+    assert impl.prompt_lookup([1, 2, 1], 10**30, 3) == []
+    assert impl.prompt_lookup([1, 2, 1], 1, 10**30) == [2, 1]
+    assert impl.prompt_lookup(["x", "y", "x"], 1, 2) == ["y", "x"]
+    out = impl.prompt_lookup(np.array([], dtype=np.int32), 1, 1)
+    assert out.dtype == np.int32 and out.size == 0
+    assert impl.prompt_lookup(np.array([3, 4, 3], dtype=np.uint8), 1, 2).tolist() == [4, 3]
+    assert impl.prompt_lookup(np.array([3, 4, 3], dtype=np.uint64), 1, 2).tolist() == [4, 3]
+    # the match must not be the trailing n-gram itself
+    assert impl.prompt_lookup([1, 2, 3, 4], 2, 5) == []
+    # the most recent earlier occurrence wins
+    assert impl.prompt_lookup([1, 2, 8, 1, 2, 9, 1, 2], 2, 1) == [9]
+
+
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        (([1, 2], -1, 1), ValueError, "ngram must be a non-negative integer, got -1"),
+        (([1, 2], 1, -2), ValueError, "max_k must be a non-negative integer, got -2"),
+        (([1, 2], 1.0, 1), TypeError, "ngram must be a non-negative integer"),
+        (([1, 2], 1, 2.5), TypeError, "max_k must be a non-negative integer"),
+        (([1, 2], True, 1), TypeError, "ngram must be a non-negative integer, got bool"),
+        ((np.zeros((2, 3), dtype=np.int64), 1, 1), ValueError, "history must be 1-D"),
+        ((np.array([1.0, 2.0]), 1, 1), TypeError, "history has unsupported dtype float64"),
+        ((np.array([2**63], dtype=np.uint64), 1, 1), OverflowError, "beyond int64"),
+        ((12, 1, 1), TypeError, "history must be"),
+        (({1: 2}, 1, 1), TypeError, "history must be"),
+    ],
+)
+def test_prompt_lookup_refuses_bad_input(impl, args, exc, match):
+    with pytest.raises(exc, match=match):
+        impl.prompt_lookup(*args)
+
+
+# -- settle ----------------------------------------------------------------------------
+@SETTINGS
+@given(
+    draft_len=st.integers(0, 8),
+    accepted=st.integers(0, 10),
+    n_tokens=st.integers(0, 10),
+    n_caches=st.integers(0, 10),
+)
+def test_settle_matches_reference(impl, draft_len, accepted, n_tokens, n_caches):
+    expected = ref_settle(draft_len, accepted, n_tokens, n_caches)
+    if expected is None:
+        with pytest.raises(IllegalTransition) as err:
+            impl.settle(draft_len, accepted, n_tokens, n_caches, "accept_rows")
+        assert err.value.attempted == "accept_rows" and err.value.reason
+    else:
+        assert impl.settle(draft_len, accepted, n_tokens, n_caches, "accept") == expected
+
+
+def test_settle_huge_and_bad_counts(impl):
+    with pytest.raises(IllegalTransition, match="accept") as err:
+        impl.settle(3, 2**80, 3, 3, "accept_rows")
+    assert str(2**80) in err.value.reason
+    with pytest.raises(ValueError, match="accepted must be a non-negative integer, got -1"):
+        impl.settle(3, -1, 3, 3, "accept_rows")
+    with pytest.raises(TypeError, match="accepted must be a non-negative integer"):
+        impl.settle(3, 1.0, 3, 3, "accept_rows")
+    assert impl.settle(3, np.int64(3), 0, 3, "accept_rows") == 2
+
+
+def test_compiled_and_twin_agree_on_error_messages(impl):
+    from specfsm import _impl
+
+    twin = _impl.module("python", "ngram")
+    for args in [([1], -1, 1), (np.zeros((1, 1), np.int64), 1, 1), ([1], 1, "2")]:
+        with pytest.raises(Exception) as mine:
+            impl.prompt_lookup(*args)
+        with pytest.raises(Exception) as theirs:
+            twin.prompt_lookup(*args)
+        assert type(mine.value) is type(theirs.value) and str(mine.value) == str(theirs.value)
