@@ -8,7 +8,8 @@ from specfsm._validate import as_token_array, check_count
 from libc.stdint cimport int32_t, int64_t
 
 from _typedefs cimport token_t
-from _seq cimport obj_eq, Py_SIZE
+from cpython.object cimport PyObject
+from _seq cimport obj_eq, Py_SIZE, PySequence_Fast_GET_ITEM
 
 __all__ = ["prompt_lookup"]
 
@@ -77,29 +78,72 @@ cdef Py_ssize_t _match_end_array(object arr, Py_ssize_t ngram) except -2:
     return r
 
 
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        pass
+    PyTypeObject PyLong_Type
+    PyTypeObject* Py_TYPE(PyObject* o)
+    long long _as_longlong "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow)
+
+
+cdef inline Py_ssize_t _find_last_seq(object h, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n,
+                                      Py_ssize_t at) except -2:
+    """The largest e in [lo, hi] with h[e] == h[at], or -1 (h: a list or tuple of size n).
+
+    Exact ints are compared by value in C when h[at] is one that fits in int64; any other
+    entry goes through ==, after which the sequence's size is checked again (a
+    user-defined __eq__ may change it)."""
+    cdef PyObject* v = PySequence_Fast_GET_ITEM(h, at)
+    cdef PyObject* x
+    cdef long long vv = 0, xv
+    cdef int overflow = 1
+    cdef Py_ssize_t e
+    if Py_TYPE(v) == &PyLong_Type:
+        vv = _as_longlong(v, &overflow)
+    for e in range(hi, lo - 1, -1):
+        x = PySequence_Fast_GET_ITEM(h, e)
+        if x == v:
+            return e
+        if overflow == 0 and Py_TYPE(x) == &PyLong_Type:
+            xv = _as_longlong(x, &overflow)
+            if overflow:
+                overflow = 0   # x is beyond int64, so it is not v
+                continue
+            if xv == vv:
+                return e
+            continue
+        if obj_eq(h, e, h, at):
+            if Py_SIZE(h) != n:
+                raise RuntimeError("history changed size during prompt_lookup")
+            return e
+        if Py_SIZE(h) != n:
+            raise RuntimeError("history changed size during prompt_lookup")
+    return -1
+
+
 cdef Py_ssize_t _match_end_seq(object h, Py_ssize_t ngram) except -2:
-    """The same scan over a list or tuple of arbitrary entries compared with ==."""
+    """The same search over a list or tuple of arbitrary entries compared with ==."""
     cdef Py_ssize_t n = Py_SIZE(h)
     if ngram == 0 or n <= ngram:
         return -1
     cdef Py_ssize_t base = n - ngram
     cdef Py_ssize_t lo = ngram - 1
-    cdef Py_ssize_t e, j, s
-    for e in range(n - 2, lo - 1, -1):
-        if Py_SIZE(h) != n:
-            raise RuntimeError("history changed size during prompt_lookup")
-        if obj_eq(h, e, h, n - 1):
-            s = e - lo
-            j = 0
-            while j < lo:
-                if Py_SIZE(h) != n:
-                    raise RuntimeError("history changed size during prompt_lookup")
-                if not obj_eq(h, s + j, h, base + j):
-                    break
-                j += 1
-            if j == lo:
-                return e + 1
-    return -1
+    cdef Py_ssize_t e = n - 2, j, s
+    while True:
+        e = _find_last_seq(h, lo, e, n, n - 1)
+        if e < 0:
+            return -1
+        s = e - lo
+        j = 0
+        while j < lo:
+            if not obj_eq(h, s + j, h, base + j):
+                break
+            if Py_SIZE(h) != n:
+                raise RuntimeError("history changed size during prompt_lookup")
+            j += 1
+        if j == lo:
+            return e + 1
+        e -= 1
 
 
 def prompt_lookup(history, ngram, max_k):

@@ -227,3 +227,38 @@ def test_compiled_and_twin_agree_on_error_messages(impl):
         with pytest.raises(Exception) as theirs:
             twin.prompt_lookup(*args)
         assert type(mine.value) is type(theirs.value) and str(mine.value) == str(theirs.value)
+
+
+mixed_entries = st.one_of(
+    st.integers(-2, 3),
+    st.sampled_from([True, False, 1.0, 2.5, 2**64, -(2**70), "a", None]),
+    st.integers(-2, 3).map(np.int64),
+)
+
+
+@SETTINGS
+@given(history=st.lists(mixed_entries, max_size=40), ngram=st.integers(1, 3), max_k=st.integers(1, 4))
+def test_prompt_lookup_mixed_python_entries_follow_python_equality(impl, history, ngram, max_k):
+    # True == 1 == 1.0 == np.int64(1): the compiled int fast path must not change that
+    expected = ref_lookup(history, ngram, max_k)
+    got = impl.prompt_lookup(history, ngram, max_k)
+    assert len(got) == len(expected) and all(x is y for x, y in zip(got, expected))
+    assert impl.common_prefix(history, list(reversed(history))) == ref_prefix(history, list(reversed(history)))
+
+
+def test_prompt_lookup_list_mutated_by_eq_is_refused(impl):
+    class Shrinks:
+        def __init__(self, victim):
+            self.victim = victim
+
+        def __eq__(self, other):
+            if self.victim:
+                self.victim.pop()
+            return False
+
+    history: list = [0] * 50
+    history[10] = Shrinks(history)
+    history.extend(["x", 1, "y"])  # needle last "y": every earlier entry compared by ==
+    if impl.name == "compiled":
+        with pytest.raises(RuntimeError, match="changed size"):
+            impl.prompt_lookup(history, 1, 1)
