@@ -10,36 +10,12 @@ from hypothesis import strategies as st
 
 from specfsm import IllegalTransition
 
+from reference import draft_prompt_lookup as ref_lookup
+from reference import leading_equal as ref_prefix
+from reference import settle_index as ref_settle
+
 I64 = (-(2**63), 2**63 - 1)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-# -- plain references, written from the seed ---------------------------------------------
-def ref_prefix(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def ref_lookup(history, ngram, max_k):
-    h = list(history)
-    if ngram == 0 or max_k == 0 or len(h) <= ngram:
-        return []
-    needle = h[len(h) - ngram :]
-    for start in range(len(h) - ngram - 1, -1, -1):
-        if h[start : start + ngram] == needle:
-            end = start + ngram
-            return h[end : end + min(len(h) - end, max_k)]
-    return []
-
-
-def ref_settle(draft_len, accepted, n_tokens, n_caches):
-    if draft_len == 0 or (accepted < draft_len and n_tokens <= accepted) or n_caches != draft_len or accepted > draft_len:
-        return None
-    return accepted - 1 if accepted == draft_len else accepted
 
 
 # -- strategies -------------------------------------------------------------------------

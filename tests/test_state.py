@@ -21,6 +21,7 @@ from specfsm import (
 )
 
 from action_fixture import Action, Environment, run_sequential, run_speculative
+from reference import leading_equal
 
 pytestmark = pytest.mark.usefixtures("fsm")
 
@@ -234,15 +235,6 @@ def test_action_fixture_sequential_matches_hand_derivation():
     trace = run_sequential()
     assert trace.history == [Action(*t) for t in expected]
     assert trace.environment == Environment((10, 10, 10), 12)
-
-
-def leading_equal(draft, choices) -> int:
-    n = 0
-    for drafted, chosen in zip(draft, choices):
-        if drafted != chosen:
-            break
-        n += 1
-    return n
 
 
 def equality_policy(draft, choices) -> int:
