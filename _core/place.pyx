@@ -1,0 +1,138 @@
+# cython: language_level=3
+"""Row placement on the host: ``dst[b] = src[b, index[b]]`` as raw byte copies, and the
+batched settle that chooses ``index`` (compiled).
+
+Arguments are checked once at the Python boundary by ``specfsm.gpu._checks`` (shared with
+the twin and the CuPy path, so every path raises the same errors); the loops then run
+unchecked with the GIL released.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
+
+import numpy as np
+
+cimport numpy as cnp
+
+from specfsm.gpu._checks import (
+    as_host_index,
+    as_settle_arrays,
+    check_rows,
+    index_reason,
+    overlap_message,
+    settle_index_reason,
+)
+
+cnp.import_array()
+
+__all__ = ["place_rows", "settle_index"]
+
+ctypedef fused index_t:
+    int32_t
+    int64_t
+
+
+cdef Py_ssize_t _first_out_of_range(const index_t* idx, Py_ssize_t B, Py_ssize_t K) noexcept nogil:
+    cdef Py_ssize_t b
+    for b in range(B):
+        if idx[b] >= K:
+            return b
+    return -1
+
+
+cdef void _copy_rows(const index_t* idx, Py_ssize_t B, const uint8_t* s, uint8_t* d,
+                     Py_ssize_t K, Py_ssize_t row) noexcept nogil:
+    cdef Py_ssize_t b, k
+    for b in range(B):
+        k = <Py_ssize_t>idx[b]
+        if k >= 0:
+            memcpy(d + b * row, s + (b * K + k) * row, <size_t>row)
+
+
+def place_rows(src, index, dst):
+    """Copy row ``index[b]`` of ``src[b]`` into ``dst[b]`` for every request ``b``; returns ``dst``.
+
+    ``src`` is a C-contiguous [B, K, ...] numpy array, ``dst`` a C-contiguous [B, ...]
+    array of the same dtype and trailing shape, ``index`` B integers. ``index[b] < 0``
+    leaves ``dst[b]`` untouched. Refuses (before copying anything) bad shapes, dtypes or
+    contiguity, an ``index`` entry >= K (IndexError) and ``src``/``dst``/``index`` that
+    overlap in memory.
+    """
+    cdef Py_ssize_t B, K, row, bad
+    cdef cnp.ndarray s_arr, d_arr, i_arr
+    cdef const uint8_t* sp
+    cdef uint8_t* dp
+    cdef const int32_t* i32
+    cdef const int64_t* i64
+    if type(src) is not np.ndarray or type(dst) is not np.ndarray:
+        raise TypeError(
+            f"src and dst must be numpy arrays here, got {type(src).__name__} and "
+            f"{type(dst).__name__}")
+    B, K, row = check_rows(src, dst)
+    i_arr = as_host_index(index, B, K, False)
+    is32 = i_arr.dtype.itemsize == 4
+    i32 = <const int32_t*>cnp.PyArray_DATA(i_arr)
+    i64 = <const int64_t*>cnp.PyArray_DATA(i_arr)
+    if is32:
+        bad = _first_out_of_range(i32, B, K)
+    else:
+        bad = _first_out_of_range(i64, B, K)
+    if bad >= 0:
+        raise IndexError(index_reason(bad, int(i_arr[bad]), K))
+    if np.may_share_memory(src, dst):
+        raise ValueError(overlap_message("src", "dst"))
+    if np.may_share_memory(i_arr, dst):
+        raise ValueError(overlap_message("index", "dst"))
+    if B == 0 or row == 0 or K == 0:   # nothing to copy (K == 0: every entry is negative)
+        return dst
+    s_arr = src
+    d_arr = dst
+    sp = <const uint8_t*>cnp.PyArray_DATA(s_arr)
+    dp = <uint8_t*>cnp.PyArray_DATA(d_arr)
+    if is32:
+        with nogil:
+            _copy_rows(i32, B, sp, dp, K, row)
+    else:
+        with nogil:
+            _copy_rows(i64, B, sp, dp, K, row)
+    return dst
+
+
+cdef Py_ssize_t _settle(const int64_t[::1] a, const int64_t[::1] d, int64_t[::1] out) noexcept nogil:
+    cdef Py_ssize_t b
+    cdef int64_t n, m
+    for b in range(a.shape[0]):
+        n = a[b]
+        m = d[b]
+        if m < 0 or n < 0 or n > m:
+            return b
+        if m == 0:
+            out[b] = -1
+        elif n == m:
+            out[b] = n - 1
+        else:
+            out[b] = n
+    return -1
+
+
+def settle_index(accepted, draft_lens):
+    """The ``index`` for ``place_rows`` after a batched verify, as an int64 array.
+
+    For request ``b`` with ``draft_lens[b]`` rows of which ``accepted[b]`` were accepted:
+    row ``accepted[b]`` when a row was rejected, row ``accepted[b] - 1`` when every row
+    was accepted (the seed's placement rule), and -1 (leave the cache alone) when the
+    request drafted nothing. Refuses (ValueError naming the first bad request) a negative
+    count and ``accepted[b] > draft_lens[b]``; non-integer or non-1-D input raises
+    TypeError/ValueError.
+    """
+    cdef Py_ssize_t bad
+    a, d = as_settle_arrays(accepted, draft_lens)
+    out = np.empty(a.shape[0], dtype=np.int64)
+    cdef const int64_t[::1] av = a
+    cdef const int64_t[::1] dv = d
+    cdef int64_t[::1] ov = out
+    with nogil:
+        bad = _settle(av, dv, ov)
+    if bad >= 0:
+        raise ValueError(settle_index_reason(bad, int(a[bad]), int(d[bad])))
+    return out

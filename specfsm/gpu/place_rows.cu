@@ -1,0 +1,83 @@
+// Row placement for speculative decoding: dst[b] = src[b, index[b]] for a whole batch
+// in one launch, as a copy of raw bytes.
+//
+// Layout: src is [B, K, nvec] vectors of type V, dst is [B, nvec], index is [B].
+// The host wrapper (specfsm/gpu/_cupy.py) picks V as the widest of 16/8/4/2/1 bytes
+// that divides the row size and both base pointers, so every access is aligned; it has
+// already checked shapes, dtypes, contiguity, devices and overlap.
+//
+// Grid: blockIdx.y walks requests (striding by gridDim.y when B > 65535), blockIdx.x
+// splits one row into chunks of blockDim.x * UNROLL vectors (striding by gridDim.x).
+// index[b] < 0: the request is not speculating; dst[b] is left untouched.
+// index[b] >= K: nothing is read or written for b; the row is counted in err[0] and the
+// smallest such b is kept in err[1] (initialised to INT_MAX by the host), for the host
+// to read at its chosen synchronisation point (specfsm.gpu.check_errors).
+
+#define PLACE_UNROLL 4
+
+template <typename V, typename I>
+__device__ __forceinline__ void place_rows_body(
+    const V* __restrict__ src, const I* __restrict__ index, V* __restrict__ dst,
+    int* __restrict__ err, long long B, long long K, long long nvec)
+{
+    const long long tpb = blockDim.x;
+    const long long first = (long long)blockIdx.x * tpb * PLACE_UNROLL + threadIdx.x;
+    const long long stride = (long long)gridDim.x * tpb * PLACE_UNROLL;
+    for (long long b = blockIdx.y; b < B; b += gridDim.y) {
+        const long long k = (long long)index[b];
+        if (k < 0) {
+            continue;
+        }
+        if (k >= K) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) {
+                atomicAdd(err, 1);
+                atomicMin(err + 1, (int)b);
+            }
+            continue;
+        }
+        const V* __restrict__ s = src + (b * K + k) * nvec;
+        V* __restrict__ d = dst + b * nvec;
+        long long i = first;
+        // Full chunks: PLACE_UNROLL independent loads in flight per thread, then stores.
+        for (; i + (PLACE_UNROLL - 1) * tpb < nvec; i += stride) {
+            V r[PLACE_UNROLL];
+#pragma unroll
+            for (int u = 0; u < PLACE_UNROLL; ++u) {
+                r[u] = s[i + u * tpb];
+            }
+#pragma unroll
+            for (int u = 0; u < PLACE_UNROLL; ++u) {
+                d[i + u * tpb] = r[u];
+            }
+        }
+        // The last, partial chunk (every later chunk starts past the row's end).
+#pragma unroll
+        for (int u = 0; u < PLACE_UNROLL; ++u) {
+            const long long j = i + u * tpb;
+            if (j < nvec) {
+                d[j] = s[j];
+            }
+        }
+    }
+}
+
+#define PLACE_ROWS_KERNEL(NAME, V, I)                                                   \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                             \
+        const V* __restrict__ src, const I* __restrict__ index, V* __restrict__ dst,    \
+        int* __restrict__ err, long long B, long long K, long long nvec)                \
+    {                                                                                   \
+        place_rows_body<V, I>(src, index, dst, err, B, K, nvec);                        \
+    }
+
+// 16-byte rows: one 128-bit load and store per vector (ld.global.v4 / st.global.v4).
+PLACE_ROWS_KERNEL(place_rows_w16_i32, uint4, int)
+PLACE_ROWS_KERNEL(place_rows_w16_i64, uint4, long long)
+// Narrower paths for rows (or base pointers) that are not 16-byte aligned.
+PLACE_ROWS_KERNEL(place_rows_w8_i32, uint2, int)
+PLACE_ROWS_KERNEL(place_rows_w8_i64, uint2, long long)
+PLACE_ROWS_KERNEL(place_rows_w4_i32, unsigned int, int)
+PLACE_ROWS_KERNEL(place_rows_w4_i64, unsigned int, long long)
+PLACE_ROWS_KERNEL(place_rows_w2_i32, unsigned short, int)
+PLACE_ROWS_KERNEL(place_rows_w2_i64, unsigned short, long long)
+PLACE_ROWS_KERNEL(place_rows_w1_i32, unsigned char, int)
+PLACE_ROWS_KERNEL(place_rows_w1_i64, unsigned char, long long)

@@ -1,0 +1,643 @@
+"""Row-cache placement (``specfsm.gpu``): the host kernels (compiled and twin, through
+``impl``) always; the CUDA source's indexing emulated on the host when a C++ compiler is
+present; the CuPy path only where CuPy sees a device. Every result is compared with
+``src[arange(B), index]`` (rows with a negative index keep their old contents)."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import sys
+from importlib import resources
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specfsm.gpu
+from specfsm import _impl
+from specfsm.gpu import _geometry
+
+try:  # a real bfloat16 when ml_dtypes is installed; uint16 stands in for its size otherwise
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    BF16 = np.dtype(np.uint16)
+
+DTYPES = [np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.int8)]
+DTYPE_IDS = ["float16", f"bf16-sized-{BF16.name}", "float32", "int8"]
+# CuPy has no bfloat16 dtype: on the device uint16 always stands in for its size
+GPU_DTYPES = [np.dtype(np.float16), np.dtype(np.uint16), np.dtype(np.float32), np.dtype(np.int8)]
+GPU_DTYPE_IDS = ["float16", "bf16-sized-uint16", "float32", "int8"]
+# trailing shapes: 16-byte multiples for every dtype, and row sizes that are not
+TRAILING = [(64,), (7,), (3, 5), (1,), ()]
+
+
+def reference(src, index, dst_before):
+    """``src[arange(B), index]`` where index >= 0, the old row elsewhere."""
+    out = np.array(dst_before, copy=True)
+    index = np.asarray(index)
+    keep = index >= 0
+    out[keep] = src[np.arange(src.shape[0])[keep], index[keep]]
+    return out
+
+
+def random_case(rng, B, K, trailing, dtype, index_dtype=np.int64, negative=True):
+    shape = (B, K) + tuple(trailing)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
+    src = raw.view(dtype).reshape(shape)
+    before = rng.integers(0, 256, size=B * int(np.prod(trailing, dtype=np.int64)) * dtype.itemsize,
+                          dtype=np.uint8).view(dtype).reshape((B,) + tuple(trailing))
+    low = -1 if negative else 0
+    index = rng.integers(low, K, size=B).astype(index_dtype) if K else np.full(B, -1, index_dtype)
+    return src, index, before
+
+
+def assert_bytes_equal(a, b):
+    """Equal as raw bytes (NaN payloads in float16/bfloat16 rows compare too)."""
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8))
+
+
+# --------------------------------------------------------------------------- host path
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("trailing", TRAILING, ids=str)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_place_rows_matches_fancy_indexing(impl, dtype, trailing, index_dtype):
+    k = impl.module("place")
+    rng = np.random.default_rng([dtype.itemsize, len(trailing), np.dtype(index_dtype).itemsize])
+    for B, K in [(1, 1), (1, 5), (3, 5), (64, 8)]:
+        src, index, before = random_case(rng, B, K, trailing, dtype, index_dtype)
+        dst = before.copy()
+        assert k.place_rows(src, index, dst) is dst
+        assert_bytes_equal(dst, reference(src, index, before))
+
+
+@pytest.mark.parametrize("B", [1, 4096])
+def test_place_rows_batch_sizes(impl, B):
+    k = impl.module("place")
+    rng = np.random.default_rng(B)
+    src, index, before = random_case(rng, B, 5, (9,), np.dtype(np.float16))
+    dst = before.copy()
+    k.place_rows(src, index, dst)
+    assert_bytes_equal(dst, reference(src, index, before))
+
+
+def test_place_rows_unaligned_rows_and_pointers(impl):
+    k = impl.module("place")
+    rng = np.random.default_rng(7)
+    B, K, R = 5, 3, 37  # 37-byte rows, base pointers offset by one byte
+    sbuf = np.zeros(1 + B * K * R, np.uint8)
+    dbuf = np.zeros(1 + B * R, np.uint8)
+    src = sbuf[1:].reshape(B, K, R)
+    dst = dbuf[1:].reshape(B, R)
+    src[...] = rng.integers(0, 256, src.shape)
+    index = np.array([2, -1, 0, 1, 2])
+    before = dst.copy()
+    k.place_rows(src, index, dst)
+    assert_bytes_equal(dst, reference(src, index, before))
+    assert dbuf[0] == 0  # nothing written before dst
+
+
+def test_negative_index_leaves_rows_untouched(impl):
+    k = impl.module("place")
+    src = np.arange(4 * 3 * 2, dtype=np.float32).reshape(4, 3, 2)
+    dst = np.full((4, 2), -7.0, np.float32)
+    k.place_rows(src, [-1, 2, -5, 0], dst)
+    assert dst.tolist() == [[-7.0, -7.0], [10.0, 11.0], [-7.0, -7.0], [18.0, 19.0]]
+    k.place_rows(src, np.full(4, -1), dst)  # a step where no request speculates
+    assert dst.tolist() == [[-7.0, -7.0], [10.0, 11.0], [-7.0, -7.0], [18.0, 19.0]]
+
+
+def test_index_at_or_beyond_k_is_refused_before_any_copy(impl):
+    k = impl.module("place")
+    src = np.ones((3, 4, 2), np.int8)
+    dst = np.zeros((3, 2), np.int8)
+    with pytest.raises(IndexError, match=r"index\[1\]=4 is out of range for K=4"):
+        k.place_rows(src, [0, 4, 0], dst)
+    with pytest.raises(IndexError, match=r"index\[2\]=1000 is out of range"):
+        k.place_rows(src, np.array([1, 2, 1000], np.int32), dst)
+    with pytest.raises(IndexError, match=r"index\[0\]=18446744073709551615"):
+        k.place_rows(src, np.array([2**64 - 1, 0, 0], np.uint64), dst)
+    assert not dst.any()  # request 0 was valid, but nothing was copied
+
+
+def test_k_zero_takes_only_negative_indices(impl):
+    k = impl.module("place")
+    src = np.zeros((2, 0, 3), np.float32)
+    dst = np.ones((2, 3), np.float32)
+    k.place_rows(src, [-1, -1], dst)
+    assert (dst == 1).all()
+    with pytest.raises(IndexError, match="K=0"):
+        k.place_rows(src, [-1, 0], dst)
+
+
+def test_empty_batch(impl):
+    k = impl.module("place")
+    dst = np.zeros((0, 4), np.float32)
+    assert k.place_rows(np.zeros((0, 3, 4), np.float32), np.zeros(0, np.int64), dst) is dst
+    assert k.place_rows(np.zeros((0, 3, 4), np.float32), [], dst) is dst
+
+
+@pytest.mark.parametrize(
+    "src_shape, dst_shape, message",
+    [
+        ((6,), (6,), r"src must be \[B, K, \.\.\.\] \(at least 2-D\), got a 1-D array"),
+        ((2, 3, 4), (2, 5), r"dst must have shape \(2, 4\) \(src's shape \(2, 3, 4\) without the K axis\), got \(2, 5\)"),
+        ((2, 3, 4), (3, 4), r"dst must have shape \(2, 4\)"),
+        ((2, 3, 4), (2, 3, 4), r"dst must have shape \(2, 4\)"),
+        ((2, 3), (2, 1), r"dst must have shape \(2,\)"),
+    ],
+)
+def test_bad_shapes_are_refused(impl, src_shape, dst_shape, message):
+    k = impl.module("place")
+    with pytest.raises(ValueError, match=message):
+        k.place_rows(np.zeros(src_shape, np.float32), np.zeros(src_shape[0], np.int64), np.zeros(dst_shape, np.float32))
+
+
+def test_bad_arguments_are_refused(impl):
+    k = impl.module("place")
+    src = np.zeros((2, 3, 4), np.float32)
+    dst = np.zeros((2, 4), np.float32)
+    idx = np.zeros(2, np.int64)
+    with pytest.raises(TypeError, match="dst has dtype float16; it must match src's dtype float32"):
+        k.place_rows(src, idx, dst.astype(np.float16))
+    with pytest.raises(TypeError, match="holds Python objects"):
+        k.place_rows(src.astype(object), idx, dst.astype(object))
+    with pytest.raises(ValueError, match="src must be C-contiguous"):
+        k.place_rows(np.zeros((2, 3, 8), np.float32)[:, :, ::2], idx, dst)
+    with pytest.raises(ValueError, match="dst must be C-contiguous"):
+        k.place_rows(src, idx, np.zeros((2, 8), np.float32)[:, ::2])
+    ro = dst.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="dst is read-only"):
+        k.place_rows(src, idx, ro)
+    with pytest.raises(ValueError, match=r"index must be 1-D \(one entry per request\), got a 2-D"):
+        k.place_rows(src, np.zeros((2, 1), np.int64), dst)
+    with pytest.raises(ValueError, match=r"index has 3 entries; it needs one per request \(B=2\)"):
+        k.place_rows(src, [0, 0, 0], dst)
+    with pytest.raises(TypeError, match="index has dtype float64; it must be int32 or int64"):
+        k.place_rows(src, [0.0, 1.0], dst)
+    with pytest.raises(TypeError, match="index has dtype bool"):
+        k.place_rows(src, [True, False], dst)
+    with pytest.raises(TypeError, match="src and dst must be numpy arrays here, got list"):
+        k.place_rows(src.tolist(), idx, dst)
+
+
+def test_overlapping_arrays_are_refused(impl):
+    k = impl.module("place")
+    B, K, R = 3, 2, 4
+    buf = np.arange(B * K * R + B * R, dtype=np.float32)
+    src = buf[: B * K * R].reshape(B, K, R)
+    dst = buf[R : R + B * R].reshape(B, R)  # inside src
+    before = buf.copy()
+    with pytest.raises(ValueError, match="src and dst overlap in memory"):
+        k.place_rows(src, [0, 1, 0], dst)
+    one = np.zeros((B, 1, R), np.float32)
+    with pytest.raises(ValueError, match="src and dst overlap"):
+        k.place_rows(one, [0, 0, 0], one[:, 0])  # K == 1: dst is src's only row
+    ints = np.zeros((B, 2), np.int64)
+    out = np.zeros(B, np.int64)
+    with pytest.raises(ValueError, match="index and dst overlap in memory"):
+        k.place_rows(ints, out, out)
+    assert np.array_equal(buf, before)
+    # adjacent, non-overlapping buffers are fine
+    dst_ok = buf[B * K * R :].reshape(B, R)
+    k.place_rows(src, [0, 1, 0], dst_ok)
+    assert np.array_equal(dst_ok, src[np.arange(B), [0, 1, 0]])
+
+
+def test_read_only_src_is_accepted(impl):
+    k = impl.module("place")
+    src = np.arange(2 * 2 * 3, dtype=np.int8).reshape(2, 2, 3)
+    src.flags.writeable = False
+    dst = np.zeros((2, 3), np.int8)
+    k.place_rows(src, [1, 0], dst)
+    assert dst.tolist() == [[3, 4, 5], [6, 7, 8]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    B=st.integers(0, 12),
+    K=st.integers(0, 6),
+    trailing=st.lists(st.integers(0, 5), max_size=2).map(tuple),
+    dtype=st.sampled_from(DTYPES),
+    index_dtype=st.sampled_from([np.int32, np.int64]),
+    seed=st.integers(0, 2**32 - 1),
+    bad=st.booleans(),
+)
+def test_compiled_twin_and_reference_agree(B, K, trailing, dtype, index_dtype, seed, bad):
+    rng = np.random.default_rng(seed)
+    src, index, before = random_case(rng, B, K, trailing, dtype, index_dtype)
+    if bad and B:
+        index[rng.integers(0, B)] = K + int(rng.integers(0, 3))
+    results = []
+    for kind in ("compiled", "python"):
+        if kind == "compiled" and _impl.NO_EXTENSIONS:
+            continue
+        dst = before.copy()
+        try:
+            _impl.module(kind, "place").place_rows(src, index, dst)
+            results.append(("ok", dst.tobytes()))
+        except IndexError as exc:
+            assert_bytes_equal(dst, before)
+            results.append(("IndexError", str(exc)))
+    assert all(r == results[0] for r in results)
+    if not (index >= K).any():
+        assert results[0] == ("ok", reference(src, index, before).tobytes())
+    else:
+        assert results[0][0] == "IndexError"
+
+
+# --------------------------------------------------------------------------- settle_index
+
+
+def test_settle_index_follows_the_seed_rule(impl):
+    k = impl.module("place")
+    out = k.settle_index([0, 2, 3, 0, 4, 1], [3, 3, 3, 0, 5, 1])
+    assert out.dtype == np.int64
+    # rejected at row n -> n; all accepted -> n - 1; not speculating -> -1
+    assert out.tolist() == [0, 2, 2, -1, 4, 0]
+    assert k.settle_index(np.array([], np.int64), []).tolist() == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), max_size=20))
+def test_settle_index_matches_one_request_settle(impl, pairs):
+    k = impl.module("place")
+    pairs = [(min(a, d), d) for a, d in pairs]
+    accepted = [a for a, _ in pairs]
+    draft_lens = [d for _, d in pairs]
+    expected = [
+        -1 if d == 0 else impl.settle(d, a, d + 1, d, "accept") for a, d in pairs
+    ]
+    assert k.settle_index(accepted, draft_lens).tolist() == expected
+    assert k.settle_index(np.array(accepted, np.int32), np.array(draft_lens, np.uint8)).tolist() == expected
+
+
+def test_settle_index_refuses_bad_counts(impl):
+    k = impl.module("place")
+    with pytest.raises(ValueError, match=r"accepted\[1\]=4 is beyond the draft's 3 rows \(draft_lens\[1\]=3\)"):
+        k.settle_index([1, 4, 9], [3, 3, 3])
+    with pytest.raises(ValueError, match=r"accepted\[0\]=1 is beyond the draft's 0 rows"):
+        k.settle_index([1], [0])
+    with pytest.raises(ValueError, match=r"accepted\[2\]=-1 is negative"):
+        k.settle_index([0, 0, -1], [1, 1, 1])
+    with pytest.raises(ValueError, match=r"draft_lens\[0\]=-2 is negative"):
+        k.settle_index([0], [-2])
+    with pytest.raises(ValueError, match="accepted has 2 entries and draft_lens 3"):
+        k.settle_index([0, 0], [1, 1, 1])
+    with pytest.raises(ValueError, match="accepted must be 1-D"):
+        k.settle_index([[0]], [1])
+    with pytest.raises(TypeError, match="draft_lens has dtype float64; it must hold integers"):
+        k.settle_index([0], [1.5])
+    with pytest.raises(OverflowError, match=r"accepted\[0\]=18446744073709551615 does not fit in int64"):
+        k.settle_index(np.array([2**64 - 1], np.uint64), [1])
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def test_public_api_dispatches_numpy_to_the_active_host_kernel():
+    assert specfsm.gpu.place._k is _impl.load("place")
+    src = np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2)
+    dst = np.zeros((2, 2), np.float32)
+    assert specfsm.gpu.place_rows(src, specfsm.gpu.settle_index([3, 1], [3, 2]), dst) is dst
+    assert dst.tolist() == [[4.0, 5.0], [8.0, 9.0]]
+    with pytest.raises(ValueError, match="stream applies to CuPy arrays only"):
+        specfsm.gpu.place_rows(src, [0, 0], dst, stream=object())
+    assert specfsm.gpu.check_errors() is None  # host paths never set the device flag
+
+
+def test_snapshot_on_the_host():
+    src = np.arange(12, dtype=np.float32).reshape(3, 4)
+    snap = specfsm.gpu.snapshot(src)
+    assert snap is not src and not np.shares_memory(snap, src)
+    assert np.array_equal(snap, src)
+    src[0, 0] = 99
+    assert snap[0, 0] == 0
+    out = np.zeros_like(src)
+    assert specfsm.gpu.snapshot(src, out) is out and np.array_equal(out, src)
+    assert np.array_equal(specfsm.gpu.snapshot(src[:, ::2]), src[:, ::2])
+    with pytest.raises(ValueError, match=r"out has shape \(4, 3\); it must match src's \(3, 4\)"):
+        specfsm.gpu.snapshot(src, np.zeros((4, 3), np.float32))
+    with pytest.raises(TypeError, match="out has dtype float64"):
+        specfsm.gpu.snapshot(src, np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="src and out overlap in memory"):
+        specfsm.gpu.snapshot(src, src)
+    with pytest.raises(TypeError, match="src must be a numpy or CuPy array, got list"):
+        specfsm.gpu.snapshot([1, 2])
+    # two views of one buffer that share bytes; interleaved ones that do not are fine
+    buf = np.arange(8, dtype=np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        specfsm.gpu.snapshot(buf[:6], buf[2:])
+    specfsm.gpu.snapshot(buf[0::2], buf[1::2])
+    assert buf.tolist() == [0, 0, 2, 2, 4, 4, 6, 6]
+
+
+def test_settle_index_refuses_device_arrays_by_name():
+    class FakeDeviceArray:  # stands in for a CuPy array: only its module name matters
+        __module__ = "cupy._core.core"
+
+    with pytest.raises(TypeError, match=r"call \.get\(\) on CuPy counts first"):
+        specfsm.gpu.settle_index(FakeDeviceArray(), [1])
+
+
+def test_has_cupy_gpu_is_false_when_cupy_does_not_import(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    specfsm.gpu.has_cupy_gpu.cache_clear()
+    try:
+        assert specfsm.gpu.has_cupy_gpu() is False
+    finally:
+        specfsm.gpu.has_cupy_gpu.cache_clear()
+
+
+def test_package_imports_and_runs_without_cupy():
+    code = (
+        "import sys; sys.modules['cupy'] = None\n"
+        "import numpy as np, specfsm, specfsm.gpu as g\n"
+        "assert g.has_cupy_gpu() is False\n"
+        "d = np.zeros((1, 2), np.int8)\n"
+        "g.place_rows(np.ones((1, 2, 2), np.int8), [1], d)\n"
+        "assert d.tolist() == [[1, 1]]\n"
+        "v = specfsm.Decode(1, np.ones(3)).enter_verify([5])\n"
+        "assert 'specfsm.gpu._cupy' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_kernel_source_ships_with_the_package():
+    text = resources.files("specfsm.gpu").joinpath("place_rows.cu").read_text("utf-8")
+    for w in (16, 8, 4, 2, 1):
+        for i in (32, 64):
+            assert f"place_rows_w{w}_i{i}" in text
+    assert f"#define PLACE_UNROLL {_geometry.UNROLL}" in text
+    assert f"__launch_bounds__({_geometry.THREADS})" in text
+
+
+def test_launch_geometry():
+    assert _geometry.vector_width(64, 256, 512) == 16
+    assert _geometry.vector_width(64, 256 + 8, 512) == 8
+    assert _geometry.vector_width(14, 0, 0) == 2
+    assert _geometry.vector_width(37, 0, 0) == 1
+    # big rows: 16 KiB of 16-byte vectors per block; small batches split rows finer
+    assert _geometry.grid(64, 262144, 132) == (256, 64)
+    assert _geometry.grid(8, 4096, 132) == (4096 // _geometry.THREADS, 8)  # 1 vector/thread
+    assert _geometry.grid(8, 65536, 132) == (66, 8)  # >= 4 blocks per SM
+    assert _geometry.grid(100000, 1, 132) == (1, 65535)
+    assert _geometry.grid(1, 0, 132) == (1, 1)
+
+
+# ----------------------------------------- the CUDA source's indexing, emulated on the host
+
+_EMULATOR = r"""
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(x)
+struct dim3 { unsigned x, y, z; };
+static dim3 blockIdx, blockDim, gridDim, threadIdx;
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+static int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
+static int atomicMin(int* p, int v) { int o = *p; if (v < o) *p = v; return o; }
+#include "place_rows.cu"
+template <typename V, typename I>
+static void emulate(void (*k)(const V*, const I*, V*, int*, long long, long long, long long),
+                    const void* s, const void* i, void* d, int* e, long long B, long long K,
+                    long long n, unsigned gx, unsigned gy, unsigned t) {
+    gridDim = {gx, gy, 1}; blockDim = {t, 1, 1};
+    for (unsigned y = 0; y < gy; ++y)
+        for (unsigned x = 0; x < gx; ++x)
+            for (unsigned th = 0; th < t; ++th) {
+                blockIdx = {x, y, 0}; threadIdx = {th, 0, 0};
+                k((const V*)s, (const I*)i, (V*)d, e, B, K, n);
+            }
+}
+#define RUN(NAME, V, I) extern "C" void run_##NAME(const void* s, const void* i, void* d, \
+    int* e, long long B, long long K, long long n, unsigned gx, unsigned gy, unsigned t) \
+    { emulate<V, I>(NAME, s, i, d, e, B, K, n, gx, gy, t); }
+RUN(place_rows_w16_i32, uint4, int) RUN(place_rows_w16_i64, uint4, long long)
+RUN(place_rows_w8_i32, uint2, int) RUN(place_rows_w8_i64, uint2, long long)
+RUN(place_rows_w4_i32, unsigned int, int) RUN(place_rows_w4_i64, unsigned int, long long)
+RUN(place_rows_w2_i32, unsigned short, int) RUN(place_rows_w2_i64, unsigned short, long long)
+RUN(place_rows_w1_i32, unsigned char, int) RUN(place_rows_w1_i64, unsigned char, long long)
+"""
+
+
+@pytest.fixture(scope="module")
+def emulated_kernel(tmp_path_factory):
+    """place_rows.cu compiled as C++ with every block and thread run in turn (the kernel
+    has no shared memory or barriers, so that is a faithful model of its indexing)."""
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to emulate the CUDA kernel on the host")
+    d = tmp_path_factory.mktemp("emulated_kernel")
+    (d / "place_rows.cu").write_text(
+        resources.files("specfsm.gpu").joinpath("place_rows.cu").read_text("utf-8")
+    )
+    (d / "emulate.cpp").write_text(_EMULATOR)
+    lib = d / "libemulate.so"
+    subprocess.run(
+        [cxx, "-O1", "-std=c++14", "-shared", "-fPIC", "-Wno-unknown-pragmas", "-o", str(lib),
+         str(d / "emulate.cpp")],
+        check=True, capture_output=True, timeout=120,
+    )
+    return ctypes.CDLL(str(lib))
+
+
+def emulate_launch(lib, src, index, dst, sm_count=4):
+    """The launch ``specfsm.gpu._cupy.place_rows`` makes, run by the emulator."""
+    B, K = src.shape[:2]
+    row = src.dtype.itemsize * int(np.prod(src.shape[2:], dtype=np.int64))
+    if row and K:
+        width = _geometry.vector_width(row, src.ctypes.data, dst.ctypes.data)
+        nvec = row // width
+    else:
+        width, nvec = 1, 0
+    gx, gy = _geometry.grid(B, nvec, sm_count)
+    err = np.array([0, 2**31 - 1], np.int32)
+    fn = getattr(lib, f"run_place_rows_w{width}_i{index.dtype.itemsize * 8}")
+    c = ctypes.c_void_p
+    fn(c(src.ctypes.data), c(index.ctypes.data), c(dst.ctypes.data), c(err.ctypes.data),
+       ctypes.c_longlong(B), ctypes.c_longlong(K), ctypes.c_longlong(nvec),
+       ctypes.c_uint(gx), ctypes.c_uint(gy), ctypes.c_uint(_geometry.THREADS))
+    return width, err
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("trailing", [(2048,), (7,), (3, 5), ()], ids=str)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_cuda_kernel_indexing_emulated(emulated_kernel, dtype, trailing, index_dtype):
+    rng = np.random.default_rng(3)
+    for B, K in [(1, 1), (3, 5), (33, 4)]:
+        src, index, before = random_case(rng, B, K, trailing, dtype, index_dtype)
+        if B > 1:
+            index[1] = K  # out of range on the device: skipped and reported
+            index[-1] = K + 5
+        dst = before.copy()
+        width, err = emulate_launch(emulated_kernel, src, index, dst)
+        ok = index < K
+        expected = reference(src, np.where(ok, index, -1), before)
+        assert_bytes_equal(dst, expected)
+        bad = np.nonzero(~ok)[0]
+        assert err.tolist() == [len(bad), int(bad[0]) if len(bad) else 2**31 - 1]
+        row = dtype.itemsize * int(np.prod(trailing, dtype=np.int64))
+        if row % 16 == 0 and row:
+            assert width == 16
+
+
+def test_cuda_kernel_unaligned_pointers_and_large_batches_emulated(emulated_kernel):
+    rng = np.random.default_rng(5)
+    B, K, R = 4, 3, 64  # 16-byte rows, but base pointers one byte off: byte path
+    sbuf = np.zeros(1 + B * K * R, np.uint8)
+    dbuf = np.zeros(1 + B * R, np.uint8)
+    src, dst = sbuf[1:].reshape(B, K, R), dbuf[1:].reshape(B, R)
+    src[...] = rng.integers(0, 256, src.shape)
+    index = np.array([2, 0, -1, 1], np.int64)
+    width, err = emulate_launch(emulated_kernel, src, index, dst)
+    assert width == 1 and err[0] == 0
+    assert_bytes_equal(dst, reference(src, index, np.zeros((B, R), np.uint8)))
+    # B past the grid's y limit: the kernel strides over requests
+    B = 70000
+    src = rng.integers(0, 100, (B, 2, 1)).astype(np.int8)
+    dst = np.zeros((B, 1), np.int8)
+    index = rng.integers(-1, 2, B).astype(np.int32)
+    width, err = emulate_launch(emulated_kernel, src, index, dst)
+    assert_bytes_equal(dst, reference(src, index, np.zeros((B, 1), np.int8)))
+
+
+# --------------------------------------------------------------------------- CuPy path
+
+@pytest.fixture
+def cp():
+    if not specfsm.gpu.has_cupy_gpu():
+        pytest.skip("CuPy is not installed or sees no CUDA device")
+    import cupy
+
+    return cupy
+
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES, ids=GPU_DTYPE_IDS)
+@pytest.mark.parametrize("trailing", [(64,), (7,), (3, 5), ()], ids=str)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("index_on", ["host", "device"])
+@pytest.mark.gpu
+def test_gpu_place_rows_matches_fancy_indexing(cp, dtype, trailing, index_dtype, index_on):
+    rng = np.random.default_rng(11)
+    for B, K in [(1, 1), (1, 5), (7, 5), (4096, 5)]:
+        src, index, before = random_case(rng, B, K, trailing, dtype, index_dtype)
+        d_src, d_dst = cp.asarray(src), cp.asarray(before)
+        idx = cp.asarray(index) if index_on == "device" else index
+        assert specfsm.gpu.place_rows(d_src, idx, d_dst) is d_dst
+        assert_bytes_equal(cp.asnumpy(d_dst), reference(src, index, before))
+    specfsm.gpu.check_errors()
+
+
+@pytest.mark.gpu
+def test_gpu_unaligned_base_pointers(cp):
+    rng = np.random.default_rng(12)
+    for offset in (1, 2, 4, 8):
+        B, K, R = 6, 3, 4096
+        sbuf = cp.zeros(offset + B * K * R, cp.uint8)
+        dbuf = cp.zeros(offset + B * R, cp.uint8)
+        src, dst = sbuf[offset:].reshape(B, K, R), dbuf[offset:].reshape(B, R)
+        host = rng.integers(0, 256, (B, K, R)).astype(np.uint8)
+        src[...] = cp.asarray(host)
+        index = np.array([2, 0, -1, 1, 2, 0])
+        specfsm.gpu.place_rows(src, index, dst)
+        assert_bytes_equal(cp.asnumpy(dst), reference(host, index, np.zeros((B, R), np.uint8)))
+        assert int(dbuf[:offset].sum()) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_device_index_beyond_k_is_skipped_and_reported(cp):
+    src = cp.arange(4 * 3 * 8, dtype=cp.float32).reshape(4, 3, 8)
+    dst = cp.full((4, 8), -1.0, cp.float32)
+    specfsm.gpu.place_rows(src, cp.asarray([0, 3, 2, 99], cp.int64), dst)
+    with pytest.raises(IndexError, match=r"skipped 2 row\(s\) on device \d+ .*first at b=1"):
+        specfsm.gpu.check_errors()
+    got = cp.asnumpy(dst)
+    assert (got[1] == -1).all() and (got[3] == -1).all()
+    assert np.array_equal(got[0], cp.asnumpy(src[0, 0])) and np.array_equal(got[2], cp.asnumpy(src[2, 2]))
+    specfsm.gpu.check_errors()  # the flag was cleared
+
+
+@pytest.mark.gpu
+def test_gpu_host_index_beyond_k_is_refused_before_launch(cp):
+    src = cp.ones((3, 2, 4), cp.float16)
+    dst = cp.zeros((3, 4), cp.float16)
+    with pytest.raises(IndexError, match=r"index\[2\]=2 is out of range for K=2"):
+        specfsm.gpu.place_rows(src, [0, 1, 2], dst)
+    assert not bool(dst.any())
+
+
+@pytest.mark.gpu
+def test_gpu_bad_arguments_are_refused(cp):
+    src = cp.zeros((2, 3, 4), cp.float32)
+    dst = cp.zeros((2, 4), cp.float32)
+    with pytest.raises(ValueError, match=r"dst must have shape \(2, 4\)"):
+        specfsm.gpu.place_rows(src, [0, 0], cp.zeros((2, 5), cp.float32))
+    with pytest.raises(ValueError, match="at least 2-D"):
+        specfsm.gpu.place_rows(cp.zeros(4, cp.float32), [0], cp.zeros(4, cp.float32))
+    with pytest.raises(TypeError, match="must match src's dtype"):
+        specfsm.gpu.place_rows(src, [0, 0], dst.astype(cp.float16))
+    with pytest.raises(ValueError, match="src must be C-contiguous"):
+        specfsm.gpu.place_rows(cp.zeros((2, 3, 8), cp.float32)[:, :, ::2], [0, 0], dst)
+    with pytest.raises(TypeError, match="must both be numpy arrays or both CuPy arrays"):
+        specfsm.gpu.place_rows(src, [0, 0], np.zeros((2, 4), np.float32))
+    with pytest.raises(TypeError, match="index has dtype float32"):
+        specfsm.gpu.place_rows(src, cp.zeros(2, cp.float32), dst)
+    with pytest.raises(ValueError, match=r"index has 3 entries; it needs one per request \(B=2\)"):
+        specfsm.gpu.place_rows(src, cp.zeros(3, cp.int32), dst)
+    buf = cp.zeros(2 * 3 * 4 + 8, cp.float32)
+    with pytest.raises(ValueError, match="src and dst overlap in memory"):
+        specfsm.gpu.place_rows(buf[:24].reshape(2, 3, 4), [0, 0], buf[4:12].reshape(2, 4))
+    with pytest.raises(TypeError, match="stream must be a cupy.cuda.Stream"):
+        specfsm.gpu.place_rows(src, [0, 0], dst, stream=object())
+
+
+@pytest.mark.gpu
+def test_gpu_stream_argument(cp):
+    rng = np.random.default_rng(13)
+    src, index, before = random_case(rng, 64, 5, (1024,), np.dtype(np.float32))
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        d_src, d_dst, d_idx = cp.asarray(src), cp.asarray(before), cp.asarray(index)
+    specfsm.gpu.place_rows(d_src, d_idx, d_dst, stream=stream)
+    snap = specfsm.gpu.snapshot(d_dst, stream=stream)
+    stream.synchronize()
+    assert_bytes_equal(cp.asnumpy(d_dst), reference(src, index, before))
+    assert_bytes_equal(cp.asnumpy(snap), cp.asnumpy(d_dst))
+    specfsm.gpu.check_errors(stream=stream)
+
+
+@pytest.mark.gpu
+def test_gpu_snapshot_and_enter_verify(cp):
+    from specfsm import Decode
+
+    cache = cp.arange(6, dtype=cp.float32).reshape(2, 3)
+    snap = specfsm.gpu.snapshot(cache)
+    assert isinstance(snap, cp.ndarray) and snap.data.ptr != cache.data.ptr
+    assert bool((snap == cache).all())
+    out = cp.zeros_like(cache)
+    assert specfsm.gpu.snapshot(cache, out) is out and bool((out == cache).all())
+    assert bool((specfsm.gpu.snapshot(cache[:, ::2]) == cache[:, ::2]).all())
+    with pytest.raises(ValueError, match="src and out overlap"):
+        specfsm.gpu.snapshot(cache, cache)
+    with pytest.raises(TypeError, match="out must be a CuPy array"):
+        specfsm.gpu.snapshot(cache, np.zeros((2, 3), np.float32))
+    verify = Decode(7, {"ssm": cache, "conv": [cache[0]]}).enter_verify([5, 6])
+    s = verify.snapshot
+    assert isinstance(s["ssm"], cp.ndarray) and s["ssm"].data.ptr != cache.data.ptr
+    cache[...] = -1
+    assert float(s["ssm"][1, 2]) == 5.0 and float(s["conv"][0][0]) == 0.0
