@@ -1,0 +1,688 @@
+"""The speculative serving loop: requests driven through ``ServingState`` against a target.
+
+A *target* is anything with ``evaluate(inputs, cache) -> (row_tokens, row_caches)``: one
+call per prefill, decode or verify evaluation. ``inputs`` holds one token per row;
+``row_tokens[i]`` is the target's greedy choice having consumed ``inputs[i]`` and
+``row_caches[i]`` the cache it produced at that row. A prefill passes the prompt, a
+decode ``[last]``, a verify ``[last, draft[0], ..., draft[K-2]]`` (row 0 follows
+``last``, row ``i`` follows ``draft[i-1]``, the seed's convention). Prefill and decode
+read the last row; a verify needs one row per draft token. A target with
+``evaluate_batch(inputs_list, caches_list) -> [(row_tokens, row_caches), ...]`` is called
+once per step when requests run as a batch.
+
+A *drafter* makes one session per request: ``drafter.session(prompt)`` returns an object
+with ``extend(tokens)`` (tokens the target confirmed, never drafts) and
+``propose(max_k)`` (a draft of at most ``max_k`` tokens, possibly empty).
+``PromptLookupDrafter`` uses ``specfsm.prompt_lookup``; ``NgramDrafter`` uses
+``specfsm.ngram_index.NgramIndex`` where that module is installed.
+
+A *rule* is ``None`` (greedy exact match, what ``Verify.accept`` does) or any object with
+``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). With a greedy target
+and a rule that never accepts past the first disagreement, the output is exactly what
+plain greedy decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per
+request by running plain greedy too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import _impl
+from ._validate import check_count
+from .state import Accept, Decode, Prefill, ServingState, Verify
+
+__all__ = [
+    "Target",
+    "Drafter",
+    "DraftSession",
+    "PromptLookupDrafter",
+    "NgramDrafter",
+    "ngram_available",
+    "Request",
+    "RequestStats",
+    "RequestResult",
+    "SpeculativeLoop",
+    "TeacherForcedTarget",
+    "TraceError",
+    "TargetError",
+    "SpeculationMismatch",
+    "compare_outputs",
+]
+
+
+# --------------------------------------------------------------------------------------
+# protocols
+# --------------------------------------------------------------------------------------
+class Target(Protocol):
+    def evaluate(self, inputs: Sequence[Any], cache: Any) -> tuple[Sequence[Any], Sequence[Any]]:
+        """One evaluation: one chosen token and one cache per input row."""
+
+
+class DraftSession(Protocol):
+    def extend(self, tokens: Sequence[Any]) -> None:
+        """Append tokens the target confirmed."""
+
+    def propose(self, max_k: int) -> Sequence[Any]:
+        """A draft of at most ``max_k`` tokens (empty: decode one token instead)."""
+
+
+class Drafter(Protocol):
+    def session(self, prompt: Sequence[Any]) -> DraftSession:
+        """A fresh drafting session over one request's prompt."""
+
+
+class TargetError(RuntimeError):
+    """The target answered an evaluation with rows the loop cannot use."""
+
+
+class TraceError(ValueError):
+    """A teacher-forced target was asked something its recording cannot answer: an input
+    that departs from the recording where the loop should only feed confirmed tokens, a
+    cache from a row past a rejected draft token, or a position past the recording's end."""
+
+
+class SpeculationMismatch(RuntimeError):
+    """A speculative output differs from the plain greedy output of the same request."""
+
+    def __init__(self, mismatches: list[tuple[int, int]]) -> None:
+        self.mismatches = mismatches  # (request index, first differing position)
+        shown = ", ".join(f"request {i} at token {p}" for i, p in mismatches[:5])
+        more = f" and {len(mismatches) - 5} more" if len(mismatches) > 5 else ""
+        super().__init__(f"speculative output differs from plain greedy: {shown}{more}")
+
+
+# --------------------------------------------------------------------------------------
+# drafters
+# --------------------------------------------------------------------------------------
+class _PromptLookupSession:
+    """Keeps integer histories in a growable int64 buffer (the compiled kernel scans a
+    typed view of it); any other entries in a list."""
+
+    __slots__ = ("buf", "n", "history", "ngram")
+
+    def __init__(self, prompt: Sequence[Any], ngram: int) -> None:
+        self.ngram = ngram
+        self.history: list[Any] | None = None
+        self.n = n = len(prompt)
+        self.buf = np.empty(max(1024, 2 * n), dtype=np.int64)
+        try:
+            self.buf[:n] = prompt
+            if isinstance(prompt, np.ndarray) and prompt.dtype.kind not in "iu":
+                raise TypeError
+            if not isinstance(prompt, np.ndarray) and not all(type(t) is int for t in prompt):
+                raise TypeError
+        except (TypeError, ValueError, OverflowError):
+            self.history = list(prompt)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        if self.history is not None:
+            self.history.extend(tokens)
+            return
+        n = self.n
+        m = n + len(tokens)
+        buf = self.buf
+        if m > len(buf):
+            grown = np.empty(2 * m, dtype=np.int64)
+            grown[:n] = buf[:n]
+            self.buf = buf = grown
+        try:
+            # a token that numpy coerces (2.0, True) only changes what gets drafted, and
+            # every draft is verified, so the output cannot change
+            buf[n:m] = tokens
+        except (TypeError, ValueError, OverflowError):  # entries that are not int64 ids
+            self.history = buf[:n].tolist() + list(tokens)
+            return
+        self.n = m
+
+    def propose(self, max_k: int) -> Any:
+        # through _impl at call time, so a caller can route it to either implementation
+        h = self.history
+        if h is None:
+            h = self.buf[: self.n]
+        return _impl.prompt_lookup(h, self.ngram, max_k)
+
+
+class PromptLookupDrafter:
+    """Drafts with ``specfsm.prompt_lookup``: the tokens that followed the most recent
+    earlier occurrence of the history's last ``ngram`` tokens (prompt and output alike).
+    Refuses an ``ngram`` that is not a positive integer."""
+
+    name = "prompt"
+
+    def __init__(self, ngram: int = 3) -> None:
+        ngram = check_count(ngram, "ngram")
+        if ngram < 1:
+            raise ValueError(f"ngram must be at least 1, got {ngram}")
+        self.ngram = ngram
+
+    def session(self, prompt: Sequence[Any]) -> _PromptLookupSession:
+        return _PromptLookupSession(prompt, self.ngram)
+
+    def __repr__(self) -> str:
+        return f"PromptLookupDrafter(ngram={self.ngram})"
+
+
+class _NgramSession:
+    __slots__ = ("index",)
+
+    def __init__(self, index: Any, prompt: Sequence[Any]) -> None:
+        self.index = index
+        if len(prompt):
+            index.extend(prompt)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        self.index.extend(tokens)
+
+    def propose(self, max_k: int) -> Any:
+        return self.index.propose(max_k)
+
+
+class NgramDrafter:
+    """Drafts with ``NgramIndex(min_n, max_n, prefer)`` from ``specfsm.ngram_index``: the
+    longest suffix match from ``max_n`` down to ``min_n``, in time independent of the
+    history length (``min_n == max_n`` with ``prefer="latest"`` drafts exactly what
+    ``PromptLookupDrafter(min_n)`` does). ``index_cls`` substitutes another class with the
+    same interface (one implementation's kernel). Raises ImportError when
+    ``specfsm.ngram_index`` is not available and no ``index_cls`` is given."""
+
+    name = "ngram"
+
+    def __init__(
+        self, min_n: int = 1, max_n: int | None = None, prefer: str = "latest", index_cls: Any = None
+    ) -> None:
+        if index_cls is None:
+            from .ngram_index import NgramIndex as index_cls  # ImportError when absent
+
+        self._cls = index_cls
+        self.min_n = min_n
+        self.max_n = min_n if max_n is None else max_n
+        self.prefer = prefer
+        index_cls(self.min_n, self.max_n, prefer)  # validate the arguments now
+
+    def session(self, prompt: Sequence[Any]) -> _NgramSession:
+        return _NgramSession(self._cls(self.min_n, self.max_n, self.prefer), prompt)
+
+    def __repr__(self) -> str:
+        return f"NgramDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r})"
+
+
+def ngram_available() -> bool:
+    """Whether ``specfsm.ngram_index`` imports (so ``NgramDrafter`` can be built)."""
+    try:
+        from . import ngram_index  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# requests, stats, results
+# --------------------------------------------------------------------------------------
+@dataclass
+class Request:
+    """One generation request: ``prompt`` (non-empty), at most ``max_tokens`` generated
+    tokens (the prefill's token included), stopping after ``eos`` when given. ``target``
+    overrides the loop's target for this request (a teacher-forced recording is one
+    target per request); ``cache`` is the cache prefill starts from."""
+
+    prompt: Sequence[Any]
+    max_tokens: int
+    eos: Any = None
+    target: Any = None
+    cache: Any = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.max_tokens = check_count(self.max_tokens, "max_tokens")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        try:
+            n = len(self.prompt)
+        except TypeError:
+            raise TypeError(
+                f"prompt must be a sequence of tokens, got {type(self.prompt).__name__}"
+            ) from None
+        if n == 0:
+            raise ValueError("prompt must hold at least one token (prefill needs a row)")
+
+
+@dataclass
+class RequestStats:
+    """What one request cost and what speculation saved.
+
+    ``drafted_by_position[i]`` counts verify rounds whose draft reached position ``i``,
+    ``accepted_by_position[i]`` those where position ``i`` was accepted. ``control_ns``
+    is the wall time spent outside the target (drafting, state transitions, bookkeeping);
+    ``target_ns`` the time inside it."""
+
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    prefills: int = 0
+    decodes: int = 0
+    verifies: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rollbacks: int = 0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    control_ns: int = 0
+    target_ns: int = 0
+
+    @property
+    def evaluations(self) -> int:
+        """Target evaluations: one per prefill, decode and verify."""
+        return self.prefills + self.decodes + self.verifies
+
+    @property
+    def tokens_per_evaluation(self) -> float:
+        return self.output_tokens / self.evaluations if self.evaluations else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Draft tokens accepted per verify round."""
+        return self.accepted / self.verifies if self.verifies else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+
+    @property
+    def control_us_per_token(self) -> float:
+        return self.control_ns / 1e3 / self.output_tokens if self.output_tokens else 0.0
+
+    def counts(self) -> dict[str, Any]:
+        """Every count (no timings): equal for runs that took the same decisions."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "prefills": self.prefills,
+            "decodes": self.decodes,
+            "verifies": self.verifies,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "rollbacks": self.rollbacks,
+            "drafted_by_position": list(self.drafted_by_position),
+            "accepted_by_position": list(self.accepted_by_position),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.counts()
+        d.update(
+            evaluations=self.evaluations,
+            tokens_per_evaluation=self.tokens_per_evaluation,
+            mean_accepted=self.mean_accepted,
+            acceptance_by_position=self.acceptance_by_position,
+            control_ns=self.control_ns,
+            target_ns=self.target_ns,
+            control_us_per_token=self.control_us_per_token,
+        )
+        return d
+
+
+@dataclass
+class RequestResult:
+    """The generated tokens, the stats, and the terminal ``Done`` state."""
+
+    output: list[Any]
+    stats: RequestStats
+    state: ServingState
+
+
+# --------------------------------------------------------------------------------------
+# one request's progress through the state machine
+# --------------------------------------------------------------------------------------
+class _Run:
+    """Steps one request: ``pending()`` says what to evaluate next (None when done),
+    ``absorb()`` takes the target's rows and moves the state machine on."""
+
+    __slots__ = (
+        "state", "output", "target", "session", "k", "rule", "clone", "max_tokens", "eos",
+        "stats", "done", "_dpos", "_apos",
+    )
+
+    def __init__(self, request: Request, target: Any, drafter: Any, k: int, rule: Any, clone: Any):
+        self.state: ServingState = ServingState.start(request.prompt, request.cache)
+        self.output: list[Any] = []
+        self.target = request.target if request.target is not None else target
+        if self.target is None:
+            raise TypeError("no target: pass one to SpeculativeLoop or set Request.target")
+        self.session = drafter.session(request.prompt) if (drafter is not None and k) else None
+        self.k = k
+        self.rule = rule
+        self.clone = clone
+        self.max_tokens = request.max_tokens
+        self.eos = request.eos
+        self.stats = RequestStats(prompt_tokens=len(request.prompt))
+        self._dpos = [0] * k
+        self._apos = [0] * k
+        self.done = False
+
+    def pending(self) -> tuple[Sequence[Any], Any] | None:
+        st = self.state
+        if type(st) is Decode:
+            if self.session is not None:
+                remaining = self.max_tokens - len(self.output)
+                limit = self.k if self.k < remaining else remaining
+                draft = self.session.propose(limit)
+                if len(draft):
+                    if type(draft) is not list:
+                        draft = draft.tolist() if isinstance(draft, np.ndarray) else list(draft)
+                    if len(draft) > limit:  # a drafter that ignores max_k
+                        draft = draft[:limit]
+                    v = st.enter_verify(draft, self.clone)
+                    self.state = v
+                    inputs = [st.last]
+                    inputs += draft[:-1]
+                    return inputs, v.cache
+            return [st.last], st.cache
+        if type(st) is Prefill:
+            return st.positions, st.cache
+        return None
+
+    def absorb(self, row_tokens: Sequence[Any], row_caches: Sequence[Any]) -> None:
+        st = self.state
+        stats = self.stats
+        if type(st) is Verify:
+            draft = st.draft
+            rule = self.rule
+            if rule is None:  # greedy exact: what Verify.accept computes
+                n = _impl.common_prefix(draft, row_tokens)
+            else:
+                n = rule.accepted_rows(draft, row_tokens)
+            nxt = st.accept_rows(n, row_tokens, row_caches)
+            k = len(draft)
+            stats.verifies += 1
+            stats.drafted += k
+            stats.accepted += n
+            # histograms of draft lengths and accepted counts; per position at the end
+            self._dpos[k - 1] += 1
+            if n:
+                self._apos[n - 1] += 1
+            if type(nxt) is Accept:
+                self.state = nxt.resume()
+                self._emit(draft)
+            else:
+                stats.rollbacks += 1
+                self.state = nxt.rollback()
+                new = draft[:n]
+                new.append(nxt.to)
+                self._emit(new)
+            return
+        if len(row_tokens) == 0 or len(row_caches) == 0:
+            raise TargetError(
+                f"the target answered a {type(st).__name__.lower()} evaluation with "
+                f"{len(row_tokens)} row tokens and {len(row_caches)} row caches; it needs at least one"
+            )
+        tok = row_tokens[-1]
+        if type(st) is Decode:
+            stats.decodes += 1
+            self.state = st.advance_decode(tok, row_caches[-1])
+        elif type(st) is Prefill:
+            stats.prefills += 1
+            self.state = st.advance_prefill(tok, row_caches[-1])
+        else:  # pragma: no cover - pending() returned None for every other state
+            raise RuntimeError(f"no evaluation is pending in state {type(st).__name__}")
+        self._emit([tok])
+
+    def _emit(self, tokens: list[Any]) -> None:
+        out = self.output
+        room = self.max_tokens - len(out)
+        stop = False
+        if len(tokens) >= room:
+            tokens = tokens[:room]
+            stop = True
+        eos = self.eos
+        if eos is not None and eos in tokens:
+            tokens = tokens[: tokens.index(eos) + 1]
+            stop = True
+        out += tokens
+        if stop:
+            self.state = self.state.finish()
+            self.done = True
+        elif self.session is not None:
+            self.session.extend(tokens)
+
+    def result(self) -> RequestResult:
+        stats = self.stats
+        stats.output_tokens = len(self.output)
+        stats.drafted_by_position = _at_least(self._dpos)
+        stats.accepted_by_position = _at_least(self._apos)
+        return RequestResult(self.output, stats, self.state)
+
+
+def _at_least(hist: list[int]) -> list[int]:
+    """From ``hist[j]`` = rounds with exactly ``j + 1`` (drafted or accepted) tokens, the
+    rounds with at least ``i + 1``: the count at each draft position."""
+    out = hist[:]
+    for i in range(len(out) - 2, -1, -1):
+        out[i] += out[i + 1]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# the loop
+# --------------------------------------------------------------------------------------
+class SpeculativeLoop:
+    """Drives requests through ``ServingState``: prefill, then decode or
+    verify/accept/resume|rollback until ``max_tokens`` or ``eos``, then ``Done``.
+
+    ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
+    the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
+    ``clone`` is passed to ``enter_verify`` for caches the default snapshot cannot copy.
+    """
+
+    def __init__(
+        self,
+        target: Any = None,
+        drafter: Any = None,
+        k: int = 5,
+        rule: Any = None,
+        clone: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.k = check_count(k, "k")
+        if drafter is not None and not callable(getattr(drafter, "session", None)):
+            raise TypeError(
+                f"drafter must have a session(prompt) method, got {type(drafter).__name__}"
+            )
+        if rule is not None and not callable(getattr(rule, "accepted_rows", None)):
+            raise TypeError(
+                f"rule must be None or have an accepted_rows(draft, choices) method, got {type(rule).__name__}"
+            )
+        self.target = target
+        self.drafter = drafter
+        self.rule = rule
+        self.clone = clone
+
+    def greedy(self) -> SpeculativeLoop:
+        """The same loop with speculation switched off: plain greedy decoding."""
+        return SpeculativeLoop(self.target, None, 0, None, self.clone)
+
+    def run(self, request: Request, check: bool = False) -> RequestResult:
+        """Run one request to ``Done``. ``check=True`` also runs plain greedy decoding and
+        raises ``SpeculationMismatch`` if the outputs differ."""
+        run = _Run(request, self.target, self.drafter, self.k, self.rule, self.clone)
+        evaluate = run.target.evaluate
+        t_target = 0
+        t0 = perf_counter_ns()
+        while not run.done:
+            pending = run.pending()
+            if pending is None:
+                break
+            a = perf_counter_ns()
+            rows, caches = evaluate(*pending)
+            t_target += perf_counter_ns() - a
+            run.absorb(rows, caches)
+        total = perf_counter_ns() - t0
+        run.stats.target_ns = t_target
+        run.stats.control_ns = total - t_target
+        result = run.result()
+        if check:
+            _raise_on_mismatch([result], [self.greedy().run(request)])
+        return result
+
+    def run_batch(
+        self,
+        requests: Sequence[Request],
+        check: bool = False,
+        on_done: Callable[[int, RequestResult], None] | None = None,
+    ) -> list[RequestResult]:
+        """Run requests stepping together: each step makes one evaluation per unfinished
+        request (one ``evaluate_batch`` call when they share a target that has it). The
+        results equal running each request alone. ``on_done(index, result)`` is called as
+        each request finishes."""
+        runs = [_Run(r, self.target, self.drafter, self.k, self.rule, self.clone) for r in requests]
+        results: list[RequestResult | None] = [None] * len(runs)
+        active = list(range(len(runs)))
+        shared = self.target
+        batch_eval = getattr(shared, "evaluate_batch", None)
+        clock = perf_counter_ns
+        while active:
+            step: list[tuple[int, tuple[Sequence[Any], Any]]] = []
+            still: list[int] = []
+            for i in active:
+                run = runs[i]
+                t = clock()
+                pending = None if run.done else run.pending()
+                run.stats.control_ns += clock() - t
+                if pending is None:
+                    results[i] = run.result()
+                    if on_done is not None:
+                        on_done(i, results[i])
+                else:
+                    step.append((i, pending))
+                    still.append(i)
+            if not step:
+                break
+            if batch_eval is not None and all(runs[i].target is shared for i, _ in step):
+                t = clock()
+                answers = batch_eval([p[0] for _, p in step], [p[1] for _, p in step])
+                share = (clock() - t) // len(step)
+                for (i, _), (rows, caches) in zip(step, answers):
+                    run = runs[i]
+                    run.stats.target_ns += share
+                    t = clock()
+                    run.absorb(rows, caches)
+                    run.stats.control_ns += clock() - t
+            else:
+                for i, (inputs, cache) in step:
+                    run = runs[i]
+                    t = clock()
+                    rows, caches = run.target.evaluate(inputs, cache)
+                    t2 = clock()
+                    run.absorb(rows, caches)
+                    run.stats.target_ns += t2 - t
+                    run.stats.control_ns += clock() - t2
+            active = still
+        out = [r for r in results if r is not None]
+        if len(out) != len(runs):  # pragma: no cover - every run ends in Done
+            raise RuntimeError("a request did not finish")
+        if check:
+            _raise_on_mismatch(out, self.greedy().run_batch(requests))
+        return out
+
+
+def compare_outputs(
+    speculative: Sequence[RequestResult | Sequence[Any]], greedy: Sequence[RequestResult | Sequence[Any]]
+) -> list[tuple[int, int]]:
+    """``(request index, first differing token position)`` for every request whose
+    speculative output differs from its plain greedy output (empty: all identical)."""
+    if len(speculative) != len(greedy):
+        raise ValueError(
+            f"speculative has {len(speculative)} results and greedy {len(greedy)}; they must pair up"
+        )
+    bad = []
+    for i, (s, g) in enumerate(zip(speculative, greedy)):
+        a = s.output if isinstance(s, RequestResult) else list(s)
+        b = g.output if isinstance(g, RequestResult) else list(g)
+        if a != b:
+            p = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            bad.append((i, p))
+    return bad
+
+
+def _raise_on_mismatch(spec: Sequence[RequestResult], greedy: Sequence[RequestResult]) -> None:
+    bad = compare_outputs(spec, greedy)
+    if bad:
+        raise SpeculationMismatch(bad)
+
+
+# --------------------------------------------------------------------------------------
+# the teacher-forced target
+# --------------------------------------------------------------------------------------
+class TeacherForcedTarget:
+    """A target that answers from a recording: ``prompt`` followed by ``continuation``,
+    the tokens a greedy model produced. It is what that model would answer on every
+    evaluation the loop can legitimately make, so drafters can be evaluated on traces.
+
+    The cache is the number of tokens consumed (``None`` before prefill). An input row
+    at position ``p`` that equals the recording there is *on trace* and answers the
+    recorded token at ``p + 1`` with cache ``p + 1``. Once a row's input departs from the
+    recording (a wrong draft token), that row and every later row of the same evaluation
+    are *off trace*: they answer ``off_trace`` (default -1, never a real id) with cache
+    -1, so no acceptance rule can confirm a token after a divergence by coincidence.
+    Rows past the recording's end answer the same. Refuses (``TraceError``) a prefill
+    that is not the recorded prompt, a first row that departs from the recording (the
+    loop fed an unconfirmed token), a cache of -1 (the loop resumed past a rejected row),
+    and a first row past the recording's end.
+    """
+
+    __slots__ = ("sequence", "prompt_len", "off_trace")
+
+    def __init__(self, prompt: Sequence[Any], continuation: Sequence[Any], off_trace: Any = -1) -> None:
+        if len(prompt) == 0:
+            raise ValueError("prompt must hold at least one token")
+        self.sequence = list(prompt) + list(continuation)
+        self.prompt_len = len(prompt)
+        self.off_trace = off_trace
+
+    def evaluate(self, inputs: Sequence[Any], cache: Any) -> tuple[list[Any], list[Any]]:
+        seq = self.sequence
+        end = len(seq)
+        n = len(inputs)
+        pos = 0 if cache is None else cache
+        if type(pos) is not int:
+            raise TraceError(f"cache must be None or a position (int), got {type(cache).__name__}")
+        if pos < 0:
+            raise TraceError(
+                "evaluation from cache -1: the loop resumed from a row past a rejected draft token"
+            )
+        if pos == 0:
+            if list(inputs) != seq[: self.prompt_len]:
+                raise TraceError("prefill inputs are not the recorded prompt")
+            if end <= n:
+                raise TraceError("the recording has no continuation tokens to answer prefill with")
+            return seq[1 : n + 1], list(range(1, n + 1))
+        if pos + 1 >= end:
+            raise TraceError(
+                f"asked for the token after position {pos}, past the recording's "
+                f"{end - self.prompt_len} continuation tokens"
+            )
+        if inputs[0] != seq[pos]:
+            raise TraceError(
+                f"input {inputs[0]!r} at position {pos} departs from the recorded "
+                f"{seq[pos]!r}: the loop fed a token the target never confirmed"
+            )
+        # rows on trace: inputs[0..m-1] match seq[pos..pos+m-1]
+        m = 1
+        limit = min(n, end - pos)
+        while m < limit and inputs[m] == seq[pos + m]:
+            m += 1
+        hi = min(pos + m + 1, end)
+        rows = seq[pos + 1 : hi]
+        caches = list(range(pos + 1, pos + 1 + len(rows)))
+        if n > len(rows):
+            rows += [self.off_trace] * (n - len(rows))
+            caches += [-1] * (n - len(caches))
+        return rows, caches
+
+    def __repr__(self) -> str:
+        return (
+            f"TeacherForcedTarget(prompt={self.prompt_len} tokens, "
+            f"continuation={len(self.sequence) - self.prompt_len} tokens)"
+        )
+

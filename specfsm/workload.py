@@ -1,0 +1,280 @@
+"""Replay workloads: recorded requests (prompt and output token ids) for ``specfsm replay``.
+
+The embedded default is built at run time from CPython's own standard-library sources, so
+it needs no download: each request is a code edit, its prompt a module's source and its
+output the same source with a few of the module's own function and class names renamed,
+both split by a small deterministic tokenizer. ``load_jsonl`` reads a user's traces.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import sysconfig
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Trace",
+    "Workload",
+    "WorkloadError",
+    "tokenize",
+    "Vocabulary",
+    "rename_edit",
+    "stdlib_workload",
+    "load_jsonl",
+    "DEFAULT_REQUESTS",
+]
+
+DEFAULT_REQUESTS = 24
+_MIN_BYTES = 4_000
+_MAX_BYTES = 24_000
+_RENAMES = 3
+_INT64_MAX = 2**63 - 1
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be replayed: a bad JSONL file (the message names the file
+    and every offending line) or no standard-library sources to build the default from."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One recorded request: ``prompt`` and the ``output`` a greedy model produced."""
+
+    prompt: list[int]
+    output: list[int]
+    name: str = ""
+    eos: int | None = None
+
+
+@dataclass
+class Workload:
+    traces: list[Trace]
+    source: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.traces)
+
+
+# --------------------------------------------------------------------------------------
+# tokenizer
+# --------------------------------------------------------------------------------------
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into words, whitespace runs and single punctuation characters.
+    Lossless: ``"".join(tokenize(text)) == text``."""
+    return _TOKEN.findall(text)
+
+
+class Vocabulary:
+    """Token strings to ids: the sorted set of every token the workload uses, so the same
+    texts always give the same ids."""
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        self.strings = sorted(set(tokens))
+        self.ids = {s: i for i, s in enumerate(self.strings)}
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+    def encode(self, tokens: Iterable[str]) -> list[int]:
+        ids = self.ids
+        return [ids[t] for t in tokens]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        s = self.strings
+        return "".join(s[i] for i in ids)
+
+
+# --------------------------------------------------------------------------------------
+# the embedded default workload
+# --------------------------------------------------------------------------------------
+def _stdlib_dir() -> str:
+    return sysconfig.get_paths()["stdlib"]
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if not (node.name.startswith("__") and node.name.endswith("__")):
+                names.add(node.name)
+    return names
+
+
+def rename_edit(tokens: Sequence[str], names: set[str], count: int = _RENAMES) -> tuple[list[str], dict[str, str]]:
+    """The deterministic edit: rename the ``count`` names from ``names`` used most often
+    in ``tokens`` (ties broken by name) to ``<name>_v2``, everywhere they occur as a word."""
+    uses = Counter(t for t in tokens if t in names)
+    chosen = sorted(uses, key=lambda n: (-uses[n], n))[:count]
+    mapping = {n: f"{n}_v2" for n in chosen}
+    return [mapping.get(t, t) for t in tokens], mapping
+
+
+def _candidate_files(root: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.endswith(".py") or name.startswith("_"):
+            continue
+        path = os.path.join(root, name)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue
+        if _MIN_BYTES <= size <= _MAX_BYTES:
+            out.append(path)
+    return out
+
+
+def stdlib_workload(requests: int | None = None, root: str | None = None) -> Workload:
+    """Code-editing requests built from standard-library modules.
+
+    Takes the top-level public ``.py`` modules of 4-24 kB in ``root`` (default: this
+    Python's stdlib), sorted by name, and picks ``requests`` of them evenly spaced
+    (default 24). Each must parse and define a function or class; its prompt is the
+    source and its output the source after ``rename_edit``. Raises ``WorkloadError``
+    when no usable source files are found (for example a Python without its .py files).
+    """
+    n = DEFAULT_REQUESTS if requests is None else requests
+    if type(n) is not int or n < 1:
+        raise ValueError(f"requests must be a positive integer, got {requests!r}")
+    root = _stdlib_dir() if root is None else root
+    usable: list[tuple[str, list[str], list[str], dict[str, str]]] = []
+    for path in _candidate_files(root):
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            tree = ast.parse(text)
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        names = _defined_names(tree)
+        if not names:
+            continue
+        toks = tokenize(text)
+        edited, mapping = rename_edit(toks, names)
+        usable.append((os.path.basename(path), toks, edited, mapping))
+    if not usable:
+        raise WorkloadError(
+            f"no standard-library sources found in {root!r} to build the default workload; "
+            "pass --workload FILE.jsonl"
+        )
+    if n < len(usable):
+        step = len(usable) / n
+        usable = [usable[int(i * step)] for i in range(n)]
+    vocab = Vocabulary(t for _, a, b, _ in usable for t in (*a, *b))
+    traces = [
+        Trace(vocab.encode(a), vocab.encode(b), name=name) for name, a, b, _ in usable
+    ]
+    return Workload(
+        traces,
+        source=f"embedded: code edits of {len(traces)} CPython standard-library modules",
+        details={
+            "stdlib": root,
+            "files": [u[0] for u in usable],
+            "renames": {u[0]: u[3] for u in usable},
+            "vocabulary": len(vocab),
+        },
+    )
+
+
+# --------------------------------------------------------------------------------------
+# user traces: JSON lines
+# --------------------------------------------------------------------------------------
+def _ids(value: Any, key: str) -> tuple[list[int] | None, str | None]:
+    if not isinstance(value, list):
+        return None, f"{key!r} must be a list of token ids, got {type(value).__name__}"
+    for i, x in enumerate(value):
+        if type(x) is not int:
+            return None, f"{key}[{i}] is not an integer token id: {json.dumps(x)}"
+        if x < 0 or x > _INT64_MAX:
+            return None, f"{key}[{i}] = {x} is outside the token id range 0..2**63-1"
+    return value, None
+
+
+def _trace_from(obj: Any, lineno: int) -> tuple[Trace | None, str | None]:
+    if not isinstance(obj, dict):
+        return None, f"expected a JSON object, got {type(obj).__name__}"
+    missing = [k for k in ("prompt", "output") if k not in obj]
+    if missing:
+        return None, "missing field " + " and ".join(repr(k) for k in missing)
+    prompt, err = _ids(obj["prompt"], "prompt")
+    if err:
+        return None, err
+    output, err = _ids(obj["output"], "output")
+    if err:
+        return None, err
+    if not prompt:
+        return None, "'prompt' is empty (prefill needs at least one token)"
+    if not output:
+        return None, "'output' is empty (nothing to replay)"
+    eos = obj.get("eos")
+    if eos is not None:
+        if type(eos) is not int or eos < 0:
+            return None, f"'eos' must be a non-negative integer token id, got {json.dumps(eos)}"
+        if eos in output[:-1]:
+            return None, (
+                f"'eos' {eos} occurs at output[{output.index(eos)}] before the end: "
+                "a greedy model stops there"
+            )
+    name = obj.get("name", f"line {lineno}")
+    if not isinstance(name, str):
+        return None, f"'name' must be a string, got {type(name).__name__}"
+    return Trace(prompt, output, name=name, eos=eos), None
+
+
+def load_jsonl(path: str | os.PathLike[str], max_errors: int = 20) -> Workload:
+    """Read one request per line: a JSON object with ``prompt`` and ``output`` (lists of
+    non-negative integer token ids, neither empty), optionally ``eos`` (an id that may
+    only end the output) and ``name``. Blank lines are skipped; other keys are ignored.
+
+    Every line is checked: a file with bad lines raises ``WorkloadError`` naming each of
+    them (up to ``max_errors``, then a count), never returning the good part alone.
+    """
+    path = os.fspath(path)
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read workload {path!r}: {exc.strerror or exc}") from None
+    traces: list[Trace] = []
+    errors: list[str] = []
+    with f:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    errors.append(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
+                    continue
+                trace, err = _trace_from(obj, lineno)
+                if err:
+                    errors.append(f"{path}:{lineno}: {err}")
+                else:
+                    traces.append(trace)  # type: ignore[arg-type]
+        except UnicodeDecodeError as exc:
+            errors.append(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})")
+    if errors:
+        shown = errors[:max_errors]
+        more = len(errors) - len(shown)
+        tail = f"\n... and {more} more bad lines" if more else ""
+        raise WorkloadError(
+            f"workload {path!r} has {len(errors)} bad line{'s' if len(errors) != 1 else ''} "
+            "(nothing was replayed):\n" + "\n".join(shown) + tail
+        )
+    if not traces:
+        raise WorkloadError(f"workload {path!r} holds no requests (every line is blank)")
+    return Workload(traces, source=f"file: {path} ({len(traces)} requests)", details={"path": path})

@@ -1,0 +1,352 @@
+"""``specfsm replay`` end to end, the embedded workload and the JSONL loader."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import specfsm
+from specfsm import cli
+from specfsm.workload import (
+    Vocabulary,
+    WorkloadError,
+    load_jsonl,
+    rename_edit,
+    stdlib_workload,
+    tokenize,
+)
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)))
+
+IDENTITY = "identity: all {n} speculative outputs equal their plain greedy outputs"
+
+
+def run_cli(*args: str, cwd: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "specfsm", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def write_jsonl(path, lines) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+    return str(path)
+
+
+def edit_traces(n: int = 3):
+    """Small recorded requests in the shape of code edits: the output copies the prompt
+    with a few tokens changed."""
+    out = []
+    for r in range(n):
+        prompt = [(7 * i + r) % 23 for i in range(60)] + [1, 2, 3, 4, 5] * 4
+        output = list(prompt)
+        output[10 + r] = 99
+        output[41] = 98
+        out.append({"prompt": prompt, "output": output, "name": f"edit {r}"})
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# the embedded workload
+# --------------------------------------------------------------------------------------
+def test_tokenize_is_lossless_and_vocabulary_deterministic():
+    text = "def f(x):\n    return x+1  # done\n\tü = 'é'\n"
+    toks = tokenize(text)
+    assert "".join(toks) == text
+    assert toks[:6] == ["def", " ", "f", "(", "x", ")"]
+    a = Vocabulary(toks)
+    b = Vocabulary(reversed(toks))
+    assert a.strings == b.strings == sorted(set(toks))
+    assert a.decode(a.encode(toks)) == text
+
+
+def test_rename_edit_takes_the_most_used_names_ties_by_name():
+    toks = tokenize("a b a c b a d c e")
+    edited, mapping = rename_edit(toks, {"a", "b", "c", "d", "e"}, count=3)
+    assert mapping == {"a": "a_v2", "b": "b_v2", "c": "c_v2"}
+    assert "".join(edited) == "a_v2 b_v2 a_v2 c_v2 b_v2 a_v2 d c_v2 e"
+
+
+def test_stdlib_workload_is_deterministic_code_edits():
+    a = stdlib_workload(3)
+    b = stdlib_workload(3)
+    assert len(a) == 3
+    assert a.details["files"] == b.details["files"]
+    assert [(t.prompt, t.output) for t in a.traces] == [(t.prompt, t.output) for t in b.traces]
+    for t in a.traces:
+        assert len(t.prompt) == len(t.output) > 500
+        assert t.prompt != t.output  # an edit happened
+        changed = sum(x != y for x, y in zip(t.prompt, t.output))
+        assert 0 < changed < len(t.prompt) // 10
+    renames = a.details["renames"]
+    assert all(1 <= len(m) <= 3 for m in renames.values())
+
+
+def test_stdlib_workload_outputs_are_valid_python(tmp_path):
+    w = stdlib_workload(2)
+    vocab_tokens = []
+    for name in w.details["files"]:
+        with open(os.path.join(w.details["stdlib"], name), encoding="utf-8") as f:
+            vocab_tokens += tokenize(f.read())
+    # rebuild the vocabulary the same way and decode the edited sources
+    for name, m in w.details["renames"].items():
+        vocab_tokens += list(m.values())
+    v = Vocabulary(vocab_tokens)
+    for t in w.traces:
+        assert v.decode(t.output).count("_v2") > 0
+        ast.parse(v.decode(t.output))
+
+
+def test_stdlib_workload_without_sources_says_so(tmp_path):
+    with pytest.raises(WorkloadError, match="no standard-library sources found"):
+        stdlib_workload(2, root=str(tmp_path))
+    with pytest.raises(ValueError, match="requests must be a positive integer"):
+        stdlib_workload(0)
+
+
+# --------------------------------------------------------------------------------------
+# the JSONL loader
+# --------------------------------------------------------------------------------------
+def test_load_jsonl_reads_every_line(tmp_path):
+    lines = edit_traces(3)
+    path = write_jsonl(tmp_path / "w.jsonl", [lines[0], "", "   ", lines[1], {**lines[2], "output": lines[2]["output"] + [77], "eos": 77, "extra": 1}])
+    w = load_jsonl(path)
+    assert len(w) == 3
+    assert [t.name for t in w.traces] == ["edit 0", "edit 1", "edit 2"]
+    assert w.traces[2].eos == 77 and w.traces[0].eos is None
+    assert w.traces[1].prompt == lines[1]["prompt"]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"output": [1]}, "missing field 'prompt'"),
+        ({"prompt": [1]}, "missing field 'output'"),
+        ({}, "missing field 'prompt' and 'output'"),
+        ({"prompt": [1, 2.5], "output": [1]}, r"prompt\[1\] is not an integer token id: 2.5"),
+        ({"prompt": [1], "output": ["7"]}, r'output\[0\] is not an integer token id: "7"'),
+        ({"prompt": [1], "output": [True]}, r"output\[0\] is not an integer token id: true"),
+        ({"prompt": [1], "output": [-3]}, r"output\[0\] = -3 is outside the token id range"),
+        ({"prompt": [1], "output": [2**64]}, "outside the token id range"),
+        ({"prompt": [1], "output": []}, "'output' is empty"),
+        ({"prompt": [], "output": [1]}, "'prompt' is empty"),
+        ({"prompt": 5, "output": [1]}, "'prompt' must be a list of token ids, got int"),
+        ({"prompt": [1], "output": [2, 0, 3], "eos": 0}, r"'eos' 0 occurs at output\[1\] before the end"),
+        ([1, 2], "expected a JSON object, got list"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_bad_lines_are_named(tmp_path, bad, message):
+    good = edit_traces(2)
+    path = write_jsonl(tmp_path / "w.jsonl", [good[0], bad, good[1]])
+    with pytest.raises(WorkloadError, match=message) as info:
+        load_jsonl(path)
+    assert f"{path}:2:" in str(info.value)
+    assert "nothing was replayed" in str(info.value)
+
+
+def test_every_bad_line_is_reported_and_nothing_is_dropped(tmp_path):
+    good = edit_traces(1)[0]
+    lines = [good, {"prompt": [1]}, good, {"prompt": [1], "output": []}, good, "[", good]
+    path = write_jsonl(tmp_path / "w.jsonl", lines)
+    with pytest.raises(WorkloadError) as info:
+        load_jsonl(path)
+    text = str(info.value)
+    assert "has 3 bad lines" in text
+    for n in (2, 4, 6):
+        assert f"{path}:{n}:" in text
+    for n in (1, 3, 5, 7):
+        assert f"{path}:{n}:" not in text
+    many = [{"prompt": [1]}] * 30
+    path = write_jsonl(tmp_path / "many.jsonl", many)
+    with pytest.raises(WorkloadError, match="and 10 more bad lines"):
+        load_jsonl(path)
+
+
+def test_unreadable_and_empty_files(tmp_path):
+    with pytest.raises(WorkloadError, match="cannot read workload"):
+        load_jsonl(tmp_path / "missing.jsonl")
+    path = write_jsonl(tmp_path / "blank.jsonl", ["", " "])
+    with pytest.raises(WorkloadError, match="holds no requests"):
+        load_jsonl(path)
+    (tmp_path / "bin.jsonl").write_bytes(b'{"prompt": [1], "output": [2]}\n\xff\xfe\n')
+    with pytest.raises(WorkloadError, match="not UTF-8"):
+        load_jsonl(tmp_path / "bin.jsonl")
+
+
+# --------------------------------------------------------------------------------------
+# replay, in process
+# --------------------------------------------------------------------------------------
+def test_replay_summary_fields_on_a_small_file(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
+    assert cli.main(["replay", "--workload", path, "--json", "--k", "4", "--batch", "2"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["requests"] == 3 and s["identical"] is True and s["implementations_agree"] is True
+    assert s["output_tokens"] == 3 * 80
+    assert s["evaluations_greedy"] == 3 * 80
+    assert s["evaluations_speculative"] < s["evaluations_greedy"]
+    assert s["evaluation_ratio"] == pytest.approx(s["evaluations_greedy"] / s["evaluations_speculative"])
+    assert len(s["acceptance_by_position"]) == 4
+    assert s["settings"] == {"drafter": "prompt", "ngram": [3, 3], "k": 4, "rule": "exact", "batch": 2, "repeat": 3}
+    assert s["runs"] == {"compiled": 3, "python": 3} if specfsm.USE_EXTENSIONS else {"python": 3}
+    assert s["control_us_per_token"]["python"] > 0
+    assert [r["name"] for r in s["per_request"]] == ["edit 0", "edit 1", "edit 2"]
+    assert all(r["identical"] for r in s["per_request"])
+
+
+def test_replay_table_and_rules(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
+    assert cli.main(["replay", "--workload", path, "--rule", "minrun:3", "--requests", "2"]) == 0
+    out = capsys.readouterr().out
+    assert IDENTITY.format(n=2) in out
+    for label in (
+        "target evaluations, plain greedy",
+        "target evaluations, speculative",
+        "mean accepted length",
+        "acceptance by draft position",
+        "control plane, python twin",
+    ):
+        assert label in out
+    assert "rule minrun:3" in out and "first 2 replayed" in out
+
+
+def test_replay_usage_errors(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
+    assert cli.main(["replay", "--workload", path, "--drafter", "prompt", "--ngram", "1:3"]) == 2
+    assert "--drafter prompt takes one n-gram length" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["replay", "--rule", "minrun:0"])
+    with pytest.raises(SystemExit):
+        cli.main(["replay", "--k", "0"])
+    assert cli.main([]) == 2
+
+
+def test_plot_needs_matplotlib(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
+    png = tmp_path / "acc.png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert cli.main(["replay", "--workload", path, "--plot", str(png)]) == 2
+        assert "--plot needs matplotlib" in capsys.readouterr().err
+        assert not png.exists()
+    else:
+        assert cli.main(["replay", "--workload", path, "--plot", str(png)]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_progress_bar_goes_to_stderr_only(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(2))
+    assert cli.main(["replay", "--workload", path, "--progress", "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # stdout stays machine-readable
+    assert "[" in captured.err and "/" in captured.err
+
+
+def test_a_target_that_breaks_identity_exits_1(tmp_path, capsys, monkeypatch):
+    """The identity line can fail: an acceptance rule that keeps one row too many makes
+    the speculative output differ, and replay says so with exit status 1."""
+
+    class OneTooMany:
+        def accepted_rows(self, draft, choices):
+            n = 0
+            for d, c in zip(draft, choices):
+                if d != c:
+                    break
+                n += 1
+            return min(n + 1, len(draft))
+
+    monkeypatch.setattr(cli, "make_rule", lambda spec: OneTooMany())
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
+    assert cli.main(["replay", "--workload", path, "--impl", "python"]) == 1
+    err = capsys.readouterr().err
+    assert "IDENTITY FAILED" in err and "past a rejected draft token" in err
+
+
+# --------------------------------------------------------------------------------------
+# replay, end to end in a subprocess
+# --------------------------------------------------------------------------------------
+def test_replay_end_to_end_embedded_workload(tmp_path):
+    proc = run_cli("replay", "--requests", "2", "--json", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    for key in (
+        "requests",
+        "prompt_tokens",
+        "output_tokens",
+        "evaluations_greedy",
+        "evaluations_speculative",
+        "mean_accepted_length",
+        "acceptance_by_position",
+        "control_us_per_token",
+        "identical",
+    ):
+        assert key in s
+    assert s["requests"] == 2 and s["identical"] is True
+    assert s["workload"]["source"].startswith("embedded")
+    assert len(s["workload"]["files"]) == 2
+    assert 0 < s["evaluations_speculative"] < s["evaluations_greedy"] == s["output_tokens"]
+    assert set(s["control_us_per_token"]) == {"compiled", "python"}
+    if specfsm.USE_EXTENSIONS:
+        assert s["control_us_per_token"]["compiled"] > 0
+
+
+def test_replay_end_to_end_table_and_bad_file(tmp_path):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
+    proc = run_cli("replay", "--workload", path, "--requests", "2", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert IDENTITY.format(n=2) in proc.stdout
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+
+    bad = write_jsonl(tmp_path / "bad.jsonl", [edit_traces(1)[0], {"prompt": [1, 2], "output": [3, "x"]}])
+    proc = run_cli("replay", "--workload", bad, cwd=str(tmp_path))
+    assert proc.returncode == 2
+    assert f"{bad}:2: output[1] is not an integer token id" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_without_the_optional_modules(tmp_path, capsys, monkeypatch):
+    """Exact falls back to ``Verify.accept`` and minrun to a built-in rule when
+    ``specfsm.accept_rule`` is absent; ``--drafter ngram`` says what is missing when
+    ``specfsm.ngram_index`` is."""
+    monkeypatch.setitem(sys.modules, "specfsm.accept_rule", None)
+    monkeypatch.setitem(sys.modules, "specfsm.ngram_index", None)
+    monkeypatch.delattr(specfsm, "accept_rule", raising=False)
+    monkeypatch.delattr(specfsm, "ngram_index", raising=False)
+    assert cli.make_rule(("exact", 0)) is None
+    rule = cli.make_rule(("minrun", 3))
+    assert rule.accepted_rows([1, 2, 3, 4], [1, 2, 9, 9]) == 0
+    assert rule.accepted_rows([1, 2, 3, 4], [1, 2, 3, 9]) == 3
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(2))
+    assert cli.main(["replay", "--workload", path, "--rule", "minrun:2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["identical"] is True
+    assert cli.main(["replay", "--workload", path, "--drafter", "ngram"]) == 2
+    assert "needs specfsm.ngram_index" in capsys.readouterr().err
+
+
+def test_ngram_drafter_replay_when_available(tmp_path, capsys):
+    pytest.importorskip("specfsm.ngram_index")
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
+    assert cli.main(["replay", "--workload", path, "--drafter", "ngram", "--json"]) == 0
+    ngram = json.loads(capsys.readouterr().out)
+    assert ngram["identical"] is True and ngram["settings"]["ngram"] == [2, 4]
+    # one n-gram length with prefer="latest" drafts exactly what prompt lookup drafts
+    assert cli.main(["replay", "--workload", path, "--drafter", "ngram", "--ngram", "3", "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert cli.main(["replay", "--workload", path, "--drafter", "prompt", "--ngram", "3", "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)
+    for key in ("evaluations_speculative", "accepted_by_position", "drafted_by_position", "rollbacks"):
+        assert a[key] == b[key]
