@@ -1,0 +1,918 @@
+# cython: language_level=3
+"""Longest-match n-gram drafting and an incremental n-gram index (compiled).
+
+Same names and behaviour as the twin ``specfsm._py.ngram_index`` (whose argument checks
+this module imports, so both raise the same errors).
+
+The index keeps, for each n in [min_n, max_n], an open-addressing hash table over the
+n-grams seen so far. A slot is 8 bytes: a 32-bit hash tag and the end position of one
+occurrence (the latest, or the first for ``prefer="earliest"``); the n-gram itself is
+read back from the token buffer to confirm a tag match, so no key is stored. Appending a
+token hashes its trailing n-grams for every n incrementally (one mixing step per n),
+looks each up *before* inserting it, and remembers the answer: the end of the chosen
+occurrence other than the trailing one. ``propose`` then only reads those answers.
+Tables keep a load factor of at most 2/3 and are indexed by the tag's high bits, so
+growing them never re-reads tokens.
+"""
+
+import numpy as np
+
+from specfsm._validate import check_count
+from specfsm._py.ngram_index import (
+    GROW_STEP,
+    MAX_INDEX_TOKENS,
+    SHRINK_STEP,
+    _as_ids,
+    _check_batch_k,
+    _check_draft_limits,
+    _check_index_range,
+    _check_ngram_range,
+    _check_offsets,
+    _check_prefer,
+    _check_record,
+)
+
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+
+from _typedefs cimport token_t
+from _seq cimport Py_SIZE
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define NGI_PREFETCH(p) __builtin_prefetch((const void *)(p))
+    #else
+    #define NGI_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void NGI_PREFETCH(const void* p) nogil
+
+__all__ = [
+    "longest_match",
+    "longest_match_batch",
+    "NgramIndex",
+    "propose_batch",
+    "record_batch",
+]
+
+cdef enum:
+    NOGIL_MIN = 2048      # shorter work than this keeps the GIL (a release costs more)
+    CHUNK = 4096          # tokens appended per table-reservation round in extend
+    SMALL_LIST = 64       # extend() converts lists up to this long without numpy
+    AHEAD = 8             # bulk extend prefetches the slots of the position this far ahead
+    MIN_CAP_BITS = 4      # a level's table starts with 16 slots
+
+ctypedef struct slot_t:
+    uint32_t tag          # high 32 bits of the n-gram's hash
+    int32_t end           # end (exclusive) of the stored occurrence; -1: empty slot
+
+ctypedef struct level_t:
+    slot_t* slots
+    int64_t cap           # a power of two
+    int64_t count
+    int shift             # 32 - log2(cap): home slot = tag >> shift
+
+ctypedef struct view_t:   # what a batch proposal needs from one index, read without the GIL
+    const int64_t* tok
+    const int32_t* ans
+    int64_t n_levels
+    int64_t k
+
+
+# ------------------------------------------------------------------------------------
+# hashing
+# ------------------------------------------------------------------------------------
+
+cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
+    x ^= x >> 30
+    x *= <uint64_t>0xbf58476d1ce4e5b9ULL
+    x ^= x >> 27
+    x *= <uint64_t>0x94d049bb133111ebULL
+    x ^= x >> 31
+    return x
+
+
+cdef inline uint64_t _step(uint64_t h, int64_t t) noexcept nogil:
+    """Hash of an n-gram from the hash of its last n - 1 tokens and its first token."""
+    return _mix(h ^ (<uint64_t>t * <uint64_t>0x9e3779b97f4a7c15ULL + <uint64_t>0x632be59bd9b4e019ULL))
+
+
+cdef inline bint _same(const int64_t* tok, int64_t e, int64_t f, int64_t n) noexcept nogil:
+    """tok[e - n:e] == tok[f - n:f]"""
+    cdef int64_t i
+    for i in range(1, n + 1):
+        if tok[e - i] != tok[f - i]:
+            return False
+    return True
+
+
+cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
+    """Make room for ``need`` entries at load <= 2/3, rehashing by tag; -1 when out of memory."""
+    cdef int64_t cap = lv.cap
+    cdef int bits = 32 - lv.shift
+    while need * 3 > cap * 2:
+        cap *= 2
+        bits += 1
+    if cap == lv.cap:
+        return 0
+    if bits > 32:
+        return -1
+    cdef slot_t* new = <slot_t*>malloc(cap * sizeof(slot_t))
+    if new == NULL:
+        return -1
+    memset(new, 0xFF, cap * sizeof(slot_t))
+    cdef int shift = 32 - bits
+    cdef uint64_t mask = <uint64_t>(cap - 1)
+    cdef uint64_t i, j
+    cdef slot_t* old = lv.slots
+    for i in range(<uint64_t>lv.cap):
+        if old[i].end >= 0:
+            j = (<uint64_t>old[i].tag) >> shift if shift < 32 else 0
+            while new[j].end >= 0:
+                j = (j + 1) & mask
+            new[j] = old[i]
+    free(old)
+    lv.slots = new
+    lv.cap = cap
+    lv.shift = shift
+    return 0
+
+
+cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
+                        int32_t* ans, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
+    """Index positions start..stop-1 (tables already reserved for stop - start entries)."""
+    cdef int64_t L, d, top, j
+    cdef uint64_t h, mask, idx
+    cdef uint32_t tag
+    cdef level_t* lv
+    cdef slot_t* s
+    cdef int32_t found
+    cdef int64_t P, ptop
+    for L in range(start + 1, stop + 1):
+        P = L + AHEAD
+        if P <= stop and stop - start > AHEAD:
+            # bulk extends: start loading the slots position P will probe
+            ptop = hi if hi < P else P
+            h = 0
+            for d in range(1, ptop + 1):
+                h = _step(h, tok[P - d])
+                if d >= lo:
+                    lv = &levels[d - lo]
+                    NGI_PREFETCH(&lv.slots[(h >> 32) >> lv.shift])
+        top = hi if hi < L else L
+        h = 0
+        for d in range(1, top + 1):
+            h = _step(h, tok[L - d])
+            if d < lo:
+                continue
+            lv = &levels[d - lo]
+            tag = <uint32_t>(h >> 32)
+            mask = <uint64_t>(lv.cap - 1)
+            idx = (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
+            found = -1
+            while True:
+                s = &lv.slots[idx]
+                if s.end < 0:
+                    s.tag = tag
+                    s.end = <int32_t>L
+                    lv.count += 1
+                    break
+                if s.tag == tag and _same(tok, s.end, L, d):
+                    found = s.end
+                    if not earliest:
+                        s.end = <int32_t>L
+                    break
+                idx = (idx + 1) & mask
+            ans[d - lo] = found
+        for d in range(top + 1 if top >= lo else lo, hi + 1):
+            ans[d - lo] = -1
+
+
+cdef inline int64_t _chosen_end(const int32_t* ans, int64_t n_levels) noexcept nogil:
+    cdef int64_t j
+    for j in range(n_levels - 1, -1, -1):
+        if ans[j] >= 0:
+            return ans[j]
+    return -1
+
+
+# ------------------------------------------------------------------------------------
+# stateless longest match
+# ------------------------------------------------------------------------------------
+
+cdef inline int64_t _suffix_run(const token_t* p, int64_t e, int64_t last, int64_t cap) noexcept nogil:
+    """How many tokens ending at e equal those ending at last (p[e] == p[last] known), up to cap."""
+    cdef int64_t m = 1
+    while m < cap and p[e - m] == p[last - m]:
+        m += 1
+    return m
+
+
+cdef extern from "scan.h" nogil:
+    Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
+    Py_ssize_t specfsm_find_last_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
+
+# the forward twin of scan.h's backward search (same blocks, same AVX2 clone)
+cdef extern from *:
+    """
+    #include "scan.h"
+    #define NGI_DEFINE_FIND_FIRST(NAME, T)                                          \
+        SPECFSM_CLONES static ptrdiff_t NAME(const T *p, ptrdiff_t lo, ptrdiff_t hi, T v) \
+        {                                                                           \
+            ptrdiff_t e = lo;                                                       \
+            while (e + (SCAN_BLOCK - 1) <= hi) {                                    \
+                const T *b = p + e;                                                 \
+                int hit = 0;                                                        \
+                for (int k = 0; k < SCAN_BLOCK; k++)                                \
+                    hit |= (b[k] == v);                                             \
+                if (hit) {                                                          \
+                    for (int k = 0; k < SCAN_BLOCK; k++)                            \
+                        if (b[k] == v)                                              \
+                            return e + k;                                           \
+                }                                                                   \
+                e += SCAN_BLOCK;                                                    \
+            }                                                                       \
+            for (; e <= hi; e++)                                                    \
+                if (p[e] == v)                                                      \
+                    return e;                                                       \
+            return -1;                                                              \
+        }
+    NGI_DEFINE_FIND_FIRST(ngi_find_first_i32, int32_t)
+    NGI_DEFINE_FIND_FIRST(ngi_find_first_i64, int64_t)
+    """
+    Py_ssize_t ngi_find_first_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v) nogil
+    Py_ssize_t ngi_find_first_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v) nogil
+
+
+cdef inline int64_t _find_last(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
+    """The largest e in [lo, hi] with p[e] == v, or -1."""
+    if token_t is int32_t:
+        return specfsm_find_last_i32(p, lo, hi, v)
+    else:
+        return specfsm_find_last_i64(p, lo, hi, v)
+
+
+cdef inline int64_t _find_first(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
+    """The smallest e in [lo, hi] with p[e] == v, or -1."""
+    if token_t is int32_t:
+        return ngi_find_first_i32(p, lo, hi, v)
+    else:
+        return ngi_find_first_i64(p, lo, hi, v)
+
+
+cdef int64_t _lm_end(const token_t* p, int64_t L, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
+    """End (exclusive) of the chosen earlier occurrence of the longest matching suffix, or -1.
+
+    Every candidate end e <= L - 2 whose token equals the last one is measured: the
+    longest common run of tokens ending at e and at L - 1, capped at max_n (and at e + 1).
+    Visiting candidates newest first (``latest``) or oldest first (``earliest``), the
+    first candidate that beats the best run so far marks that run's chosen occurrence;
+    the scan stops once a run reaches max_n. Candidates are found by a vectorised search
+    for the last token (scan.h).
+    """
+    if L < lo + 1:
+        return -1
+    cdef int64_t top = hi if hi < L - 1 else L - 1
+    cdef token_t last = p[L - 1]
+    cdef int64_t best = lo - 1
+    cdef int64_t pos = -1
+    cdef int64_t e, m, c
+    if not earliest:
+        e = L - 2
+        while e >= lo - 1:
+            e = _find_last(p, lo - 1, e, last)
+            if e < 0:
+                break
+            c = top if top < e + 1 else e + 1
+            m = _suffix_run(p, e, L - 1, c)
+            if m > best:
+                best = m
+                pos = e
+                if best == top:
+                    break
+            e -= 1
+    else:
+        e = lo - 1
+        while e <= L - 2:
+            e = _find_first(p, e, L - 2, last)
+            if e < 0:
+                break
+            c = top if top < e + 1 else e + 1
+            m = _suffix_run(p, e, L - 1, c)
+            if m > best:
+                best = m
+                pos = e
+                if best == top:
+                    break
+            e += 1
+    return pos + 1 if pos >= 0 else -1
+
+
+cdef int64_t _lm_run(const token_t* p, int64_t n, int64_t lo, int64_t hi, bint earliest) noexcept:
+    cdef int64_t r
+    if n >= NOGIL_MIN:
+        with nogil:
+            r = _lm_end(p, n, lo, hi, earliest)
+    else:
+        r = _lm_end(p, n, lo, hi, earliest)
+    return r
+
+
+def longest_match(history, min_n, max_n, max_k, prefer="latest"):
+    """Draft up to ``max_k`` tokens that followed the longest (``max_n`` down to
+    ``min_n``) earlier occurrence of ``history``'s last tokens.
+
+    ``prefer`` picks that n's most recent occurrence (``"latest"``; with
+    ``min_n == max_n`` this is ``prompt_lookup``) or its first (``"earliest"``). A numpy
+    ``history`` gives a numpy draft of the same dtype, a list or tuple gives a list.
+    """
+    cdef int64_t lo, hi, k, end = -1, n
+    cdef bint earliest
+    cdef const int64_t[::1] h64
+    cdef const int32_t[::1] h32
+    cdef int width = 0
+    # fast paths for the common argument types; anything else takes the shared checks
+    if (type(min_n) is int and type(max_n) is int and 1 <= <object>min_n <= <object>max_n
+            and <object>max_n <= MAX_INDEX_TOKENS):
+        lo_ = min_n
+        hi_ = max_n
+    else:
+        lo_, hi_ = _check_ngram_range(min_n, max_n)
+    if type(max_k) is not int or max_k < 0:
+        max_k = check_count(max_k, "max_k")
+    if type(prefer) is str and prefer == "latest":
+        earliest = False
+    else:
+        earliest = _check_prefer(prefer) == 1
+    arr = history
+    if type(history) is np.ndarray:
+        try:
+            h64 = history
+            width = 8
+        except (ValueError, TypeError, BufferError):
+            try:
+                h32 = history
+                width = 4
+            except (ValueError, TypeError, BufferError):
+                pass
+    if width == 0:
+        arr = _as_ids(history, "history")
+        if arr.dtype.itemsize == 8:
+            h64 = arr
+            width = 8
+        else:
+            h32 = arr
+            width = 4
+    n = h64.shape[0] if width == 8 else h32.shape[0]
+    lo = lo_ if lo_ < n + 1 else n + 1     # beyond n + 1 nothing can match anyway
+    hi = hi_ if hi_ < n + 1 else n + 1
+    k = max_k if max_k < n else n
+    if k > 0 and n >= lo + 1:
+        if width == 8:
+            end = _lm_run(&h64[0], n, lo, hi, earliest)
+        else:
+            end = _lm_run(&h32[0], n, lo, hi, earliest)
+    if isinstance(history, np.ndarray):
+        if end < 0:
+            return history[:0].copy()
+        return history[end : end + k].copy()
+    if end < 0:
+        return []
+    return arr[end : end + k].tolist()
+
+
+cdef void _lm_batch(const token_t* p, const int64_t* off, const int64_t* ks, int64_t b,
+                    int64_t lo, int64_t hi, bint earliest, token_t* out, int64_t* out_off,
+                    int64_t* lengths) noexcept nogil:
+    cdef int64_t i, j, s, L, end, take, w = 0
+    out_off[0] = 0
+    for i in range(b):
+        s = off[i]
+        L = off[i + 1] - s
+        take = 0
+        if ks[i] > 0:
+            end = _lm_end(p + s, L, lo, hi, earliest)
+            if end >= 0:
+                take = L - end
+                if ks[i] < take:
+                    take = ks[i]
+                for j in range(take):
+                    out[w + j] = p[s + end + j]
+        w += take
+        lengths[i] = take
+        out_off[i + 1] = w
+
+
+def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
+    """``longest_match`` for B histories stored back to back in one flat array.
+
+    History ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets`` holds B + 1
+    nondecreasing boundaries); ``max_k`` is one count or one per request. Returns
+    ``(drafts, draft_offsets, lengths)``: draft ``i`` is
+    ``drafts[draft_offsets[i]:draft_offsets[i + 1]]`` and has ``lengths[i]`` tokens;
+    ``drafts`` has the dtype of ``tokens`` (int32 or int64). The whole batch runs
+    without the GIL.
+    """
+    lo_, hi_ = _check_ngram_range(min_n, max_n)
+    cdef bint earliest = _check_prefer(prefer) == 1
+    arr = _as_ids(tokens, "tokens")
+    off = _check_offsets(offsets, arr.shape[0])
+    cdef int64_t b = off.shape[0] - 1
+    ks = _check_batch_k(max_k, b, None)
+    # an upper bound on the drafts' total, so one allocation serves the whole batch
+    cdef int64_t bound = int(np.minimum(ks, np.diff(off)).sum()) if b else 0
+    cdef int64_t lo = min(lo_, arr.shape[0] + 1)
+    cdef int64_t hi = min(hi_, arr.shape[0] + 1)
+    out = np.empty(bound, dtype=arr.dtype)
+    out_off = np.empty(b + 1, dtype=np.int64)
+    lengths = np.empty(b, dtype=np.int64)
+    cdef const int64_t[::1] offv = off
+    cdef const int64_t[::1] kv = ks
+    cdef int64_t[::1] oo = out_off
+    cdef int64_t[::1] ln = lengths
+    cdef const int32_t[::1] t32
+    cdef const int64_t[::1] t64
+    cdef int32_t[::1] o32
+    cdef int64_t[::1] o64
+    cdef int32_t z32 = 0
+    cdef int64_t z64 = 0
+    if arr.dtype.itemsize == 4:
+        t32 = arr
+        o32 = out
+        with nogil:
+            _lm_batch(&t32[0] if t32.shape[0] else &z32, &offv[0], &kv[0] if b else &z64, b,
+                      lo, hi, earliest, &o32[0] if bound else &z32, &oo[0],
+                      &ln[0] if b else &z64)
+    else:
+        t64 = arr
+        o64 = out
+        with nogil:
+            _lm_batch(&t64[0] if t64.shape[0] else &z64, &offv[0], &kv[0] if b else &z64, b,
+                      lo, hi, earliest, &o64[0] if bound else &z64, &oo[0],
+                      &ln[0] if b else &z64)
+    return out[: out_off[b]], out_off, lengths
+
+
+# ------------------------------------------------------------------------------------
+# the incremental index
+# ------------------------------------------------------------------------------------
+
+cdef class NgramIndex:
+    """An incremental n-gram index over one request's verified tokens.
+
+    ``extend`` appends tokens (amortised O(max_n - min_n + 1) table updates per token);
+    ``propose(max_k)`` returns, as a list, exactly what ``longest_match`` returns on
+    everything extended so far, in O(max_n - min_n + max_k) whatever the length.
+    Drafts are never extended into the index, so a rejected draft needs no undo.
+
+    The draft length is ``max_k`` or, when that is None, ``draft_len``; with
+    ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a fully
+    accepted draft and shortens it by 1 after a rejection, within
+    ``[min_draft, max_draft]``. Acceptance statistics are kept either way.
+    """
+
+    cdef int64_t _lo, _hi, _nlev
+    cdef bint _earliest, _adaptive
+    cdef object _buf                 # int64 ndarray holding the tokens (capacity >= _len)
+    cdef int64_t* _tok
+    cdef int64_t _len, _cap
+    cdef level_t* _levels
+    cdef int32_t* _ans
+    cdef int _readers, _writing      # guards against use from another thread mid-call
+    cdef int64_t _k, _kmin, _kmax
+    cdef int64_t _steps, _drafted, _accepted, _full
+
+    def __cinit__(self):
+        self._levels = NULL
+        self._ans = NULL
+        self._nlev = 0
+
+    def __init__(self, min_n, max_n=None, prefer="latest", *, draft_len=4, adaptive=False,
+                 min_draft=1, max_draft=16):
+        if self._levels != NULL:
+            raise RuntimeError("NgramIndex.__init__ may be called only once")
+        lo, hi = _check_index_range(min_n, max_n)
+        earliest = _check_prefer(prefer) == 1
+        k, kmin, kmax = _check_draft_limits(draft_len, min_draft, max_draft)
+        self._lo = lo
+        self._hi = hi
+        self._nlev = hi - lo + 1
+        self._earliest = earliest
+        self._adaptive = bool(adaptive)
+        self._k = min(k, MAX_INDEX_TOKENS)
+        self._kmin = min(kmin, MAX_INDEX_TOKENS)
+        self._kmax = min(kmax, MAX_INDEX_TOKENS)
+        self._steps = self._drafted = self._accepted = self._full = 0
+        self._len = 0
+        self._cap = 64
+        self._buf = np.zeros(self._cap, dtype=np.int64)
+        cdef int64_t[::1] bv = self._buf
+        self._tok = &bv[0]
+        self._levels = <level_t*>malloc(self._nlev * sizeof(level_t))
+        self._ans = <int32_t*>malloc(self._nlev * sizeof(int32_t))
+        if self._levels == NULL or self._ans == NULL:
+            raise MemoryError()
+        cdef int64_t j
+        for j in range(self._nlev):
+            self._levels[j].slots = NULL
+            self._ans[j] = -1
+        for j in range(self._nlev):
+            self._levels[j].cap = 1 << MIN_CAP_BITS
+            self._levels[j].count = 0
+            self._levels[j].shift = 32 - MIN_CAP_BITS
+            self._levels[j].slots = <slot_t*>malloc((1 << MIN_CAP_BITS) * sizeof(slot_t))
+            if self._levels[j].slots == NULL:
+                raise MemoryError()
+            memset(self._levels[j].slots, 0xFF, (1 << MIN_CAP_BITS) * sizeof(slot_t))
+
+    def __dealloc__(self):
+        cdef int64_t j
+        if self._levels != NULL:
+            for j in range(self._nlev):
+                free(self._levels[j].slots)
+            free(self._levels)
+        free(self._ans)
+
+    cdef int _check_ready(self) except -1:
+        if self._levels == NULL:
+            raise RuntimeError("NgramIndex was not initialised")
+        if self._writing:
+            raise RuntimeError("NgramIndex is being extended by another thread")
+        return 0
+
+    # -- configuration ------------------------------------------------------------
+    @property
+    def min_n(self):
+        return self._lo
+
+    @property
+    def max_n(self):
+        return self._hi
+
+    @property
+    def prefer(self):
+        return "earliest" if self._earliest else "latest"
+
+    @property
+    def adaptive(self):
+        return bool(self._adaptive)
+
+    @property
+    def draft_len(self):
+        """The draft length ``propose()`` uses when ``max_k`` is None."""
+        return self._k
+
+    # -- contents -------------------------------------------------------------------
+    def __len__(self):
+        return self._len
+
+    @property
+    def tokens(self):
+        """The indexed tokens, as a read-only int64 view of the index's buffer."""
+        if self._buf is None:
+            return np.zeros(0, dtype=np.int64)
+        v = self._buf[: self._len]
+        v.flags.writeable = False
+        return v
+
+    @property
+    def nbytes(self):
+        """Bytes this index holds: the token buffer and every level's hash table."""
+        cdef int64_t total = 0, j
+        if self._buf is not None:
+            total += self._buf.nbytes
+        if self._levels != NULL:
+            total += self._nlev * (sizeof(level_t) + sizeof(int32_t))
+            for j in range(self._nlev):
+                total += self._levels[j].cap * sizeof(slot_t)
+        return total
+
+    @property
+    def bytes_per_token(self):
+        """``nbytes`` per indexed token (0.0 while empty)."""
+        return self.nbytes / (<double>self._len) if self._len else 0.0
+
+    cdef int _grow_buffer(self, int64_t need) except -1:
+        cdef int64_t cap = self._cap
+        while cap < need:
+            cap = cap + (cap >> 1) + 16
+        if cap > MAX_INDEX_TOKENS + 1:
+            cap = MAX_INDEX_TOKENS + 1
+        new = np.empty(cap, dtype=np.int64)
+        new[: self._len] = self._buf[: self._len]
+        cdef int64_t[::1] nv = new
+        self._buf = new              # views handed out keep the old buffer alive
+        self._tok = &nv[0]
+        self._cap = cap
+        return 0
+
+    def extend(self, tokens):
+        """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
+        cdef int64_t m, i, v
+        cdef Py_ssize_t n
+        self._check_ready()
+        if self._readers:
+            raise RuntimeError("NgramIndex is being read by a batch proposal in another thread")
+        if type(tokens) is list and Py_SIZE(tokens) <= SMALL_LIST:
+            # the serving loop's case, a few accepted tokens: no numpy round trip
+            n = Py_SIZE(tokens)
+            if self._len + n > self._cap and self._len + n <= MAX_INDEX_TOKENS:
+                self._grow_buffer(self._len + n)
+            if self._len + n <= self._cap:
+                for i in range(n):
+                    t = (<list>tokens)[i]
+                    if type(t) is not int:
+                        break
+                    try:
+                        v = t
+                    except OverflowError:
+                        break
+                    self._tok[self._len + i] = v
+                else:
+                    self._ingest(n)
+                    return
+        arr = _as_ids(tokens, "tokens")
+        m = arr.shape[0]
+        if m == 0:
+            return
+        if self._len + m > MAX_INDEX_TOKENS:
+            raise OverflowError(
+                f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                f"{self._len} + {m} is too many"
+            )
+        if self._len + m > self._cap:
+            self._grow_buffer(self._len + m)
+        self._buf[self._len : self._len + m] = arr
+        self._ingest(m)
+
+    def append(self, token):
+        """Append one verified token."""
+        cdef int64_t v
+        if type(token) is int and self._len < self._cap and self._levels != NULL \
+                and not self._writing and not self._readers:
+            try:
+                v = token
+            except OverflowError:
+                pass
+            else:
+                self._tok[self._len] = v
+                self._ingest(1)
+                return
+        self.extend([token])
+
+    cdef int _ingest(self, int64_t m) except -1:
+        """Index the m tokens already written at positions _len.._len + m - 1."""
+        cdef int64_t start = self._len, stop, j, lo = self._lo, hi = self._hi
+        cdef int64_t total = self._len + m
+        cdef bint earliest = self._earliest
+        cdef level_t* levels = self._levels
+        cdef int32_t* ans = self._ans
+        cdef const int64_t* tok = self._tok
+        cdef int rc = 0
+        if m == 0:
+            return 0
+        if total > MAX_INDEX_TOKENS:
+            raise OverflowError(
+                f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                f"{self._len} + {m} is too many"
+            )
+        self._writing = 1
+        try:
+            while start < total:
+                stop = min(start + CHUNK, total)
+                for j in range(self._nlev):
+                    if _reserve(&levels[j], levels[j].count + (stop - start)) < 0:
+                        rc = -1
+                        break
+                if rc < 0:
+                    break
+                if stop - start >= NOGIL_MIN // 4:
+                    with nogil:
+                        _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest)
+                else:
+                    _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest)
+                start = stop
+        finally:
+            self._len = start        # every position below start is fully indexed
+            self._writing = 0
+        if rc < 0:
+            raise MemoryError(f"NgramIndex could not grow its tables (after {start} tokens)")
+        return 0
+
+    def propose(self, max_k=None):
+        """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
+        list; ``max_k=None`` uses ``draft_len``."""
+        cdef int64_t k, end, i, stop
+        if self._writing or self._levels == NULL:
+            self._check_ready()
+        if max_k is None:
+            k = self._k
+        else:
+            if type(max_k) is not int or max_k < 0:
+                max_k = check_count(max_k, "max_k")
+            k = max_k if max_k < self._len else self._len
+        end = _chosen_end(self._ans, self._nlev)
+        if end < 0 or k <= 0:
+            return []
+        stop = end + k if end + k < self._len else self._len
+        cdef const int64_t* tok = self._tok
+        return [tok[i] for i in range(end, stop)]
+
+    def match_length(self):
+        """The n of the current match (0 when nothing matches)."""
+        cdef int64_t j
+        self._check_ready()
+        for j in range(self._nlev - 1, -1, -1):
+            if self._ans[j] >= 0:
+                return self._lo + j
+        return 0
+
+    # -- acceptance statistics and the adaptive draft length ---------------------
+    def record(self, proposed, accepted):
+        """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
+        the draft length to use next (changed only when ``adaptive``)."""
+        p, a = _check_record(proposed, accepted)
+        self._record(p, a)
+        return self._k
+
+    cdef void _record(self, int64_t p, int64_t a) noexcept:
+        self._steps += 1
+        self._drafted += p
+        self._accepted += a
+        if p > 0 and a == p:
+            self._full += 1
+        if self._adaptive and p > 0:
+            if a == p:
+                self._k = min(self._k + GROW_STEP, self._kmax)
+            else:
+                self._k = max(self._k - SHRINK_STEP, self._kmin)
+
+    @property
+    def stats(self):
+        """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
+        accepted drafts, the acceptance rate and the current draft length."""
+        return {
+            "steps": self._steps,
+            "drafted": self._drafted,
+            "accepted": self._accepted,
+            "full_accepts": self._full,
+            "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
+            "draft_len": self._k,
+        }
+
+    def __repr__(self):
+        return (
+            f"NgramIndex(min_n={self._lo}, max_n={self._hi}, prefer={self.prefer!r}, "
+            f"len={self._len})"
+        )
+
+    def __reduce__(self):
+        # pickled as its settings, tokens and statistics; unpickling re-indexes the tokens
+        self._check_ready()
+        return (
+            _rebuild,
+            (type(self), self._lo, self._hi, self.prefer, self._k, bool(self._adaptive),
+             self._kmin, self._kmax, np.array(self.tokens),
+             (self._steps, self._drafted, self._accepted, self._full)),
+        )
+
+    def _restore_stats(self, stats):
+        self._steps, self._drafted, self._accepted, self._full = stats
+
+
+def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
+    ix = cls(lo, hi, prefer, draft_len=k, adaptive=adaptive, min_draft=kmin, max_draft=kmax)
+    ix.extend(tokens)
+    ix._restore_stats(stats)
+    return ix
+
+
+cdef list _index_list(object indexes):
+    if isinstance(indexes, NgramIndex):
+        raise TypeError("indexes must be a sequence of NgramIndex, got a single NgramIndex")
+    try:
+        out = list(indexes)
+    except TypeError:
+        raise TypeError(
+            f"indexes must be a sequence of NgramIndex, got {type(indexes).__name__}"
+        ) from None
+    cdef Py_ssize_t i
+    for i in range(len(out)):
+        if type(out[i]) is not NgramIndex and not isinstance(out[i], NgramIndex):
+            ix = out[i]
+            raise TypeError(
+                f"indexes[{i}] must be an NgramIndex of the same implementation, "
+                f"got {type(ix).__module__}.{type(ix).__name__}"
+            )
+    return out
+
+
+cdef void _propose_views(const view_t* views, int64_t b, int64_t* out, int64_t* out_off,
+                         int64_t* lengths) noexcept nogil:
+    cdef int64_t i, j, end, take, w = 0
+    cdef const view_t* v
+    out_off[0] = 0
+    for i in range(b):
+        v = &views[i]
+        end = _chosen_end(v.ans, v.n_levels)
+        take = 0
+        if end >= 0 and v.k > 0:
+            take = v.k
+            for j in range(take):
+                out[w + j] = v.tok[end + j]
+        w += take
+        lengths[i] = take
+        out_off[i + 1] = w
+
+
+def propose_batch(indexes, max_k=None):
+    """``propose`` for B indexes in one call, without the GIL for the whole batch.
+
+    ``max_k`` is one count, one count per index, or None for each index's
+    ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
+    does, ``drafts`` being int64.
+    """
+    cdef list ixs = _index_list(indexes)
+    cdef int64_t b = len(ixs), i, k, end, bound = 0, one_k = -1
+    cdef const int64_t[::1] kv
+    cdef NgramIndex ix
+    if max_k is None:
+        pass
+    elif type(max_k) is int and max_k >= 0:
+        one_k = max_k if max_k < MAX_INDEX_TOKENS else MAX_INDEX_TOKENS
+    elif isinstance(max_k, (np.ndarray, list, tuple)):
+        kv = _check_batch_k(max_k, b, None)
+    else:
+        one_k = min(check_count(max_k, "max_k"), MAX_INDEX_TOKENS)
+    cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
+    if views == NULL:
+        raise MemoryError()
+    try:
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            ix._check_ready()
+            if max_k is None:
+                k = ix._k
+            elif one_k >= 0:
+                k = one_k
+            else:
+                k = kv[i]
+            views[i].tok = ix._tok
+            views[i].ans = ix._ans
+            views[i].n_levels = ix._nlev
+            # clip k to the tokens after the chosen occurrence now, so the nogil pass
+            # needs no length (and the output's size is exact)
+            end = _chosen_end(ix._ans, ix._nlev)
+            if end < 0:
+                k = 0
+            elif k > ix._len - end:
+                k = ix._len - end
+            views[i].k = k
+            bound += k
+        out = np.empty(bound, dtype=np.int64)
+        out_off = np.empty(b + 1, dtype=np.int64)
+        lengths = np.empty(b, dtype=np.int64)
+        for i in range(b):
+            (<NgramIndex>ixs[i])._readers += 1
+        try:
+            _run_views(views, b, out, out_off, lengths)
+        finally:
+            for i in range(b):
+                (<NgramIndex>ixs[i])._readers -= 1
+    finally:
+        free(views)
+    return out, out_off, lengths
+
+
+cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, object lengths) except -1:
+    cdef int64_t[::1] o = out
+    cdef int64_t[::1] oo = out_off
+    cdef int64_t[::1] ln = lengths
+    cdef int64_t z = 0
+    with nogil:
+        _propose_views(views, b, &o[0] if o.shape[0] else &z, &oo[0], &ln[0] if b else &z)
+    return 0
+
+
+def record_batch(indexes, proposed, accepted):
+    """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
+    Returns the next draft lengths (int64)."""
+    cdef list ixs = _index_list(indexes)
+    cdef int64_t b = len(ixs), i
+    p = _check_batch_k(proposed, b, None, "proposed")
+    a = _check_batch_k(accepted, b, None, "accepted")
+    cdef const int64_t[::1] pv = p
+    cdef const int64_t[::1] av = a
+    for i in range(b):
+        if av[i] > pv[i]:
+            raise ValueError(f"accepted[{i}]={av[i]} is beyond the {pv[i]} drafted tokens")
+    out = np.empty(b, dtype=np.int64)
+    cdef int64_t[::1] ov = out
+    cdef NgramIndex ix
+    for i in range(b):
+        ix = <NgramIndex>ixs[i]
+        ix._record(pv[i], av[i])
+        ov[i] = ix._k
+    return out

@@ -1,0 +1,102 @@
+"""N-gram drafting at any context length: longest match, an incremental index, batches.
+
+``longest_match`` rescans a history (O(L) per call, vectorised); ``NgramIndex`` keeps
+one request's verified tokens indexed so that each proposal costs the same at 1k tokens
+as at 1M; ``propose_batch`` and ``longest_match_batch`` serve B requests per call with
+the GIL released for the whole batch. Every function runs on the compiled core, or on
+its pure-Python twin where that is not built (``specfsm._impl``).
+
+The rule, shared by all of them: for n from ``max_n`` down to ``min_n``, the first n for
+which the history's last n tokens occur earlier (an occurrence starting before
+``len - n``) is chosen; among that n's occurrences the most recent
+(``prefer="latest"``; with ``min_n == max_n`` exactly ``prompt_lookup``) or the first
+(``prefer="earliest"``, vLLM's choice) is taken; the draft is up to ``max_k`` tokens that
+followed it, and is empty when nothing matches.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _impl
+
+if TYPE_CHECKING:  # type checkers read the twin
+    from ._py import ngram_index as _k
+else:
+    _k = _impl.load("ngram_index")
+
+__all__ = [
+    "NgramIndex",
+    "longest_match",
+    "longest_match_batch",
+    "propose_batch",
+    "record_batch",
+]
+
+#: The incremental index of the active implementation (a class: use it directly).
+#:
+#: ``NgramIndex(min_n, max_n=None, prefer="latest", *, draft_len=4, adaptive=False,
+#: min_draft=1, max_draft=16)`` indexes one request's verified tokens: ``extend(tokens)``
+#: appends them (amortised O(max_n - min_n + 1) work per token), ``propose(max_k=None)``
+#: returns as a list exactly what ``longest_match`` gives on everything extended so far,
+#: in O(max_n - min_n + max_k) whatever the length. ``max_n=None`` means ``min_n``. Drafts
+#: are never extended into the index, so a rejected draft needs no undo. ``len(index)``,
+#: ``index.tokens`` (a read-only int64 view), ``index.nbytes`` and
+#: ``index.bytes_per_token`` report its contents and memory (the compiled index holds
+#: 8 bytes per token plus one 8-byte hash slot per distinct n-gram and n, at a load
+#: factor between 1/3 and 2/3). ``record(proposed, accepted)`` keeps acceptance
+#: statistics (``index.stats``) and, with ``adaptive=True``, lengthens ``draft_len`` by
+#: 2 after a fully accepted draft and shortens it by 1 after a rejection, within
+#: ``[min_draft, max_draft]``. Refuses ``min_n < 1``, ``min_n > max_n``, unknown
+#: ``prefer`` values, non-integer or 2-D tokens and ids beyond int64. One index is not
+#: meant to be extended from two threads at once (it refuses an ``extend`` while a
+#: batch proposal reads it).
+NgramIndex = _k.NgramIndex
+
+
+def longest_match(history: Any, min_n: int, max_n: int, max_k: int, prefer: str = "latest") -> Any:
+    """Draft up to ``max_k`` tokens that followed the longest (``max_n`` down to ``min_n``)
+    earlier occurrence of ``history``'s last tokens, taking that n's latest occurrence
+    (``prefer="latest"``) or its first (``"earliest"``).
+
+    ``history`` is a list or tuple of integer ids or a 1-D integer numpy array; a numpy
+    history gives a numpy draft of its dtype, anything else a list. O(len(history)) per
+    call (use ``NgramIndex`` to draft repeatedly from a growing history). Refuses
+    ``min_n < 1``, ``min_n > max_n``, negative ``max_k``, non-integer or 2-D input and ids
+    beyond int64.
+    """
+    return _k.longest_match(history, min_n, max_n, max_k, prefer)
+
+
+def longest_match_batch(
+    tokens: Any, offsets: Any, min_n: int, max_n: int, max_k: Any, prefer: str = "latest"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``longest_match`` for B histories stored back to back in one flat array.
+
+    History ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1
+    nondecreasing boundaries); ``max_k`` is one count or one per request. Returns
+    ``(drafts, draft_offsets, lengths)``: draft ``i`` is
+    ``drafts[draft_offsets[i]:draft_offsets[i + 1]]`` and holds ``lengths[i]`` tokens,
+    in the dtype of ``tokens``. The compiled core runs the whole batch without the GIL.
+    """
+    return _k.longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer)
+
+
+def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``NgramIndex.propose`` for B indexes in one call (the GIL released for the batch).
+
+    ``max_k`` is one count, one count per index, or None for each index's own
+    ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch`` does,
+    ``drafts`` being int64. Refuses anything but a sequence of this implementation's
+    ``NgramIndex``.
+    """
+    return _k.propose_batch(indexes, max_k)
+
+
+def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
+    """``NgramIndex.record`` for B indexes: ``proposed[i]`` drafted tokens of which
+    ``accepted[i]`` were accepted. Returns each index's next ``draft_len`` (int64).
+    Refuses ``accepted[i] > proposed[i]``."""
+    return _k.record_batch(indexes, proposed, accepted)
