@@ -1,0 +1,501 @@
+# cython: language_level=3
+"""Batched acceptance kernels over ragged drafts (compiled).
+
+Same names, results and errors as the twin ``specfsm._py.accept`` (read its module
+docstring for the layout). Arguments are checked once in Python by the helpers shared
+with the twin; the probability-row check and the kernels then run over typed
+memoryviews with the GIL released.
+"""
+
+import numpy as np
+
+from specfsm._py.accept import (
+    PROB_ATOL,
+    _prepare_exact,
+    _prepare_min_run,
+    _prepare_speculative,
+    _prepare_typical,
+    _prob_error,
+    _probs,
+)
+
+from libc.math cimport exp, log
+from libc.stdint cimport int32_t, int64_t
+from cython cimport floating
+
+from _typedefs cimport token_t
+
+__all__ = [
+    "PROB_ATOL",
+    "check_probs",
+    "exact_batch",
+    "min_run_batch",
+    "speculative_batch",
+    "typical_batch",
+]
+
+cdef extern from *:
+    """
+    /* Probability-row check and residual draw, written once for float and double.
+
+       Row check: the row is summed in 8 independent lanes (vectorisable, no
+       reassociation needed) and scanned for negatives; a row whose sum is not within
+       atol of 1 (NaN and inf make it so) or that holds a negative entry is rescanned
+       to name the first bad entry.
+
+       Residual draw: r_j = max(0, p_j - q_j) (q one-hot on x when q is NULL; p alone
+       when use_p). Groups of 8 entries are summed as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7))
+       (zeros past the end); the group sums are added in order; the token is the first
+       entry whose running sum, walked from the group start, exceeds u * total. The twin
+       performs the same float64 operations in the same order. */
+    #include <math.h>
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    /* d > 0 ? d : 0 without a branch (MAXSD returns its second operand for NaN and
+       for equal zeros, exactly the conditional's result). */
+    static inline double specfsm_pos(double d) {
+        return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(d), _mm_setzero_pd()));
+    }
+    /* Eight running sums, lane l holding x[l], x[l + 8], ... (j < v8, a multiple of 8),
+       and whether any entry is negative; SSE2 vectors of two doubles where available. */
+    static inline void specfsm_lanes_f32(const float* x, Py_ssize_t v8, double* acc, int* neg) {
+        __m128d a0 = _mm_setzero_pd(), a1 = _mm_setzero_pd();
+        __m128d a2 = _mm_setzero_pd(), a3 = _mm_setzero_pd();
+        __m128 ng = _mm_setzero_ps();
+        const __m128 z = _mm_setzero_ps();
+        for (Py_ssize_t j = 0; j < v8; j += 8) {
+            __m128 x0 = _mm_loadu_ps(x + j), x1 = _mm_loadu_ps(x + j + 4);
+            a0 = _mm_add_pd(a0, _mm_cvtps_pd(x0));
+            a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(x0, x0)));
+            a2 = _mm_add_pd(a2, _mm_cvtps_pd(x1));
+            a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(x1, x1)));
+            ng = _mm_or_ps(ng, _mm_or_ps(_mm_cmplt_ps(x0, z), _mm_cmplt_ps(x1, z)));
+        }
+        _mm_storeu_pd(acc, a0); _mm_storeu_pd(acc + 2, a1);
+        _mm_storeu_pd(acc + 4, a2); _mm_storeu_pd(acc + 6, a3);
+        *neg = _mm_movemask_ps(ng) != 0;
+    }
+    static inline void specfsm_lanes_f64(const double* x, Py_ssize_t v8, double* acc, int* neg) {
+        __m128d a0 = _mm_setzero_pd(), a1 = _mm_setzero_pd();
+        __m128d a2 = _mm_setzero_pd(), a3 = _mm_setzero_pd();
+        __m128d ng = _mm_setzero_pd();
+        const __m128d z = _mm_setzero_pd();
+        for (Py_ssize_t j = 0; j < v8; j += 8) {
+            __m128d x0 = _mm_loadu_pd(x + j), x1 = _mm_loadu_pd(x + j + 2);
+            __m128d x2 = _mm_loadu_pd(x + j + 4), x3 = _mm_loadu_pd(x + j + 6);
+            a0 = _mm_add_pd(a0, x0); a1 = _mm_add_pd(a1, x1);
+            a2 = _mm_add_pd(a2, x2); a3 = _mm_add_pd(a3, x3);
+            ng = _mm_or_pd(ng, _mm_or_pd(_mm_or_pd(_mm_cmplt_pd(x0, z), _mm_cmplt_pd(x1, z)),
+                                         _mm_or_pd(_mm_cmplt_pd(x2, z), _mm_cmplt_pd(x3, z))));
+        }
+        _mm_storeu_pd(acc, a0); _mm_storeu_pd(acc + 2, a1);
+        _mm_storeu_pd(acc + 4, a2); _mm_storeu_pd(acc + 6, a3);
+        *neg = _mm_movemask_pd(ng) != 0;
+    }
+    #else
+    static inline double specfsm_pos(double d) { return d > 0.0 ? d : 0.0; }
+    #define SPECFSM_LANES(T, SUF)                                                        \
+    static inline void specfsm_lanes_##SUF(const T* x, Py_ssize_t v8, double* acc, int* neg) { \
+        int n = 0;                                                                        \
+        for (int l = 0; l < 8; l++) acc[l] = 0.0;                                         \
+        for (Py_ssize_t j = 0; j < v8; j += 8)                                            \
+            for (int l = 0; l < 8; l++) { double y = (double)x[j + l]; acc[l] += y; n |= (y < 0.0); } \
+        *neg = n;                                                                         \
+    }
+    SPECFSM_LANES(float, f32)
+    SPECFSM_LANES(double, f64)
+    #endif
+
+    #define SPECFSM_OK 0
+    #define SPECFSM_NONFINITE 1
+    #define SPECFSM_NEGATIVE 2
+    #define SPECFSM_BADSUM 3
+
+    #define SPECFSM_DEFINE(T, SUF)                                                       \
+    static int specfsm_check_rows_##SUF(const T* p, Py_ssize_t n, Py_ssize_t v,          \
+                                        double atol, Py_ssize_t* row, Py_ssize_t* col,   \
+                                        double* value) {                                  \
+        for (Py_ssize_t r = 0; r < n; r++) {                                              \
+            const T* x = p + r * v;                                                       \
+            double acc[8];                                                                \
+            int ng;                                                                       \
+            Py_ssize_t j = v - (v % 8);                                                   \
+            specfsm_lanes_##SUF(x, j, acc, &ng);                                          \
+            for (; j < v; j++) {                                                          \
+                double y = (double)x[j];                                                  \
+                acc[0] += y;                                                              \
+                ng |= (y < 0.0);                                                          \
+            }                                                                             \
+            double s = ((acc[0] + acc[1]) + (acc[2] + acc[3]))                            \
+                     + ((acc[4] + acc[5]) + (acc[6] + acc[7]));                           \
+            if (ng || !(fabs(s - 1.0) <= atol)) {                                         \
+                for (j = 0; j < v; j++) {                                                 \
+                    double y = (double)x[j];                                              \
+                    if (!(y >= 0.0 && y <= DBL_MAX)) {                                    \
+                        *row = r; *col = j; *value = y;                                   \
+                        return y < 0.0 ? SPECFSM_NEGATIVE : SPECFSM_NONFINITE;            \
+                    }                                                                     \
+                }                                                                         \
+                *row = r; *col = 0; *value = s;                                           \
+                return SPECFSM_BADSUM;                                                    \
+            }                                                                             \
+        }                                                                                 \
+        return SPECFSM_OK;                                                                \
+    }                                                                                     \
+                                                                                          \
+    static inline double specfsm_res_##SUF(const T* p, const T* q, Py_ssize_t j,          \
+                                           Py_ssize_t x, int use_p) {                     \
+        double d;                                                                         \
+        if (use_p) d = (double)p[j];                                                      \
+        else if (q) d = (double)p[j] - (double)q[j];                                      \
+        else if (j == x) d = (double)p[j] - 1.0;                                          \
+        else d = (double)p[j];                                                            \
+        return specfsm_pos(d);                                                            \
+    }                                                                                     \
+                                                                                          \
+    static double specfsm_group_##SUF(const T* p, const T* q, Py_ssize_t v, Py_ssize_t g, \
+                                      Py_ssize_t x, int use_p) {                          \
+        double r[8];                                                                      \
+        Py_ssize_t j0 = g * 8;                                                            \
+        if (j0 + 8 <= v && (use_p || q || x < j0 || x >= j0 + 8)) {                       \
+            if (q && !use_p) {                                                            \
+                for (int l = 0; l < 8; l++) {                                             \
+                    double d = (double)p[j0 + l] - (double)q[j0 + l];                     \
+                    r[l] = specfsm_pos(d);                                                \
+                }                                                                         \
+            } else {                                                                      \
+                for (int l = 0; l < 8; l++) {                                             \
+                    double d = (double)p[j0 + l];                                         \
+                    r[l] = specfsm_pos(d);                                                \
+                }                                                                         \
+            }                                                                             \
+        } else {                                                                          \
+            for (int l = 0; l < 8; l++)                                                   \
+                r[l] = (j0 + l < v) ? specfsm_res_##SUF(p, q, j0 + l, x, use_p) : 0.0;    \
+        }                                                                                 \
+        return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));         \
+    }                                                                                     \
+                                                                                          \
+    static Py_ssize_t specfsm_pick_##SUF(const T* p, const T* q, Py_ssize_t v,            \
+                                         Py_ssize_t x, double u, double* scratch) {       \
+        Py_ssize_t ng = (v + 7) / 8;                                                      \
+        for (int use_p = 0; use_p < 2; use_p++) {                                         \
+            double total = 0.0;                                                           \
+            for (Py_ssize_t g = 0; g < ng; g++) {                                         \
+                double gs = specfsm_group_##SUF(p, q, v, g, x, use_p);                    \
+                scratch[g] = gs;                                                          \
+                total += gs;                                                              \
+            }                                                                             \
+            if (!(total > 0.0)) continue;                                                 \
+            double t = u * total, run = 0.0;                                              \
+            for (Py_ssize_t g = 0; g < ng; g++) {                                         \
+                double next = run + scratch[g];                                           \
+                if (next > t) {                                                           \
+                    double a = run;                                                       \
+                    Py_ssize_t last = -1;                                                 \
+                    for (Py_ssize_t j = g * 8; j < g * 8 + 8 && j < v; j++) {             \
+                        double rj = specfsm_res_##SUF(p, q, j, x, use_p);                 \
+                        if (rj > 0.0) last = j;                                           \
+                        a += rj;                                                          \
+                        if (a > t) return j;                                              \
+                    }                                                                     \
+                    return last;                                                          \
+                }                                                                         \
+                run = next;                                                               \
+            }                                                                             \
+            for (Py_ssize_t j = v - 1; j >= 0; j--)                                       \
+                if (specfsm_res_##SUF(p, q, j, x, use_p) > 0.0) return j;                 \
+        }                                                                                 \
+        return x;                                                                         \
+    }
+
+    #include <float.h>
+    SPECFSM_DEFINE(float, f32)
+    SPECFSM_DEFINE(double, f64)
+    """
+    int specfsm_check_rows_f32(const float* p, Py_ssize_t n, Py_ssize_t v, double atol,
+                               Py_ssize_t* row, Py_ssize_t* col, double* value) noexcept nogil
+    int specfsm_check_rows_f64(const double* p, Py_ssize_t n, Py_ssize_t v, double atol,
+                               Py_ssize_t* row, Py_ssize_t* col, double* value) noexcept nogil
+    Py_ssize_t specfsm_pick_f32(const float* p, const float* q, Py_ssize_t v, Py_ssize_t x,
+                                double u, double* scratch) noexcept nogil
+    Py_ssize_t specfsm_pick_f64(const double* p, const double* q, Py_ssize_t v, Py_ssize_t x,
+                                double u, double* scratch) noexcept nogil
+
+cdef enum:
+    OK = 0
+
+cdef double _ATOL = PROB_ATOL
+
+
+# -- probability rows ------------------------------------------------------------------
+cdef object _first_bad(object arr):
+    cdef const float[:, ::1] f32
+    cdef const double[:, ::1] f64
+    cdef Py_ssize_t r = 0, c = 0, n = arr.shape[0], v = arr.shape[1]
+    cdef double val = 0.0
+    cdef int code = OK
+    if n == 0:
+        return code, r, c, val
+    if arr.dtype.itemsize == 4:
+        f32 = arr
+        with nogil:
+            code = specfsm_check_rows_f32(&f32[0, 0], n, v, _ATOL, &r, &c, &val)
+    else:
+        f64 = arr
+        with nogil:
+            code = specfsm_check_rows_f64(&f64[0, 0], n, v, _ATOL, &r, &c, &val)
+    return code, r, c, val
+
+
+cdef _raise_if_bad(object arr, str name):
+    code, r, c, val = _first_bad(arr)
+    if code != OK:
+        raise _prob_error(name, code, r, c, val)
+
+
+def check_probs(probs, name="probs"):
+    """Return ``probs`` as a C-contiguous float32/float64 2-D array, refusing rows that
+    hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``."""
+    p = _probs(probs, name)
+    _raise_if_bad(p, name)
+    return p
+
+
+# -- exact / min-run -----------------------------------------------------------------
+cdef void _exact_kernel(const token_t[::1] d, const token_t[::1] c, const int64_t[::1] off,
+                        Py_ssize_t m, int32_t[:, ::1] out, int32_t[::1] acc) noexcept nogil:
+    cdef Py_ssize_t b = off.shape[0] - 1, i, lo, hi, n, j
+    for i in range(b):
+        lo = off[i]
+        hi = off[i + 1]
+        n = 0
+        while lo + n < hi and d[lo + n] == c[lo + n]:
+            n += 1
+        if n < m:
+            n = 0
+        for j in range(n):
+            out[i, j] = <int32_t>d[lo + j]
+        if lo + n < hi:
+            out[i, n] = <int32_t>c[lo + n]
+        acc[i] = <int32_t>n
+
+
+cdef _exact_run(object d, object c, object off, Py_ssize_t k_max, Py_ssize_t m):
+    cdef Py_ssize_t b = off.shape[0] - 1
+    out = np.full((b, k_max + 1), -1, dtype=np.int32)
+    acc = np.zeros(b, dtype=np.int32)
+    cdef int32_t[:, ::1] o = out
+    cdef int32_t[::1] a = acc
+    cdef const int64_t[::1] offv = off
+    cdef const int32_t[::1] d32, c32
+    cdef const int64_t[::1] d64, c64
+    if d.dtype.itemsize == 4:
+        d32 = d
+        c32 = c
+        with nogil:
+            _exact_kernel(d32, c32, offv, m, o, a)
+    else:
+        d64 = d
+        c64 = c
+        with nogil:
+            _exact_kernel(d64, c64, offv, m, o, a)
+    return out, acc
+
+
+def exact_batch(draft, choices, offsets):
+    """Greedy exact match for B ragged drafts: request ``b`` keeps its leading rows whose
+    draft token equals the target's choice, then emits the choice at the first mismatch.
+
+    ``choices`` is flat like ``draft`` (one target choice per draft row). Refuses ids
+    that are negative or beyond int32, bad offsets and length mismatches.
+    """
+    d, c, off, k_max = _prepare_exact(draft, choices, offsets)
+    return _exact_run(d, c, off, k_max, 0)
+
+
+def min_run_batch(draft, choices, offsets, m):
+    """``exact_batch`` where a request keeps its matched rows only when there are at
+    least ``m`` of them (else it accepts 0 and emits its row-0 choice)."""
+    mm = _prepare_min_run(m)
+    d, c, off, k_max = _prepare_exact(draft, choices, offsets)
+    return _exact_run(d, c, off, k_max, mm)
+
+
+# -- speculative sampling ----------------------------------------------------------------
+cdef inline Py_ssize_t _pick(const floating[:, ::1] p, const floating[:, ::1] q, bint has_q,
+                             Py_ssize_t row, Py_ssize_t x, double u, double* scratch) noexcept nogil:
+    if floating is float:
+        return specfsm_pick_f32(&p[row, 0], &q[row, 0] if has_q else NULL, p.shape[1], x, u, scratch)
+    else:
+        return specfsm_pick_f64(&p[row, 0], &q[row, 0] if has_q else NULL, p.shape[1], x, u, scratch)
+
+
+cdef void _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
+                       const floating[:, ::1] p, const floating[:, ::1] q, bint has_q,
+                       const double[::1] u, int32_t[:, ::1] out,
+                       int32_t[::1] acc, double* scratch) noexcept nogil:
+    cdef Py_ssize_t b = off.shape[0] - 1, i, lo, k, ub, n, x
+    cdef double pp, qq
+    for i in range(b):
+        lo = off[i]
+        k = off[i + 1] - lo
+        ub = lo + i
+        n = 0
+        while n < k:
+            x = <Py_ssize_t>d[lo + n]
+            pp = <double>p[lo + n, x]
+            qq = <double>q[lo + n, x] if has_q else 1.0
+            if u[ub + n] * qq <= pp:
+                out[i, n] = <int32_t>x
+                n += 1
+            else:
+                break
+        acc[i] = <int32_t>n
+        if n < k:
+            out[i, n] = <int32_t>_pick(p, q, has_q, lo + n, <Py_ssize_t>d[lo + n], u[ub + k], scratch)
+
+
+def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check=True):
+    """Speculative-sampling acceptance for B ragged drafts.
+
+    ``target_probs`` (and ``draft_probs``, or None for drafts without probabilities,
+    treated as one-hot on the drafted token) hold one row per draft row (N x V).
+    ``uniforms`` holds N + B draws in [0, 1): request ``b`` reads its K_b acceptance
+    draws at ``uniforms[offsets[b] + b : offsets[b + 1] + b]`` and its residual draw
+    right after. Row i is accepted when ``u_i * q_i(x_i) <= p_i(x_i)``; at the first
+    rejected row the token is drawn by inverse CDF from ``max(0, p - q)`` (float64, see
+    ``_residual_pick`` in the twin for the exact summation order). With ``check`` every
+    probability row is checked first (finite, non-negative, sums to 1 within
+    ``PROB_ATOL``); token ids, shapes and uniforms are always checked.
+    """
+    d, off, p, q, u, k_max = _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms)
+    if check:
+        _raise_if_bad(p, "target_probs")
+        if q is not None:
+            _raise_if_bad(q, "draft_probs")
+    cdef bint has_q = q is not None
+    if not has_q:
+        q = p  # never read: a same-typed placeholder for the memoryview
+    cdef Py_ssize_t b = off.shape[0] - 1
+    out = np.full((b, k_max + 1), -1, dtype=np.int32)
+    acc = np.zeros(b, dtype=np.int32)
+    scratch_arr = np.empty((p.shape[1] + 7) // 8, dtype=np.float64)
+    cdef double[::1] sc = scratch_arr
+    cdef double* scratch = &sc[0]
+    cdef int32_t[:, ::1] o = out
+    cdef int32_t[::1] a = acc
+    cdef const int64_t[::1] offv = off
+    cdef const double[::1] uv = u
+    cdef const int32_t[::1] d32
+    cdef const int64_t[::1] d64
+    cdef const float[:, ::1] p32, q32
+    cdef const double[:, ::1] p64, q64
+    if p.dtype.itemsize == 4:
+        p32 = p
+        q32 = q
+        if d.dtype.itemsize == 4:
+            d32 = d
+            with nogil:
+                _spec_kernel(d32, offv, p32, q32, has_q, uv, o, a, scratch)
+        else:
+            d64 = d
+            with nogil:
+                _spec_kernel(d64, offv, p32, q32, has_q, uv, o, a, scratch)
+    else:
+        p64 = p
+        q64 = q
+        if d.dtype.itemsize == 4:
+            d32 = d
+            with nogil:
+                _spec_kernel(d32, offv, p64, q64, has_q, uv, o, a, scratch)
+        else:
+            d64 = d
+            with nogil:
+                _spec_kernel(d64, offv, p64, q64, has_q, uv, o, a, scratch)
+    return out, acc
+
+
+# -- typical acceptance ----------------------------------------------------------------------
+cdef void _typical_kernel(const token_t[::1] d, const int64_t[::1] off, const floating[:, ::1] p,
+                          double thr, double alpha, int32_t[:, ::1] out,
+                          int32_t[::1] acc) noexcept nogil:
+    cdef Py_ssize_t b = off.shape[0] - 1, v = p.shape[1], i, lo, k, n, j, row, best
+    cdef double h, x, cut, top
+    for i in range(b):
+        lo = off[i]
+        k = off[i + 1] - lo
+        n = 0
+        while n < k:
+            row = lo + n
+            h = 0.0
+            for j in range(v):
+                x = <double>p[row, j]
+                if x > 0.0:
+                    h -= x * log(x)
+            cut = alpha * exp(-h)
+            if thr < cut:
+                cut = thr
+            if <double>p[row, <Py_ssize_t>d[row]] > cut:
+                out[i, n] = <int32_t>d[row]
+                n += 1
+            else:
+                best = 0
+                top = <double>p[row, 0]
+                for j in range(v):
+                    if <double>p[row, j] > top:
+                        best = j
+                        top = <double>p[row, j]
+                out[i, n] = <int32_t>best
+                break
+        acc[i] = <int32_t>n
+
+
+def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, posterior_alpha=0.3,
+                  check=True):
+    """Typical acceptance for B ragged drafts: row i is accepted while
+    ``p_i(x_i) > min(posterior_threshold, posterior_alpha * exp(-H(p_i)))``; at the
+    first rejected row the target's greedy choice (first argmax) is emitted.
+
+    ``H(p) = -sum p log p`` over the positive entries, summed in float64 in row order
+    with the C library's ``log`` and ``exp`` (what ``math.log``/``math.exp`` call), so
+    both implementations agree bit for bit. Refuses thresholds that are negative or not
+    finite, and the inputs ``speculative_batch`` refuses.
+    """
+    d, off, p, thr, alpha, k_max = _prepare_typical(
+        draft, offsets, target_probs, posterior_threshold, posterior_alpha
+    )
+    if check:
+        _raise_if_bad(p, "target_probs")
+    cdef Py_ssize_t b = off.shape[0] - 1
+    out = np.full((b, k_max + 1), -1, dtype=np.int32)
+    acc = np.zeros(b, dtype=np.int32)
+    cdef int32_t[:, ::1] o = out
+    cdef int32_t[::1] a = acc
+    cdef const int64_t[::1] offv = off
+    cdef double t = thr, al = alpha
+    cdef const int32_t[::1] d32
+    cdef const int64_t[::1] d64
+    cdef const float[:, ::1] p32
+    cdef const double[:, ::1] p64
+    if p.dtype.itemsize == 4:
+        p32 = p
+        if d.dtype.itemsize == 4:
+            d32 = d
+            with nogil:
+                _typical_kernel(d32, offv, p32, t, al, o, a)
+        else:
+            d64 = d
+            with nogil:
+                _typical_kernel(d64, offv, p32, t, al, o, a)
+    else:
+        p64 = p
+        if d.dtype.itemsize == 4:
+            d32 = d
+            with nogil:
+                _typical_kernel(d32, offv, p64, t, al, o, a)
+        else:
+            d64 = d
+            with nogil:
+                _typical_kernel(d64, offv, p64, t, al, o, a)
+    return out, acc

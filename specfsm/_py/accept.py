@@ -1,0 +1,435 @@
+"""Batched acceptance kernels over ragged drafts (pure-Python twin).
+
+B requests' drafts lie end to end in one flat token array; ``offsets`` (B + 1 entries,
+starting at 0, non-decreasing, ending at the flat length) says where request ``b``'s
+rows are: ``draft[offsets[b]:offsets[b + 1]]``. Per-row inputs (the target's choices,
+probability rows) use the same offsets. Every kernel returns ``(tokens, accepted)``:
+``tokens`` an int32 ``[B, K_max + 1]`` array padded with -1 whose row ``b`` holds the
+``accepted[b]`` accepted draft tokens followed, when a row was rejected, by the token
+emitted at that row (exactly the ``row_tokens`` that ``ServingState.accept_rows``
+needs); ``accepted`` an int32 ``[B]`` array. With the seed's convention (a K-row verify,
+no bonus row) a row never fills column ``K_max``: it stays -1.
+
+The private ``_prepare_*`` / ``_prob_error`` helpers below are the argument checks and
+messages shared with the compiled module (``specfsm._core.accept`` imports them), so
+both raise identical errors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._validate import as_token_array, check_count
+
+__all__ = [
+    "PROB_ATOL",
+    "check_probs",
+    "exact_batch",
+    "min_run_batch",
+    "speculative_batch",
+    "typical_batch",
+]
+
+#: How far a probability row's sum may stray from 1 (absolute, summed in float64).
+PROB_ATOL = 1e-3
+
+_INT32_MAX = 2**31 - 1
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# Error codes shared with the compiled row check.
+_OK, _NONFINITE, _NEGATIVE, _BADSUM = 0, 1, 2, 3
+
+
+# -- shared argument checks (used by the compiled module too) --------------------------
+def _tokens(x: object, name: str) -> np.ndarray:
+    """A 1-D int32/int64 C-contiguous array from an array, list or tuple of ids."""
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
+            raise TypeError(
+                f"{name} must be a 1-D integer array, list or tuple, got {type(x).__name__}"
+            )
+        arr = np.asarray(x)
+        if arr.size == 0 and arr.ndim == 1:
+            arr = arr.astype(np.int64)
+        x = arr
+    return as_token_array(x, name)
+
+
+_SMALL = 64  # below this many entries, checks run on Python lists (cheaper than numpy calls)
+
+
+def _offsets(offsets: object, total: int, name: str = "offsets") -> tuple[np.ndarray, int]:
+    """(offsets as int64, K_max), refusing offsets that do not describe ``total`` rows."""
+    off = _tokens(offsets, name).astype(np.int64, copy=False)
+    n = off.shape[0]
+    if n == 0:
+        raise ValueError(f"{name} must hold B + 1 entries starting at 0, got an empty array")
+    if n <= _SMALL:
+        lst = off.tolist()
+        first, last = lst[0], lst[-1]
+        steps = [b - a for a, b in zip(lst, lst[1:])]
+        bad = next((i for i, s in enumerate(steps) if s < 0), -1)
+        k_max = max(steps, default=0)
+    else:
+        first, last = int(off[0]), int(off[-1])
+        st = np.diff(off)
+        neg = st < 0
+        bad = int(np.argmax(neg)) if neg.any() else -1
+        k_max = int(st.max())
+    if first != 0:
+        raise ValueError(f"{name}[0] must be 0, got {first}")
+    if bad >= 0:
+        raise ValueError(
+            f"{name} must be non-decreasing, got {name}[{bad}]={int(off[bad])} > "
+            f"{name}[{bad + 1}]={int(off[bad + 1])}"
+        )
+    if last != total:
+        raise ValueError(f"{name}[-1]={last} must equal the flat draft length {total}")
+    return off, k_max
+
+
+def _check_ids(arr: np.ndarray, name: str, hi: int, what: str) -> None:
+    """Refuse ids outside [0, hi)."""
+    n = arr.shape[0]
+    if n == 0:
+        return
+    if n <= _SMALL:
+        lst = arr.tolist()
+        lo_v, hi_v = min(lst), max(lst)
+        if lo_v >= 0 and hi_v < hi:
+            return
+        lo_i, hi_i = lst.index(lo_v), lst.index(hi_v)
+    else:
+        lo_i, hi_i = int(np.argmin(arr)), int(np.argmax(arr))
+    if arr[lo_i] < 0:
+        raise ValueError(f"{name}[{lo_i}]={int(arr[lo_i])} is negative; token ids must be >= 0")
+    if arr[hi_i] >= hi:
+        raise ValueError(f"{name}[{hi_i}]={int(arr[hi_i])} is outside {what} [0, {hi})")
+
+
+def _prepare_exact(draft: object, choices: object, offsets: object):
+    """(draft, choices, offsets, K_max) checked and converted for the exact kernels."""
+    d = _tokens(draft, "draft")
+    c = _tokens(choices, "choices")
+    if c.shape[0] != d.shape[0]:
+        raise ValueError(
+            f"choices holds {c.shape[0]} entries; it needs one per draft row ({d.shape[0]})"
+        )
+    if d.dtype != c.dtype:
+        d = d.astype(np.int64)
+        c = c.astype(np.int64)
+    off, k_max = _offsets(offsets, d.shape[0])
+    _check_ids(d, "draft", _INT32_MAX + 1, "the int32 output range")
+    _check_ids(c, "choices", _INT32_MAX + 1, "the int32 output range")
+    return d, c, off, k_max
+
+
+def _prepare_min_run(m: object) -> int:
+    return check_count(m, "m")
+
+
+def _probs(x: object, name: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a 2-D float32 or float64 numpy array, got {type(x).__name__}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (rows x vocabulary), got shape {x.shape}")
+    if x.dtype not in _FLOATS:
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name} has dtype {x.dtype}; probabilities must be float32 or float64")
+        x = x.astype(np.float64)
+    if not x.flags.c_contiguous or not x.dtype.isnative:
+        x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+    if x.shape[1] == 0:
+        raise ValueError(f"{name} has an empty vocabulary (shape {x.shape})")
+    return x
+
+
+def _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms):
+    """(draft, offsets, P, Q or None, U, K_max) checked and converted."""
+    d = _tokens(draft, "draft")
+    off, k_max = _offsets(offsets, d.shape[0])
+    p = _probs(target_probs, "target_probs")
+    n, v = p.shape
+    if n != d.shape[0]:
+        raise ValueError(
+            f"target_probs has {n} rows; it needs one per draft row ({d.shape[0]})"
+        )
+    q = None
+    if draft_probs is not None:
+        q = _probs(draft_probs, "draft_probs")
+        if q.shape != p.shape:
+            raise ValueError(
+                f"draft_probs has shape {q.shape}; it must match target_probs {p.shape}"
+            )
+        if q.dtype != p.dtype:
+            q = q.astype(p.dtype)
+    _check_ids(d, "draft", v, "the vocabulary")
+    if not isinstance(uniforms, np.ndarray):
+        raise TypeError(f"uniforms must be a 1-D float64 numpy array, got {type(uniforms).__name__}")
+    u = np.ascontiguousarray(uniforms, dtype=np.float64)
+    need = d.shape[0] + off.shape[0] - 1
+    if u.ndim != 1 or u.shape[0] != need:
+        raise ValueError(
+            f"uniforms must be 1-D with one draw per draft row plus one per request "
+            f"({need}), got shape {u.shape}"
+        )
+    if need <= _SMALL:
+        i = next((i for i, x in enumerate(u.tolist()) if not 0.0 <= x < 1.0), -1)
+    else:
+        ok = (u >= 0.0) & (u < 1.0)
+        i = -1 if ok.all() else int(np.argmax(~ok))
+    if i >= 0:
+        raise ValueError(f"uniforms[{i}]={float(u[i])!r} is outside [0, 1)")
+    return d, off, p, q, u, k_max
+
+
+def _real(value: object, name: str) -> float:
+    """``value`` as a finite, non-negative float, or raise naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    x = float(value)
+    if not (math.isfinite(x) and x >= 0.0):
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return x
+
+
+def _prepare_typical(draft, offsets, target_probs, posterior_threshold, posterior_alpha):
+    """(draft, offsets, P, threshold, alpha, K_max) checked and converted."""
+    thr = _real(posterior_threshold, "posterior_threshold")
+    alpha = _real(posterior_alpha, "posterior_alpha")
+    d = _tokens(draft, "draft")
+    off, k_max = _offsets(offsets, d.shape[0])
+    p = _probs(target_probs, "target_probs")
+    if p.shape[0] != d.shape[0]:
+        raise ValueError(
+            f"target_probs has {p.shape[0]} rows; it needs one per draft row ({d.shape[0]})"
+        )
+    _check_ids(d, "draft", p.shape[1], "the vocabulary")
+    return d, off, p, thr, alpha, k_max
+
+
+def _prob_error(name: str, code: int, row: int, col: int, value: float) -> ValueError:
+    """The error for the first bad probability row (same text from both implementations)."""
+    if code == _NONFINITE:
+        return ValueError(f"{name}[{row}, {col}] is {value:.6g}: probabilities must be finite")
+    if code == _NEGATIVE:
+        return ValueError(f"{name}[{row}, {col}]={value:.6g} is a negative probability")
+    return ValueError(
+        f"{name} row {row} sums to {value:.6g}, not 1 (tolerance {PROB_ATOL:g})"
+    )
+
+
+def _first_bad_row(p: np.ndarray):
+    """(code, row, col, value) for the first row of ``p`` that is not a distribution."""
+    bad = ~np.isfinite(p)
+    bad |= p < 0
+    elem_rows = bad.any(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        sums = p.sum(axis=1, dtype=np.float64)
+        sum_rows = ~(np.abs(sums - 1.0) <= PROB_ATOL)
+    rows = elem_rows | sum_rows
+    if not rows.any():
+        return _OK, 0, 0, 0.0
+    r = int(np.argmax(rows))
+    if elem_rows[r]:
+        c = int(np.argmax(bad[r]))
+        val = float(p[r, c])
+        return (_NEGATIVE if val < 0 else _NONFINITE), r, c, val
+    return _BADSUM, r, 0, float(sums[r])
+
+
+def check_probs(probs: object, name: str = "probs") -> np.ndarray:
+    """Return ``probs`` as a C-contiguous float32/float64 2-D array, refusing rows that
+    hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``."""
+    p = _probs(probs, name)
+    code, r, c, val = _first_bad_row(p)
+    if code != _OK:
+        raise _prob_error(name, code, r, c, val)
+    return p
+
+
+# -- kernels -------------------------------------------------------------------------
+def _new_out(b: int, k_max: int):
+    return np.full((b, k_max + 1), -1, dtype=np.int32), np.zeros(b, dtype=np.int32)
+
+
+def _exact_rows(d, c, off, k_max, m):
+    b = off.shape[0] - 1
+    out, acc = _new_out(b, k_max)
+    dl = d.tolist()
+    cl = c.tolist()
+    ol = off.tolist()
+    for i in range(b):
+        lo, hi = ol[i], ol[i + 1]
+        n = 0
+        while lo + n < hi and dl[lo + n] == cl[lo + n]:
+            n += 1
+        if n < m:
+            n = 0
+        k = hi - lo
+        row = out[i]
+        for j in range(n):
+            row[j] = dl[lo + j]
+        if n < k:
+            row[n] = cl[lo + n]
+        acc[i] = n
+    return out, acc
+
+
+def exact_batch(draft, choices, offsets):
+    """Greedy exact match for B ragged drafts: request ``b`` keeps its leading rows whose
+    draft token equals the target's choice, then emits the choice at the first mismatch.
+
+    ``choices`` is flat like ``draft`` (one target choice per draft row). Refuses ids
+    that are negative or beyond int32, bad offsets and length mismatches.
+    """
+    d, c, off, k_max = _prepare_exact(draft, choices, offsets)
+    return _exact_rows(d, c, off, k_max, 0)
+
+
+def min_run_batch(draft, choices, offsets, m):
+    """``exact_batch`` where a request keeps its matched rows only when there are at
+    least ``m`` of them (else it accepts 0 and emits its row-0 choice)."""
+    mm = _prepare_min_run(m)
+    d, c, off, k_max = _prepare_exact(draft, choices, offsets)
+    return _exact_rows(d, c, off, k_max, mm)
+
+
+def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check=True):
+    """Speculative-sampling acceptance for B ragged drafts.
+
+    ``target_probs`` (and ``draft_probs``, or None for drafts without probabilities,
+    treated as one-hot on the drafted token) hold one row per draft row (N x V).
+    ``uniforms`` holds N + B draws in [0, 1): request ``b`` reads its K_b acceptance
+    draws at ``uniforms[offsets[b] + b : offsets[b + 1] + b]`` and its residual draw
+    right after. Row i is accepted when ``u_i * q_i(x_i) <= p_i(x_i)``; at the first
+    rejected row the token is drawn by inverse CDF from ``max(0, p - q)`` (float64, in
+    the summation order ``_residual_pick`` documents). With ``check`` every probability row is checked first (finite,
+    non-negative, sums to 1 within ``PROB_ATOL``); token ids, shapes and uniforms are
+    always checked.
+    """
+    d, off, p, q, u, k_max = _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms)
+    if check:
+        for name, arr in (("target_probs", p), ("draft_probs", q)):
+            if arr is not None:
+                code, r, c, val = _first_bad_row(arr)
+                if code != _OK:
+                    raise _prob_error(name, code, r, c, val)
+    b = off.shape[0] - 1
+    out, acc = _new_out(b, k_max)
+    dl = d.tolist()
+    ol = off.tolist()
+    v = p.shape[1]
+    for i in range(b):
+        lo, hi = ol[i], ol[i + 1]
+        ub = lo + i
+        k = hi - lo
+        n = 0
+        while n < k:
+            x = dl[lo + n]
+            pp = float(p[lo + n, x])
+            qq = float(q[lo + n, x]) if q is not None else 1.0
+            if float(u[ub + n]) * qq <= pp:
+                out[i, n] = x
+                n += 1
+            else:
+                break
+        acc[i] = n
+        if n < k:
+            row = lo + n
+            x = dl[row]
+            p64 = p[row].astype(np.float64)
+            if q is not None:
+                q64 = q[row].astype(np.float64)
+            else:
+                q64 = np.zeros(v, dtype=np.float64)
+                q64[x] = 1.0
+            out[i, n] = _residual_pick(p64, q64, float(u[ub + k]), x)
+    return out, acc
+
+
+def _residual_pick(p64: np.ndarray, q64: np.ndarray, uu: float, x: int) -> int:
+    """Inverse-CDF draw from ``r = max(0, p - q)``, falling back to p when r is empty.
+
+    The summation order is part of the contract (the compiled kernel performs the same
+    float64 operations): entries in groups of 8 (zeros past the end), each group summed
+    as ``((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7))``, group sums added in order; the token is
+    the first entry whose running sum, walked from its group's start, exceeds
+    ``uu * total`` (else the group's last positive entry; else the row's).
+    """
+    v = p64.shape[0]
+    pad = (-v) % 8
+    for r in (p64 - q64, p64.copy()):
+        r[~(r > 0.0)] = 0.0
+        g = np.concatenate([r, np.zeros(pad)]).reshape(-1, 8)
+        gs = ((g[:, 0] + g[:, 1]) + (g[:, 2] + g[:, 3])) + ((g[:, 4] + g[:, 5]) + (g[:, 6] + g[:, 7]))
+        run = np.cumsum(gs)
+        total = float(run[-1])
+        if not total > 0.0:
+            continue
+        t = uu * total
+        gi = int(np.searchsorted(run, t, side="right"))
+        if gi == run.shape[0]:
+            return int(np.flatnonzero(r > 0.0)[-1])
+        a = float(run[gi - 1]) if gi else 0.0
+        last = -1
+        for j in range(gi * 8, min(gi * 8 + 8, v)):
+            rj = float(r[j])
+            if rj > 0.0:
+                last = j
+            a += rj
+            if a > t:
+                return j
+        return last
+    return x
+
+
+def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, posterior_alpha=0.3,
+                  check=True):
+    """Typical acceptance for B ragged drafts: row i is accepted while
+    ``p_i(x_i) > min(posterior_threshold, posterior_alpha * exp(-H(p_i)))``; at the
+    first rejected row the target's greedy choice (first argmax) is emitted.
+
+    ``H(p) = -sum p log p`` over the positive entries, summed in float64 in row order
+    with the C library's ``log`` and ``exp`` (what ``math.log``/``math.exp`` call), so
+    both implementations agree bit for bit. Refuses thresholds that are negative or not
+    finite, and the inputs ``speculative_batch`` refuses.
+    """
+    d, off, p, thr, alpha, k_max = _prepare_typical(
+        draft, offsets, target_probs, posterior_threshold, posterior_alpha
+    )
+    if check:
+        code, r, c, val = _first_bad_row(p)
+        if code != _OK:
+            raise _prob_error("target_probs", code, r, c, val)
+    b = off.shape[0] - 1
+    out, acc = _new_out(b, k_max)
+    dl = d.tolist()
+    ol = off.tolist()
+    log, exp = math.log, math.exp
+    for i in range(b):
+        lo, hi = ol[i], ol[i + 1]
+        n = 0
+        while lo + n < hi:
+            row = p[lo + n].astype(np.float64).tolist()
+            h = 0.0
+            for x in row:
+                if x > 0.0:
+                    h -= x * log(x)
+            cut = alpha * exp(-h)
+            if thr < cut:
+                cut = thr
+            if row[dl[lo + n]] > cut:
+                out[i, n] = dl[lo + n]
+                n += 1
+            else:
+                best, top = 0, row[0]
+                for j, x in enumerate(row):
+                    if x > top:
+                        best, top = j, x
+                out[i, n] = best
+                break
+        acc[i] = n
+    return out, acc
