@@ -7,8 +7,10 @@ paths run on a compiled Cython core, or on a pure-Python twin where that is not 
 """
 
 from ._impl import USE_EXTENSIONS
+from .accept_rule import AcceptRule, Exact, MinRun, SpeculativeSampling, TypicalAcceptance, accept_with
 from .drafting import common_prefix, prompt_lookup
 from .errors import IllegalTransition, ServingFsmError
+from .ngram_index import NgramIndex, longest_match, longest_match_batch, propose_batch, record_batch
 from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
 
 __version__ = "0.1.0"
@@ -26,4 +28,15 @@ __all__ = [
     "IllegalTransition",
     "prompt_lookup",
     "common_prefix",
+    "NgramIndex",
+    "longest_match",
+    "longest_match_batch",
+    "propose_batch",
+    "record_batch",
+    "AcceptRule",
+    "Exact",
+    "MinRun",
+    "SpeculativeSampling",
+    "TypicalAcceptance",
+    "accept_with",
 ]
