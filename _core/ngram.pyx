@@ -6,12 +6,18 @@ import numpy as np
 from specfsm._validate import as_token_array, check_count
 
 from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcpy
+cimport numpy as cnp
+
+from _arrays cimport plain_int_width, array_data, array_len
 
 from _typedefs cimport token_t
 from cpython.object cimport PyObject
 from _seq cimport obj_eq, Py_SIZE, PySequence_Fast_GET_ITEM
 
 __all__ = ["prompt_lookup"]
+
+cnp.import_array()
 
 cdef extern from "scan.h" nogil:
     Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
@@ -29,17 +35,15 @@ cdef inline Py_ssize_t _find_last(const token_t* p, Py_ssize_t lo, Py_ssize_t hi
         return specfsm_find_last_i64(p, lo, hi, v)
 
 
-cdef Py_ssize_t _match_end_typed(const token_t[::1] h, Py_ssize_t ngram) noexcept nogil:
-    """End of the most recent earlier occurrence of h's last ngram entries, or -1.
+cdef Py_ssize_t _match_end_typed(const token_t* p, Py_ssize_t n, Py_ssize_t ngram) noexcept nogil:
+    """End of the most recent earlier occurrence of p[:n]'s last ngram entries, or -1.
 
     Candidate end positions are found newest first by a vectorised backward search for
     the needle's last token (scan.h); each candidate then has its other ngram - 1
     entries compared.
     """
-    cdef Py_ssize_t n = h.shape[0]
     if ngram == 0 or n <= ngram:
         return -1
-    cdef const token_t* p = &h[0]
     cdef const token_t* needle = p + (n - ngram)
     cdef Py_ssize_t lo = ngram - 1       # lowest candidate end (start 0)
     cdef Py_ssize_t e = n - 2            # highest candidate end (start n - ngram - 1)
@@ -57,24 +61,34 @@ cdef Py_ssize_t _match_end_typed(const token_t[::1] h, Py_ssize_t ngram) noexcep
         e -= 1
 
 
-cdef Py_ssize_t _match_end_array(object arr, Py_ssize_t ngram) except -2:
-    cdef const int32_t[::1] h32
-    cdef const int64_t[::1] h64
+cdef Py_ssize_t _match_end_plain(object arr, int width, Py_ssize_t ngram) noexcept:
+    """arr: a plain 1-D array (see _arrays.pxd) of 4- or 8-byte ids; GIL released when long."""
+    cdef Py_ssize_t n = array_len(arr)
+    cdef const void* p = array_data(arr)
     cdef Py_ssize_t r
-    if arr.dtype.itemsize == 4:
-        h32 = arr
-        if h32.shape[0] >= NOGIL_MIN:
+    if width == 4:
+        if n >= NOGIL_MIN:
             with nogil:
-                r = _match_end_typed(h32, ngram)
+                r = _match_end_typed(<const int32_t*>p, n, ngram)
         else:
-            r = _match_end_typed(h32, ngram)
+            r = _match_end_typed(<const int32_t*>p, n, ngram)
     else:
-        h64 = arr
-        if h64.shape[0] >= NOGIL_MIN:
+        if n >= NOGIL_MIN:
             with nogil:
-                r = _match_end_typed(h64, ngram)
+                r = _match_end_typed(<const int64_t*>p, n, ngram)
         else:
-            r = _match_end_typed(h64, ngram)
+            r = _match_end_typed(<const int64_t*>p, n, ngram)
+    return r
+
+
+cdef Py_ssize_t _match_end_views(const token_t[::1] h, Py_ssize_t ngram) noexcept:
+    """The typed-memoryview entry, for arrays as_token_array has just made plain."""
+    cdef Py_ssize_t n = h.shape[0]
+    if n == 0:
+        return -1
+    cdef Py_ssize_t r
+    with nogil:
+        r = _match_end_typed(&h[0], n, ngram)
     return r
 
 
@@ -159,17 +173,37 @@ def prompt_lookup(history, ngram, max_k):
         ngram = check_count(ngram, "ngram")
     if type(max_k) is not int or max_k < 0:
         max_k = check_count(max_k, "max_k")
+    cdef int width = plain_int_width(history)
+    cdef cnp.npy_intp take
     th = type(history)
+    if width:
+        # the fast path: ids read in place, the draft copied into a new array of its dtype
+        n = array_len(history)
+        g = min(<object>ngram, n)
+        k = min(<object>max_k, n)
+        end = -1 if k == 0 else _match_end_plain(history, width, g if g == ngram else n)
+        take = 0 if end < 0 else min(n - end, k)
+        out = cnp.PyArray_SimpleNew(1, &take, cnp.PyArray_TYPE(<cnp.ndarray>history))
+        if take:
+            memcpy(cnp.PyArray_DATA(<cnp.ndarray>out),
+                   <const char*>array_data(history) + end * width, take * width)
+        return out
     if th is list or th is tuple:
         seq = history
     elif isinstance(history, np.ndarray):
         arr = as_token_array(history, "history")
-        g = min(<object>ngram, arr.shape[0])
-        k = min(<object>max_k, arr.shape[0])
-        end = -1 if k == 0 else _match_end_array(arr, g if g == ngram else arr.shape[0])
+        n = arr.shape[0]
+        g = min(<object>ngram, n)
+        k = min(<object>max_k, n)
+        if k == 0:
+            end = -1
+        elif arr.dtype.itemsize == 4:
+            end = _match_end_views[int32_t](arr, g if g == ngram else n)
+        else:
+            end = _match_end_views[int64_t](arr, g if g == ngram else n)
         if end < 0:
             return history[:0].copy()
-        return history[end : end + min(arr.shape[0] - end, k)].copy()
+        return history[end : end + min(n - end, k)].copy()
     else:
         from specfsm._py._seq import as_entries  # generic sequences: same rules as the twin
         seq = as_entries(history, "history")

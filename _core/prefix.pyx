@@ -6,15 +6,19 @@ import numpy as np
 from specfsm._validate import as_token_array
 
 from libc.stdint cimport int32_t, int64_t
+cimport numpy as cnp
+
+from _arrays cimport plain_int_width, array_data, array_len
 
 from _typedefs cimport token_t
 from _seq cimport obj_eq, Py_SIZE
 
 __all__ = ["common_prefix"]
 
+cnp.import_array()
 
-cdef inline Py_ssize_t _prefix_typed(const token_t[::1] a, const token_t[::1] b) noexcept nogil:
-    cdef Py_ssize_t n = a.shape[0] if a.shape[0] < b.shape[0] else b.shape[0]
+
+cdef inline Py_ssize_t _prefix_typed(const token_t* a, const token_t* b, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i = 0
     while i < n and a[i] == b[i]:
         i += 1
@@ -26,27 +30,35 @@ cdef enum:
     NOGIL_MIN = 4096
 
 
-cdef Py_ssize_t _prefix_arrays(object a, object b) except -1:
-    """a and b: 1-D C-contiguous arrays of one dtype, int32 or int64."""
-    cdef const int32_t[::1] a32, b32
-    cdef const int64_t[::1] a64, b64
+cdef Py_ssize_t _prefix_arrays(object a, object b, int width) noexcept:
+    """a and b: plain 1-D arrays (see _arrays.pxd) of one width, 4 or 8 bytes."""
+    cdef Py_ssize_t n = min(array_len(a), array_len(b))
+    cdef const void* pa = array_data(a)
+    cdef const void* pb = array_data(b)
     cdef Py_ssize_t r
-    if a.dtype.itemsize == 4:
-        a32 = a
-        b32 = b
-        if a32.shape[0] >= NOGIL_MIN:
+    if width == 4:
+        if n >= NOGIL_MIN:
             with nogil:
-                r = _prefix_typed(a32, b32)
+                r = _prefix_typed(<const int32_t*>pa, <const int32_t*>pb, n)
         else:
-            r = _prefix_typed(a32, b32)
+            r = _prefix_typed(<const int32_t*>pa, <const int32_t*>pb, n)
     else:
-        a64 = a
-        b64 = b
-        if a64.shape[0] >= NOGIL_MIN:
+        if n >= NOGIL_MIN:
             with nogil:
-                r = _prefix_typed(a64, b64)
+                r = _prefix_typed(<const int64_t*>pa, <const int64_t*>pb, n)
         else:
-            r = _prefix_typed(a64, b64)
+            r = _prefix_typed(<const int64_t*>pa, <const int64_t*>pb, n)
+    return r
+
+
+cdef Py_ssize_t _prefix_views(const token_t[::1] a, const token_t[::1] b) noexcept:
+    """The typed-memoryview entry, for arrays as_token_array has just made plain."""
+    cdef Py_ssize_t n = min(a.shape[0], b.shape[0])
+    if n == 0:
+        return 0
+    cdef Py_ssize_t r
+    with nogil:
+        r = _prefix_typed(&a[0], &b[0], n)
     return r
 
 
@@ -80,11 +92,16 @@ def common_prefix(draft, row_tokens):
     tb = type(row_tokens)
     if (ta is list or ta is tuple) and (tb is list or tb is tuple):
         return _prefix_seq(draft, row_tokens)
+    cdef int wa = plain_int_width(draft)
+    if wa and wa == plain_int_width(row_tokens):
+        return _prefix_arrays(draft, row_tokens, wa)
     if isinstance(draft, np.ndarray) and isinstance(row_tokens, np.ndarray):
         a = as_token_array(draft, "draft")
         b = as_token_array(row_tokens, "row_tokens")
         if a.dtype != b.dtype:
             a = a.astype(np.int64)
             b = b.astype(np.int64)
-        return _prefix_arrays(a, b)
+        if a.dtype.itemsize == 4:
+            return _prefix_views[int32_t](a, b)
+        return _prefix_views[int64_t](a, b)
     return _prefix_seq(_as_seq(draft, "draft"), _as_seq(row_tokens, "row_tokens"))
