@@ -46,12 +46,15 @@ def value_eq(a: object, b: object) -> bool:
         return len(a) == len(b) and all(value_eq(x, y) for x, y in zip(a, b))  # type: ignore[arg-type]
     if ta is dict and tb is dict:
         return a.keys() == b.keys() and all(value_eq(a[k], b[k]) for k in a)  # type: ignore[attr-defined,index]
-    result = a == b
+    try:
+        result = a == b
+    except (TypeError, ValueError, RuntimeError):  # e.g. torch refusing unlike shapes
+        return False
     if type(result) is bool:
         return result
     try:
         return bool(result)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):
         # an elementwise result (CuPy, torch): equal when shapes and every element agree
         if getattr(a, "shape", None) != getattr(b, "shape", None):
             return False

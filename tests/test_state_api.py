@@ -243,3 +243,23 @@ def test_bad_arrays_are_refused_with_clear_errors():
         v.accept([1, 2], 5)
     with pytest.raises(ValueError, match="n must be"):
         Accept(-1, 0, 0)
+
+
+class Elementwise:
+    """An array-like whose == is elementwise and whose truth value is ambiguous (like a
+    CuPy array or a torch tensor), and which refuses to compare unlike shapes."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values)
+        self.shape = self.values.shape
+
+    def __eq__(self, other):
+        if self.shape != other.shape:
+            raise RuntimeError("shapes differ")
+        return self.values == other.values
+
+
+def test_equality_of_array_like_caches_that_are_not_numpy():
+    assert Decode(1, Elementwise([1, 2])) == Decode(1, Elementwise([1, 2]))
+    assert Decode(1, Elementwise([1, 2])) != Decode(1, Elementwise([1, 3]))
+    assert Decode(1, Elementwise([1, 2])) != Decode(1, Elementwise([1, 2, 3]))
