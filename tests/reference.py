@@ -37,3 +37,11 @@ def settle_index(draft_len: int, accepted: int, n_tokens: int, n_caches: int) ->
     ):
         return None
     return accepted - 1 if accepted == draft_len else accepted
+
+
+class OverAcceptingRule:
+    """A deliberately wrong acceptance rule: keeps one row past the first disagreement.
+    Oracle checks must catch it."""
+
+    def accepted_rows(self, draft, choices) -> int:
+        return min(leading_equal(draft, choices) + 1, len(draft))

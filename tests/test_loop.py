@@ -23,6 +23,8 @@ from specfsm.loop import (
     compare_outputs,
 )
 
+from reference import OverAcceptingRule
+
 try:
     from specfsm import accept_rule
 except ImportError:  # the acceptance-rule module has not landed: the built-in rules only
@@ -231,17 +233,8 @@ def test_over_accepting_rule_is_caught(fsm):
     """The built-in oracle can fail: a rule that keeps one row past the first disagreement
     changes the output, and ``check=True`` says so."""
 
-    class OneTooMany:
-        def accepted_rows(self, draft, choices):
-            n = 0
-            for d, c in zip(draft, choices):
-                if d != c:
-                    break
-                n += 1
-            return min(n + 1, len(draft))
-
     target = HistoryTarget(7)
-    loop = SpeculativeLoop(target, PromptLookupDrafter(1), k=5, rule=OneTooMany())
+    loop = SpeculativeLoop(target, PromptLookupDrafter(1), k=5, rule=OverAcceptingRule())
     with pytest.raises(SpeculationMismatch) as info:
         loop.run(Request([1, 2, 3], 200), check=True)
     assert info.value.mismatches and info.value.mismatches[0][0] == 0

@@ -21,6 +21,8 @@ from specfsm.workload import (
     tokenize,
 )
 
+from reference import OverAcceptingRule
+
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)))
 
 IDENTITY = "identity: all {n} speculative outputs equal their plain greedy outputs"
@@ -260,16 +262,7 @@ def test_a_target_that_breaks_identity_exits_1(tmp_path, capsys, monkeypatch):
     """The identity line can fail: an acceptance rule that keeps one row too many makes
     the speculative output differ, and replay says so with exit status 1."""
 
-    class OneTooMany:
-        def accepted_rows(self, draft, choices):
-            n = 0
-            for d, c in zip(draft, choices):
-                if d != c:
-                    break
-                n += 1
-            return min(n + 1, len(draft))
-
-    monkeypatch.setattr(cli, "make_rule", lambda spec: OneTooMany())
+    monkeypatch.setattr(cli, "make_rule", lambda spec: OverAcceptingRule())
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
     assert cli.main(["replay", "--workload", path, "--impl", "python"]) == 1
     err = capsys.readouterr().err
