@@ -235,6 +235,7 @@ def test_prompt_lookup_list_mutated_by_eq_is_refused(impl):
     history: list = [0] * 50
     history[10] = Shrinks(history)
     history.extend(["x", 1, "y"])  # needle last "y": every earlier entry compared by ==
-    if impl.name == "compiled":
-        with pytest.raises(RuntimeError, match="changed size"):
-            impl.prompt_lookup(history, 1, 1)
+    if impl.name != "compiled":
+        pytest.skip("the twin scans slices (copies), so a shrinking list cannot reach it")
+    with pytest.raises(RuntimeError, match="changed size"):
+        impl.prompt_lookup(history, 1, 1)
