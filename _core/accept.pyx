@@ -428,6 +428,11 @@ cdef void _typical_kernel(const token_t[::1] d, const int64_t[::1] off, const fl
         n = 0
         while n < k:
             row = lo + n
+            # above the threshold a row is accepted whatever its entropy: skip the V logs
+            if <double>p[row, <Py_ssize_t>d[row]] > thr:
+                out[i, n] = <int32_t>d[row]
+                n += 1
+                continue
             h = 0.0
             for j in range(v):
                 x = <double>p[row, j]

@@ -215,6 +215,25 @@ def test_typical_batch(benchmark, who, size):
         np.testing.assert_array_equal(acc, ref[1])
 
 
+@pytest.mark.parametrize("who", ["compiled", "numpy"])
+def test_typical_batch_peaked(benchmark, who):
+    """A peaked target (half the mass on one token, as LLM rows usually are) with drafts
+    that mostly pick it: rows above the threshold are accepted without their V logs."""
+    b, k, v = 256, 8, 32768
+    rng = np.random.default_rng(5)
+    top = rng.integers(0, v, b * k)
+    p = 0.5 * rng.dirichlet(np.full(v, 0.1), size=b * k)
+    p[np.arange(b * k), top] += 0.5
+    p = (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+    d = np.where(rng.random(b * k) < 0.9, top, rng.integers(0, v, b * k)).astype(np.int64)
+    off = np.arange(0, b * k + 1, k, dtype=np.int64)
+    benchmark.group = f"typical batch B={b} K={k} V={v // 1024}k peaked, check=False"
+    fn = (lambda *a: numpy_typical(*a, check=False)) if who == "numpy" else (
+        lambda *a: _kern(who).typical_batch(*a, check=False))
+    out, acc = benchmark.pedantic(fn, (d, off, p), rounds=5, warmup_rounds=1)
+    np.testing.assert_array_equal(acc, numpy_typical(d, off, p, check=False)[1])
+
+
 # -- exact ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("who", WHO)
 @pytest.mark.parametrize("k", KS)

@@ -414,6 +414,10 @@ def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, poster
         n = 0
         while lo + n < hi:
             row = p[lo + n].astype(np.float64).tolist()
+            if row[dl[lo + n]] > thr:  # accepted whatever the entropy: skip the V logs
+                out[i, n] = dl[lo + n]
+                n += 1
+                continue
             h = 0.0
             for x in row:
                 if x > 0.0:
