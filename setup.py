@@ -35,7 +35,6 @@ def _extensions():
         "initializedcheck": debug,
         "cdivision": True,
         "embedsignature": True,
-        "freethreading_compatible": True,
     }
     sources = sorted((HERE / CORE).glob("*.pyx"))
     extensions = [
