@@ -250,14 +250,21 @@ def anchor_macro_policy(draft, choices) -> int:
     return aligned if aligned >= 3 else 0
 
 
-@pytest.mark.parametrize(
-    "policy, counts",
-    [(equality_policy, (4, 4, 8)), (verifier_exact_policy, (4, 4, 8)), (anchor_macro_policy, (6, 6, 6))],
-    ids=["equality", "verifier_exact", "anchor_macro"],
-)
-def test_action_speculation_matches_sequential(policy, counts):
+def assert_speculation_matches_sequential(policy, counts):
     sequential = run_sequential()
     speculative = run_speculative(policy)
     assert speculative.history == sequential.history
     assert speculative.environment == sequential.environment
     assert (speculative.rounds, speculative.rejected_rounds, speculative.accepted_rows) == counts
+
+
+def test_action_speculation_equality_matches_sequential():
+    assert_speculation_matches_sequential(equality_policy, (4, 4, 8))
+
+
+def test_action_speculation_verifier_exact_matches_sequential():
+    assert_speculation_matches_sequential(verifier_exact_policy, (4, 4, 8))
+
+
+def test_action_speculation_anchor_macro_matches_sequential():
+    assert_speculation_matches_sequential(anchor_macro_policy, (6, 6, 6))
