@@ -2,15 +2,17 @@
 """Batched acceptance kernels over ragged drafts (compiled).
 
 Same names, results and errors as the twin ``specfsm._py.accept`` (read its module
-docstring for the layout). Arguments are checked once in Python by the helpers shared
-with the twin; the probability-row check and the kernels then run over typed
-memoryviews with the GIL released.
+docstring for the layout). Arguments are converted, copied (the small control arrays)
+and checked once in Python by the helpers shared with the twin; the probability-row
+check and the kernels then run over typed memoryviews with the GIL released, reading
+only the call's own copies and the probability rows.
 """
 
 import numpy as np
 
 from specfsm._py.accept import (
     PROB_ATOL,
+    _draw_uniforms,
     _prepare_exact,
     _prepare_min_run,
     _prepare_speculative,
@@ -263,12 +265,30 @@ def check_probs(probs, name="probs"):
 
 
 # -- exact / min-run -----------------------------------------------------------------
-cdef void _exact_kernel(const token_t[::1] d, const token_t[::1] c, const int64_t[::1] off,
-                        Py_ssize_t m, int32_t[:, ::1] out, int32_t[::1] acc) noexcept nogil:
+# The kernels read only arrays this call owns (private copies of the draft, choices,
+# offsets and uniforms made by the shared ``_prepare_*`` helpers) plus the probability
+# rows in place. Every index they derive is still checked where it is used (a request's
+# rows against the draft and the output, a drafted id against the vocabulary): a check
+# that fails returns the request's number + 1 and the call raises RuntimeError, where
+# an unchecked read would have left the buffers.
+
+cdef inline bint _rows_ok(Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n_rows,
+                          Py_ssize_t width) noexcept nogil:
+    """0 <= lo <= hi <= n_rows and hi - lo < width (the output row's length)."""
+    return 0 <= lo and lo <= hi and hi <= n_rows and hi - lo < width
+
+
+cdef Py_ssize_t _exact_kernel(const token_t[::1] d, const token_t[::1] c,
+                              const int64_t[::1] off, Py_ssize_t m, int32_t[:, ::1] out,
+                              int32_t[::1] acc) noexcept nogil:
     cdef Py_ssize_t b = off.shape[0] - 1, i, lo, hi, n, j
+    if b > acc.shape[0] or b > out.shape[0] or c.shape[0] != d.shape[0]:
+        return 1
     for i in range(b):
         lo = off[i]
         hi = off[i + 1]
+        if not _rows_ok(lo, hi, d.shape[0], out.shape[1]):
+            return i + 1
         n = 0
         while lo + n < hi and d[lo + n] == c[lo + n]:
             n += 1
@@ -279,10 +299,18 @@ cdef void _exact_kernel(const token_t[::1] d, const token_t[::1] c, const int64_
         if lo + n < hi:
             out[i, n] = <int32_t>c[lo + n]
         acc[i] = <int32_t>n
+    return 0
+
+
+cdef _kernel_failed(Py_ssize_t bad, str what):
+    raise RuntimeError(
+        f"{what}: request {bad - 1} indexes outside the call's checked arrays (an argument "
+        "changed while it was being read)"
+    )
 
 
 cdef _exact_run(object d, object c, object off, Py_ssize_t k_max, Py_ssize_t m):
-    cdef Py_ssize_t b = off.shape[0] - 1
+    cdef Py_ssize_t b = off.shape[0] - 1, bad
     out = np.full((b, k_max + 1), -1, dtype=np.int32)
     acc = np.zeros(b, dtype=np.int32)
     cdef int32_t[:, ::1] o = out
@@ -294,12 +322,14 @@ cdef _exact_run(object d, object c, object off, Py_ssize_t k_max, Py_ssize_t m):
         d32 = d
         c32 = c
         with nogil:
-            _exact_kernel(d32, c32, offv, m, o, a)
+            bad = _exact_kernel(d32, c32, offv, m, o, a)
     else:
         d64 = d
         c64 = c
         with nogil:
-            _exact_kernel(d64, c64, offv, m, o, a)
+            bad = _exact_kernel(d64, c64, offv, m, o, a)
+    if bad:
+        _kernel_failed(bad, "exact_batch")
     return out, acc
 
 
@@ -331,22 +361,34 @@ cdef inline Py_ssize_t _pick(const floating[:, ::1] p, const floating[:, ::1] q,
         return specfsm_pick_f64(&p[row, 0], &q[row, 0] if has_q else NULL, p.shape[1], x, u, scratch)
 
 
-cdef void _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
-                       const floating[:, ::1] p, const floating[:, ::1] q, bint has_q,
-                       const double[::1] u, int32_t[:, ::1] out,
-                       int32_t[::1] acc, double* scratch) noexcept nogil:
-    cdef Py_ssize_t b = off.shape[0] - 1, i, lo, k, ub, n, x
+cdef Py_ssize_t _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
+                             const floating[:, ::1] p, const floating[:, ::1] q, bint has_q,
+                             const double[::1] u, int32_t[:, ::1] out,
+                             int32_t[::1] acc, double* scratch) noexcept nogil:
+    cdef Py_ssize_t b = off.shape[0] - 1, v = p.shape[1], i, lo, k, ub, n, x
+    cdef Py_ssize_t n_rows = d.shape[0]
     cdef double pp, qq
+    if b > acc.shape[0] or b > out.shape[0] or p.shape[0] < n_rows:
+        return 1
+    if has_q and (q.shape[0] < n_rows or q.shape[1] != v):
+        return 1
     for i in range(b):
         lo = off[i]
+        if not _rows_ok(lo, off[i + 1], n_rows, out.shape[1]):
+            return i + 1
         k = off[i + 1] - lo
         ub = lo + i
+        if ub + k >= u.shape[0]:
+            return i + 1
         n = 0
         while n < k:
             x = <Py_ssize_t>d[lo + n]
+            if x < 0 or x >= v:
+                return i + 1
             pp = <double>p[lo + n, x]
             qq = <double>q[lo + n, x] if has_q else 1.0
-            if u[ub + n] * qq <= pp:
+            # p(x) = 0 (a masked or greedy target) is never accepted, whatever u and q
+            if pp > 0.0 and u[ub + n] * qq <= pp:
                 out[i, n] = <int32_t>x
                 n += 1
             else:
@@ -354,6 +396,7 @@ cdef void _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
         acc[i] = <int32_t>n
         if n < k:
             out[i, n] = <int32_t>_pick(p, q, has_q, lo + n, <Py_ssize_t>d[lo + n], u[ub + k], scratch)
+    return 0
 
 
 def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check=True):
@@ -361,23 +404,31 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
 
     ``target_probs`` (and ``draft_probs``, or None for drafts without probabilities,
     treated as one-hot on the drafted token) hold one row per draft row (N x V).
-    ``uniforms`` holds N + B draws in [0, 1): request ``b`` reads its K_b acceptance
-    draws at ``uniforms[offsets[b] + b : offsets[b + 1] + b]`` and its residual draw
-    right after. Row i is accepted when ``u_i * q_i(x_i) <= p_i(x_i)``; at the first
-    rejected row the token is drawn by inverse CDF from ``max(0, p - q)`` (float64, see
-    ``_residual_pick`` in the twin for the exact summation order). With ``check`` every
-    probability row is checked first (finite, non-negative, sums to 1 within
-    ``PROB_ATOL``); token ids, shapes and uniforms are always checked.
+    ``uniforms`` holds N + B draws in [0, 1) (or is a ``numpy.random.Generator``, drawn
+    from only once every argument has been checked): request ``b`` reads its K_b
+    acceptance draws at ``uniforms[offsets[b] + b : offsets[b + 1] + b]`` and its
+    residual draw right after. Row i is accepted when ``p_i(x_i) > 0`` and
+    ``u_i * q_i(x_i) <= p_i(x_i)`` (a token the target gives probability 0 is never
+    accepted); at the first rejected row the token is drawn by inverse CDF from
+    ``max(0, p - q)`` (float64, see ``_residual_pick`` in the twin for the exact
+    summation order). With ``check`` every probability row is checked first (finite,
+    non-negative, sums to 1 within ``PROB_ATOL``); token ids, shapes and uniforms are
+    always checked.
     """
-    d, off, p, q, u, k_max = _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms)
+    check = bool(check)
+    d, off, p, q, u, k_max, gen = _prepare_speculative(
+        draft, offsets, target_probs, draft_probs, uniforms
+    )
     if check:
         _raise_if_bad(p, "target_probs")
         if q is not None:
             _raise_if_bad(q, "draft_probs")
+    cdef Py_ssize_t b = off.shape[0] - 1, bad
+    if u is None:
+        u = _draw_uniforms(gen, d.shape[0] + b)
     cdef bint has_q = q is not None
     if not has_q:
         q = p  # never read: a same-typed placeholder for the memoryview
-    cdef Py_ssize_t b = off.shape[0] - 1
     out = np.full((b, k_max + 1), -1, dtype=np.int32)
     acc = np.zeros(b, dtype=np.int32)
     scratch_arr = np.empty((p.shape[1] + 7) // 8, dtype=np.float64)
@@ -397,52 +448,61 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
         if d.dtype.itemsize == 4:
             d32 = d
             with nogil:
-                _spec_kernel(d32, offv, p32, q32, has_q, uv, o, a, scratch)
+                bad = _spec_kernel(d32, offv, p32, q32, has_q, uv, o, a, scratch)
         else:
             d64 = d
             with nogil:
-                _spec_kernel(d64, offv, p32, q32, has_q, uv, o, a, scratch)
+                bad = _spec_kernel(d64, offv, p32, q32, has_q, uv, o, a, scratch)
     else:
         p64 = p
         q64 = q
         if d.dtype.itemsize == 4:
             d32 = d
             with nogil:
-                _spec_kernel(d32, offv, p64, q64, has_q, uv, o, a, scratch)
+                bad = _spec_kernel(d32, offv, p64, q64, has_q, uv, o, a, scratch)
         else:
             d64 = d
             with nogil:
-                _spec_kernel(d64, offv, p64, q64, has_q, uv, o, a, scratch)
+                bad = _spec_kernel(d64, offv, p64, q64, has_q, uv, o, a, scratch)
+    if bad:
+        _kernel_failed(bad, "speculative_batch")
     return out, acc
 
 
 # -- typical acceptance ----------------------------------------------------------------------
-cdef void _typical_kernel(const token_t[::1] d, const int64_t[::1] off, const floating[:, ::1] p,
-                          double thr, double alpha, int32_t[:, ::1] out,
-                          int32_t[::1] acc) noexcept nogil:
-    cdef Py_ssize_t b = off.shape[0] - 1, v = p.shape[1], i, lo, k, n, j, row, best
-    cdef double h, x, cut, top
+cdef Py_ssize_t _typical_kernel(const token_t[::1] d, const int64_t[::1] off,
+                                const floating[:, ::1] p, double thr, double alpha,
+                                int32_t[:, ::1] out, int32_t[::1] acc) noexcept nogil:
+    cdef Py_ssize_t b = off.shape[0] - 1, v = p.shape[1], i, lo, hi, n, j, row, best, x
+    cdef double h, y, cut, top
+    if b > acc.shape[0] or b > out.shape[0] or p.shape[0] < d.shape[0]:
+        return 1
     for i in range(b):
         lo = off[i]
-        k = off[i + 1] - lo
+        hi = off[i + 1]
+        if not _rows_ok(lo, hi, d.shape[0], out.shape[1]):
+            return i + 1
         n = 0
-        while n < k:
+        while lo + n < hi:
             row = lo + n
+            x = <Py_ssize_t>d[row]
+            if x < 0 or x >= v:
+                return i + 1
             # above the threshold a row is accepted whatever its entropy: skip the V logs
-            if <double>p[row, <Py_ssize_t>d[row]] > thr:
-                out[i, n] = <int32_t>d[row]
+            if <double>p[row, x] > thr:
+                out[i, n] = <int32_t>x
                 n += 1
                 continue
             h = 0.0
             for j in range(v):
-                x = <double>p[row, j]
-                if x > 0.0:
-                    h -= x * log(x)
+                y = <double>p[row, j]
+                if y > 0.0:
+                    h -= y * log(y)
             cut = alpha * exp(-h)
             if thr < cut:
                 cut = thr
-            if <double>p[row, <Py_ssize_t>d[row]] > cut:
-                out[i, n] = <int32_t>d[row]
+            if <double>p[row, x] > cut:
+                out[i, n] = <int32_t>x
                 n += 1
             else:
                 best = 0
@@ -454,6 +514,7 @@ cdef void _typical_kernel(const token_t[::1] d, const int64_t[::1] off, const fl
                 out[i, n] = <int32_t>best
                 break
         acc[i] = <int32_t>n
+    return 0
 
 
 def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, posterior_alpha=0.3,
@@ -464,15 +525,17 @@ def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, poster
 
     ``H(p) = -sum p log p`` over the positive entries, summed in float64 in row order
     with the C library's ``log`` and ``exp`` (what ``math.log``/``math.exp`` call), so
-    both implementations agree bit for bit. Refuses thresholds that are negative or not
-    finite, and the inputs ``speculative_batch`` refuses.
+    both implementations agree bit for bit (the build turns off floating-point
+    contraction, see setup.py). Refuses thresholds that are negative or not finite, and
+    the inputs ``speculative_batch`` refuses.
     """
+    check = bool(check)
     d, off, p, thr, alpha, k_max = _prepare_typical(
         draft, offsets, target_probs, posterior_threshold, posterior_alpha
     )
     if check:
         _raise_if_bad(p, "target_probs")
-    cdef Py_ssize_t b = off.shape[0] - 1
+    cdef Py_ssize_t b = off.shape[0] - 1, bad
     out = np.full((b, k_max + 1), -1, dtype=np.int32)
     acc = np.zeros(b, dtype=np.int32)
     cdef int32_t[:, ::1] o = out
@@ -488,19 +551,21 @@ def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, poster
         if d.dtype.itemsize == 4:
             d32 = d
             with nogil:
-                _typical_kernel(d32, offv, p32, t, al, o, a)
+                bad = _typical_kernel(d32, offv, p32, t, al, o, a)
         else:
             d64 = d
             with nogil:
-                _typical_kernel(d64, offv, p32, t, al, o, a)
+                bad = _typical_kernel(d64, offv, p32, t, al, o, a)
     else:
         p64 = p
         if d.dtype.itemsize == 4:
             d32 = d
             with nogil:
-                _typical_kernel(d32, offv, p64, t, al, o, a)
+                bad = _typical_kernel(d32, offv, p64, t, al, o, a)
         else:
             d64 = d
             with nogil:
-                _typical_kernel(d64, offv, p64, t, al, o, a)
+                bad = _typical_kernel(d64, offv, p64, t, al, o, a)
+    if bad:
+        _kernel_failed(bad, "typical_batch")
     return out, acc

@@ -107,10 +107,14 @@ cdef inline Py_ssize_t _find_last_seq(object h, Py_ssize_t lo, Py_ssize_t hi, Py
     Exact ints are compared by value in C when h[at] is one that fits in int64; any other
     entry goes through ==, after which the sequence's size is checked again (a
     user-defined __eq__ may change it)."""
-    cdef PyObject* v = PySequence_Fast_GET_ITEM(h, at)
+    if Py_SIZE(h) != n:
+        raise RuntimeError("history changed size during prompt_lookup")
+    # a strong reference: a user-defined __eq__ may replace h[at] and free it
+    cdef object v_ref = <object>PySequence_Fast_GET_ITEM(h, at)
+    cdef PyObject* v = <PyObject*>v_ref
     cdef PyObject* x
     cdef long long vv = 0, xv
-    cdef int overflow = 1
+    cdef int overflow = 1, r
     cdef Py_ssize_t e
     if Py_TYPE(v) == &PyLong_Type:
         vv = _as_longlong(v, &overflow)
@@ -126,12 +130,13 @@ cdef inline Py_ssize_t _find_last_seq(object h, Py_ssize_t lo, Py_ssize_t hi, Py
             if xv == vv:
                 return e
             continue
-        if obj_eq(h, e, h, at):
-            if Py_SIZE(h) != n:
-                raise RuntimeError("history changed size during prompt_lookup")
-            return e
+        r = obj_eq(h, e, h, at)
+        # re-read the size after every comparison, whatever its result (as CPython's
+        # list.index does): __eq__ may have shrunk the list
         if Py_SIZE(h) != n:
             raise RuntimeError("history changed size during prompt_lookup")
+        if r:
+            return e
     return -1
 
 
@@ -143,6 +148,7 @@ cdef Py_ssize_t _match_end_seq(object h, Py_ssize_t ngram) except -2:
     cdef Py_ssize_t base = n - ngram
     cdef Py_ssize_t lo = ngram - 1
     cdef Py_ssize_t e = n - 2, j, s
+    cdef int r
     while True:
         e = _find_last_seq(h, lo, e, n, n - 1)
         if e < 0:
@@ -150,10 +156,13 @@ cdef Py_ssize_t _match_end_seq(object h, Py_ssize_t ngram) except -2:
         s = e - lo
         j = 0
         while j < lo:
-            if not obj_eq(h, s + j, h, base + j):
-                break
+            r = obj_eq(h, s + j, h, base + j)
+            # the size is re-read after every comparison, equal or not (a __eq__ that
+            # shrinks the list must not send the next read past its end)
             if Py_SIZE(h) != n:
                 raise RuntimeError("history changed size during prompt_lookup")
+            if not r:
+                break
             j += 1
         if j == lo:
             return e + 1

@@ -2,9 +2,10 @@
 """Row placement on the host: ``dst[b] = src[b, index[b]]`` as raw byte copies, and the
 batched settle that chooses ``index`` (compiled).
 
-Arguments are checked once at the Python boundary by ``specfsm.gpu._checks`` (shared with
-the twin and the CuPy path, so every path raises the same errors); the loops then run
-unchecked with the GIL released.
+Arguments are converted (the index and the counts into private copies), then checked
+once at the Python boundary by ``specfsm.gpu._checks`` (shared with the twin and the
+CuPy path, so every path raises the same errors); the loops then run with the GIL
+released over the private copies, the row index re-checked where a row is read.
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
@@ -18,6 +19,7 @@ from specfsm.gpu._checks import (
     as_host_index,
     as_settle_arrays,
     check_rows,
+    host_index_array,
     index_reason,
     overlap_message,
     settle_index_reason,
@@ -45,7 +47,7 @@ cdef void _copy_rows(const index_t* idx, Py_ssize_t B, const uint8_t* s, uint8_t
     cdef Py_ssize_t b, k
     for b in range(B):
         k = <Py_ssize_t>idx[b]
-        if k >= 0:
+        if k >= 0 and k < K:   # checked before the call too; kept where the row is read
             memcpy(d + b * row, s + (b * K + k) * row, <size_t>row)
 
 
@@ -68,8 +70,13 @@ def place_rows(src, index, dst):
         raise TypeError(
             f"src and dst must be numpy arrays here, got {type(src).__name__} and "
             f"{type(dst).__name__}")
+    # the index is converted into a private copy first (running whatever the conversion
+    # runs), then everything is checked; the copy loop reads only that copy
+    i_obj = host_index_array(index)
     B, K, row = check_rows(src, dst)
-    i_arr = as_host_index(index, B, K, False)
+    i_arr = as_host_index(i_obj, B, K, False)
+    if i_arr.shape[0] != B:
+        raise ValueError(f"index has {i_arr.shape[0]} entries; it needs one per request (B={B})")
     is32 = i_arr.dtype.itemsize == 4
     i32 = <const int32_t*>cnp.PyArray_DATA(i_arr)
     i64 = <const int64_t*>cnp.PyArray_DATA(i_arr)
@@ -81,7 +88,7 @@ def place_rows(src, index, dst):
         raise IndexError(index_reason(bad, int(i_arr[bad]), K))
     if np.may_share_memory(src, dst):
         raise ValueError(overlap_message("src", "dst"))
-    if np.may_share_memory(i_arr, dst):
+    if isinstance(index, np.ndarray) and np.may_share_memory(index, dst):
         raise ValueError(overlap_message("index", "dst"))
     if B == 0 or row == 0 or K == 0:   # nothing to copy (K == 0: every entry is negative)
         return dst
@@ -101,6 +108,8 @@ def place_rows(src, index, dst):
 cdef Py_ssize_t _settle(const int64_t[::1] a, const int64_t[::1] d, int64_t[::1] out) noexcept nogil:
     cdef Py_ssize_t b
     cdef int64_t n, m
+    if d.shape[0] < a.shape[0] or out.shape[0] < a.shape[0]:
+        return 0
     for b in range(a.shape[0]):
         n = a[b]
         m = d[b]
@@ -126,7 +135,7 @@ def settle_index(accepted, draft_lens):
     TypeError/ValueError.
     """
     cdef Py_ssize_t bad
-    a, d = as_settle_arrays(accepted, draft_lens)
+    a, d = as_settle_arrays(accepted, draft_lens)  # private copies
     out = np.empty(a.shape[0], dtype=np.int64)
     cdef const int64_t[::1] av = a
     cdef const int64_t[::1] dv = d

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from . import _impl
-from ._py.accept import _offsets, _real, _tokens  # the shared argument checks
+from ._py.accept import _real, _tokens  # the shared argument checks
 from ._validate import check_count
 from .errors import IllegalTransition
 
@@ -142,8 +142,9 @@ class SpeculativeSampling:
     """Speculative (rejection) sampling: the emitted tokens are distributed exactly as
     the target's ``p``.
 
-    Row i is accepted when ``u_i * q_i(x_i) <= p_i(x_i)`` (that is, ``u_i <= min(1,
-    p/q)``), ``u_i`` uniform in [0, 1); at the first rejected row the token is drawn from
+    Row i is accepted when ``p_i(x_i) > 0`` and ``u_i * q_i(x_i) <= p_i(x_i)`` (that is,
+    ``u_i <= min(1, p/q)``; a token the target rules out is never kept), ``u_i`` uniform
+    in [0, 1); at the first rejected row the token is drawn from
     ``max(0, p - q)`` normalised. Drafts without probabilities (n-gram drafts) pass
     ``draft_probs=None``: q is one-hot on the drafted token. Draws come from ``rng`` (a
     ``numpy.random.Generator``) or a new ``default_rng(seed)``; each request consumes
@@ -172,9 +173,10 @@ class SpeculativeSampling:
         refuses."""
         d = _single(draft)
         k = d.shape[0]
-        u = self.rng.random(k + 1)
+        # the kernel draws K + 1 uniforms from rng only once every argument is checked,
+        # so a refused call leaves the stream where it was
         out, acc = _k.speculative_batch(
-            d, np.array([0, k], dtype=np.int64), target_probs, draft_probs, u, check
+            d, np.array([0, k], dtype=np.int64), target_probs, draft_probs, self.rng, check
         )
         n = int(acc[0])
         return n, out[0, : n + 1 if n < k else k].tolist()
@@ -193,11 +195,9 @@ class SpeculativeSampling:
     ) -> tuple[np.ndarray, np.ndarray]:
         """B ragged drafts at once (flat ``draft`` with ``offsets``; ``target_probs`` N x
         V with one row per draft row): ``(tokens int32 [B, K_max + 1] padded with -1,
-        accepted int32 [B])``. Draws N + B uniforms from ``rng``."""
-        n = _tokens(draft, "draft").shape[0]
-        b = _offsets(offsets, n)[0].shape[0] - 1
-        u = self.rng.random(n + b)
-        return _k.speculative_batch(draft, offsets, target_probs, draft_probs, u, check)
+        accepted int32 [B])``. Draws N + B uniforms from ``rng``, after every argument
+        has been checked (a refused call draws nothing)."""
+        return _k.speculative_batch(draft, offsets, target_probs, draft_probs, self.rng, check)
 
     def __repr__(self) -> str:
         return f"SpeculativeSampling(rng={self.rng!r})"

@@ -43,41 +43,61 @@ _OK, _NONFINITE, _NEGATIVE, _BADSUM = 0, 1, 2, 3
 
 
 # -- shared argument checks (used by the compiled module too) --------------------------
-def _tokens(x: object, name: str) -> np.ndarray:
-    """A 1-D int32/int64 C-contiguous array from an array, list or tuple of ids."""
+# Every ``_prepare_*`` first converts all of its arguments (running whatever Python code
+# that takes: ``__index__``, ``__float__``, ``__array__``, ``__bool__``), taking private
+# copies of the small control arrays (draft, choices, offsets, uniforms), and only then
+# validates, on those copies. Nothing the caller holds can change them afterwards, so
+# the compiled kernels may read them with the GIL released.
+def _tokens(x: object, name: str, own: bool = False) -> np.ndarray:
+    """A 1-D int32/int64 C-contiguous array from an array, list or tuple of ids; with
+    ``own`` an array no one else holds (a copy whenever the input's memory could be)."""
+    fresh = False
     if not isinstance(x, np.ndarray):
         if isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
             raise TypeError(
                 f"{name} must be a 1-D integer array, list or tuple, got {type(x).__name__}"
             )
+        fresh = type(x) is list or type(x) is tuple  # np.asarray builds a new array
         arr = np.asarray(x)
         if arr.size == 0 and arr.ndim == 1:
             arr = arr.astype(np.int64)
         x = arr
-    return as_token_array(x, name)
+    elif type(x) is not np.ndarray:
+        x = np.asarray(x)  # a subclass: its overrides are not run again below
+    out = as_token_array(x, name)
+    if own and out is x and not fresh:
+        out = out.copy()
+    return out
 
 
 _SMALL = 64  # below this many entries, checks run on Python lists (cheaper than numpy calls)
 
 
-def _offsets(offsets: object, total: int, name: str = "offsets") -> tuple[np.ndarray, int]:
-    """(offsets as int64, K_max), refusing offsets that do not describe ``total`` rows."""
-    off = _tokens(offsets, name).astype(np.int64, copy=False)
+def _as_offsets(offsets: object, name: str = "offsets") -> np.ndarray:
+    """``offsets`` converted to a private int64 array (not yet checked)."""
+    off = _tokens(offsets, name, own=True)
+    if off.dtype != np.int64:
+        off = off.astype(np.int64)
+    return off
+
+
+def _check_offsets(off: np.ndarray, total: int, name: str = "offsets") -> int:
+    """K_max, refusing offsets that do not describe ``total`` rows.
+
+    Order is checked by comparing neighbours (never by subtracting int64 values, which
+    wraps around near -2**63); the row counts are taken only once the offsets are known
+    to run from 0 to ``total`` without decreasing."""
     n = off.shape[0]
     if n == 0:
         raise ValueError(f"{name} must hold B + 1 entries starting at 0, got an empty array")
     if n <= _SMALL:
         lst = off.tolist()
         first, last = lst[0], lst[-1]
-        steps = [b - a for a, b in zip(lst, lst[1:])]
-        bad = next((i for i, s in enumerate(steps) if s < 0), -1)
-        k_max = max(steps, default=0)
+        bad = next((i for i in range(n - 1) if lst[i] > lst[i + 1]), -1)
     else:
         first, last = int(off[0]), int(off[-1])
-        st = np.diff(off)
-        neg = st < 0
-        bad = int(np.argmax(neg)) if neg.any() else -1
-        k_max = int(st.max())
+        dec = off[:-1] > off[1:]
+        bad = int(np.argmax(dec)) if dec.any() else -1
     if first != 0:
         raise ValueError(f"{name}[0] must be 0, got {first}")
     if bad >= 0:
@@ -87,7 +107,17 @@ def _offsets(offsets: object, total: int, name: str = "offsets") -> tuple[np.nda
         )
     if last != total:
         raise ValueError(f"{name}[-1]={last} must equal the flat draft length {total}")
-    return off, k_max
+    # every entry now lies in [0, total]: the differences cannot wrap
+    if n <= _SMALL:
+        return max((lst[i + 1] - lst[i] for i in range(n - 1)), default=0)
+    return int(np.diff(off).max())
+
+
+def _offsets(offsets: object, total: int, name: str = "offsets") -> tuple[np.ndarray, int]:
+    """(offsets as a private int64 array, K_max), refusing offsets that do not describe
+    ``total`` rows."""
+    off = _as_offsets(offsets, name)
+    return off, _check_offsets(off, total, name)
 
 
 def _check_ids(arr: np.ndarray, name: str, hi: int, what: str) -> None:
@@ -110,9 +140,10 @@ def _check_ids(arr: np.ndarray, name: str, hi: int, what: str) -> None:
 
 
 def _prepare_exact(draft: object, choices: object, offsets: object):
-    """(draft, choices, offsets, K_max) checked and converted for the exact kernels."""
-    d = _tokens(draft, "draft")
-    c = _tokens(choices, "choices")
+    """(draft, choices, offsets, K_max) converted into private arrays, then checked."""
+    d = _tokens(draft, "draft", own=True)
+    c = _tokens(choices, "choices", own=True)
+    off = _as_offsets(offsets)
     if c.shape[0] != d.shape[0]:
         raise ValueError(
             f"choices holds {c.shape[0]} entries; it needs one per draft row ({d.shape[0]})"
@@ -120,7 +151,7 @@ def _prepare_exact(draft: object, choices: object, offsets: object):
     if d.dtype != c.dtype:
         d = d.astype(np.int64)
         c = c.astype(np.int64)
-    off, k_max = _offsets(offsets, d.shape[0])
+    k_max = _check_offsets(off, d.shape[0])
     _check_ids(d, "draft", _INT32_MAX + 1, "the int32 output range")
     _check_ids(c, "choices", _INT32_MAX + 1, "the int32 output range")
     return d, c, off, k_max
@@ -131,8 +162,12 @@ def _prepare_min_run(m: object) -> int:
 
 
 def _probs(x: object, name: str) -> np.ndarray:
+    """A C-contiguous, native float32/float64 2-D ndarray (not a subclass) of ``x``;
+    read in place when it already is one."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a 2-D float32 or float64 numpy array, got {type(x).__name__}")
+    if type(x) is not np.ndarray:
+        x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D (rows x vocabulary), got shape {x.shape}")
     if x.dtype not in _FLOATS:
@@ -146,30 +181,20 @@ def _probs(x: object, name: str) -> np.ndarray:
     return x
 
 
-def _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms):
-    """(draft, offsets, P, Q or None, U, K_max) checked and converted."""
-    d = _tokens(draft, "draft")
-    off, k_max = _offsets(offsets, d.shape[0])
-    p = _probs(target_probs, "target_probs")
-    n, v = p.shape
-    if n != d.shape[0]:
-        raise ValueError(
-            f"target_probs has {n} rows; it needs one per draft row ({d.shape[0]})"
-        )
-    q = None
-    if draft_probs is not None:
-        q = _probs(draft_probs, "draft_probs")
-        if q.shape != p.shape:
-            raise ValueError(
-                f"draft_probs has shape {q.shape}; it must match target_probs {p.shape}"
-            )
-        if q.dtype != p.dtype:
-            q = q.astype(p.dtype)
-    _check_ids(d, "draft", v, "the vocabulary")
+def _as_uniforms(uniforms: object):
+    """(a private float64 copy of ``uniforms``, None), or (None, the Generator to draw
+    them from once every argument has been checked)."""
+    if isinstance(uniforms, np.random.Generator):
+        return None, uniforms
     if not isinstance(uniforms, np.ndarray):
-        raise TypeError(f"uniforms must be a 1-D float64 numpy array, got {type(uniforms).__name__}")
-    u = np.ascontiguousarray(uniforms, dtype=np.float64)
-    need = d.shape[0] + off.shape[0] - 1
+        raise TypeError(
+            "uniforms must be a 1-D float64 numpy array or a numpy.random.Generator, "
+            f"got {type(uniforms).__name__}"
+        )
+    return np.array(uniforms, dtype=np.float64, order="C", copy=True), None
+
+
+def _check_uniforms(u: np.ndarray, need: int) -> None:
     if u.ndim != 1 or u.shape[0] != need:
         raise ValueError(
             f"uniforms must be 1-D with one draw per draft row plus one per request "
@@ -182,26 +207,73 @@ def _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms):
         i = -1 if ok.all() else int(np.argmax(~ok))
     if i >= 0:
         raise ValueError(f"uniforms[{i}]={float(u[i])!r} is outside [0, 1)")
-    return d, off, p, q, u, k_max
+
+
+def _draw_uniforms(gen: np.random.Generator, need: int) -> np.ndarray:
+    """``need`` draws from ``gen``, taken only after every argument has been checked (so a
+    refused call leaves the generator's stream where it was), in a private array."""
+    u = np.array(gen.random(need), dtype=np.float64, order="C", copy=True)
+    _check_uniforms(u, need)
+    return u
+
+
+def _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms):
+    """(draft, offsets, P, Q or None, U, K_max, Generator or None) converted, then checked.
+
+    U is None when ``uniforms`` is a Generator: the caller draws from it (with
+    ``_draw_uniforms``) after its own remaining checks."""
+    d = _tokens(draft, "draft", own=True)
+    off = _as_offsets(offsets)
+    p = _probs(target_probs, "target_probs")
+    q = None if draft_probs is None else _probs(draft_probs, "draft_probs")
+    u, gen = _as_uniforms(uniforms)
+    k_max = _check_offsets(off, d.shape[0])
+    n, v = p.shape
+    if n != d.shape[0]:
+        raise ValueError(
+            f"target_probs has {n} rows; it needs one per draft row ({d.shape[0]})"
+        )
+    if q is not None:
+        if q.shape != p.shape:
+            raise ValueError(
+                f"draft_probs has shape {q.shape}; it must match target_probs {p.shape}"
+            )
+        if q.dtype != p.dtype:
+            q = q.astype(p.dtype)
+    _check_ids(d, "draft", v, "the vocabulary")
+    if u is not None:
+        _check_uniforms(u, d.shape[0] + off.shape[0] - 1)
+    return d, off, p, q, u, k_max, gen
+
+
+def _as_real(value: object, name: str) -> float:
+    """``value`` converted to a float (not yet checked), or TypeError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _check_real(x: float, name: str) -> float:
+    if not (math.isfinite(x) and x >= 0.0):
+        raise ValueError(f"{name} must be finite and >= 0, got {x!r}")
+    return x
 
 
 def _real(value: object, name: str) -> float:
     """``value`` as a finite, non-negative float, or raise naming ``name``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    x = float(value)
-    if not (math.isfinite(x) and x >= 0.0):
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-    return x
+    return _check_real(_as_real(value, name), name)
 
 
 def _prepare_typical(draft, offsets, target_probs, posterior_threshold, posterior_alpha):
-    """(draft, offsets, P, threshold, alpha, K_max) checked and converted."""
-    thr = _real(posterior_threshold, "posterior_threshold")
-    alpha = _real(posterior_alpha, "posterior_alpha")
-    d = _tokens(draft, "draft")
-    off, k_max = _offsets(offsets, d.shape[0])
+    """(draft, offsets, P, threshold, alpha, K_max) converted, then checked."""
+    thr = _as_real(posterior_threshold, "posterior_threshold")
+    alpha = _as_real(posterior_alpha, "posterior_alpha")
+    d = _tokens(draft, "draft", own=True)
+    off = _as_offsets(offsets)
     p = _probs(target_probs, "target_probs")
+    _check_real(thr, "posterior_threshold")
+    _check_real(alpha, "posterior_alpha")
+    k_max = _check_offsets(off, d.shape[0])
     if p.shape[0] != d.shape[0]:
         raise ValueError(
             f"target_probs has {p.shape[0]} rows; it needs one per draft row ({d.shape[0]})"
@@ -302,15 +374,20 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
 
     ``target_probs`` (and ``draft_probs``, or None for drafts without probabilities,
     treated as one-hot on the drafted token) hold one row per draft row (N x V).
-    ``uniforms`` holds N + B draws in [0, 1): request ``b`` reads its K_b acceptance
-    draws at ``uniforms[offsets[b] + b : offsets[b + 1] + b]`` and its residual draw
-    right after. Row i is accepted when ``u_i * q_i(x_i) <= p_i(x_i)``; at the first
-    rejected row the token is drawn by inverse CDF from ``max(0, p - q)`` (float64, in
-    the summation order ``_residual_pick`` documents). With ``check`` every probability row is checked first (finite,
+    ``uniforms`` holds N + B draws in [0, 1) (or is a ``numpy.random.Generator``, drawn
+    from only once every argument has been checked): request ``b`` reads its K_b
+    acceptance draws at ``uniforms[offsets[b] + b : offsets[b + 1] + b]`` and its
+    residual draw right after. Row i is accepted when ``p_i(x_i) > 0`` and
+    ``u_i * q_i(x_i) <= p_i(x_i)`` (a token the target gives probability 0 is never
+    accepted); at the first rejected row the token is drawn by inverse CDF from
+    ``max(0, p - q)`` (float64, in the summation order ``_residual_pick`` documents). With ``check`` every probability row is checked first (finite,
     non-negative, sums to 1 within ``PROB_ATOL``); token ids, shapes and uniforms are
     always checked.
     """
-    d, off, p, q, u, k_max = _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms)
+    check = bool(check)
+    d, off, p, q, u, k_max, gen = _prepare_speculative(
+        draft, offsets, target_probs, draft_probs, uniforms
+    )
     if check:
         for name, arr in (("target_probs", p), ("draft_probs", q)):
             if arr is not None:
@@ -318,6 +395,8 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
                 if code != _OK:
                     raise _prob_error(name, code, r, c, val)
     b = off.shape[0] - 1
+    if u is None:
+        u = _draw_uniforms(gen, d.shape[0] + b)
     out, acc = _new_out(b, k_max)
     dl = d.tolist()
     ol = off.tolist()
@@ -331,7 +410,7 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
             x = dl[lo + n]
             pp = float(p[lo + n, x])
             qq = float(q[lo + n, x]) if q is not None else 1.0
-            if float(u[ub + n]) * qq <= pp:
+            if pp > 0.0 and float(u[ub + n]) * qq <= pp:  # p(x) = 0: never accepted
                 out[i, n] = x
                 n += 1
             else:
@@ -397,6 +476,7 @@ def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, poster
     both implementations agree bit for bit. Refuses thresholds that are negative or not
     finite, and the inputs ``speculative_batch`` refuses.
     """
+    check = bool(check)
     d, off, p, thr, alpha, k_max = _prepare_typical(
         draft, offsets, target_probs, posterior_threshold, posterior_alpha
     )

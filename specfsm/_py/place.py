@@ -9,6 +9,7 @@ from ..gpu._checks import (
     as_host_index,
     as_settle_arrays,
     check_rows,
+    host_index_array,
     overlap_message,
     settle_index_reason,
 )
@@ -30,11 +31,12 @@ def place_rows(src: np.ndarray, index: object, dst: np.ndarray) -> np.ndarray:
             f"src and dst must be numpy arrays here, got {type(src).__name__} and "
             f"{type(dst).__name__}"
         )
+    idx = host_index_array(index)  # converted (a private copy) before anything is checked
     B, K, row = check_rows(src, dst)
-    idx = as_host_index(index, B, K)
+    idx = as_host_index(idx, B, K)
     if np.may_share_memory(src, dst):
         raise ValueError(overlap_message("src", "dst"))
-    if np.may_share_memory(idx, dst):
+    if isinstance(index, np.ndarray) and np.may_share_memory(index, dst):
         raise ValueError(overlap_message("index", "dst"))
     if B == 0 or row == 0 or K == 0:  # nothing to copy (K == 0: every entry is negative)
         return dst

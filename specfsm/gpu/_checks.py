@@ -14,6 +14,7 @@ import numpy as np
 __all__ = [
     "INT32_MAX",
     "check_rows",
+    "host_index_array",
     "as_host_index",
     "index_reason",
     "overlap_message",
@@ -87,6 +88,19 @@ def index_reason(b: int, value: int, K: int) -> str:
     )
 
 
+def host_index_array(index) -> np.ndarray:
+    """``index`` as a numpy array that the call owns (always a copy), converted before
+    anything is checked: whatever the conversion runs (a sequence's ``__getitem__``,
+    ``__array__``) and whatever other threads later write into the caller's array, the
+    checked entries are the ones copied. ``as_host_index`` then checks it."""
+    if type(index) is np.ndarray:
+        return index.copy()
+    arr = np.array(index)
+    if arr.size == 0 and arr.ndim == 1 and arr.dtype.kind == "f":
+        arr = np.zeros(0, np.int64)  # np.array([]) is float64
+    return arr
+
+
 def as_host_index(index, B: int, K: int, check_range: bool = True) -> np.ndarray:
     """``index`` as a 1-D, C-contiguous, native int32 or int64 numpy array of B entries.
 
@@ -150,7 +164,7 @@ def ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def _as_count_array(values, name: str) -> np.ndarray:
-    arr = values if type(values) is np.ndarray else np.asarray(values)
+    arr = values.copy() if type(values) is np.ndarray else np.array(values)  # private
     if arr.ndim != 1:
         raise ValueError(
             f"{name} must be 1-D (one entry per request), got a {arr.ndim}-D array of shape "
@@ -171,7 +185,8 @@ def _as_count_array(values, name: str) -> np.ndarray:
 
 
 def as_settle_arrays(accepted, draft_lens) -> tuple[np.ndarray, np.ndarray]:
-    """``accepted`` and ``draft_lens`` as 1-D int64 arrays of one length, or raise.
+    """``accepted`` and ``draft_lens`` as private (copied) 1-D int64 arrays of one
+    length, or raise.
 
     Refuses shapes other than 1-D, non-integer dtypes and differing lengths; the values
     themselves are checked by the settle loop (see ``settle_index_reason``).

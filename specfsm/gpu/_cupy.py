@@ -21,6 +21,7 @@ from ._checks import (
     as_host_index,
     byte_bounds,
     check_rows,
+    host_index_array,
     overlap_message,
     ranges_overlap,
 )
@@ -168,7 +169,8 @@ def place_rows(src, index, dst, stream=None):
         if not index.flags.c_contiguous:
             raise ValueError("index must be C-contiguous")
     else:
-        index = as_host_index(index, B, K)
+        # a private copy, checked, is what gets uploaded (not the caller's array re-read)
+        index = as_host_index(host_index_array(index), B, K)
     # all three are C-contiguous here, so [ptr, ptr + nbytes) is exactly what they touch
     sp = src.data.ptr
     dp = dst.data.ptr
