@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from action_fixture import run_sequential, run_speculative
+from isolated import run_isolated
 from specfsm import _impl, accept_rule
 from specfsm.accept_rule import (
     AcceptRule,
@@ -187,7 +188,9 @@ def reference_speculative(d, off, p, q, u):
         for r in range(lo, hi):
             x = int(d[r])
             qx = float(q[r, x]) if q is not None else 1.0
-            if u[lo + i + n] <= min(1.0, float(p[r, x]) / qx if qx > 0 else math.inf):
+            px = float(p[r, x])
+            # a token the target gives probability 0 is never accepted
+            if px > 0 and u[lo + i + n] <= min(1.0, px / qx if qx > 0 else math.inf):
                 out[i, n] = x
                 n += 1
             else:
@@ -664,3 +667,276 @@ def test_both_implementations_expose_the_same_kernels(impl):
     for name in twin.__all__:
         assert callable(getattr(kern, name)) == callable(getattr(twin, name)), name
     assert kern.PROB_ATOL == twin.PROB_ATOL == accept_rule.PROB_ATOL
+
+
+# -- issue 9: the kernels never leave their buffers, whatever the caller does ------------------
+# Offsets that decrease through values near -2**63: their int64 differences wrap around to
+# small or positive steps, so a check by differences lets them through.
+WRAPPING_OFFSETS = [
+    [0, 2**62, 2**63 - 1, -(2**63), -1],  # every int64 difference is >= 0
+    [0, 1, -(2**63) + 1, -(2**63) + 2],
+]
+
+
+def wrapping_offsets(total, pad):
+    """One of WRAPPING_OFFSETS, padded with leading zeros (``pad`` of them: 0 keeps it on
+    the small-list path, 70 takes the numpy path) and ending at ``total``."""
+    for core in WRAPPING_OFFSETS:
+        yield np.array([0] * pad + core + [total], dtype=np.int64)
+
+
+@pytest.mark.parametrize("pad", [0, 70], ids=["short", "long"])
+def test_offsets_near_int64_min_are_refused_by_neighbour_order(impl, pad):
+    kern = impl.module("accept")
+    d = np.array([1, 2, 3], np.int64)
+    p = np.full((3, 4), 0.25)
+    u = np.zeros(3 + 200)
+    for off in wrapping_offsets(3, pad):
+        b = off.shape[0] - 1
+        with pytest.raises(ValueError, match="offsets must be non-decreasing, got offsets\\["):
+            kern.exact_batch(d, d, off)
+        with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+            kern.min_run_batch(d, d, off, 1)
+        with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+            kern.speculative_batch(d, off, p, None, u[: 3 + b])
+        with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+            kern.typical_batch(d, off, p)
+    # a decrease right at -2**63 is named by its neighbours
+    off = np.array([0, 2**63 - 1, -(2**63), 3], np.int64)
+    with pytest.raises(ValueError, match=f"offsets\\[1\\]={2**63 - 1} > offsets\\[2\\]={-(2**63)}"):
+        kern.exact_batch(d, d, off)
+
+
+def test_zero_probability_tokens_are_never_accepted(impl):
+    """A masked target (p(x) = 0, top-k or a grammar) or a one-hot target (temperature
+    0) must never emit a token it rules out: not when u = 0, not when the draft gave the
+    token probability 0 too (both made ``u * q <= p`` hold as 0 <= 0)."""
+    kern = impl.module("accept")
+    v, k = 6, 4
+    greedy = np.array([2, 5, 0, 3])
+    p = np.eye(v)[greedy]  # one-hot targets
+    masked = np.array([0.0, 0.5, 0.0, 0.25, 0.25, 0.0])  # top-3 style mask
+    pm = np.tile(masked, (k, 1))
+    for target, allowed in ((p, None), (pm, masked > 0)):
+        for x in range(v):
+            draft = np.full(k, x)
+            off = np.array([0, k])
+            rows = np.arange(k)
+            ok = target[rows, draft] > 0
+            # u = 0: the smallest draw, which 0 * q <= 0 used to accept
+            q_zero = np.full((k, v), 1.0 / (v - 1))
+            q_zero[:, x] = 0.0  # the draft gave x probability 0 as well
+            for q in (None, q_zero):
+                for u in (np.zeros(k + 1), np.full(k + 1, 0.5)):
+                    out, acc = kern.speculative_batch(draft, off, target, q, u)
+                    n = int(acc[0])
+                    emitted = out[0, : n + 1 if n < k else k]
+                    # every emitted token has positive target probability
+                    assert (target[rows[: len(emitted)], emitted] > 0).all(), (x, q is None, u[0])
+                    # and a draft token the target rules out is never among the accepted
+                    assert n <= (int(np.argmin(ok)) if not ok.all() else k)
+
+
+def test_zero_probability_tokens_through_the_rule(rules):
+    """The same through ``SpeculativeSampling``, with random draws: at temperature 0
+    (one-hot target) only the greedy tokens ever come out."""
+    rng = np.random.default_rng(5)
+    v, k = 12, 5
+    for trial in range(40):
+        greedy = rng.integers(0, v, size=k)
+        p = np.eye(v)[greedy]
+        draft = rng.integers(0, v, size=k)
+        q = rng.dirichlet(np.ones(v), size=k)
+        q[np.arange(k), draft] = 0.0  # the draft proposal was itself impossible
+        q /= q.sum(axis=1, keepdims=True)
+        for qq in (None, q):
+            n, row_tokens = SpeculativeSampling(seed=trial).sample_rows(draft, p, qq)
+            assert row_tokens == greedy[: len(row_tokens)].tolist()
+            assert n == leading_equal(draft.tolist(), greedy.tolist())
+
+
+def test_reference_refuses_zero_probability_tokens():
+    """The tests' own reference follows the corrected rule (it would otherwise agree with
+    a kernel that accepts p(x) = 0)."""
+    d = np.array([1])
+    p = np.array([[1.0, 0.0]])
+    q = np.array([[0.5, 0.5]])
+    out, acc = reference_speculative(d, np.array([0, 1]), p, q, np.zeros(2))
+    assert acc[0] == 0 and out[0, 0] == 0
+
+
+def test_refused_calls_leave_the_rng_stream_unchanged(rules):
+    """Draws are taken only once every argument has been checked: a refused call must
+    not shift what later calls draw."""
+    v = 4
+    p = np.full((3, v), 0.25)
+    bad_p = p.copy()
+    bad_p[1, 2] = -0.25
+    d = np.array([1, 2, 3])
+    fresh = np.random.default_rng(123).bit_generator.state
+    rule = SpeculativeSampling(seed=123)
+    refusals = [
+        lambda: rule.sample_rows(d, bad_p),  # a negative probability
+        lambda: rule.sample_rows(d, p[:2]),  # too few rows
+        lambda: rule.sample_rows([1, 9, 3], p),  # an id outside the vocabulary
+        lambda: rule.sample_rows(d, p, p[:, :2]),  # draft_probs of another shape
+        lambda: rule.sample_batch(d, np.array([0, 1, 3]), bad_p),
+        lambda: rule.sample_batch(d, np.array([0, 2, 1, 3]), p),  # decreasing offsets
+        lambda: rule.sample_batch(d, np.array([0, 1, 3]), p, np.full((3, v), 0.5)),
+    ]
+    for call in refusals:
+        with pytest.raises(ValueError):
+            call()
+        assert rule.rng.bit_generator.state == fresh
+    # and the next accepted call draws exactly what a fresh generator would
+    got = rule.sample_rows(d, p)
+    assert got == SpeculativeSampling(seed=123).sample_rows(d, p)
+
+
+def test_uniforms_from_a_generator_equal_explicit_draws(impl):
+    kern = impl.module("accept")
+    rng = np.random.default_rng(9)
+    d, off, p, q = random_batch(rng, 7, 5, 11)
+    u = np.random.default_rng(77).random(len(d) + 7)
+    want = kern.speculative_batch(d, off, p, q, u)
+    got = kern.speculative_batch(d, off, p, q, np.random.default_rng(77))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    with pytest.raises(TypeError, match="uniforms must be a 1-D float64 numpy array or a numpy.random.Generator"):
+        kern.speculative_batch(d, off, p, q, list(u))
+
+
+# A caller whose conversions run Python code: ``check``'s __bool__, an offsets object whose
+# __array__ hands out an array the caller keeps, and a probability array subclass whose
+# __array_finalize__ runs during the float conversion. Each hook rewrites arrays that were
+# (in the old code) already validated, to send the kernel far outside its buffers. The
+# body runs in a child process: a crash fails this test instead of killing the run.
+_CALLBACK_BODY = """
+import numpy as np
+from specfsm import _impl
+kern = _impl.module(IMPL, "accept")
+B, K, V = 64, 4, 8
+N = B * K
+d_keep = np.tile(np.arange(K), B).astype(np.int64)
+off_keep = np.arange(0, N + 1, K, dtype=np.int64)
+held = {}
+
+class Offsets:
+    # offsets that hand out an int64 array the caller keeps a reference to
+    def __len__(self):
+        return B + 1
+    def __array__(self, dtype=None, copy=None):
+        held["off"] = off_keep.copy()
+        return held["off"]
+
+def spoil():
+    off = held.get("off")
+    if off is not None:
+        off[1:] = 10**12  # far past every buffer
+    dr = held.get("draft")
+    if dr is not None:
+        dr[:] = 10**9
+
+class Spoiler:
+    def __bool__(self):
+        spoil()
+        return True
+
+class Finalizing(np.ndarray):
+    def __array_finalize__(self, obj):
+        spoil()
+
+p16 = np.full((N, V), 1.0 / V, dtype=np.float16).view(Finalizing)
+p = np.full((N, V), 1.0 / V)
+u = np.full(N + B, 0.5)
+results = []
+for name, call in [
+    ("exact", lambda: kern.exact_batch(held.setdefault("draft", d_keep.copy()), d_keep, Offsets())),
+    ("spec-bool", lambda: kern.speculative_batch(held.setdefault("draft", d_keep.copy()), Offsets(), p, None, u, Spoiler())),
+    ("spec-finalize", lambda: kern.speculative_batch(held.setdefault("draft", d_keep.copy()), Offsets(), p16, None, u)),
+    ("typical-bool", lambda: kern.typical_batch(held.setdefault("draft", d_keep.copy()), Offsets(), p, 0.09, 0.3, Spoiler())),
+    ("typical-finalize", lambda: kern.typical_batch(held.setdefault("draft", d_keep.copy()), Offsets(), p16)),
+]:
+    held.clear()
+    try:
+        out, acc = call()
+    except (ValueError, TypeError, IndexError, OverflowError, RuntimeError) as exc:
+        results.append((name, type(exc).__name__))
+        continue
+    assert out.shape[0] == B and acc.shape == (B,), name
+    assert ((acc >= 0) & (acc <= K)).all(), name
+    results.append((name, "ok", int(acc.sum())))
+print(results)
+"""
+
+
+def test_conversion_callbacks_cannot_move_validated_arrays(impl):
+    out = run_isolated(_CALLBACK_BODY, impl.name)
+    assert "ok" in out or "Error" in out
+
+
+# Another thread rewrites the caller's offsets and draft (valid, then wildly out of
+# range, then valid again) while the kernels run with the GIL released: every call must
+# return a well-formed result or raise a clean error. Bounded in time; in a child process.
+_RACE_BODY = """
+import sys, threading, time
+import numpy as np
+from specfsm import _impl
+sys.setswitchinterval(1e-5)
+kern = _impl.module(IMPL, "accept")
+B, K, V = 512, 8, 16
+N = B * K
+rng = np.random.default_rng(0)
+d = rng.integers(0, V, N).astype(np.int64)
+d32 = d.astype(np.int32)
+c = d.copy()
+off = np.arange(0, N + 1, K, dtype=np.int64)
+p = rng.dirichlet(np.ones(V), size=N)
+q = rng.dirichlet(np.ones(V), size=N)
+p32 = p.astype(np.float32)
+u = rng.random(N + B)
+stop = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 1.5)
+good_off = off.copy()
+good_d = d.copy()
+
+def mutate():
+    i = 0
+    while time.monotonic() < stop:
+        j = 1 + i % B
+        off[j] = 10**12 if i % 2 else -(2**62)
+        d[i % N] = 10**9
+        d32[i % N] = -5
+        u[i % (N + B)] = 7.0
+        off[j] = good_off[j]
+        d[i % N] = good_d[i % N]
+        d32[i % N] = good_d[i % N]
+        u[i % (N + B)] = 0.5
+        i += 1
+
+t = threading.Thread(target=mutate)
+t.start()
+calls = clean = 0
+while time.monotonic() < stop:
+    for fn in (
+        lambda: kern.exact_batch(d, c, off),
+        lambda: kern.min_run_batch(d32, c, off, 2),
+        lambda: kern.speculative_batch(d, off, p, q, u, False),
+        lambda: kern.speculative_batch(d32, off, p32, None, u, False),
+        lambda: kern.typical_batch(d, off, p, 0.09, 0.3, False),
+    ):
+        calls += 1
+        try:
+            out, acc = fn()
+        except (ValueError, RuntimeError):
+            clean += 1
+            continue
+        assert out.shape == (B, K + 1) and acc.shape == (B,)
+        assert ((acc >= 0) & (acc <= K)).all()
+t.join()
+print("calls", calls, "refused", clean)
+"""
+
+
+def test_threads_rewriting_offsets_and_drafts_during_calls(impl):
+    out = run_isolated(_RACE_BODY, impl.name)
+    assert out.startswith("calls")
