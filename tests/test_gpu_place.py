@@ -641,3 +641,92 @@ def test_gpu_snapshot_and_enter_verify(cp):
     assert isinstance(s["ssm"], cp.ndarray) and s["ssm"].data.ptr != cache.data.ptr
     cache[...] = -1
     assert float(s["ssm"][1, 2]) == 5.0 and float(s["conv"][0][0]) == 0.0
+
+
+# -- issue 9: caller-owned arrays rewritten by another thread during the call -----------------
+# place_rows and settle_index copy the index / counts into arrays the call owns before
+# checking them, and the copy loop re-checks each row index where it reads the row: a
+# thread that writes huge or negative values into the caller's index while calls run
+# (GIL released) can change which rows are copied, never make the loop read outside src.
+# Bounded in time; in a child process, so a crash fails this test only.
+_PLACE_RACE_BODY = """
+import sys, threading, time
+import numpy as np
+from specfsm import _impl
+sys.setswitchinterval(1e-5)
+k = _impl.module(IMPL, "place")
+B, K, R = 256, 4, 2048
+src = np.ones((B, K, R), np.float32)
+dst = np.zeros((B, R), np.float32)
+idx64 = np.zeros(B, np.int64)
+idx32 = np.zeros(B, np.int32)
+acc = np.zeros(B, np.int64)
+lens = np.full(B, 3, np.int64)
+stop = time.monotonic() + 1.0
+
+def mutate():
+    i = 0
+    while time.monotonic() < stop:
+        b = i % B
+        idx64[b] = 10**12 if i % 2 else 2**62
+        idx32[b] = 2**31 - 1
+        acc[b] = 10**9
+        lens[b] = -(2**63)
+        idx64[b] = i % K
+        idx32[b] = i % K
+        acc[b] = i % 3
+        lens[b] = 3
+        i += 1
+
+t = threading.Thread(target=mutate)
+t.start()
+calls = refused = 0
+while time.monotonic() < stop:
+    for fn in (
+        lambda: k.place_rows(src, idx64, dst),
+        lambda: k.place_rows(src, idx32, dst),
+        lambda: k.settle_index(acc, lens),
+    ):
+        calls += 1
+        try:
+            fn()
+        except (IndexError, ValueError):
+            refused += 1
+t.join()
+assert (dst == 1).sum() + (dst == 0).sum() == dst.size
+print("calls", calls, "refused", refused)
+"""
+
+
+@pytest.mark.parametrize("kind", ["compiled", "python"])
+def test_threads_rewriting_the_index_during_place_rows(kind):
+    if kind == "compiled" and _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set: the compiled core is switched off")
+    from isolated import run_isolated
+
+    assert run_isolated(_PLACE_RACE_BODY, kind).startswith("calls")
+
+
+def test_index_conversion_runs_before_any_check(impl):
+    """A sequence index runs Python code while it is converted; the arrays are checked
+    after that, and the copy loop reads the converted copy, not the caller's list."""
+    k = impl.module("place")
+    src = np.arange(2 * 3 * 2, dtype=np.int16).reshape(2, 3, 2)
+    dst = np.zeros((2, 2), np.int16)
+    backing = [2, 0]
+
+    class Index:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            value = backing[i]
+            backing[:] = [10**9, 10**9]  # rewrite what a later read would see
+            return value
+
+    with pytest.raises(IndexError, match=r"index\[1\]=1000000000 is out of range"):
+        k.place_rows(src, Index(), dst)
+    backing[:] = [2, 0]
+    idx = list(backing)
+    k.place_rows(src, idx, dst)
+    assert dst.tolist() == [[4, 5], [6, 7]]

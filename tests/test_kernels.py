@@ -13,6 +13,7 @@ from specfsm import IllegalTransition
 from reference import draft_prompt_lookup as ref_lookup
 from reference import leading_equal as ref_prefix
 from reference import settle_index as ref_settle
+from isolated import run_isolated
 
 I64 = (-(2**63), 2**63 - 1)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -196,6 +197,8 @@ def test_settle_huge_and_bad_counts(impl):
 def test_compiled_and_twin_agree_on_error_messages(impl):
     from specfsm import _impl
 
+    if impl.name != "compiled":
+        pytest.skip("compares the compiled core with the twin: nothing to compare on the twin run")
     twin = _impl.module("python", "ngram")
     for args in [([1], -1, 1), (np.zeros((1, 1), np.int64), 1, 1), ([1], 1, "2")]:
         with pytest.raises(Exception) as mine:
@@ -239,3 +242,66 @@ def test_prompt_lookup_list_mutated_by_eq_is_refused(impl):
         pytest.skip("the twin scans slices (copies), so a shrinking list cannot reach it")
     with pytest.raises(RuntimeError, match="changed size"):
         impl.prompt_lookup(history, 1, 1)
+
+
+# -- issue 9: a user-defined __eq__ that shrinks the list being scanned ---------------------
+# The list's size is re-read after every comparison, whatever its result (CPython's
+# list.index does the same): here the comparison that shrinks the list returns False, in
+# the loop over the needle's other entries, and the next step reads the needle's last
+# entry again. Run in a child process: reading past the end of a list may crash.
+_SHRINK_BODY = """
+from specfsm import _impl
+lookup = _impl.module(IMPL, "ngram").prompt_lookup
+
+class Shrinks:
+    def __init__(self):
+        self.victim = None
+    def __eq__(self, other):
+        if other == 0 and self.victim:
+            del self.victim[len(self.victim) // 4:]  # frees most entries and the tail
+        return False
+    __hash__ = object.__hash__
+
+for pops_on in range(3):
+    x = Shrinks()
+    filler = [10**6 + i for i in range(3000)]  # distinct int objects, freed when dropped
+    history = filler + [0, 5] + [10**7 + i for i in range(3000)] + [x, 5]
+    x.victim = history
+    try:
+        got = lookup(history, 2, 3)
+    except RuntimeError as exc:
+        assert "changed size" in str(exc), exc
+        print("refused")
+    else:
+        assert isinstance(got, list)
+        print("returned", len(got))
+"""
+
+
+def test_prompt_lookup_list_shrunk_by_eq_in_the_needle_loop(impl):
+    out = run_isolated(_SHRINK_BODY, impl.name)
+    if impl.name == "compiled":
+        assert out.split() == ["refused"] * 3
+    else:  # the twin compares slices (copies): it runs to the end on its own snapshot
+        assert out.startswith("returned")
+
+
+def test_common_prefix_list_shrunk_by_eq(impl):
+    """The prefix loop stops at the shorter list's current end, never past it."""
+
+    class Shrinks:
+        def __init__(self, victim):
+            self.victim = victim
+
+        def __eq__(self, other):
+            del self.victim[3:]
+            return True
+
+        __hash__ = object.__hash__
+
+    for which in ("draft", "row_tokens"):
+        a = list(range(100))
+        b = list(range(100))
+        victim = a if which == "draft" else b
+        b[1] = Shrinks(victim)
+        assert impl.common_prefix(a, b) == 3
