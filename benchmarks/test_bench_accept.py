@@ -58,7 +58,7 @@ def numpy_speculative(d, off, p, q, u, check=True):
     pos = rows - off[req]
     px = p[rows, d].astype(np.float64)
     qx = q[rows, d].astype(np.float64) if q is not None else 1.0
-    ok = u[rows + req] * qx <= px
+    ok = (px > 0) & (u[rows + req] * qx <= px)  # p(x) = 0 is never accepted
     acc = ks.copy()
     rej = ~ok
     np.minimum.at(acc, req[rej], pos[rej])

@@ -216,9 +216,10 @@ def test_speculative_batch_matches_reference_and_twin(impl, seed, b, k_hi, v, wi
     u = rng.random(len(d) + b)
     kern = impl.module("accept")
     out, acc = kern.speculative_batch(d, off, p, q, u)
-    twin = _impl.module("python", "accept").speculative_batch(d, off, p, q, u)
-    np.testing.assert_array_equal(out, twin[0])
-    np.testing.assert_array_equal(acc, twin[1])
+    if impl.name == "compiled":  # on the twin run this would compare the twin with itself
+        twin = _impl.module("python", "accept").speculative_batch(d, off, p, q, u)
+        np.testing.assert_array_equal(out, twin[0])
+        np.testing.assert_array_equal(acc, twin[1])
     ref = reference_speculative(d, off, p, q, u)
     np.testing.assert_array_equal(acc, ref[1])
     np.testing.assert_array_equal(out, ref[0])
@@ -628,9 +629,10 @@ def test_typical_batch_matches_reference_twin_and_per_request(
     d = rng.integers(0, v, size=n).astype(token_dtype)
     rule = TypicalAcceptance(thr, alpha)
     out, acc = rule.accept_batch(d, off, p)
-    twin = _impl.module("python", "accept").typical_batch(d, off, p, thr, alpha)
-    np.testing.assert_array_equal(out, twin[0])
-    np.testing.assert_array_equal(acc, twin[1])
+    if rules.name == "compiled":  # bit for bit (no FMA contraction, see setup.py)
+        twin = _impl.module("python", "accept").typical_batch(d, off, p, thr, alpha)
+        np.testing.assert_array_equal(out, twin[0])
+        np.testing.assert_array_equal(acc, twin[1])
     ref = reference_typical(d, off, p, thr, alpha)
     np.testing.assert_array_equal(acc, ref[1])
     np.testing.assert_array_equal(out, ref[0])
@@ -661,6 +663,8 @@ def test_typical_batch_refusals(impl):
 
 
 def test_both_implementations_expose_the_same_kernels(impl):
+    if impl.name != "compiled":
+        pytest.skip("compares the compiled module with the twin: nothing to compare on the twin run")
     kern = impl.module("accept")
     twin = _impl.module("python", "accept")
     assert kern.__all__ == twin.__all__
@@ -895,7 +899,7 @@ p = rng.dirichlet(np.ones(V), size=N)
 q = rng.dirichlet(np.ones(V), size=N)
 p32 = p.astype(np.float32)
 u = rng.random(N + B)
-stop = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 1.5)
+stop = time.monotonic() + 1.0
 good_off = off.copy()
 good_d = d.copy()
 

@@ -405,15 +405,28 @@ _EMULATOR = r"""
 #define __restrict__
 #define __launch_bounds__(x)
 struct dim3 { unsigned x, y, z; };
-static dim3 blockIdx, blockDim, gridDim, threadIdx;
+// per host thread, so that concurrent emulated launches (see the error-word test) do not
+// share their block and thread coordinates
+static thread_local dim3 blockIdx, blockDim, gridDim, threadIdx;
 struct uint4 { unsigned x, y, z, w; };
 struct uint2 { unsigned x, y; };
-static int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
-static int atomicMin(int* p, int v) { int o = *p; if (v < o) *p = v; return o; }
+// CUDA's 64-bit atomics, as real host atomics (GCC/Clang builtins)
+static unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp,
+                                    unsigned long long val) {
+    __atomic_compare_exchange_n(p, &cmp, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;  // the value seen: cmp itself on success, the current value on failure
+}
+static unsigned long long atomicExch(unsigned long long* p, unsigned long long val) {
+    return __atomic_exchange_n(p, val, __ATOMIC_SEQ_CST);
+}
 #include "place_rows.cu"
+extern "C" void run_take_errors(unsigned long long* e, unsigned long long* out) {
+    gridDim = {1, 1, 1}; blockDim = {1, 1, 1}; blockIdx = {0, 0, 0}; threadIdx = {0, 0, 0};
+    place_rows_take_errors(e, out);
+}
 template <typename V, typename I>
-static void emulate(void (*k)(const V*, const I*, V*, int*, long long, long long, long long),
-                    const void* s, const void* i, void* d, int* e, long long B, long long K,
+static void emulate(void (*k)(const V*, const I*, V*, unsigned long long*, long long, long long, long long),
+                    const void* s, const void* i, void* d, unsigned long long* e, long long B, long long K,
                     long long n, unsigned gx, unsigned gy, unsigned t) {
     gridDim = {gx, gy, 1}; blockDim = {t, 1, 1};
     for (unsigned y = 0; y < gy; ++y)
@@ -424,7 +437,7 @@ static void emulate(void (*k)(const V*, const I*, V*, int*, long long, long long
             }
 }
 #define RUN(NAME, V, I) extern "C" void run_##NAME(const void* s, const void* i, void* d, \
-    int* e, long long B, long long K, long long n, unsigned gx, unsigned gy, unsigned t) \
+    unsigned long long* e, long long B, long long K, long long n, unsigned gx, unsigned gy, unsigned t) \
     { emulate<V, I>(NAME, s, i, d, e, B, K, n, gx, gy, t); }
 RUN(place_rows_w16_i32, uint4, int) RUN(place_rows_w16_i64, uint4, long long)
 RUN(place_rows_w8_i32, uint2, int) RUN(place_rows_w8_i64, uint2, long long)
@@ -455,8 +468,25 @@ def emulated_kernel(tmp_path_factory):
     return ctypes.CDLL(str(lib))
 
 
-def emulate_launch(lib, src, index, dst, sm_count=4):
-    """The launch ``specfsm.gpu._cupy.place_rows`` makes, run by the emulator."""
+ERR_EMPTY = 2**31 - 1  # the empty error word: count 0 (high 32 bits), no first row
+
+
+def decode(word):
+    """(rows skipped, first such b) from an error word, as ``_cupy.decode_errors`` reads it."""
+    word = int(word)
+    return [word >> 32, word & 0xFFFFFFFF]
+
+
+def take_errors(lib, err):
+    """``place_rows_take_errors``, emulated: the word's reports, and the word emptied."""
+    out = np.zeros(1, np.uint64)
+    lib.run_take_errors(ctypes.c_void_p(err.ctypes.data), ctypes.c_void_p(out.ctypes.data))
+    return decode(out[0])
+
+
+def emulate_launch(lib, src, index, dst, sm_count=4, err=None):
+    """The launch ``specfsm.gpu._cupy.place_rows`` makes, run by the emulator (into the
+    error word ``err`` when given, a fresh one otherwise)."""
     B, K = src.shape[:2]
     row = src.dtype.itemsize * int(np.prod(src.shape[2:], dtype=np.int64))
     if row and K:
@@ -465,7 +495,8 @@ def emulate_launch(lib, src, index, dst, sm_count=4):
     else:
         width, nvec = 1, 0
     gx, gy = _geometry.grid(B, nvec, sm_count)
-    err = np.array([0, 2**31 - 1], np.int32)
+    if err is None:
+        err = np.array([ERR_EMPTY], np.uint64)
     fn = getattr(lib, f"run_place_rows_w{width}_i{index.dtype.itemsize * 8}")
     c = ctypes.c_void_p
     fn(c(src.ctypes.data), c(index.ctypes.data), c(dst.ctypes.data), c(err.ctypes.data),
@@ -490,7 +521,7 @@ def test_cuda_kernel_indexing_emulated(emulated_kernel, dtype, trailing, index_d
         expected = reference(src, np.where(ok, index, -1), before)
         assert_bytes_equal(dst, expected)
         bad = np.nonzero(~ok)[0]
-        assert err.tolist() == [len(bad), int(bad[0]) if len(bad) else 2**31 - 1]
+        assert decode(err[0]) == [len(bad), int(bad[0]) if len(bad) else 2**31 - 1]
         row = dtype.itemsize * int(np.prod(trailing, dtype=np.int64))
         if row % 16 == 0 and row:
             assert width == 16
@@ -505,7 +536,7 @@ def test_cuda_kernel_unaligned_pointers_and_large_batches_emulated(emulated_kern
     src[...] = rng.integers(0, 256, src.shape)
     index = np.array([2, 0, -1, 1], np.int64)
     width, err = emulate_launch(emulated_kernel, src, index, dst)
-    assert width == 1 and err[0] == 0
+    assert width == 1 and decode(err[0]) == [0, ERR_EMPTY]
     assert_bytes_equal(dst, reference(src, index, np.zeros((B, R), np.uint8)))
     # B past the grid's y limit: the kernel strides over requests
     B = 70000
@@ -514,6 +545,60 @@ def test_cuda_kernel_unaligned_pointers_and_large_batches_emulated(emulated_kern
     index = rng.integers(-1, 2, B).astype(np.int32)
     width, err = emulate_launch(emulated_kernel, src, index, dst)
     assert_bytes_equal(dst, reference(src, index, np.zeros((B, 1), np.int8)))
+
+
+def test_error_word_accumulates_and_is_taken_atomically_emulated(emulated_kernel):
+    """Launches sharing one device's error word add their counts and keep the smallest
+    row; taking the word returns exactly the reports so far and leaves it empty."""
+    lib = emulated_kernel
+    src = np.zeros((6, 2, 4), np.float32)
+    dst = np.zeros((6, 4), np.float32)
+    err = np.array([ERR_EMPTY], np.uint64)
+    emulate_launch(lib, src, np.array([0, 5, 1, 1, 9, 0], np.int64), dst, err=err)  # b = 1, 4
+    emulate_launch(lib, src, np.array([7, 0, 0, 0, 0, -1], np.int32), dst, err=err)  # b = 0
+    assert decode(err[0]) == [3, 0]
+    assert take_errors(lib, err) == [3, 0]
+    assert int(err[0]) == ERR_EMPTY and take_errors(lib, err) == [0, ERR_EMPTY]
+    emulate_launch(lib, src, np.array([0, 0, 0, 0, 0, 3], np.int64), dst, err=err)
+    assert take_errors(lib, err) == [1, 5]
+
+
+def test_error_word_loses_no_report_while_taken_concurrently_emulated(emulated_kernel):
+    """Launches reporting from one host thread while another takes the word over and
+    over (ctypes calls run without the GIL, on both cores): every report is counted
+    exactly once. Reading the word and then writing it back empty, as the old flag
+    did, loses the reports that land in between."""
+    import threading
+
+    lib = emulated_kernel
+    B, launches = 64, 300
+    src = np.zeros((B, 2, 1), np.int8)
+    dst = np.zeros((B, 1), np.int8)
+    index = np.where(np.arange(B) % 2 == 0, 5, 0).astype(np.int64)  # 32 bad rows a launch
+    err = np.array([ERR_EMPTY], np.uint64)
+    taken = []
+    done = threading.Event()
+
+    def launcher():
+        for _ in range(launches):
+            emulate_launch(lib, src, index, dst, err=err)
+        done.set()
+
+    def taker():
+        while not done.is_set():
+            taken.append(take_errors(lib, err))
+        taken.append(take_errors(lib, err))
+
+    threads = [threading.Thread(target=launcher), threading.Thread(target=taker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(c for c, _ in taken) == launches * (B // 2)
+    # a take may split a launch: its first row is then any bad row, never a good one
+    assert all(first % 2 == 0 and first < B for c, first in taken if c)
+    assert all(first == ERR_EMPTY for c, first in taken if not c)
+    assert int(err[0]) == ERR_EMPTY
 
 
 # --------------------------------------------------------------------------- CuPy path

@@ -66,14 +66,41 @@ def _kernel(dev: int, width: int, index_bytes: int):
     return kernel
 
 
+#: The empty error word: no row skipped (high 32 bits 0), no first row (INT32_MAX).
+ERR_EMPTY = INT32_MAX
+
+
+def decode_errors(word: int) -> tuple[int, int]:
+    """``(rows skipped, smallest such b or INT32_MAX)`` from an error word (see
+    ``place_rows.cu``: count in the high 32 bits, first row in the low 32)."""
+    return int(word) >> 32, int(word) & 0xFFFFFFFF
+
+
+def _take_kernel(dev: int):
+    """``place_rows_take_errors`` for this device (called with ``dev`` current)."""
+    key = (dev, 0, 0)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                module = _modules.get(dev)
+                if module is None:
+                    module = cupy.RawModule(code=_kernel_source())
+                    _modules[dev] = module
+                kernel = module.get_function("place_rows_take_errors")
+                _kernels[key] = kernel
+    return kernel
+
+
 def _error_flag(dev: int) -> cupy.ndarray:
-    """This device's error flag: [rows skipped for index >= K, smallest such b]."""
+    """This device's error word (one uint64, updated atomically by every launch)."""
     flag = _flags.get(dev)
     if flag is None:
         with _lock:
             flag = _flags.get(dev)
             if flag is None:
-                flag = cupy.array([0, INT32_MAX], dtype=cupy.int32)
+                flag = cupy.array([ERR_EMPTY], dtype=cupy.uint64)
                 # once per device: the flag must hold its initial value before a launch
                 # on any other stream can touch it
                 cupy.cuda.get_current_stream().synchronize()
@@ -247,23 +274,24 @@ def check_errors(device: int | None = None, stream=None) -> None:
 
     The synchronisation point: waits for ``stream`` when given (every launch to check
     must have been on it), otherwise for the whole device (``device``, or every device
-    ``place_rows`` has run on), then reads and resets the flag.
+    ``place_rows`` has run on), then takes the device's error word in one atomic
+    exchange on the device (reading and clearing it at once), so a report from a launch
+    still running on another stream is never lost: it is raised by this call or the next.
     """
     devices = [int(device)] if device is not None else sorted(_flags)
     for dev in devices:
         flag = _flags.get(dev)
         if flag is None:
             continue
-        with _On(dev, None):
+        with _On(dev, stream):
             if stream is not None:
                 stream.synchronize()
             else:
                 cupy.cuda.Device(dev).synchronize()
-            skipped, first = (int(v) for v in flag.get(stream=stream))
+            taken = cupy.empty(1, dtype=cupy.uint64)
+            _take_kernel(dev)((1, 1, 1), (1, 1, 1), (flag, taken))
+            skipped, first = decode_errors(int(taken.get()[0]))  # waits for the exchange
             if skipped:
-                flag.set(np.array([0, INT32_MAX], dtype=np.int32), stream=stream)
-                if stream is not None:
-                    stream.synchronize()
                 raise IndexError(
                     f"place_rows skipped {skipped} row(s) on device {dev} whose device-side "
                     f"index was >= K (first at b={first}); their dst rows were left untouched"

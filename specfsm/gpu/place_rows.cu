@@ -9,16 +9,43 @@
 // Grid: blockIdx.y walks requests (striding by gridDim.y when B > 65535), blockIdx.x
 // splits one row into chunks of blockDim.x * UNROLL vectors (striding by gridDim.x).
 // index[b] < 0: the request is not speculating; dst[b] is left untouched.
-// index[b] >= K: nothing is read or written for b; the row is counted in err[0] and the
-// smallest such b is kept in err[1] (initialised to INT_MAX by the host), for the host
-// to read at its chosen synchronisation point (specfsm.gpu.check_errors).
+// index[b] >= K: nothing is read or written for b; the row is reported in the device's
+// error word *err, one 64-bit word updated atomically as a whole: the high 32 bits count
+// the skipped rows (saturating), the low 32 bits keep the smallest such b
+// (PLACE_ERR_NONE when none). The host reads it at its chosen synchronisation point
+// (specfsm.gpu.check_errors) with place_rows_take_errors, which swaps in the empty word
+// and returns the old one in a single atomic exchange: a report from a launch still
+// running on another stream lands either in the word taken now or in the fresh one, so
+// none is lost or counted twice.
 
 #define PLACE_UNROLL 4
+#define PLACE_ERR_NONE 0x7fffffffULL
+#define PLACE_ERR_EMPTY PLACE_ERR_NONE  // count 0, no row
+
+__device__ __forceinline__ void place_rows_report(unsigned long long* err, long long b)
+{
+    const unsigned long long bb =
+        (b >= 0 && (unsigned long long)b < PLACE_ERR_NONE) ? (unsigned long long)b : PLACE_ERR_NONE;
+    unsigned long long seen = *(volatile unsigned long long*)err;
+    unsigned long long assumed;
+    do {
+        assumed = seen;
+        unsigned long long count = assumed >> 32;
+        unsigned long long first = assumed & 0xffffffffULL;
+        if (count < 0xffffffffULL) {
+            count += 1;
+        }
+        if (bb < first) {
+            first = bb;
+        }
+        seen = atomicCAS(err, assumed, (count << 32) | first);
+    } while (seen != assumed);
+}
 
 template <typename V, typename I>
 __device__ __forceinline__ void place_rows_body(
     const V* __restrict__ src, const I* __restrict__ index, V* __restrict__ dst,
-    int* __restrict__ err, long long B, long long K, long long nvec)
+    unsigned long long* __restrict__ err, long long B, long long K, long long nvec)
 {
     const long long tpb = blockDim.x;
     const long long first = (long long)blockIdx.x * tpb * PLACE_UNROLL + threadIdx.x;
@@ -30,8 +57,7 @@ __device__ __forceinline__ void place_rows_body(
         }
         if (k >= K) {
             if (blockIdx.x == 0 && threadIdx.x == 0) {
-                atomicAdd(err, 1);
-                atomicMin(err + 1, (int)b);
+                place_rows_report(err, b);
             }
             continue;
         }
@@ -64,7 +90,7 @@ __device__ __forceinline__ void place_rows_body(
 #define PLACE_ROWS_KERNEL(NAME, V, I)                                                   \
     extern "C" __global__ void __launch_bounds__(256) NAME(                             \
         const V* __restrict__ src, const I* __restrict__ index, V* __restrict__ dst,    \
-        int* __restrict__ err, long long B, long long K, long long nvec)                \
+        unsigned long long* __restrict__ err, long long B, long long K, long long nvec)  \
     {                                                                                   \
         place_rows_body<V, I>(src, index, dst, err, B, K, nvec);                        \
     }
@@ -81,3 +107,11 @@ PLACE_ROWS_KERNEL(place_rows_w2_i32, unsigned short, int)
 PLACE_ROWS_KERNEL(place_rows_w2_i64, unsigned short, long long)
 PLACE_ROWS_KERNEL(place_rows_w1_i32, unsigned char, int)
 PLACE_ROWS_KERNEL(place_rows_w1_i64, unsigned char, long long)
+
+// Takes the error word: *out = the reports so far, *err = empty, in one atomic exchange.
+extern "C" __global__ void place_rows_take_errors(unsigned long long* err, unsigned long long* out)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        out[0] = atomicExch(err, PLACE_ERR_EMPTY);
+    }
+}
