@@ -64,6 +64,9 @@ def test_scenarios_are_the_runners():
 def test_hostile(impl, scenario):
     proc = run_scenario(impl.name, scenario)
     tail = (proc.stdout + proc.stderr)[-6000:]
+    current = proc.stderr.find("Current thread")  # faulthandler: the thread that crashed
+    if current >= 0:
+        tail = proc.stderr[current : current + 3000] + "\n...\n" + tail[-2000:]
     if proc.returncode < 0 or proc.returncode > 128:
         pytest.fail(f"{scenario} [{impl.name}] CRASHED (exit status {proc.returncode}):\n{tail}")
     assert proc.returncode == 0, f"{scenario} [{impl.name}] broke the rule:\n{tail}"

@@ -542,30 +542,41 @@ def scenario_lists(impl, rng, seconds):
 # scenarios: threads rewriting caller-owned arrays while calls run
 # --------------------------------------------------------------------------------------
 def toggler(arr, good, rng):
-    """A thread body: flip ``arr`` between its valid contents and hostile ones."""
-    bad_sets = []
+    """A thread body: flip ``arr`` between its valid contents and hostile ones (held for
+    a while, so that a kernel running without the GIL reads them)."""
+    flat = arr.reshape(-1)
+    good_flat = good.reshape(-1).copy()
+    n = flat.size
     if arr.dtype.kind in "iu":
         info = np.iinfo(arr.dtype)
-        n = arr.size
+        g = good_flat.astype(object)
         bad_sets = [
             np.full(n, info.max, dtype=arr.dtype),
             np.full(n, info.min, dtype=arr.dtype),
             np.linspace(info.max // 2, info.min // 2, n).astype(arr.dtype) if n else np.zeros(0, arr.dtype),
             (np.arange(n)[::-1] * 1000003).astype(arr.dtype),
+            # still nondecreasing, but far outside every buffer
+            np.array([min(x + info.max // 4, info.max) for x in g], dtype=arr.dtype),
+            np.array([min(x * 1000003, info.max) for x in g], dtype=arr.dtype),
+            np.array([max(x - info.max // 2, info.min) for x in g], dtype=arr.dtype),
         ]
     else:
-        bad_sets = [np.full(arr.shape, v, dtype=arr.dtype) for v in (np.nan, -5.0, 1e30, 0.0)]
-    flat = arr.reshape(-1)
-    good_flat = good.reshape(-1)
+        bad_sets = [np.full(n, v, dtype=arr.dtype) for v in (np.nan, -5.0, 1e30, 0.0)]
 
     def body():
-        bad = rng.choice(bad_sets).reshape(-1)
-        flat[:] = bad
-        flat[:] = good_flat
-        if flat.size:
-            i = rng.randrange(flat.size)
-            flat[i] = bad[i]
-            flat[i] = good_flat[i]
+        bad = rng.choice(bad_sets)
+        if n == 0:
+            return
+        if rng.random() < 0.5:
+            flat[:] = bad
+            for _ in range(rng.randrange(1, 200)):  # hold it a while
+                flat[0] = bad[0]
+            flat[:] = good_flat
+        else:
+            for _ in range(rng.randrange(1, 50)):
+                i = rng.randrange(n)
+                flat[i] = bad[i]
+            flat[:] = good_flat
 
     return body
 
