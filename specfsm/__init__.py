@@ -3,10 +3,11 @@
 The ``ServingState`` machine says which evaluation shape is legal right now (prefill,
 single-row decode, K-row verify) and settles what a verify evaluation confirmed; its hot
 paths run on a compiled Cython core, or on a pure-Python twin where that is not built or
-``SPECFSM_NO_EXTENSIONS=1`` is set. ``USE_EXTENSIONS`` says which is active.
+``SPECFSM_NO_EXTENSIONS=1`` is set. ``USE_EXTENSIONS`` says whether every kernel module is
+compiled; ``extensions()`` says which are, and why any fell back to the twin.
 """
 
-from ._impl import USE_EXTENSIONS
+from ._impl import USE_EXTENSIONS, extensions
 from .accept_rule import AcceptRule, Exact, MinRun, SpeculativeSampling, TypicalAcceptance, accept_with
 from .drafting import common_prefix, prompt_lookup
 from .errors import IllegalTransition, ServingFsmError
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "USE_EXTENSIONS",
+    "extensions",
     "ServingState",
     "Prefill",
     "Decode",

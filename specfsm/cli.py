@@ -3,7 +3,10 @@ speculative serving loop and reports what speculation saved and what the control
 cost, with the compiled core and with the pure-Python twin.
 
 Exit status: 0 when every speculative output equals its plain greedy output, 1 when one
-does not, 2 for a usage error or a workload that cannot be read.
+does not, 2 for a usage error or a workload that cannot be read (every unreadable line is
+named as ``file:line``; a line may hold at most ``specfsm.workload.MAX_LINE_BYTES`` bytes,
+64 MiB, and is read in bounded chunks), and for ``--impl compiled`` when some kernel
+module is not compiled.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from .loop import (
     TraceError,
     compare_outputs,
 )
-from .workload import Workload, WorkloadError, load_jsonl, stdlib_workload
+from .workload import MAX_LINE_BYTES, Workload, WorkloadError, load_jsonl, stdlib_workload
 
 __all__ = ["main", "replay"]
 
@@ -163,17 +166,25 @@ def routed(kind: str) -> Iterator[None]:
 
 
 def available_kinds() -> tuple[list[str], dict[str, str]]:
-    """Implementations to measure, and why any is skipped."""
+    """Implementations to measure, and why any is skipped.
+
+    The compiled core is measured only when every kernel module is compiled
+    (``specfsm.extensions()``): with some of them on the twin, its timings would be the
+    twin's, reported as compiled ones.
+    """
     kinds, skipped = [], {}
     if _impl.NO_EXTENSIONS:
         skipped["compiled"] = "switched off (SPECFSM_NO_EXTENSIONS or a non-CPython interpreter)"
     else:
-        try:
-            for _, mod in _KERNELS:
-                _impl.module("compiled", mod)
+        missing = {name: st.error for name, st in _impl.extensions().items() if not st.compiled}
+        if not missing:
             kinds.append("compiled")
-        except ImportError:
+        elif len(missing) == len(_impl.KERNEL_MODULES):
             skipped["compiled"] = "not built"
+        else:
+            skipped["compiled"] = "only partly built: " + "; ".join(
+                f"specfsm._core.{name} does not import ({err})" for name, err in missing.items()
+            )
     kinds.append("python")
     return kinds, skipped
 
@@ -471,7 +482,16 @@ def _parser() -> argparse.ArgumentParser:
             "--workload, uses code-editing requests built from this Python's standard library."
         ),
     )
-    r.add_argument("--workload", metavar="FILE.jsonl", help="one JSON object per line: {\"prompt\": [ids], \"output\": [ids]} (optional \"eos\", \"name\")")
+    r.add_argument(
+        "--workload",
+        metavar="FILE.jsonl",
+        help=(
+            "one JSON object per line: {\"prompt\": [ids], \"output\": [ids]} (optional \"eos\", "
+            f"\"name\"); at most {MAX_LINE_BYTES >> 20} MiB per line. A file with an unreadable "
+            "line (not UTF-8, not JSON, too deeply nested, an integer too long, a line over "
+            "the limit, a bad request) is refused with its file:line and exit status 2"
+        ),
+    )
     r.add_argument("--drafter", choices=("prompt", "ngram"), default="prompt", help="prompt lookup (default) or the incremental n-gram index")
     r.add_argument("--k", type=_positive, default=5, help="most tokens per draft (default 5)")
     r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length (default 3); for --drafter ngram a MIN:MAX range, longest match first (default 2:4)")
@@ -479,7 +499,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--requests", type=_positive, default=None, help="replay only this many requests (default: 24 embedded, or the whole file)")
     r.add_argument("--batch", type=_positive, default=8, help="requests stepping together (default 8)")
     r.add_argument("--repeat", type=_positive, default=3, help="runs per implementation, fewer once one has taken 2 s (default 3); the fastest control-plane time is reported")
-    r.add_argument("--impl", choices=("both", "compiled", "python"), default="both", help="implementations to measure (default both)")
+    r.add_argument("--impl", choices=("both", "compiled", "python"), default="both", help="implementations to measure (default both); compiled needs every kernel module compiled (see specfsm.extensions())")
     r.add_argument("--json", action="store_true", help="print the summary as JSON instead of the table")
     r.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
     r.add_argument("--plot", metavar="FILE.png", help="write acceptance by draft position as a PNG (needs matplotlib)")

@@ -14,7 +14,7 @@ import os
 import re
 import sysconfig
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ __all__ = [
     "stdlib_workload",
     "load_jsonl",
     "DEFAULT_REQUESTS",
+    "MAX_LINE_BYTES",
 ]
 
 DEFAULT_REQUESTS = 24
@@ -35,6 +36,7 @@ _MIN_BYTES = 4_000
 _MAX_BYTES = 24_000
 _RENAMES = 3
 _INT64_MAX = 2**63 - 1
+MAX_LINE_BYTES = 64 << 20  # longest line ``load_jsonl`` reads: one request, 64 MiB of JSON
 
 
 class WorkloadError(ValueError):
@@ -197,9 +199,9 @@ def _ids(value: Any, key: str) -> tuple[list[int] | None, str | None]:
         return None, f"{key!r} must be a list of token ids, got {type(value).__name__}"
     for i, x in enumerate(value):
         if type(x) is not int:
-            return None, f"{key}[{i}] is not an integer token id: {json.dumps(x)}"
+            return None, f"{key}[{i}] is not an integer token id: {_show(x)}"
         if x < 0 or x > _INT64_MAX:
-            return None, f"{key}[{i}] = {x} is outside the token id range 0..2**63-1"
+            return None, f"{key}[{i}] = {_show(x)} is outside the token id range 0..2**63-1"
     return value, None
 
 
@@ -222,7 +224,7 @@ def _trace_from(obj: Any, lineno: int) -> tuple[Trace | None, str | None]:
     eos = obj.get("eos")
     if eos is not None:
         if type(eos) is not int or eos < 0:
-            return None, f"'eos' must be a non-negative integer token id, got {json.dumps(eos)}"
+            return None, f"'eos' must be a non-negative integer token id, got {_show(eos)}"
         if eos in output[:-1]:
             return None, (
                 f"'eos' {eos} occurs at output[{output.index(eos)}] before the end: "
@@ -234,17 +236,56 @@ def _trace_from(obj: Any, lineno: int) -> tuple[Trace | None, str | None]:
     return Trace(prompt, output, name=name, eos=eos), None
 
 
-def load_jsonl(path: str | os.PathLike[str], max_errors: int = 20) -> Workload:
+def _show(value: Any, limit: int = 60) -> str:
+    """A short JSON rendering of ``value`` for an error message."""
+    try:
+        text = json.dumps(value)
+    except (ValueError, RecursionError):
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _lines(f: Any, max_line_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+    """``(line number, line)`` for each line of the binary file ``f``, reading at most
+    ``max_line_bytes + 1`` bytes at a time; a longer line is skipped in bounded chunks and
+    given as ``None``, so it is never held in memory whole."""
+    chunk = 1 << 20
+    lineno = 0
+    while True:
+        line = f.readline(max_line_bytes + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > max_line_bytes and not (len(line) == max_line_bytes + 1 and line.endswith(b"\n")):
+            while not line.endswith(b"\n"):
+                line = f.readline(chunk)
+                if not line:
+                    break
+            yield lineno, None
+        else:
+            yield lineno, line
+
+
+def load_jsonl(
+    path: str | os.PathLike[str], max_errors: int = 20, max_line_bytes: int = MAX_LINE_BYTES
+) -> Workload:
     """Read one request per line: a JSON object with ``prompt`` and ``output`` (lists of
     non-negative integer token ids, neither empty), optionally ``eos`` (an id that may
     only end the output) and ``name``. Blank lines are skipped; other keys are ignored.
 
     Every line is checked: a file with bad lines raises ``WorkloadError`` naming each of
-    them (up to ``max_errors``, then a count), never returning the good part alone.
+    them as ``file:line`` (up to ``max_errors``, then a count), never returning the good
+    part alone. A line is bad when it is not UTF-8, not JSON (including JSON nested too
+    deeply for the parser and integers with more digits than Python converts), not a
+    valid request, or longer than ``max_line_bytes`` bytes (default ``MAX_LINE_BYTES``,
+    64 MiB, newline excluded): lines are read in bounded chunks, so an overlong line is
+    skipped without ever being held in memory whole.
     """
     path = os.fspath(path)
+    if type(max_line_bytes) is not int or max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be a positive integer, got {max_line_bytes!r}")
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as exc:
         raise WorkloadError(f"cannot read workload {path!r}: {exc.strerror or exc}") from None
     traces: list[Trace] = []
@@ -252,7 +293,18 @@ def load_jsonl(path: str | os.PathLike[str], max_errors: int = 20) -> Workload:
     with f:
         lineno = 0
         try:
-            for lineno, line in enumerate(f, 1):
+            for lineno, raw in _lines(f, max_line_bytes):
+                if raw is None:
+                    errors.append(
+                        f"{path}:{lineno}: line longer than {max_line_bytes} bytes "
+                        "(the limit on one request's line; not read)"
+                    )
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    errors.append(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start + 1})")
+                    continue
                 if not line.strip():
                     continue
                 try:
@@ -260,13 +312,19 @@ def load_jsonl(path: str | os.PathLike[str], max_errors: int = 20) -> Workload:
                 except json.JSONDecodeError as exc:
                     errors.append(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
                     continue
+                except RecursionError:
+                    errors.append(f"{path}:{lineno}: not readable JSON (nested too deeply)")
+                    continue
+                except ValueError as exc:  # e.g. an integer longer than int's digit limit
+                    errors.append(f"{path}:{lineno}: not readable JSON ({exc})")
+                    continue
                 trace, err = _trace_from(obj, lineno)
                 if err:
                     errors.append(f"{path}:{lineno}: {err}")
                 else:
                     traces.append(trace)  # type: ignore[arg-type]
-        except UnicodeDecodeError as exc:
-            errors.append(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})")
+        except OSError as exc:
+            errors.append(f"{path}:{lineno + 1}: cannot read ({exc.strerror or exc})")
     if errors:
         shown = errors[:max_errors]
         more = len(errors) - len(shown)

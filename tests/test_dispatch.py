@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import json
 import tempfile
 
 import pytest
@@ -82,3 +83,106 @@ def test_public_names():
     for name in specfsm.__all__:
         assert getattr(specfsm, name) is not None
     assert isinstance(specfsm.USE_EXTENSIONS, bool)
+
+
+# A meta-path finder that makes one compiled kernel module fail to import, as a broken or
+# partial build would; the rest of the core imports normally.
+BLOCK = (
+    "import sys\n"
+    "class _Block:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == {name!r}:\n"
+    "            raise ImportError('blocked by the test: ' + name)\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, _Block())\n"
+)
+
+
+def run_blocked(module: str, code: str, **env_changes: str | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    env.pop("SPECFSM_NO_EXTENSIONS", None)
+    env.update({k: v for k, v in env_changes.items() if v is not None})
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK.format(name=module) + code],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_extensions_lists_every_kernel_module_compiled_by_default():
+    code = (
+        "import specfsm, specfsm._impl as i\n"
+        "st = specfsm.extensions()\n"
+        "print(sorted(st) == sorted(i.KERNEL_MODULES), all(s.compiled for s in st.values()),\n"
+        "      all(s.module == 'specfsm._core.' + n and s.error is None for n, s in st.items()))\n"
+    )
+    out = run_probe(code, SPECFSM_NO_EXTENSIONS=None)
+    assert out == ["True", "True", "True"]
+
+
+def test_extensions_with_the_twin_switched_on():
+    code = (
+        "import specfsm\n"
+        "st = specfsm.extensions()\n"
+        "print(specfsm.USE_EXTENSIONS, any(s.compiled for s in st.values()),\n"
+        "      all(s.module == 'specfsm._py.' + n and s.error is None for n, s in st.items()))\n"
+    )
+    assert run_probe(code, SPECFSM_NO_EXTENSIONS="1") == ["False", "False", "True"]
+
+
+def test_kernel_modules_are_every_compiled_source():
+    core = os.path.join(PACKAGE_ROOT, "_core")
+    if not os.path.isdir(core):
+        pytest.skip("the Cython sources are not next to this package (an installed build)")
+    sources = sorted(n[:-4] for n in os.listdir(core) if n.endswith(".pyx"))
+    assert sorted(specfsm._impl.KERNEL_MODULES) == sources
+
+
+@pytest.mark.parametrize("blocked", ["accept", "ngram_index", "settle"])
+def test_one_module_failing_to_import_is_a_partial_fallback(blocked):
+    """One compiled module that does not import: USE_EXTENSIONS is False, extensions()
+    names it with its import error, the others stay compiled, and one RuntimeWarning says
+    so (once, even when the package is imported again)."""
+    code = (
+        "import warnings, importlib\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import specfsm\n"
+        "    importlib.reload(specfsm)\n"
+        "st = specfsm.extensions()\n"
+        "runtime = [x for x in w if issubclass(x.category, RuntimeWarning)]\n"
+        f"print(specfsm.USE_EXTENSIONS, st[{blocked!r}].compiled, st[{blocked!r}].module,\n"
+        f"      'blocked' in str(st[{blocked!r}].error),\n"
+        f"      all(s.compiled for n, s in st.items() if n != {blocked!r}),\n"
+        f"      len(runtime), {blocked!r} in str(runtime[0].message) if runtime else None)\n"
+    )
+    proc = run_blocked(f"specfsm._core.{blocked}", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False", f"specfsm._py.{blocked}", "True", "True", "1", "True"]
+
+
+def test_replay_refuses_to_report_a_partial_build_as_compiled():
+    cli = "import sys; from specfsm import cli; sys.exit(cli.main(sys.argv[1:]))"
+    args = ["replay", "--requests", "1", "--repeat", "1", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore::RuntimeWarning", "-c", BLOCK.format(name="specfsm._core.accept") + cli,
+         *args, "--impl", "compiled"],
+        env={**os.environ, "PYTHONPATH": PACKAGE_ROOT, "SPECFSM_NO_EXTENSIONS": ""},
+        cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--impl compiled" in proc.stderr and "only partly built" in proc.stderr
+    assert "specfsm._core.accept does not import" in proc.stderr and proc.stdout == ""
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore::RuntimeWarning", "-c", BLOCK.format(name="specfsm._core.accept") + cli, *args],
+        env={**os.environ, "PYTHONPATH": PACKAGE_ROOT, "SPECFSM_NO_EXTENSIONS": ""},
+        cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert s["control_us_per_token"]["compiled"] is None and s["runs"] == {"python": 1}
+    assert "only partly built" in s["skipped"]["compiled"]

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 import specfsm
-from specfsm import cli
+from specfsm import _impl, cli
 from specfsm.workload import (
+    MAX_LINE_BYTES,
     Vocabulary,
     WorkloadError,
     load_jsonl,
@@ -196,17 +197,28 @@ def test_replay_summary_fields_on_a_small_file(tmp_path, capsys):
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
     assert cli.main(["replay", "--workload", path, "--json", "--k", "4", "--batch", "2"]) == 0
     s = json.loads(capsys.readouterr().out)
-    assert s["requests"] == 3 and s["identical"] is True and s["implementations_agree"] is True
+    assert s["requests"] == 3 and s["identical"] is True
     assert s["output_tokens"] == 3 * 80
     assert s["evaluations_greedy"] == 3 * 80
     assert s["evaluations_speculative"] < s["evaluations_greedy"]
     assert s["evaluation_ratio"] == pytest.approx(s["evaluations_greedy"] / s["evaluations_speculative"])
     assert len(s["acceptance_by_position"]) == 4
     assert s["settings"] == {"drafter": "prompt", "ngram": [3, 3], "k": 4, "rule": "exact", "batch": 2, "repeat": 3}
-    assert s["runs"] == {"compiled": 3, "python": 3} if specfsm.USE_EXTENSIONS else {"python": 3}
+    assert s["runs"] == ({"compiled": 3, "python": 3} if specfsm.USE_EXTENSIONS else {"python": 3})
     assert s["control_us_per_token"]["python"] > 0
     assert [r["name"] for r in s["per_request"]] == ["edit 0", "edit 1", "edit 2"]
     assert all(r["identical"] for r in s["per_request"])
+
+
+@pytest.mark.skipif(not specfsm.USE_EXTENSIONS, reason="compares the compiled core with the twin; on the twin run it would compare the twin with itself")
+@pytest.mark.parametrize("drafter", ["prompt", "ngram"])
+def test_replay_compiled_and_twin_take_the_same_decisions(tmp_path, capsys, drafter):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
+    assert cli.main(["replay", "--workload", path, "--json", "--drafter", drafter, "--repeat", "1"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["runs"] == {"compiled": 1, "python": 1}
+    assert s["implementations_agree"] is True and s["identical"] is True
+    assert s["control_us_per_token"]["compiled"] > 0 and s["control_us_per_token"]["python"] > 0
 
 
 def test_replay_table_and_rules(tmp_path, capsys):
@@ -293,8 +305,11 @@ def test_replay_end_to_end_embedded_workload(tmp_path):
     assert len(s["workload"]["files"]) == 2
     assert 0 < s["evaluations_speculative"] < s["evaluations_greedy"] == s["output_tokens"]
     assert set(s["control_us_per_token"]) == {"compiled", "python"}
-    if specfsm.USE_EXTENSIONS:
-        assert s["control_us_per_token"]["compiled"] > 0
+    # the subprocess inherits this run's SPECFSM_NO_EXTENSIONS
+    if _impl.NO_EXTENSIONS:
+        assert s["control_us_per_token"]["compiled"] is None and "compiled" in s["skipped"]
+    else:
+        assert s["control_us_per_token"]["compiled"] > 0 and s["skipped"] == {}
 
 
 def test_replay_end_to_end_table_and_bad_file(tmp_path):
@@ -343,3 +358,118 @@ def test_ngram_drafter_replay_when_available(tmp_path, capsys):
     b = json.loads(capsys.readouterr().out)
     for key in ("evaluations_speculative", "accepted_by_position", "drafted_by_position", "rollbacks"):
         assert a[key] == b[key]
+
+
+# --------------------------------------------------------------------------------------
+# unreadable workloads: a message with file:line and exit status 2, never a traceback
+# --------------------------------------------------------------------------------------
+GOOD = json.dumps({"prompt": [1, 2, 3], "output": [4, 5]})
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("[" * 200_000, "nested too deeply"),
+        ('{"prompt": [' + "[" * 200_000, "nested too deeply"),
+        ('{"prompt": [' + "7" * 5000 + '], "output": [1]}', "not readable JSON (Exceeds the limit"),
+        ('{"prompt": [1], "output": [1], "eos": ' + "9" * 10_000 + "}", "not readable JSON"),
+        ('{"prompt": [1e999], "output": [1]}', "prompt[0] is not an integer token id: Infinity"),
+        ('{"prompt": [NaN], "output": [1]}', "prompt[0] is not an integer token id: NaN"),
+        ('{"prompt": [' + "9" * 4000 + '], "output": [1]}', "is outside the token id range"),
+    ],
+    ids=["deep-array", "deep-in-field", "long-int", "long-int-eos", "infinity", "nan", "huge-id"],
+)
+def test_unreadable_lines_are_named_with_their_line_number(tmp_path, capsys, bad, message):
+    path = write_jsonl(tmp_path / "w.jsonl", [GOOD, bad, GOOD])
+    with pytest.raises(WorkloadError) as err:
+        load_jsonl(path)
+    assert f"{path}:2: " in str(err.value) and message in str(err.value)
+    assert ":1:" not in str(err.value) and ":3:" not in str(err.value)
+    assert len(str(err.value)) < 1000  # the bad value is quoted short, not echoed whole
+    assert cli.main(["replay", "--workload", path, "--impl", "python"]) == 2
+    captured = capsys.readouterr()
+    assert f"{path}:2: " in captured.err and captured.out == ""
+
+
+def test_lines_over_the_limit_are_refused_without_reading_them_whole(tmp_path):
+    limit = 1000
+    long = '{"prompt": [' + ", ".join(["1"] * 400) + '], "output": [1]}'
+    assert len(long) > limit
+    exact = '{"prompt": [1], "output": [1], "name": "' + "x" * (limit - 42) + '"}'
+    assert len(exact) == limit
+    path = write_jsonl(tmp_path / "w.jsonl", [GOOD, long, exact, "x" * (5 * limit), GOOD])
+    with pytest.raises(WorkloadError) as err:
+        load_jsonl(path, max_line_bytes=limit)
+    text = str(err.value)
+    assert f"{path}:2: line longer than {limit} bytes" in text
+    assert f"{path}:4: line longer than {limit} bytes" in text
+    assert ":3:" not in text and ":5:" not in text and "has 2 bad lines" in text
+    # the same file reads under a higher limit, except for the line that is not JSON
+    with pytest.raises(WorkloadError, match=r":4: not valid JSON") as err:
+        load_jsonl(path, max_line_bytes=10 * limit)
+    assert "has 1 bad line " in str(err.value)
+    # a last line with no newline that is one byte over the limit
+    p2 = tmp_path / "nonl.jsonl"
+    p2.write_text(GOOD + "\n" + exact + " ")
+    with pytest.raises(WorkloadError, match=r"nonl.jsonl:2: line longer than 1000 bytes"):
+        load_jsonl(p2, max_line_bytes=limit)
+    p2.write_text(GOOD + "\n" + exact)
+    assert len(load_jsonl(p2, max_line_bytes=limit)) == 2
+
+
+def test_an_unbounded_line_is_read_in_bounded_chunks(tmp_path, monkeypatch):
+    """No read asks for more than the limit plus one byte (or the skip chunk), so a line
+    of any length is never held in memory whole."""
+    import io
+
+    from specfsm import workload as wl
+
+    sizes = []
+    real_open = open
+
+    class Spy(io.BufferedReader):
+        def readline(self, size=-1):
+            sizes.append(size)
+            return super().readline(size)
+
+    def spy_open(file, mode="r", *args, **kwargs):
+        if mode == "rb":
+            return Spy(io.FileIO(file, "r"))
+        return real_open(file, mode, *args, **kwargs)
+
+    path = tmp_path / "w.jsonl"
+    with open(path, "w") as f:
+        f.write(GOOD + "\n")
+        f.write("1" * (3 << 20) + "\n")
+        f.write(GOOD + "\n")
+    monkeypatch.setattr(wl, "open", spy_open, raising=False)
+    with pytest.raises(WorkloadError, match=r":2: line longer than 4096 bytes"):
+        load_jsonl(path, max_line_bytes=4096)
+    assert sizes and all(0 < s <= (1 << 20) for s in sizes)
+
+
+def test_bad_utf8_is_named_and_the_rest_is_still_checked(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(GOOD.encode() + b"\n" + b'{"name": "\xff"}\n' + b'{"prompt": [], "output": [1]}\n')
+    with pytest.raises(WorkloadError) as err:
+        load_jsonl(path)
+    assert f"{path}:2: not UTF-8 text" in str(err.value)
+    assert f"{path}:3: 'prompt' is empty" in str(err.value)
+
+
+def test_the_line_limit_is_documented():
+    assert MAX_LINE_BYTES == 64 << 20
+    assert "64 MiB" in load_jsonl.__doc__ and "max_line_bytes" in load_jsonl.__doc__
+    assert "64 MiB per line" in " ".join(cli._parser()._subparsers._group_actions[0].choices["replay"].format_help().split())
+    with pytest.raises(ValueError, match="max_line_bytes"):
+        load_jsonl("x", max_line_bytes=0)
+
+
+def test_unreadable_workloads_end_to_end_exit_2_without_a_traceback(tmp_path):
+    deep = write_jsonl(tmp_path / "deep.jsonl", [GOOD, "[" * 100_000])
+    digits = write_jsonl(tmp_path / "digits.jsonl", ['{"prompt": [' + "1" * 5000 + '], "output": [1]}'])
+    for path, line in ((deep, 2), (digits, 1)):
+        proc = run_cli("replay", "--workload", path, "--impl", "python", cwd=str(tmp_path))
+        assert proc.returncode == 2, proc.stderr
+        assert f"{path}:{line}: " in proc.stderr and "Traceback" not in proc.stderr
+        assert proc.stdout == ""
