@@ -1,0 +1,474 @@
+"""specfsm drafters inside vLLM, through its custom proposer extension point.
+
+vLLM (the V1 engine, releases that ship ``vllm/v1/spec_decode/custom_class_proposer.py``)
+loads a user class named by ``speculative_config.model`` when
+``speculative_config.method == "custom_class"``, constructs it with the ``VllmConfig``
+and, after every step's bookkeeping, calls::
+
+    proposer.propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=...)
+
+``sampled_token_ids`` holds one list per batch row (the tokens appended this step; empty
+for a row that only ran part of its prefill), ``num_tokens_no_spec[i]`` is the length of
+row ``i``'s verified history and ``token_ids_cpu[i, :num_tokens_no_spec[i]]`` that
+history (an int32 ``[max_num_reqs, max_model_len]`` array; only the first
+``len(sampled_token_ids)`` rows are in the batch). The return value is one draft per row.
+
+Usage (the class path is the whole configuration vLLM needs)::
+
+    LLM(model=..., speculative_config={
+        "method": "custom_class",
+        "model": "specfsm.vllm.SpecfsmNgramProposer",
+        "num_speculative_tokens": 4,
+    })
+
+vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for ``custom_class``, so
+the n-gram range comes from positive values there when a vLLM version keeps them, else
+from the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
+``SPECFSM_VLLM_PREFER``, ``SPECFSM_VLLM_VERIFY``, read in every worker process), else
+from class attributes (subclass to change them), else vLLM's n-gram defaults
+(``5..5``, ``prefer="earliest"``, so the drafts equal vLLM's own ``ngram`` method).
+
+The proposer keeps one incremental index per batch row. vLLM moves requests between rows
+(a finished request's row is reused, rows are condensed and swapped, a preempted request
+is removed and later re-added, a request's verified history can be cut back), and the
+call carries rows, not request ids; every call therefore checks each row against what
+its index holds (length, and the tokens at a few positions: the last ``TAIL`` indexed
+tokens and ``SPREAD`` positions spread over the history, or every token for histories up
+to ``SHORT`` tokens or with ``verify="full"``), adopts an index that moved with its
+request from another row, and otherwise rebuilds the row's index from its tokens.
+
+Importing this module does not import vLLM (or torch); a ``torch.Tensor`` argument is
+read through its ``.numpy()`` view.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import ngram_index as _public_ngram
+from ._validate import check_count
+
+__all__ = ["RowTrackingProposer", "SpecfsmNgramProposer", "ProposerConfig"]
+
+#: ``verify`` modes: ``"sparse"`` checks a row's length and a fingerprint of
+#: ``TAIL + SPREAD`` token positions (every token when the history is at most ``SHORT``
+#: long); ``"full"`` compares every indexed token of every row, every step.
+VERIFY_MODES = ("sparse", "full")
+
+_NO_CAP = 2**62
+
+
+class ProposerConfig:
+    """A stand-in for the two parts of a ``VllmConfig`` the proposers read.
+
+    ``ProposerConfig(num_speculative_tokens=4, max_model_len=4096, prompt_lookup_min=2,
+    prompt_lookup_max=4)`` has ``.speculative_config`` and ``.model_config`` like vLLM's,
+    for tests and for use without vLLM.
+    """
+
+    class _Spec:
+        def __init__(self, k: Any, lo: Any, hi: Any) -> None:
+            self.method = "custom_class"
+            self.num_speculative_tokens = k
+            self.prompt_lookup_min = lo
+            self.prompt_lookup_max = hi
+
+    class _Model:
+        def __init__(self, max_model_len: Any) -> None:
+            self.max_model_len = max_model_len
+
+    def __init__(
+        self,
+        num_speculative_tokens: Any = 4,
+        max_model_len: Any = None,
+        prompt_lookup_min: Any = None,
+        prompt_lookup_max: Any = None,
+    ) -> None:
+        self.speculative_config = self._Spec(num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)
+        self.model_config = self._Model(max_model_len)
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _env_count(name: str) -> int | None:
+    value = _env(name)
+    if value is None:
+        return None
+    try:
+        return check_count(int(value), name)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a non-negative integer, got {value!r}") from None
+
+
+def _positive(value: Any) -> int | None:
+    """``value`` as an int when it is a positive integer (vLLM's "set"), else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 else None
+
+
+def _as_numpy(value: Any, name: str) -> np.ndarray:
+    """A numpy view of ``value`` (a numpy array, a CPU ``torch.Tensor`` or a sequence)."""
+    if isinstance(value, np.ndarray):
+        return value
+    to_numpy = getattr(value, "numpy", None)
+    if callable(to_numpy):  # torch.Tensor on the CPU (vLLM's token_ids_cpu_tensor)
+        try:
+            return np.asarray(to_numpy())
+        except Exception as exc:  # a CUDA tensor, a tensor that needs grad, ...
+            raise TypeError(f"{name} must be a CPU array, got {type(value).__name__} ({exc})") from None
+    try:
+        return np.asarray(value)
+    except Exception as exc:
+        raise TypeError(f"{name} must be an integer array, got {type(value).__name__} ({exc})") from None
+
+
+class RowTrackingProposer:
+    """Base of the vLLM proposers: one index per batch row, kept right across vLLM's
+    row movements, and one batched proposal per step.
+
+    A subclass supplies the index type through three hooks: ``_new_index()`` (a fresh,
+    empty index), ``_propose_indexes(indexes, ks)`` (``(drafts, offsets, lengths)`` for
+    a list of indexes, the GIL released where the index type has a batched call) and,
+    optionally, ``_extend_indexes(indexes, tokens, offsets)`` (append
+    ``tokens[offsets[i]:offsets[i + 1]]`` to ``indexes[i]``; the default calls each
+    index's ``extend``). Configuration: ``num_speculative_tokens`` (K) and
+    ``max_model_len`` from the ``VllmConfig`` unless given as keywords; ``verify`` is
+    ``"sparse"`` (default) or ``"full"``.
+
+    Not thread-safe: a second concurrent ``propose`` raises RuntimeError.
+    """
+
+    #: tokens at the end of a row's indexed history compared every step
+    TAIL = 8
+    #: further positions spread evenly over the indexed history, compared every step
+    SPREAD = 8
+    #: histories up to this many tokens are compared in full
+    SHORT = 256
+    #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
+    verify_default = "sparse"
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+    ) -> None:
+        spec = getattr(vllm_config, "speculative_config", None)
+        model = getattr(vllm_config, "model_config", None)
+        if num_speculative_tokens is None:
+            num_speculative_tokens = getattr(spec, "num_speculative_tokens", None)
+        if num_speculative_tokens is None:
+            raise ValueError(
+                "num_speculative_tokens is not set: pass a VllmConfig whose "
+                "speculative_config has it, or num_speculative_tokens=K"
+            )
+        self.num_speculative_tokens = check_count(num_speculative_tokens, "num_speculative_tokens")
+        if max_model_len is None:
+            max_model_len = getattr(model, "max_model_len", None)
+        self.max_model_len = None if max_model_len is None else check_count(max_model_len, "max_model_len")
+        if verify is None:
+            verify = _env("SPECFSM_VLLM_VERIFY") or self.verify_default
+        if verify not in VERIFY_MODES:
+            raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+        self.verify = verify
+        self._guard = threading.Lock()
+        self._ix: list[Any] = []  # per row: its index or None
+        self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
+        self._fp = np.zeros((0, self.TAIL + self.SPREAD), dtype=np.int64)
+        self._pool: OrderedDict[tuple, Any] = OrderedDict()  # indexes no row holds now
+        self.stats = {"steps": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+
+    # -- hooks for the index type ---------------------------------------------------------
+    def _new_index(self) -> Any:
+        raise NotImplementedError
+
+    def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+        for i, ix in enumerate(indexes):
+            a, b = int(offsets[i]), int(offsets[i + 1])
+            if b > a:
+                ix.extend(tokens[a:b])
+
+    def rescan(self, history: Any, max_k: int) -> list:
+        """The draft a fresh index over ``history`` would give (for tests and checks)."""
+        ix = self._new_index()
+        ix.extend(np.asarray(history, dtype=np.int64))
+        return self._propose_indexes([ix], np.asarray([max_k], dtype=np.int64))[0].tolist()
+
+    # -- vLLM's interface ----------------------------------------------------------------
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """vLLM calls this once; there is no model to load."""
+
+    def reset(self) -> None:
+        """Forget every row's index (the next call rebuilds what it needs)."""
+        with self._guard:
+            self._ix = []
+            self._len = np.zeros(0, dtype=np.int64)
+            self._fp = np.zeros((0, self.TAIL + self.SPREAD), dtype=np.int64)
+            self._pool.clear()
+
+    def propose(
+        self,
+        sampled_token_ids: Sequence[Sequence[int]],
+        num_tokens_no_spec: Any,
+        token_ids_cpu: Any,
+        slot_mappings: Any = None,
+    ) -> list[list[int]]:
+        """One draft per batch row, as vLLM's n-gram proposer gives them: ``[]`` for a
+        row with no sampled tokens this step or whose history has reached
+        ``max_model_len``; otherwise up to ``min(K, max_model_len - length)`` tokens.
+        ``slot_mappings`` is ignored. Refuses rows, lengths or arrays that do not fit
+        one another (ValueError / TypeError naming the argument)."""
+        if not self._guard.acquire(blocking=False):
+            raise RuntimeError("propose was called while another propose call on this proposer is running")
+        try:
+            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        finally:
+            self._guard.release()
+
+    # -- the step ------------------------------------------------------------------------
+    def _check_args(self, sampled: Any, num_tokens: Any, token_ids: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        if isinstance(sampled, (str, bytes)) or not isinstance(sampled, Sequence):
+            raise TypeError(f"sampled_token_ids must be a list of lists, got {type(sampled).__name__}")
+        b = len(sampled)
+        try:
+            ns = np.fromiter(map(len, sampled), dtype=np.int64, count=b)
+        except TypeError:
+            bad = next(i for i, s in enumerate(sampled) if not hasattr(s, "__len__"))
+            raise TypeError(
+                f"sampled_token_ids[{bad}] must be a list of token ids, got {type(sampled[bad]).__name__}"
+            ) from None
+        tok = _as_numpy(token_ids, "token_ids_cpu")
+        if tok.ndim != 2:
+            raise ValueError(f"token_ids_cpu must be 2-D [rows, max_model_len], got shape {tok.shape}")
+        if tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
+            raise TypeError(f"token_ids_cpu must hold integer token ids, got dtype {tok.dtype}")
+        if tok.shape[0] < b:
+            raise ValueError(f"token_ids_cpu has {tok.shape[0]} rows for {b} batch rows")
+        lens = _as_numpy(num_tokens, "num_tokens_no_spec")
+        if lens.ndim != 1:
+            raise ValueError(f"num_tokens_no_spec must be 1-D, got shape {lens.shape}")
+        if lens.dtype.kind not in "iu":
+            raise TypeError(f"num_tokens_no_spec must hold integer lengths, got dtype {lens.dtype}")
+        if lens.shape[0] < b:
+            raise ValueError(f"num_tokens_no_spec has {lens.shape[0]} entries for {b} batch rows")
+        L = lens[:b].astype(np.int64)  # a copy the call owns
+        if b:
+            bad = np.flatnonzero((L < 0) | (L > tok.shape[1]))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(
+                    f"num_tokens_no_spec[{i}]={int(L[i])} is outside [0, {tok.shape[1]}] "
+                    "(token_ids_cpu's width)"
+                )
+        return b, ns, L, tok
+
+    def _reserve(self, rows: int) -> None:
+        have = self._len.shape[0]
+        if rows <= have:
+            return
+        self._ix.extend([None] * (rows - have))
+        self._len = np.concatenate([self._len, np.full(rows - have, -1, dtype=np.int64)])
+        self._fp = np.concatenate([self._fp, np.zeros((rows - have, self._fp.shape[1]), dtype=np.int64)])
+
+    def _positions(self, n: np.ndarray) -> np.ndarray:
+        """The fingerprint positions (rows x (TAIL + SPREAD)) of histories of length n."""
+        n = n.reshape(-1, 1)
+        tail = n - self.TAIL + np.arange(self.TAIL, dtype=np.int64)
+        spread = (n * np.arange(1, self.SPREAD + 1, dtype=np.int64)) // (self.SPREAD + 1)
+        pos = np.concatenate([tail, spread], axis=1)
+        return np.clip(pos, 0, np.maximum(n - 1, 0))
+
+    def _holds(self, tok: np.ndarray, r: int, ix: Any, n: int) -> bool:
+        """Exact check: row ``r``'s first ``n`` tokens are the ``n`` tokens of ``ix``."""
+        return bool(np.array_equal(tok[r, :n], ix.tokens))
+
+    def _propose(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
+        b, ns, L, tok = self._check_args(sampled, num_tokens, token_ids)
+        out: list[list[int]] = [[] for _ in range(b)]
+        K = self.num_speculative_tokens
+        cap = _NO_CAP if self.max_model_len is None else self.max_model_len
+        if b == 0 or K == 0:
+            return out
+        self._reserve(max(b, tok.shape[0]))
+        self.stats["steps"] += 1
+        rows = np.flatnonzero((ns > 0) & (L > 0) & (L < cap))
+        if rows.size == 0:
+            return out
+        Lr = L[rows]
+        n_old = self._len[rows]
+
+        # 1. rows whose index still describes the row's prefix (the common case)
+        ok = (n_old >= 0) & (n_old <= Lr)
+        if self.verify == "full":
+            for j in np.flatnonzero(ok).tolist():
+                r = int(rows[j])
+                ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+        else:
+            cand = np.flatnonzero(ok)
+            if cand.size:
+                rc = rows[cand]
+                got = tok[rc[:, None], self._positions(n_old[cand])]
+                ok[cand] = (got == self._fp[rc]).all(axis=1)
+                short = cand[ok[cand] & (n_old[cand] <= self.SHORT)]
+                for j in short.tolist():
+                    r = int(rows[j])
+                    ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+
+        start = np.where(ok, n_old, 0)
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            self._relocate(tok, rows, Lr, ns, bad, start)
+
+        # 2. append each row's new tokens (one batched call where the index type has one)
+        counts = Lr - start
+        offsets = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        total = int(offsets[-1])
+        if total:
+            row_of = np.repeat(rows, counts)
+            col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
+            flat = tok[row_of, col]
+            self._extend_indexes([self._ix[r] for r in rows.tolist()], flat, offsets)
+            self.stats["extended"] += total
+        self._len[rows] = Lr
+        self._fp[rows] = tok[rows[:, None], self._positions(Lr)]
+
+        # 3. one batched proposal for every active row
+        ks = np.minimum(K, cap - Lr)
+        drafts, doff, _ = self._propose_indexes([self._ix[r] for r in rows.tolist()], ks)
+        flat_d = drafts.tolist()
+        o = doff.tolist()
+        for j, r in enumerate(rows.tolist()):
+            out[r] = flat_d[o[j] : o[j + 1]]
+        return out
+
+    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, ns: np.ndarray,
+                  bad: np.ndarray, start: np.ndarray) -> None:
+        """Give every row in ``rows[bad]`` an index: one that moved here with its request
+        from another row (or from the pool of indexes no row holds), else a new one."""
+        confirmed = set(rows.tolist()) - set(rows[bad].tolist())
+        # every index not confirmed in place this step may be the one that moved
+        for r, ix in enumerate(self._ix):
+            if ix is not None and r not in confirmed:
+                n = int(self._len[r])
+                self._pool[(n, self._fp[r].tobytes())] = ix
+                self._pool.move_to_end((n, self._fp[r].tobytes()))
+                self._ix[r] = None
+                self._len[r] = -1
+        for j in bad.tolist():
+            r = int(rows[j])
+            ix = None
+            n = int(Lr[j] - ns[r])  # its length when last proposed for, if it moved here
+            if n >= 0:
+                key = (n, tok[r, self._positions(np.asarray([n]))[0]].astype(np.int64).tobytes())
+                ix = self._pool.pop(key, None)
+                if ix is not None and (self.verify == "full" or n <= self.SHORT) and not self._holds(tok, r, ix, n):
+                    ix = None
+            if ix is not None:
+                self.stats["adopted"] += 1
+                start[j] = n
+            else:
+                ix = self._new_index()
+                self.stats["rebuilt"] += 1
+                self.stats["rebuilt_tokens"] += int(Lr[j])
+                start[j] = 0
+            self._ix[r] = ix
+        limit = max(2 * len(self._ix), 16)
+        while len(self._pool) > limit:
+            self._pool.popitem(last=False)
+
+
+class SpecfsmNgramProposer(RowTrackingProposer):
+    """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.
+
+    The n-gram range is ``min_n..max_n`` and ``prefer`` picks that n's first occurrence
+    (``"earliest"``, vLLM's rule and the default) or its latest; draft length K is
+    ``num_speculative_tokens``, capped at ``max_model_len - length`` like vLLM's. Each
+    setting comes from, in order: the keyword; ``prompt_lookup_min`` /
+    ``prompt_lookup_max`` of the ``speculative_config`` when positive; the environment
+    (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class
+    attributes ``min_n`` / ``max_n`` / ``prefer`` (subclass to change them). As in vLLM,
+    one given end of the range sets the other. ``kernels`` picks an implementation
+    module (``specfsm._impl.module(kind, "ngram_index")``) for tests; by default the
+    active one.
+    """
+
+    min_n: int | None = None
+    max_n: int | None = None
+    prefer: str = "earliest"
+    #: vLLM's own default range when none is configured
+    DEFAULT_N = 5
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        min_n: Any = None,
+        max_n: Any = None,
+        prefer: Any = None,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+        kernels: Any = None,
+    ) -> None:
+        super().__init__(
+            vllm_config,
+            num_speculative_tokens=num_speculative_tokens,
+            max_model_len=max_model_len,
+            verify=verify,
+        )
+        spec = getattr(vllm_config, "speculative_config", None)
+        lo = min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None))
+        hi = max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None))
+        if lo is None and hi is None:
+            lo, hi = _env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")
+        if lo is None and hi is None:
+            lo, hi = type(self).min_n, type(self).max_n
+        if lo is None and hi is None:
+            lo = hi = self.DEFAULT_N
+        lo = hi if lo is None else lo
+        hi = lo if hi is None else hi
+        if prefer is None:
+            prefer = _env("SPECFSM_VLLM_PREFER") or type(self).prefer
+        self._kern = kernels if kernels is not None else _public_ngram
+        self._extend_batch: Callable | None = getattr(self._kern, "extend_batch", None)
+        probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+
+    def _new_index(self) -> Any:
+        return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
+
+    def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._kern.propose_batch(indexes, ks)
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+        if self._extend_batch is not None:
+            self._extend_batch(indexes, tokens, offsets)
+        else:
+            super()._extend_indexes(indexes, tokens, offsets)
+
+    def __repr__(self) -> str:
+        return (
+            f"SpecfsmNgramProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+            f"verify={self.verify!r})"
+        )
