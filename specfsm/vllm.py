@@ -153,9 +153,9 @@ class RowTrackingProposer:
     """
 
     #: tokens at the end of a row's indexed history compared every step
-    TAIL = 8
+    TAIL = 4
     #: further positions spread evenly over the indexed history, compared every step
-    SPREAD = 8
+    SPREAD = 4
     #: histories up to this many tokens are compared in full
     SHORT = 256
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
@@ -192,6 +192,12 @@ class RowTrackingProposer:
         self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
         self._fp = np.zeros((0, self.TAIL + self.SPREAD), dtype=np.int64)
         self._pool: OrderedDict[tuple, Any] = OrderedDict()  # indexes no row holds now
+        self._arange = np.zeros(0, dtype=np.int64)
+        self._tail_off = np.concatenate([np.arange(-self.TAIL, 0), np.zeros(self.SPREAD, dtype=np.int64)]).astype(np.int64)
+        self._spread_num = np.concatenate(
+            [np.full(self.TAIL, self.SPREAD + 1), np.arange(1, self.SPREAD + 1)]
+        ).astype(np.int64)
+        # position = n * num // (SPREAD + 1) + off: tail n - TAIL .. n - 1, spread n * j // (SPREAD + 1)
         self.stats = {"steps": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
 
     # -- hooks for the index type ---------------------------------------------------------
@@ -285,17 +291,25 @@ class RowTrackingProposer:
         have = self._len.shape[0]
         if rows <= have:
             return
+        self._arange = np.arange(rows, dtype=np.int64)
         self._ix.extend([None] * (rows - have))
         self._len = np.concatenate([self._len, np.full(rows - have, -1, dtype=np.int64)])
         self._fp = np.concatenate([self._fp, np.zeros((rows - have, self._fp.shape[1]), dtype=np.int64)])
 
     def _positions(self, n: np.ndarray) -> np.ndarray:
-        """The fingerprint positions (rows x (TAIL + SPREAD)) of histories of length n."""
+        """The fingerprint positions (rows x (TAIL + SPREAD)) of histories of length n:
+        the last TAIL tokens and SPREAD positions spread evenly over the history."""
         n = n.reshape(-1, 1)
-        tail = n - self.TAIL + np.arange(self.TAIL, dtype=np.int64)
-        spread = (n * np.arange(1, self.SPREAD + 1, dtype=np.int64)) // (self.SPREAD + 1)
-        pos = np.concatenate([tail, spread], axis=1)
-        return np.clip(pos, 0, np.maximum(n - 1, 0))
+        pos = n * self._spread_num // (self.SPREAD + 1) + self._tail_off
+        np.maximum(pos, 0, out=pos)
+        return np.minimum(pos, np.maximum(n - 1, 0), out=pos)
+
+    def _gather(self, tok: np.ndarray, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """``tok[rows[i], pos[i, j]]`` (int64), through one flat ``take`` when it can."""
+        if tok.flags.c_contiguous:
+            flat = pos + (rows * tok.shape[1]).reshape(-1, 1)
+            return tok.reshape(-1).take(flat).astype(np.int64, copy=False)
+        return tok[rows.reshape(-1, 1), pos].astype(np.int64, copy=False)
 
     def _holds(self, tok: np.ndarray, r: int, ix: Any, n: int) -> bool:
         """Exact check: row ``r``'s first ``n`` tokens are the ``n`` tokens of ``ix``."""
@@ -303,17 +317,21 @@ class RowTrackingProposer:
 
     def _propose(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
         b, ns, L, tok = self._check_args(sampled, num_tokens, token_ids)
-        out: list[list[int]] = [[] for _ in range(b)]
         K = self.num_speculative_tokens
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         if b == 0 or K == 0:
-            return out
+            return [[] for _ in range(b)]
         self._reserve(max(b, tok.shape[0]))
         self.stats["steps"] += 1
-        rows = np.flatnonzero((ns > 0) & (L > 0) & (L < cap))
-        if rows.size == 0:
-            return out
-        Lr = L[rows]
+        act = (ns > 0) & (L > 0) & (L < cap)
+        every = bool(act.all())
+        if every:
+            rows = self._arange[:b]
+        else:
+            rows = np.flatnonzero(act)
+            if rows.size == 0:
+                return [[] for _ in range(b)]
+        Lr = L if every else L[rows]
         n_old = self._len[rows]
 
         # 1. rows whose index still describes the row's prefix (the common case)
@@ -323,42 +341,63 @@ class RowTrackingProposer:
                 r = int(rows[j])
                 ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
         else:
-            cand = np.flatnonzero(ok)
-            if cand.size:
-                rc = rows[cand]
-                got = tok[rc[:, None], self._positions(n_old[cand])]
-                ok[cand] = (got == self._fp[rc]).all(axis=1)
-                short = cand[ok[cand] & (n_old[cand] <= self.SHORT)]
-                for j in short.tolist():
-                    r = int(rows[j])
-                    ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
-
-        start = np.where(ok, n_old, 0)
-        bad = np.flatnonzero(~ok)
-        if bad.size:
-            self._relocate(tok, rows, Lr, ns, bad, start)
+            ok &= (self._gather(tok, rows, self._positions(n_old)) == self._fp[rows]).all(axis=1)
+            short = np.flatnonzero(ok & (n_old <= self.SHORT))
+            for j in short.tolist():
+                r = int(rows[j])
+                ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+        if ok.all():
+            start = n_old
+        else:
+            start = np.where(ok, n_old, 0)
+            self._relocate(tok, rows, Lr, ns, np.flatnonzero(~ok), start)
+        ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
 
         # 2. append each row's new tokens (one batched call where the index type has one)
         counts = Lr - start
-        offsets = np.zeros(rows.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        total = int(offsets[-1])
+        total = int(counts.sum())
         if total:
-            row_of = np.repeat(rows, counts)
-            col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
-            flat = tok[row_of, col]
-            self._extend_indexes([self._ix[r] for r in rows.tolist()], flat, offsets)
+            offsets = np.zeros(rows.size + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            if total == rows.size and bool((counts == 1).all()):
+                flat = self._gather(tok, rows, (Lr - 1).reshape(-1, 1)).reshape(-1)
+            else:
+                row_of = np.repeat(rows, counts)
+                col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
+                flat = tok[row_of, col]
+            self._extend_indexes(ixs, flat, offsets)
             self.stats["extended"] += total
         self._len[rows] = Lr
-        self._fp[rows] = tok[rows[:, None], self._positions(Lr)]
+        self._fp[rows] = self._gather(tok, rows, self._positions(Lr))
 
         # 3. one batched proposal for every active row
         ks = np.minimum(K, cap - Lr)
-        drafts, doff, _ = self._propose_indexes([self._ix[r] for r in rows.tolist()], ks)
-        flat_d = drafts.tolist()
-        o = doff.tolist()
+        drafts, doff, lengths = self._propose_indexes(ixs, ks)
+        drafts_rows = self._as_lists(drafts, doff, lengths, int(ks.max()))
+        if every:
+            return drafts_rows
+        out: list[list[int]] = [[] for _ in range(b)]
         for j, r in enumerate(rows.tolist()):
-            out[r] = flat_d[o[j] : o[j + 1]]
+            out[r] = drafts_rows[j]
+        return out
+
+    @staticmethod
+    def _as_lists(drafts: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, width: int) -> list[list[int]]:
+        """The ragged drafts as one list per row (one ``tolist`` of a padded block; only
+        rows shorter than ``width`` are cut)."""
+        n = lengths.shape[0]
+        if n == 0:
+            return []
+        if drafts.shape[0] == n * width:
+            return drafts.reshape(n, width).tolist()
+        block = np.zeros((n, max(width, 1)), dtype=drafts.dtype)
+        if drafts.shape[0]:
+            row_of = np.repeat(np.arange(n), lengths)
+            col = np.arange(drafts.shape[0]) - np.repeat(offsets[:-1], lengths)
+            block[row_of, col] = drafts
+        out = block.tolist()
+        for j in np.flatnonzero(lengths < width).tolist():
+            out[j] = out[j][: int(lengths[j])]
         return out
 
     def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, ns: np.ndarray,
@@ -463,8 +502,26 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
         if self._extend_batch is not None:
             self._extend_batch(indexes, tokens, offsets)
-        else:
-            super()._extend_indexes(indexes, tokens, offsets)
+            return
+        # one call per index: a decode step appends 1 to K+1 tokens per row, which the
+        # index takes fastest as Python ints; a rebuilt row's history goes in as an array
+        if indexes and tokens.shape[0] == len(indexes) and offsets[-1] == len(indexes):
+            # one token per row (a decode step without accepted drafts): a C-level loop
+            append = type(indexes[0]).append
+            if all(type(ix) is type(indexes[0]) for ix in indexes):
+                for _ in map(append, indexes, tokens.tolist()):
+                    pass
+                return
+        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
+        o = offsets.tolist()
+        for i, ix in enumerate(indexes):
+            a, b = o[i], o[i + 1]
+            if b - a == 1 and vals is not None:
+                ix.append(vals[a])
+            elif 0 < b - a <= 16 and vals is not None:
+                ix.extend(vals[a:b])
+            elif b > a:
+                ix.extend(tokens[a:b])
 
     def __repr__(self) -> str:
         return (
