@@ -204,7 +204,7 @@ class RowTrackingProposer:
     def _new_index(self) -> Any:
         raise NotImplementedError
 
-    def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
@@ -252,7 +252,9 @@ class RowTrackingProposer:
 
     # -- the step ------------------------------------------------------------------------
     def _check_args(self, sampled: Any, num_tokens: Any, token_ids: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        if isinstance(sampled, (str, bytes)) or not isinstance(sampled, Sequence):
+        if not isinstance(sampled, (list, tuple)) and (
+            isinstance(sampled, (str, bytes)) or not isinstance(sampled, Sequence)
+        ):
             raise TypeError(f"sampled_token_ids must be a list of lists, got {type(sampled).__name__}")
         b = len(sampled)
         try:
@@ -277,14 +279,12 @@ class RowTrackingProposer:
         if lens.shape[0] < b:
             raise ValueError(f"num_tokens_no_spec has {lens.shape[0]} entries for {b} batch rows")
         L = lens[:b].astype(np.int64)  # a copy the call owns
-        if b:
-            bad = np.flatnonzero((L < 0) | (L > tok.shape[1]))
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(
-                    f"num_tokens_no_spec[{i}]={int(L[i])} is outside [0, {tok.shape[1]}] "
-                    "(token_ids_cpu's width)"
-                )
+        if b and (int(L.min()) < 0 or int(L.max()) > tok.shape[1]):
+            i = int(np.flatnonzero((L < 0) | (L > tok.shape[1]))[0])
+            raise ValueError(
+                f"num_tokens_no_spec[{i}]={int(L[i])} is outside [0, {tok.shape[1]}] "
+                "(token_ids_cpu's width)"
+            )
         return b, ns, L, tok
 
     def _reserve(self, rows: int) -> None:
@@ -301,8 +301,10 @@ class RowTrackingProposer:
         the last TAIL tokens and SPREAD positions spread evenly over the history."""
         n = n.reshape(-1, 1)
         pos = n * self._spread_num // (self.SPREAD + 1) + self._tail_off
-        np.maximum(pos, 0, out=pos)
-        return np.minimum(pos, np.maximum(n - 1, 0), out=pos)
+        if n.shape[0] and int(n.min()) < self.TAIL:
+            np.maximum(pos, 0, out=pos)
+            np.minimum(pos, np.maximum(n - 1, 0), out=pos)
+        return pos
 
     def _gather(self, tok: np.ndarray, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """``tok[rows[i], pos[i, j]]`` (int64), through one flat ``take`` when it can."""
@@ -323,16 +325,23 @@ class RowTrackingProposer:
             return [[] for _ in range(b)]
         self._reserve(max(b, tok.shape[0]))
         self.stats["steps"] += 1
-        act = (ns > 0) & (L > 0) & (L < cap)
-        every = bool(act.all())
+        # every row drafts (the steady state), or only those vLLM would draft for
+        every = int(ns.min()) > 0 and int(L.min()) > 0 and int(L.max()) < cap
         if every:
             rows = self._arange[:b]
+            Lr = L
+            n_old = self._len[:b].copy()
         else:
-            rows = np.flatnonzero(act)
+            rows = np.flatnonzero((ns > 0) & (L > 0) & (L < cap))
             if rows.size == 0:
                 return [[] for _ in range(b)]
-        Lr = L if every else L[rows]
-        n_old = self._len[rows]
+            Lr = L[rows]
+            n_old = self._len[rows]
+        P = self.TAIL + self.SPREAD
+        # the fingerprint positions of each row's indexed length and of its new length,
+        # read in one gather
+        got = self._gather(tok, rows, np.concatenate([self._positions(n_old), self._positions(Lr)], axis=1))
+        fp_new = got[:, P:]
 
         # 1. rows whose index still describes the row's prefix (the common case)
         ok = (n_old >= 0) & (n_old <= Lr)
@@ -341,11 +350,11 @@ class RowTrackingProposer:
                 r = int(rows[j])
                 ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
         else:
-            ok &= (self._gather(tok, rows, self._positions(n_old)) == self._fp[rows]).all(axis=1)
-            short = np.flatnonzero(ok & (n_old <= self.SHORT))
-            for j in short.tolist():
-                r = int(rows[j])
-                ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+            ok &= (got[:, :P] == self._fp[rows]).all(axis=1)
+            if int(n_old.min()) <= self.SHORT:
+                for j in np.flatnonzero(ok & (n_old <= self.SHORT)).tolist():
+                    r = int(rows[j])
+                    ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
         if ok.all():
             start = n_old
         else:
@@ -359,8 +368,8 @@ class RowTrackingProposer:
         if total:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
-            if total == rows.size and bool((counts == 1).all()):
-                flat = self._gather(tok, rows, (Lr - 1).reshape(-1, 1)).reshape(-1)
+            if total == rows.size and int(counts.min()) == 1:
+                flat = fp_new[:, self.TAIL - 1]  # one token per row: the last one, at L - 1
             else:
                 row_of = np.repeat(rows, counts)
                 col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
@@ -368,12 +377,13 @@ class RowTrackingProposer:
             self._extend_indexes(ixs, flat, offsets)
             self.stats["extended"] += total
         self._len[rows] = Lr
-        self._fp[rows] = self._gather(tok, rows, self._positions(Lr))
+        self._fp[rows] = fp_new
 
-        # 3. one batched proposal for every active row
-        ks = np.minimum(K, cap - Lr)
+        # 3. one batched proposal for every drafting row
+        room = cap - int(Lr.max())
+        ks = K if room >= K else np.minimum(K, cap - Lr)
         drafts, doff, lengths = self._propose_indexes(ixs, ks)
-        drafts_rows = self._as_lists(drafts, doff, lengths, int(ks.max()))
+        drafts_rows = self._as_lists(drafts, doff, lengths, K)
         if every:
             return drafts_rows
         out: list[list[int]] = [[] for _ in range(b)]
@@ -507,11 +517,10 @@ class SpecfsmNgramProposer(RowTrackingProposer):
         # index takes fastest as Python ints; a rebuilt row's history goes in as an array
         if indexes and tokens.shape[0] == len(indexes) and offsets[-1] == len(indexes):
             # one token per row (a decode step without accepted drafts): a C-level loop
-            append = type(indexes[0]).append
-            if all(type(ix) is type(indexes[0]) for ix in indexes):
-                for _ in map(append, indexes, tokens.tolist()):
-                    pass
-                return
+            # (every index here came from _new_index, so they share one type)
+            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
+                pass
+            return
         vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
         o = offsets.tolist()
         for i, ix in enumerate(indexes):
