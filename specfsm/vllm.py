@@ -153,11 +153,13 @@ class RowTrackingProposer:
     """
 
     #: tokens at the end of a row's indexed history compared every step
-    TAIL = 4
-    #: further positions spread evenly over the indexed history, compared every step
-    SPREAD = 4
-    #: histories up to this many tokens are compared in full
-    SHORT = 256
+    TAIL = 8
+    #: positions spread over the history (at fixed fractions of an anchor length)
+    #: compared for one row in ``DEEP`` each step, and for every moved row
+    SPREAD = 7
+    DEEP = 8
+    #: histories up to this many tokens are compared in full every step
+    SHORT = 128
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
     verify_default = "sparse"
 
@@ -188,17 +190,19 @@ class RowTrackingProposer:
             raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         self.verify = verify
         self._guard = threading.Lock()
+        self._clear()
+        self._tail_off = np.arange(-self.TAIL, 0, dtype=np.int64)
+        self._spread_mul = np.arange(1, self.SPREAD + 1, dtype=np.int64)
+        self.stats = {"steps": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+
+    def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
         self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
-        self._fp = np.zeros((0, self.TAIL + self.SPREAD), dtype=np.int64)
-        self._pool: OrderedDict[tuple, Any] = OrderedDict()  # indexes no row holds now
+        self._tail = np.zeros((0, self.TAIL), dtype=np.int64)  # its last TAIL tokens
+        self._anc = np.zeros(0, dtype=np.int64)  # a length the spread positions derive from
+        self._spread = np.zeros((0, self.SPREAD), dtype=np.int64)  # tokens there
         self._arange = np.zeros(0, dtype=np.int64)
-        self._tail_off = np.concatenate([np.arange(-self.TAIL, 0), np.zeros(self.SPREAD, dtype=np.int64)]).astype(np.int64)
-        self._spread_num = np.concatenate(
-            [np.full(self.TAIL, self.SPREAD + 1), np.arange(1, self.SPREAD + 1)]
-        ).astype(np.int64)
-        # position = n * num // (SPREAD + 1) + off: tail n - TAIL .. n - 1, spread n * j // (SPREAD + 1)
-        self.stats = {"steps": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+        self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
 
     # -- hooks for the index type ---------------------------------------------------------
     def _new_index(self) -> Any:
@@ -226,10 +230,7 @@ class RowTrackingProposer:
     def reset(self) -> None:
         """Forget every row's index (the next call rebuilds what it needs)."""
         with self._guard:
-            self._ix = []
-            self._len = np.zeros(0, dtype=np.int64)
-            self._fp = np.zeros((0, self.TAIL + self.SPREAD), dtype=np.int64)
-            self._pool.clear()
+            self._clear()
 
     def propose(
         self,
@@ -291,20 +292,25 @@ class RowTrackingProposer:
         have = self._len.shape[0]
         if rows <= have:
             return
+        more = rows - have
         self._arange = np.arange(rows, dtype=np.int64)
-        self._ix.extend([None] * (rows - have))
-        self._len = np.concatenate([self._len, np.full(rows - have, -1, dtype=np.int64)])
-        self._fp = np.concatenate([self._fp, np.zeros((rows - have, self._fp.shape[1]), dtype=np.int64)])
+        self._ix.extend([None] * more)
+        self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
+        self._tail = np.concatenate([self._tail, np.zeros((more, self.TAIL), dtype=np.int64)])
+        self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
+        self._spread = np.concatenate([self._spread, np.zeros((more, self.SPREAD), dtype=np.int64)])
 
-    def _positions(self, n: np.ndarray) -> np.ndarray:
-        """The fingerprint positions (rows x (TAIL + SPREAD)) of histories of length n:
-        the last TAIL tokens and SPREAD positions spread evenly over the history."""
-        n = n.reshape(-1, 1)
-        pos = n * self._spread_num // (self.SPREAD + 1) + self._tail_off
+    def _tail_pos(self, n: np.ndarray) -> np.ndarray:
+        """Positions n - TAIL .. n - 1 of each history (clamped into [0, n - 1])."""
+        pos = n.reshape(-1, 1) + self._tail_off
         if n.shape[0] and int(n.min()) < self.TAIL:
             np.maximum(pos, 0, out=pos)
-            np.minimum(pos, np.maximum(n - 1, 0), out=pos)
+            np.minimum(pos, np.maximum(n - 1, 0).reshape(-1, 1), out=pos)
         return pos
+
+    def _spread_pos(self, anc: np.ndarray) -> np.ndarray:
+        """Positions anc * j / (SPREAD + 1), j = 1 .. SPREAD (all below anc when anc > 0)."""
+        return (anc.reshape(-1, 1) * self._spread_mul) // (self.SPREAD + 1)
 
     def _gather(self, tok: np.ndarray, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """``tok[rows[i], pos[i, j]]`` (int64), through one flat ``take`` when it can."""
@@ -324,7 +330,8 @@ class RowTrackingProposer:
         if b == 0 or K == 0:
             return [[] for _ in range(b)]
         self._reserve(max(b, tok.shape[0]))
-        self.stats["steps"] += 1
+        step = self.stats["steps"]
+        self.stats["steps"] = step + 1
         # every row drafts (the steady state), or only those vLLM would draft for
         every = int(ns.min()) > 0 and int(L.min()) > 0 and int(L.max()) < cap
         if every:
@@ -337,29 +344,31 @@ class RowTrackingProposer:
                 return [[] for _ in range(b)]
             Lr = L[rows]
             n_old = self._len[rows]
-        P = self.TAIL + self.SPREAD
-        # the fingerprint positions of each row's indexed length and of its new length,
-        # read in one gather
-        got = self._gather(tok, rows, np.concatenate([self._positions(n_old), self._positions(Lr)], axis=1))
-        fp_new = got[:, P:]
+        T = self.TAIL
+        # the last TAIL tokens at each row's indexed length and at its new length: one gather
+        got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_old), self._tail_pos(Lr)], axis=1))
+        tail_new = got[:, T:]
 
         # 1. rows whose index still describes the row's prefix (the common case)
-        ok = (n_old >= 0) & (n_old <= Lr)
+        ok = (n_old >= 0) & (n_old <= Lr) & (got[:, :T] == self._tail[rows]).all(axis=1)
         if self.verify == "full":
-            for j in np.flatnonzero(ok).tolist():
-                r = int(rows[j])
-                ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+            exact = np.flatnonzero(ok)
         else:
-            ok &= (got[:, :P] == self._fp[rows]).all(axis=1)
-            if int(n_old.min()) <= self.SHORT:
-                for j in np.flatnonzero(ok & (n_old <= self.SHORT)).tolist():
-                    r = int(rows[j])
-                    ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+            deep = np.flatnonzero(ok & ((rows + step) % self.DEEP == 0) & (n_old > self.SHORT))
+            if deep.size:
+                rd = rows[deep]
+                same = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)
+                ok[deep] = same
+            exact = np.flatnonzero(ok & (n_old <= self.SHORT)) if int(n_old.min()) <= self.SHORT else ()
+        for j in exact.tolist() if len(exact) else ():
+            r = int(rows[j])
+            ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+        fresh = None
         if ok.all():
             start = n_old
         else:
             start = np.where(ok, n_old, 0)
-            self._relocate(tok, rows, Lr, ns, np.flatnonzero(~ok), start)
+            fresh = self._relocate(tok, rows, Lr, ns, np.flatnonzero(~ok), start)
         ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
 
         # 2. append each row's new tokens (one batched call where the index type has one)
@@ -369,7 +378,7 @@ class RowTrackingProposer:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             if total == rows.size and int(counts.min()) == 1:
-                flat = fp_new[:, self.TAIL - 1]  # one token per row: the last one, at L - 1
+                flat = tail_new[:, T - 1]  # one token per row: the last one, at L - 1
             else:
                 row_of = np.repeat(rows, counts)
                 col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
@@ -377,7 +386,14 @@ class RowTrackingProposer:
             self._extend_indexes(ixs, flat, offsets)
             self.stats["extended"] += total
         self._len[rows] = Lr
-        self._fp[rows] = fp_new
+        self._tail[rows] = tail_new
+        # (re)anchor the spread positions of new indexes and of histories that doubled
+        anc = self._anc[rows]
+        renew = np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)) if fresh is None else fresh
+        if renew.size:
+            rn = rows[renew]
+            self._anc[rn] = Lr[renew]
+            self._spread[rn] = self._gather(tok, rn, self._spread_pos(Lr[renew]))
 
         # 3. one batched proposal for every drafting row
         room = cap - int(Lr.max())
@@ -411,40 +427,50 @@ class RowTrackingProposer:
         return out
 
     def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, ns: np.ndarray,
-                  bad: np.ndarray, start: np.ndarray) -> None:
+                  bad: np.ndarray, start: np.ndarray) -> np.ndarray:
         """Give every row in ``rows[bad]`` an index: one that moved here with its request
-        from another row (or from the pool of indexes no row holds), else a new one."""
+        from another row (or from the pool of indexes no row holds), else a new one.
+        Returns the positions (into ``rows``) whose spread anchor must be renewed."""
         confirmed = set(rows.tolist()) - set(rows[bad].tolist())
         # every index not confirmed in place this step may be the one that moved
         for r, ix in enumerate(self._ix):
             if ix is not None and r not in confirmed:
-                n = int(self._len[r])
-                self._pool[(n, self._fp[r].tobytes())] = ix
-                self._pool.move_to_end((n, self._fp[r].tobytes()))
+                key = (int(self._len[r]), self._tail[r].tobytes())
+                self._pool[key] = (ix, int(self._anc[r]), self._spread[r].copy())
+                self._pool.move_to_end(key)
                 self._ix[r] = None
                 self._len[r] = -1
+        renew = []
         for j in bad.tolist():
             r = int(rows[j])
-            ix = None
+            hit = None
             n = int(Lr[j] - ns[r])  # its length when last proposed for, if it moved here
-            if n >= 0:
-                key = (n, tok[r, self._positions(np.asarray([n]))[0]].astype(np.int64).tobytes())
-                ix = self._pool.pop(key, None)
-                if ix is not None and (self.verify == "full" or n <= self.SHORT) and not self._holds(tok, r, ix, n):
-                    ix = None
-            if ix is not None:
-                self.stats["adopted"] += 1
-                start[j] = n
-            else:
-                ix = self._new_index()
-                self.stats["rebuilt"] += 1
-                self.stats["rebuilt_tokens"] += int(Lr[j])
-                start[j] = 0
-            self._ix[r] = ix
+            if n > 0:
+                key = (n, self._gather(tok, rows[j : j + 1], self._tail_pos(np.asarray([n]))).tobytes())
+                hit = self._pool.pop(key, None)
+            if hit is not None:
+                ix, anc, spread = hit
+                if self.verify == "full" or n <= self.SHORT:
+                    good = self._holds(tok, r, ix, n)
+                else:
+                    pos = self._spread_pos(np.asarray([anc]))
+                    good = bool((self._gather(tok, rows[j : j + 1], pos)[0] == spread).all())
+                if good:
+                    self.stats["adopted"] += 1
+                    start[j] = n
+                    self._ix[r] = ix
+                    self._anc[r], self._spread[r] = anc, spread
+                    continue
+            self._ix[r] = self._new_index()
+            self.stats["rebuilt"] += 1
+            self.stats["rebuilt_tokens"] += int(Lr[j])
+            start[j] = 0
+            renew.append(j)
         limit = max(2 * len(self._ix), 16)
         while len(self._pool) > limit:
             self._pool.popitem(last=False)
-
+        anc = self._anc[rows]
+        return np.union1d(np.asarray(renew, dtype=np.int64), np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)))
 
 class SpecfsmNgramProposer(RowTrackingProposer):
     """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.

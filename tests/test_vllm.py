@@ -388,3 +388,34 @@ def test_uses_extend_batch_when_the_index_module_has_one(impl):
     p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
     assert p.propose([[5], [1]], np.array([3, 2]), np.array([[5, 6, 5, 0], [1, 1, 0, 0]], np.int32)) == [[6, 5], [1]]
     assert calls == [2]
+
+
+def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_steps(impl):
+    """A row whose recent tokens match (same length, same last TAIL tokens) but whose
+    earlier history is another request's is caught by the spread check within DEEP
+    steps, and then drafts from its own history."""
+    n = 3000
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 30_000, size=n + 64).astype(np.int32)
+    b = rng.integers(0, 30_000, size=n + 64).astype(np.int32)
+    b[n - 40 : n + 64] = a[n - 40 : n + 64]  # the same recent and future tokens
+    kern = impl.module("ngram_index")
+    p = make(impl, min_n=3, max_n=3, num_speculative_tokens=4, max_model_len=n + 64)
+    tok = np.zeros((1, n + 64), dtype=np.int32)
+    tok[0] = a
+    p.propose([[1]], np.array([n - 1]), tok)
+    assert p.stats["rebuilt"] == 1
+    tok[0] = b  # another request takes the row
+    caught_at = None
+    for step in range(p.DEEP + 1):
+        L = n + step
+        b[100:103] = tok[0, L - 3 : L]  # only B's own history holds its last 3-gram
+        tok[0, 100:103] = b[100:103]
+        out = p.propose([[int(tok[0, L - 1])]], np.array([L]), tok)
+        want = kern.longest_match(tok[0, :L].astype(np.int64), 3, 3, 4, "earliest").tolist()
+        assert want, "the test needs a draft only B's history gives"
+        if p.stats["rebuilt"] == 2:
+            caught_at = step
+            assert out == [want]
+            break
+    assert caught_at is not None and caught_at < p.DEEP
