@@ -31,11 +31,20 @@ from class attributes (subclass to change them), else vLLM's n-gram defaults
 The proposer keeps one incremental index per batch row. vLLM moves requests between rows
 (a finished request's row is reused, rows are condensed and swapped, a preempted request
 is removed and later re-added, a request's verified history can be cut back), and the
-call carries rows, not request ids; every call therefore checks each row against what
-its index holds (length, and the tokens at a few positions: the last ``TAIL`` indexed
-tokens and ``SPREAD`` positions spread over the history, or every token for histories up
-to ``SHORT`` tokens or with ``verify="full"``), adopts an index that moved with its
-request from another row, and otherwise rebuilds the row's index from its tokens.
+call carries rows, not request ids. Every call therefore checks each drafting row against
+what its index holds before extending it: the row must be at least as long as the index
+and hold the index's last ``TAIL`` (8) tokens at the same positions; every ``DEEP`` (8)th
+row per step (rotating) is also compared at ``SPREAD`` (7) positions spread over its
+history; rows of at most ``SHORT`` (128) tokens are compared in full. A row that fails
+takes the index that moved there with its request (found by length and tail among the
+indexes no row confirmed, checked at its spread positions), else a new index built from
+the row's tokens. ``verify="full"`` compares every indexed token of every row every
+step instead (exact, O(history) per step). The sparse check can be fooled only by two
+histories of which one is at least as long, which agree at the last ``TAIL`` positions
+and at the spread positions but differ elsewhere; drafts are verified by the target
+model, so such a mix-up costs acceptance, never output. The driver in
+``tests/vllm_batch_driver.py`` replays vLLM's row movements and checks every proposal
+against a fresh rescan.
 
 Importing this module does not import vLLM (or torch); a ``torch.Tensor`` argument is
 read through its ``.numpy()`` view.
