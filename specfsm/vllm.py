@@ -261,14 +261,15 @@ class RowTrackingProposer:
             self._guard.release()
 
     # -- the step ------------------------------------------------------------------------
-    def _check_args(self, sampled: Any, num_tokens: Any, token_ids: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    def _check_args(self, sampled: Any, num_tokens: Any, token_ids: Any) -> tuple[int, Any, np.ndarray, np.ndarray]:
         if not isinstance(sampled, (list, tuple)) and (
             isinstance(sampled, (str, bytes)) or not isinstance(sampled, Sequence)
         ):
             raise TypeError(f"sampled_token_ids must be a list of lists, got {type(sampled).__name__}")
         b = len(sampled)
         try:
-            ns = np.fromiter(map(len, sampled), dtype=np.int64, count=b)
+            # the steady state (every row sampled something) needs no per-row counts
+            ns = None if all(map(len, sampled)) else np.fromiter(map(len, sampled), dtype=np.int64, count=b)
         except TypeError:
             bad = next(i for i, s in enumerate(sampled) if not hasattr(s, "__len__"))
             raise TypeError(
@@ -342,13 +343,14 @@ class RowTrackingProposer:
         step = self.stats["steps"]
         self.stats["steps"] = step + 1
         # every row drafts (the steady state), or only those vLLM would draft for
-        every = int(ns.min()) > 0 and int(L.min()) > 0 and int(L.max()) < cap
+        every = ns is None and int(L.min()) > 0 and int(L.max()) < cap
         if every:
             rows = self._arange[:b]
             Lr = L
             n_old = self._len[:b].copy()
         else:
-            rows = np.flatnonzero((ns > 0) & (L > 0) & (L < cap))
+            act = (L > 0) & (L < cap)
+            rows = np.flatnonzero(act if ns is None else act & (ns > 0))
             if rows.size == 0:
                 return [[] for _ in range(b)]
             Lr = L[rows]
@@ -377,7 +379,7 @@ class RowTrackingProposer:
             start = n_old
         else:
             start = np.where(ok, n_old, 0)
-            fresh = self._relocate(tok, rows, Lr, ns, np.flatnonzero(~ok), start)
+            fresh = self._relocate(tok, rows, Lr, sampled, np.flatnonzero(~ok), start)
         ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
 
         # 2. append each row's new tokens (one batched call where the index type has one)
@@ -435,7 +437,7 @@ class RowTrackingProposer:
             out[j] = out[j][: int(lengths[j])]
         return out
 
-    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, ns: np.ndarray,
+    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, sampled: Any,
                   bad: np.ndarray, start: np.ndarray) -> np.ndarray:
         """Give every row in ``rows[bad]`` an index: one that moved here with its request
         from another row (or from the pool of indexes no row holds), else a new one.
@@ -453,7 +455,7 @@ class RowTrackingProposer:
         for j in bad.tolist():
             r = int(rows[j])
             hit = None
-            n = int(Lr[j] - ns[r])  # its length when last proposed for, if it moved here
+            n = int(Lr[j]) - len(sampled[r])  # its length when last proposed for, if it moved here
             if n > 0:
                 key = (n, self._gather(tok, rows[j : j + 1], self._tail_pos(np.asarray([n]))).tobytes())
                 hit = self._pool.pop(key, None)
