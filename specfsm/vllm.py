@@ -303,7 +303,7 @@ class RowTrackingProposer:
         if rows <= have:
             return
         more = rows - have
-        self._arange = np.arange(rows, dtype=np.int64)
+        self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
         self._ix.extend([None] * more)
         self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
         self._tail = np.concatenate([self._tail, np.zeros((more, self.TAIL), dtype=np.int64)])
@@ -342,36 +342,45 @@ class RowTrackingProposer:
         self._reserve(max(b, tok.shape[0]))
         step = self.stats["steps"]
         self.stats["steps"] = step + 1
+        lmin, lmax = int(L.min()), int(L.max())
         # every row drafts (the steady state), or only those vLLM would draft for
-        every = ns is None and int(L.min()) > 0 and int(L.max()) < cap
+        every = ns is None and lmin > 0 and lmax < cap
         if every:
             rows = self._arange[:b]
+            sel: Any = slice(0, b)  # rows as a slice: views and slice assignment
             Lr = L
-            n_old = self._len[:b].copy()
         else:
             act = (L > 0) & (L < cap)
             rows = np.flatnonzero(act if ns is None else act & (ns > 0))
             if rows.size == 0:
                 return [[] for _ in range(b)]
+            sel = rows
             Lr = L[rows]
-            n_old = self._len[rows]
+            lmax = int(Lr.max())
+        n_old = self._len[sel].copy()
         T = self.TAIL
         # the last TAIL tokens at each row's indexed length and at its new length: one gather
         got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_old), self._tail_pos(Lr)], axis=1))
         tail_new = got[:, T:]
 
         # 1. rows whose index still describes the row's prefix (the common case)
-        ok = (n_old >= 0) & (n_old <= Lr) & (got[:, :T] == self._tail[rows]).all(axis=1)
+        ok = (got[:, :T] == self._tail[sel]).all(axis=1)
+        ok &= n_old >= 0
+        ok &= n_old <= Lr
         if self.verify == "full":
-            exact = np.flatnonzero(ok)
+            exact = np.flatnonzero(ok).tolist()
         else:
-            deep = np.flatnonzero(ok & ((rows + step) % self.DEEP == 0) & (n_old > self.SHORT))
+            # the spread check, for the rows whose turn it is (one in DEEP, rotating)
+            if every:  # the rows r with (r + step) % DEEP == 0
+                deep = self._arange[(-step) % self.DEEP : b : self.DEEP]
+            else:
+                deep = np.flatnonzero((rows + step) % self.DEEP == 0)
+            deep = deep[ok[deep] & (n_old[deep] > self.SHORT)]
             if deep.size:
                 rd = rows[deep]
-                same = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)
-                ok[deep] = same
-            exact = np.flatnonzero(ok & (n_old <= self.SHORT)) if int(n_old.min()) <= self.SHORT else ()
-        for j in exact.tolist() if len(exact) else ():
+                ok[deep] = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)
+            exact = np.flatnonzero(ok & (n_old <= self.SHORT)).tolist() if int(n_old.min()) <= self.SHORT else []
+        for j in exact:
             r = int(rows[j])
             ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
         fresh = None
@@ -384,31 +393,35 @@ class RowTrackingProposer:
 
         # 2. append each row's new tokens (one batched call where the index type has one)
         counts = Lr - start
-        total = int(counts.sum())
-        if total:
+        cmin, cmax = int(counts.min()), int(counts.max())
+        if cmin == 1 and cmax == 1:  # one token per row (a step without accepted drafts)
+            self._extend_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]), self._arange[: rows.size + 1])
+            self.stats["extended"] += rows.size
+        elif cmax > 0:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
-            if total == rows.size and int(counts.min()) == 1:
-                flat = tail_new[:, T - 1]  # one token per row: the last one, at L - 1
-            else:
-                row_of = np.repeat(rows, counts)
-                col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
-                flat = tok[row_of, col]
-            self._extend_indexes(ixs, flat, offsets)
+            total = int(offsets[-1])
+            row_of = np.repeat(rows, counts)
+            col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
+            self._extend_indexes(ixs, tok[row_of, col], offsets)
             self.stats["extended"] += total
-        self._len[rows] = Lr
-        self._tail[rows] = tail_new
-        # (re)anchor the spread positions of new indexes and of histories that doubled
-        anc = self._anc[rows]
-        renew = np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)) if fresh is None else fresh
-        if renew.size:
+        self._len[sel] = Lr
+        self._tail[sel] = tail_new
+        # (re)anchor the spread positions of new indexes, and of histories that doubled
+        # since their anchor when their turn for the spread check comes
+        if fresh is not None:
+            renew = fresh
+        elif self.verify == "full":
+            renew = np.flatnonzero(Lr >= 2 * self._anc[sel])
+        else:
+            renew = deep[Lr[deep] >= 2 * self._anc[rows[deep]]] if deep.size else deep
+        if len(renew):
             rn = rows[renew]
             self._anc[rn] = Lr[renew]
             self._spread[rn] = self._gather(tok, rn, self._spread_pos(Lr[renew]))
 
         # 3. one batched proposal for every drafting row
-        room = cap - int(Lr.max())
-        ks = K if room >= K else np.minimum(K, cap - Lr)
+        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
         drafts, doff, lengths = self._propose_indexes(ixs, ks)
         drafts_rows = self._as_lists(drafts, doff, lengths, K)
         if every:
@@ -552,7 +565,8 @@ class SpecfsmNgramProposer(RowTrackingProposer):
             return
         # one call per index: a decode step appends 1 to K+1 tokens per row, which the
         # index takes fastest as Python ints; a rebuilt row's history goes in as an array
-        if indexes and tokens.shape[0] == len(indexes) and offsets[-1] == len(indexes):
+        m = len(indexes)
+        if m and tokens.shape[0] == m and np.array_equal(offsets, self._arange[: m + 1]):
             # one token per row (a decode step without accepted drafts): a C-level loop
             # (every index here came from _new_index, so they share one type)
             for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
