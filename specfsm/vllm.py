@@ -21,6 +21,10 @@ Usage (the class path is the whole configuration vLLM needs)::
         "num_speculative_tokens": 4,
     })
 
+In the vLLM source read, asynchronous scheduling hands the CPU drafters an empty row list
+(``valid_sampled_token_ids = []``), so this proposer, like vLLM's own ``ngram`` method,
+drafts only with ``async_scheduling=False``.
+
 vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for ``custom_class``, so
 the n-gram range comes from positive values there when a vLLM version keeps them, else
 from the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
