@@ -173,6 +173,8 @@ class RowTrackingProposer:
     DEEP = 8
     #: histories up to this many tokens are compared in full every step
     SHORT = 128
+    #: indexes kept for requests that left the batch (preempted ones come back), LRU
+    POOL = 64
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
     verify_default = "sparse"
 
@@ -216,6 +218,7 @@ class RowTrackingProposer:
         self._spread = np.zeros((0, self.SPREAD), dtype=np.int64)  # tokens there
         self._arange = np.zeros(0, dtype=np.int64)
         self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
+        self._used = 0  # rows that may hold an index
 
     # -- hooks for the index type ---------------------------------------------------------
     def _new_index(self) -> Any:
@@ -314,6 +317,21 @@ class RowTrackingProposer:
         self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
         self._spread = np.concatenate([self._spread, np.zeros((more, self.SPREAD), dtype=np.int64)])
 
+    def _release(self, r: int) -> None:
+        """Move row ``r``'s index into the pool of indexes no row holds."""
+        ix = self._ix[r]
+        if ix is None:
+            return
+        key = (int(self._len[r]), self._tail[r].tobytes())
+        self._pool[key] = (ix, int(self._anc[r]), self._spread[r].copy())
+        self._pool.move_to_end(key)
+        self._ix[r] = None
+        self._len[r] = -1
+
+    def _trim_pool(self) -> None:
+        while len(self._pool) > self.POOL:
+            self._pool.popitem(last=False)
+
     def _tail_pos(self, n: np.ndarray) -> np.ndarray:
         """Positions n - TAIL .. n - 1 of each history (clamped into [0, n - 1])."""
         pos = n.reshape(-1, 1) + self._tail_off
@@ -346,6 +364,11 @@ class RowTrackingProposer:
         self._reserve(max(b, tok.shape[0]))
         step = self.stats["steps"]
         self.stats["steps"] = step + 1
+        if self._used > b:  # rows past the batch hold no request now
+            for r in range(b, self._used):
+                self._release(r)
+            self._trim_pool()
+        self._used = b
         lmin, lmax = int(L.min()), int(L.max())
         # every row drafts (the steady state), or only those vLLM would draft for
         every = ns is None and lmin > 0 and lmax < cap
@@ -463,11 +486,7 @@ class RowTrackingProposer:
         # every index not confirmed in place this step may be the one that moved
         for r, ix in enumerate(self._ix):
             if ix is not None and r not in confirmed:
-                key = (int(self._len[r]), self._tail[r].tobytes())
-                self._pool[key] = (ix, int(self._anc[r]), self._spread[r].copy())
-                self._pool.move_to_end(key)
-                self._ix[r] = None
-                self._len[r] = -1
+                self._release(r)
         renew = []
         for j in bad.tolist():
             r = int(rows[j])
@@ -494,9 +513,7 @@ class RowTrackingProposer:
             self.stats["rebuilt_tokens"] += int(Lr[j])
             start[j] = 0
             renew.append(j)
-        limit = max(2 * len(self._ix), 16)
-        while len(self._pool) > limit:
-            self._pool.popitem(last=False)
+        self._trim_pool()
         anc = self._anc[rows]
         return np.union1d(np.asarray(renew, dtype=np.int64), np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)))
 

@@ -420,3 +420,65 @@ def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_st
             assert out == [want]
             break
     assert caught_at is not None and caught_at < p.DEEP
+
+
+class LastTokenIndex:
+    """A toy index type: drafts what followed the latest earlier occurrence of the last
+    token (``longest_match(h, 1, 1, k, "latest")``)."""
+
+    def __init__(self):
+        self.toks: list[int] = []
+        self.prev: dict[int, int] = {}
+        self.end = -1
+
+    def extend(self, tokens):
+        for t in np.asarray(tokens).tolist():
+            self.end = self.prev.get(t, -1)
+            self.toks.append(t)
+            self.prev[t] = len(self.toks)
+
+    @property
+    def tokens(self):
+        return np.asarray(self.toks, dtype=np.int64)
+
+
+class LastTokenProposer(sv.RowTrackingProposer):
+    """A second proposer over another index type: three short hooks."""
+
+    def _new_index(self):
+        return LastTokenIndex()
+
+    def _propose_indexes(self, indexes, ks):
+        ks = np.broadcast_to(np.asarray(ks, dtype=np.int64), (len(indexes),))
+        pieces = [ix.toks[ix.end : ix.end + int(k)] if ix.end >= 0 else [] for ix, k in zip(indexes, ks)]
+        lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return np.array([t for p in pieces for t in p], dtype=np.int64), offsets, lengths
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_base_class_serves_another_index_type(impl, seed):
+    kern = impl.module("ngram_index")
+    p = LastTokenProposer(sv.ProposerConfig(num_speculative_tokens=3, max_model_len=300))
+
+    def rescan(history, k):
+        return kern.longest_match(history.astype(np.int64), 1, 1, k, "latest").tolist()
+
+    eng = Engine(p, random.Random(seed), max_num_reqs=5, max_model_len=300, vocab=40, k=3, expected=rescan)
+    for _ in range(40):
+        eng.step()
+    assert eng.checked_rows > 50
+
+
+def test_indexes_of_requests_that_left_are_bounded(impl):
+    eng, p = _engine(impl, 7, vocab=32_000, rows=8, cap=600, k=3, lo=2, hi=3, long=True)
+    for _ in range(120):
+        eng.step()
+    assert len(p._pool) <= p.POOL
+    held = sum(ix is not None for ix in p._ix)
+    assert held <= eng.batch.num_reqs  # rows past the batch hold nothing
+    # a batch that shrinks to one row releases the others' indexes
+    tok = np.zeros((8, 600), dtype=np.int32)
+    tok[0, :5] = [1, 2, 3, 1, 2]
+    p.propose([[2]], np.array([5]), tok)
+    assert sum(ix is not None for ix in p._ix) == 1
