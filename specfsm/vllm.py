@@ -387,7 +387,15 @@ class RowTrackingProposer:
         n_old = self._len[sel].copy()
         T = self.TAIL
         # the last TAIL tokens at each row's indexed length and at its new length: one gather
-        got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_old), self._tail_pos(Lr)], axis=1))
+        if tok.flags.c_contiguous and int(n_old.min()) >= T and lmin >= T:
+            # no clamping needed: flat positions straight from the row starts
+            base = rows * tok.shape[1]
+            flat = np.empty((rows.size, 2 * T), dtype=np.int64)
+            np.add((n_old + base).reshape(-1, 1), self._tail_off, out=flat[:, :T])
+            np.add((Lr + base).reshape(-1, 1), self._tail_off, out=flat[:, T:])
+            got = tok.reshape(-1).take(flat).astype(np.int64, copy=False)
+        else:
+            got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_old), self._tail_pos(Lr)], axis=1))
         tail_new = got[:, T:]
 
         # 1. rows whose index still describes the row's prefix (the common case)
