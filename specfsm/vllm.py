@@ -156,9 +156,10 @@ class RowTrackingProposer:
     A subclass supplies the index type through three hooks: ``_new_index()`` (a fresh,
     empty index), ``_propose_indexes(indexes, ks)`` (``(drafts, offsets, lengths)`` for
     a list of indexes, the GIL released where the index type has a batched call) and,
-    optionally, ``_extend_indexes(indexes, tokens, offsets)`` (append
-    ``tokens[offsets[i]:offsets[i + 1]]`` to ``indexes[i]``; the default calls each
-    index's ``extend``). Configuration: ``num_speculative_tokens`` (K) and
+    optionally, ``_extend_indexes(indexes, tokens, offsets, one_each)`` (append
+    ``tokens[offsets[i]:offsets[i + 1]]`` to ``indexes[i]``, ``one_each`` saying that
+    every slice is one token; the default calls each index's ``extend``). An index
+    needs ``extend(tokens)`` and ``tokens`` (its contents, for the exact checks). Configuration: ``num_speculative_tokens`` (K) and
     ``max_model_len`` from the ``VllmConfig`` unless given as keywords; ``verify`` is
     ``"sparse"`` (default) or ``"full"``.
 
@@ -227,7 +228,7 @@ class RowTrackingProposer:
     def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
         for i, ix in enumerate(indexes):
             a, b = int(offsets[i]), int(offsets[i + 1])
             if b > a:
@@ -430,7 +431,7 @@ class RowTrackingProposer:
         counts = Lr - start
         cmin, cmax = int(counts.min()), int(counts.max())
         if cmin == 1 and cmax == 1:  # one token per row (a step without accepted drafts)
-            self._extend_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]), self._arange[: rows.size + 1])
+            self._extend_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]), self._arange[: rows.size + 1], True)
             self.stats["extended"] += rows.size
         elif cmax > 0:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
@@ -588,14 +589,13 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self._kern.propose_batch(indexes, ks)
 
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
         if self._extend_batch is not None:
             self._extend_batch(indexes, tokens, offsets)
             return
         # one call per index: a decode step appends 1 to K+1 tokens per row, which the
         # index takes fastest as Python ints; a rebuilt row's history goes in as an array
-        m = len(indexes)
-        if m and tokens.shape[0] == m and np.array_equal(offsets, self._arange[: m + 1]):
+        if one_each and indexes:
             # one token per row (a decode step without accepted drafts): a C-level loop
             # (every index here came from _new_index, so they share one type)
             for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):

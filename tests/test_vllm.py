@@ -387,8 +387,10 @@ def test_uses_extend_batch_when_the_index_module_has_one(impl):
                 ix.extend(tokens[offsets[i] : offsets[i + 1]])
 
     p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
-    assert p.propose([[5], [1]], np.array([3, 2]), np.array([[5, 6, 5, 0], [1, 1, 0, 0]], np.int32)) == [[6, 5], [1]]
-    assert calls == [2]
+    tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
+    assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+    assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
+    assert calls == [2, 2]
 
 
 def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_steps(impl):
