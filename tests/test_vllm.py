@@ -1,0 +1,489 @@
+"""specfsm.vllm: the proposers vLLM loads through ``method="custom_class"`` (issue 14).
+
+vLLM itself is not needed: the tests call ``propose`` with the arguments vLLM's runner
+passes (``sampled_token_ids``, ``num_tokens_no_spec``, ``token_ids_cpu``) and replay
+vLLM's row movements with ``tests/vllm_batch_driver.py``. Every test that drafts runs on
+both implementations (``impl``).
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from specfsm import vllm as sv
+
+from vllm_batch_driver import Engine
+
+
+def make(impl, **kw):
+    kw.setdefault("num_speculative_tokens", 2)
+    return sv.SpecfsmNgramProposer(kernels=impl.module("ngram_index"), **kw)
+
+
+def vllm_rule_draft(tokens, min_n, max_n, max_model_len, k):
+    """vLLM's n-gram proposal rule as its numba kernel computes it (our own transcription):
+    a KMP scan of the reversed history against its own first ``max_n`` tokens keeps the
+    longest match and, among equally long ones, the one furthest back in the reversed
+    order (the earliest in the history)."""
+    tokens = list(tokens)
+    total = len(tokens)
+    if total < min_n:
+        return []
+    k = min(k, max_model_len - total)
+    if k <= 0:
+        return []
+    rev = tokens[::-1]
+    border = [0] * max_n
+    m = best = at = 0
+    i = 1
+    while i < total:
+        if rev[m] == rev[i]:
+            m += 1
+            if m >= best:
+                best, at = m, i
+            if i < max_n:
+                border[i] = m
+            if m == max_n:
+                m = border[max_n - 1]
+            i += 1
+        elif m:
+            m = border[m - 1]
+        else:
+            i += 1
+    if best < min_n:
+        return []
+    start = total - 1 - at + best
+    return tokens[start : start + min(k, total - start)]
+
+
+def one_step(p, rows, sampled=None, width=None):
+    """``propose`` on ``rows`` laid out as vLLM lays them out."""
+    width = width or max([len(r) for r in rows] + [1]) + 4
+    tok = np.full((len(rows), width), -1, dtype=np.int32)
+    for i, r in enumerate(rows):
+        tok[i, : len(r)] = r
+    lens = np.array([len(r) for r in rows], dtype=np.int32)
+    if sampled is None:
+        sampled = [[0] for _ in rows]
+    return p.propose(sampled, lens, tok)
+
+
+# -- importing and configuring ---------------------------------------------------------
+def test_import_does_not_import_vllm_or_torch():
+    code = "import sys, specfsm.vllm; print('vllm' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_reads_k_max_model_len_and_range_from_the_vllm_config(impl):
+    cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=100, prompt_lookup_min=2, prompt_lookup_max=4)
+    p = sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    assert (p.num_speculative_tokens, p.max_model_len, p.min_n, p.max_n, p.prefer) == (3, 100, 2, 4, "earliest")
+
+
+def test_custom_class_zeroed_range_falls_back_to_env_then_class_then_vllm_default(impl, monkeypatch):
+    # vLLM sets prompt_lookup_min/max to 0 for method="custom_class"
+    cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=64, prompt_lookup_min=0, prompt_lookup_max=0)
+    kern = impl.module("ngram_index")
+    for var in ("SPECFSM_VLLM_MIN_N", "SPECFSM_VLLM_MAX_N", "SPECFSM_VLLM_PREFER", "SPECFSM_VLLM_VERIFY"):
+        monkeypatch.delenv(var, raising=False)
+    p = sv.SpecfsmNgramProposer(cfg, kernels=kern)
+    assert (p.min_n, p.max_n, p.prefer, p.verify) == (5, 5, "earliest", "sparse")
+
+    class Mine(sv.SpecfsmNgramProposer):
+        min_n, max_n, prefer = 1, 3, "latest"
+
+    p = Mine(cfg, kernels=kern)
+    assert (p.min_n, p.max_n, p.prefer) == (1, 3, "latest")
+    monkeypatch.setenv("SPECFSM_VLLM_MIN_N", "2")
+    monkeypatch.setenv("SPECFSM_VLLM_PREFER", "latest")
+    monkeypatch.setenv("SPECFSM_VLLM_VERIFY", "full")
+    p = sv.SpecfsmNgramProposer(cfg, kernels=kern)
+    assert (p.min_n, p.max_n, p.prefer, p.verify) == (2, 2, "latest", "full")  # one end sets the other
+    p = sv.SpecfsmNgramProposer(cfg, kernels=kern, max_n=6, prefer="earliest", verify="sparse")
+    assert (p.min_n, p.max_n, p.prefer, p.verify) == (6, 6, "earliest", "sparse")  # keywords win
+
+
+@pytest.mark.parametrize(
+    "kw, exc, words",
+    [
+        ({"min_n": 0}, ValueError, "min_n"),
+        ({"min_n": 4, "max_n": 2}, ValueError, "max_n"),
+        ({"prefer": "first"}, ValueError, "prefer"),
+        ({"verify": "some"}, ValueError, "verify"),
+        ({"num_speculative_tokens": -1}, ValueError, "num_speculative_tokens"),
+        ({"num_speculative_tokens": 2.5}, TypeError, "num_speculative_tokens"),
+        ({"max_model_len": "long"}, TypeError, "max_model_len"),
+    ],
+)
+def test_refuses_bad_settings(impl, kw, exc, words):
+    with pytest.raises(exc, match=words):
+        make(impl, **kw)
+
+
+def test_refuses_a_config_without_k(impl):
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        sv.SpecfsmNgramProposer(None, kernels=impl.module("ngram_index"))
+
+
+def test_bad_environment_is_named(impl, monkeypatch):
+    monkeypatch.setenv("SPECFSM_VLLM_MIN_N", "two")
+    with pytest.raises(ValueError, match="SPECFSM_VLLM_MIN_N"):
+        sv.SpecfsmNgramProposer(sv.ProposerConfig(), kernels=impl.module("ngram_index"))
+
+
+def test_constructs_from_a_real_vllm_config(impl):
+    vllm = pytest.importorskip("vllm")  # not installable on the CPU-only development machine
+    from vllm.config import ModelConfig, SpeculativeConfig, VllmConfig
+
+    try:  # vLLM reads the model's config from the Hub
+        cfg = VllmConfig(
+            model_config=ModelConfig(model="facebook/opt-125m", max_model_len=512),
+            speculative_config=SpeculativeConfig(method="custom_class", model="specfsm.vllm.SpecfsmNgramProposer",
+                                                 num_speculative_tokens=3),
+        )
+    except Exception as exc:  # no network, no model files
+        pytest.skip(f"vLLM {vllm.__version__} could not build a VllmConfig here: {exc}")
+    p = sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    assert (p.num_speculative_tokens, p.max_model_len) == (3, 512), vllm.__version__
+
+
+# -- vLLM's own test vectors (tests/v1/spec_decode/test_ngram.py), through propose -----------
+VLLM_VECTORS = [
+    # (history, min_n, max_n, k, expected draft)
+    ([1, 2, 3, 4, 1, 2, 3, 5, 6], 2, 2, 2, []),
+    ([1, 2, 3, 4, 1, 2, 3], 2, 2, 3, [4, 1, 2]),
+    ([1, 2, 3, 4, 1, 2, 3], 2, 2, 2, [4, 1]),
+    ([1, 2, 3, 4, 1, 2, 3], 1, 1, 3, [4, 1, 2]),
+    ([1, 2, 3, 4, 1, 2, 3], 1, 1, 2, [4, 1]),
+    ([1, 3, 6, 2, 3, 4, 1, 2, 3], 2, 2, 3, [4, 1, 2]),
+    ([1, 3, 6, 2, 3, 4, 1, 2, 3], 1, 1, 2, [6, 2]),  # the first match
+    ([1, 2, 3, 4, 5], 2, 2, 2, []),  # no match
+    ([1, 2, 3, 4, 1, 2, 3], 4, 4, 2, []),  # no 4-gram
+    ([1, 2, 3, 4, 1, 2, 3], 3, 4, 2, [4, 1]),  # a 3-gram
+    ([2, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3, 4], 3, 4, 2, [1, 2]),  # the 4-gram, not [5, 1]
+    ([3, 4, 5, 2, 3, 4, 1, 2, 3, 4], 2, 4, 2, [1, 2]),  # the 3-gram, not [5, 2]
+    ([1, 2, 3, 100, 1, 2, 3, 200, 1, 2, 3, 300, 1, 2, 3], 3, 3, 2, [100, 1]),  # always the first
+    ([], 2, 2, 2, []),  # empty history
+]
+
+
+@pytest.mark.parametrize("history, lo, hi, k, want", VLLM_VECTORS)
+def test_vllm_test_vectors(impl, history, lo, hi, k, want):
+    p = make(impl, min_n=lo, max_n=hi, num_speculative_tokens=k, max_model_len=1024)
+    assert one_step(p, [history]) == [want]
+    assert vllm_rule_draft(history, lo, hi, 1024, k) == want
+
+
+def test_vllm_multibatch_vectors(impl):
+    p = make(impl, min_n=2, max_n=2, num_speculative_tokens=2, max_model_len=1024)
+    tok = np.array([[1, 2, 3, 1, 2], [4, 5, 6, -1, -1]], dtype=np.int32)
+    assert p.propose([[0], [1]], np.array([5, 3]), tok) == [[3, 1], []]
+    # rows 0 and 2 propose, row 1 is in prefill (no sampled tokens): vLLM gives it []
+    p = make(impl, min_n=2, max_n=2, num_speculative_tokens=2, max_model_len=20)
+    tok = np.zeros((3, 20), dtype=np.int32)
+    tok[0, :5] = [1, 2, 3, 1, 2]
+    tok[1, :3] = [4, 5, 6]
+    tok[2, :5] = [7, 8, 9, 7, 8]
+    assert p.propose([[2], [], [8]], np.array([5, 3, 5], dtype=np.int32), tok) == [[3, 1], [], [9, 7]]
+
+
+def test_vllm_long_history_vector(impl):
+    # vLLM's multithreading case: 8192 distinct tokens, then the pair from the middle
+    t = 8192
+    row = list(range(t)) + [t // 2, t // 2 + 1]
+    p = make(impl, min_n=2, max_n=2, num_speculative_tokens=2, max_model_len=2 * t)
+    assert one_step(p, [row, [4, 5, 6]])[0] == [t // 2 + 2, t // 2 + 3]
+
+
+@pytest.mark.parametrize("cap, want", [(100, [3, 4, 5]), (8, [3, 4]), (7, [3]), (6, [])])
+def test_max_model_len_caps_the_draft(impl, cap, want):
+    history = [2, 3, 4, 5, 1, 2]  # the 1-gram [2] first occurs at 0: [3, 4, 5, 1, 2] follow
+    p = make(impl, min_n=1, max_n=1, num_speculative_tokens=3, max_model_len=cap)
+    assert one_step(p, [history], width=cap) == [want]
+    assert vllm_rule_draft(history, 1, 1, cap, 3) == want
+
+
+def test_rows_beyond_the_batch_are_ignored(impl):
+    # token_ids_cpu and num_tokens_no_spec are max_num_reqs long; only len(sampled) rows count
+    p = make(impl, min_n=1, max_n=1)
+    tok = np.zeros((4, 10), dtype=np.int32)
+    tok[0, :3] = [5, 6, 5]
+    lens = np.array([3, 99, -5, 1000], dtype=np.int32)  # junk beyond row 0
+    assert p.propose([[5]], lens, tok) == [[6, 5]]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    history=st.lists(st.integers(0, 3), max_size=40),
+    lo=st.integers(1, 4),
+    extra=st.integers(0, 3),
+    k=st.integers(1, 6),
+    slack=st.integers(0, 10),
+)
+def test_same_drafts_as_vllm_rule(impl, history, lo, extra, k, slack):
+    """Any history, range, K and cap: the adapter equals the transcription of vLLM's kernel."""
+    hi = lo + extra
+    cap = len(history) + slack
+    p = make(impl, min_n=lo, max_n=hi, num_speculative_tokens=k, max_model_len=max(cap, 1))
+    got = one_step(p, [history], width=max(cap, len(history), 1))
+    assert got == [vllm_rule_draft(history, lo, hi, max(cap, 1), k)]
+
+
+# -- state that survives vLLM's row movements ---------------------------------------------
+def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False):
+    kern = impl.module("ngram_index")
+    p = make(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
+
+    def rescan(history, kk):
+        return kern.longest_match(history.astype(np.int64), lo, hi, kk, prefer).tolist()
+
+    return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
+                  long_prompts=long, expected=rescan), p
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(seed=2**32 - 1, vocab=2, rows=3, cap=112, k=2, lo=1, extra=0, prefer="earliest", verify="sparse")
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    vocab=st.sampled_from([2, 3, 5, 50]),
+    rows=st.integers(1, 6),
+    cap=st.integers(8, 120),
+    k=st.integers(1, 5),
+    lo=st.integers(1, 3),
+    extra=st.integers(0, 2),
+    prefer=st.sampled_from(["earliest", "latest"]),
+    verify=st.sampled_from(["sparse", "full"]),
+)
+def test_proposals_equal_a_fresh_rescan_after_any_row_movements(impl, seed, vocab, rows, cap, k, lo, extra, prefer, verify):
+    eng, _ = _engine(impl, seed, vocab=vocab, rows=rows, cap=cap, k=k, lo=lo, hi=lo + extra, prefer=prefer, verify=verify)
+    for _ in range(30):
+        eng.step()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_histories_with_shared_prompts(impl, seed):
+    """Histories past ``SHORT`` (the sparse fingerprint path), requests sharing prompts."""
+    eng, p = _engine(impl, seed, vocab=32_000, rows=8, cap=1500, k=4, lo=2, hi=4, long=True)
+    for _ in range(40):
+        eng.step()
+    assert eng.checked_rows > 100
+    for what in ("swap_states", "preempt (row freed, state kept)", "resume after preemption", "finish (row freed)",
+                 "condense (row moved into a hole)"):
+        assert eng.moves.get(what, 0) > 0, eng.moves
+    assert p.stats["adopted"] > 0  # moved indexes were followed, not rebuilt
+
+
+def test_a_swap_moves_the_indexes_instead_of_rebuilding(impl):
+    p = make(impl, min_n=2, max_n=3, num_speculative_tokens=3, max_model_len=4000)
+    rng = np.random.default_rng(0)
+    tok = np.zeros((2, 4000), dtype=np.int32)
+    tok[:, :1000] = rng.integers(0, 30_000, size=(2, 1000))
+    lens = np.array([1000, 1000], dtype=np.int32)
+    p.propose([[1], [1]], lens, tok)
+    assert p.stats["rebuilt"] == 2
+    tok[[0, 1]] = tok[[1, 0]]  # swap_states
+    tok[:, 1000] = [7, 8]
+    lens += 1
+    out = p.propose([[7], [8]], lens, tok)
+    assert p.stats["rebuilt"] == 2 and p.stats["adopted"] == 2
+    for i in range(2):
+        want = impl.module("ngram_index").longest_match(tok[i, :1001].astype(np.int64), 2, 3, 3, "earliest")
+        assert out[i] == want.tolist()
+
+
+def test_full_verify_catches_a_difference_the_sparse_fingerprint_does_not_look_at(impl):
+    """Two long requests equal everywhere but one early position (not a fingerprint
+    position): only ``verify="full"`` tells them apart; it then rescans the row."""
+    n = 2000
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 30_000, size=n).astype(np.int32)
+    a[-3:] = a[10:13]  # a match at 10..12: draft a[13:]
+    b = a.copy()
+    b[14] = 31_999  # inside the draft of a, not a sampled position
+    kern = impl.module("ngram_index")
+    p = make(impl, min_n=3, max_n=3, num_speculative_tokens=4, max_model_len=n + 10, verify="full")
+    tok = np.zeros((1, n + 10), dtype=np.int32)
+    tok[0, : n - 1] = a[: n - 1]
+    p.propose([[1]], np.array([n - 1]), tok)
+    tok[0, :n] = b  # another request takes the row, one token longer
+    out = p.propose([[int(b[-1])]], np.array([n]), tok)
+    assert out == [kern.longest_match(b.astype(np.int64), 3, 3, 4, "earliest").tolist()]
+    assert out[0][1] == 31_999
+
+
+# -- arguments -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, exc, words",
+    [
+        (("x", np.array([1]), np.zeros((1, 4), np.int32)), TypeError, "sampled_token_ids"),
+        (([1], np.array([1]), np.zeros((1, 4), np.int32)), TypeError, r"sampled_token_ids\[0\]"),
+        (([[1]], np.array([1]), np.zeros(4, np.int32)), ValueError, "token_ids_cpu"),
+        (([[1]], np.array([1]), np.zeros((1, 4), np.float32)), TypeError, "token_ids_cpu"),
+        (([[1], [1]], np.array([1, 1]), np.zeros((1, 4), np.int32)), ValueError, "token_ids_cpu has 1 rows"),
+        (([[1], [1]], np.array([1]), np.zeros((2, 4), np.int32)), ValueError, "num_tokens_no_spec has 1"),
+        (([[1]], np.array([5]), np.zeros((1, 4), np.int32)), ValueError, r"num_tokens_no_spec\[0\]=5"),
+        (([[1]], np.array([-1]), np.zeros((1, 4), np.int32)), ValueError, r"num_tokens_no_spec\[0\]=-1"),
+        (([[1]], np.array([1.0]), np.zeros((1, 4), np.int32)), TypeError, "num_tokens_no_spec"),
+    ],
+)
+def test_refuses_arguments_that_do_not_fit(impl, args, exc, words):
+    p = make(impl, min_n=1, max_n=1)
+    with pytest.raises(exc, match=words):
+        p.propose(*args)
+    # the failed call left no state behind: the next call drafts right
+    assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
+
+
+def test_accepts_cpu_tensors_through_their_numpy_view(impl):
+    class Tensor:  # what vLLM's token_ids_cpu_tensor offers
+        def __init__(self, a):
+            self._a = a
+
+        def numpy(self):
+            return self._a
+
+    p = make(impl, min_n=1, max_n=1)
+    assert p.propose([[5]], Tensor(np.array([3], np.int32)), Tensor(np.array([[5, 6, 5, 0]], np.int32))) == [[6, 5]]
+
+
+def test_concurrent_calls_are_refused(impl):
+    p = make(impl, min_n=1, max_n=1)
+    p._guard.acquire()
+    try:
+        with pytest.raises(RuntimeError, match="another propose"):
+            p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32))
+    finally:
+        p._guard.release()
+
+
+def test_k_zero_and_empty_batches(impl):
+    p = make(impl, min_n=1, max_n=1, num_speculative_tokens=0)
+    assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[]]
+    p = make(impl, min_n=1, max_n=1)
+    assert p.propose([], np.zeros(4, np.int32), np.zeros((4, 8), np.int32)) == []
+    p.load_model()  # vLLM calls it; nothing to load
+    p.reset()
+    assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
+
+
+def test_uses_extend_batch_when_the_index_module_has_one(impl):
+    kern = impl.module("ngram_index")
+    calls = []
+
+    class WithBatch:
+        NgramIndex = kern.NgramIndex
+        propose_batch = staticmethod(kern.propose_batch)
+        longest_match = staticmethod(kern.longest_match)
+
+        @staticmethod
+        def extend_batch(indexes, tokens, offsets):
+            calls.append(len(indexes))
+            for i, ix in enumerate(indexes):
+                ix.extend(tokens[offsets[i] : offsets[i + 1]])
+
+    p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
+    tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
+    assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+    assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
+    assert calls == [2, 2]
+
+
+def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_steps(impl):
+    """A row whose recent tokens match (same length, same last TAIL tokens) but whose
+    earlier history is another request's is caught by the spread check within DEEP
+    steps, and then drafts from its own history."""
+    n = 3000
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 30_000, size=n + 64).astype(np.int32)
+    b = rng.integers(0, 30_000, size=n + 64).astype(np.int32)
+    b[n - 40 : n + 64] = a[n - 40 : n + 64]  # the same recent and future tokens
+    kern = impl.module("ngram_index")
+    p = make(impl, min_n=3, max_n=3, num_speculative_tokens=4, max_model_len=n + 64)
+    tok = np.zeros((1, n + 64), dtype=np.int32)
+    tok[0] = a
+    p.propose([[1]], np.array([n - 1]), tok)
+    assert p.stats["rebuilt"] == 1
+    tok[0] = b  # another request takes the row
+    caught_at = None
+    for step in range(p.DEEP + 1):
+        L = n + step
+        b[100:103] = tok[0, L - 3 : L]  # only B's own history holds its last 3-gram
+        tok[0, 100:103] = b[100:103]
+        out = p.propose([[int(tok[0, L - 1])]], np.array([L]), tok)
+        want = kern.longest_match(tok[0, :L].astype(np.int64), 3, 3, 4, "earliest").tolist()
+        assert want, "the test needs a draft only B's history gives"
+        if p.stats["rebuilt"] == 2:
+            caught_at = step
+            assert out == [want]
+            break
+    assert caught_at is not None and caught_at < p.DEEP
+
+
+class LastTokenIndex:
+    """A toy index type: drafts what followed the latest earlier occurrence of the last
+    token (``longest_match(h, 1, 1, k, "latest")``)."""
+
+    def __init__(self):
+        self.toks: list[int] = []
+        self.prev: dict[int, int] = {}
+        self.end = -1
+
+    def extend(self, tokens):
+        for t in np.asarray(tokens).tolist():
+            self.end = self.prev.get(t, -1)
+            self.toks.append(t)
+            self.prev[t] = len(self.toks)
+
+    @property
+    def tokens(self):
+        return np.asarray(self.toks, dtype=np.int64)
+
+
+class LastTokenProposer(sv.RowTrackingProposer):
+    """A second proposer over another index type: three short hooks."""
+
+    def _new_index(self):
+        return LastTokenIndex()
+
+    def _propose_indexes(self, indexes, ks):
+        ks = np.broadcast_to(np.asarray(ks, dtype=np.int64), (len(indexes),))
+        pieces = [ix.toks[ix.end : ix.end + int(k)] if ix.end >= 0 else [] for ix, k in zip(indexes, ks)]
+        lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return np.array([t for p in pieces for t in p], dtype=np.int64), offsets, lengths
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_base_class_serves_another_index_type(impl, seed):
+    kern = impl.module("ngram_index")
+    p = LastTokenProposer(sv.ProposerConfig(num_speculative_tokens=3, max_model_len=300))
+
+    def rescan(history, k):
+        return kern.longest_match(history.astype(np.int64), 1, 1, k, "latest").tolist()
+
+    eng = Engine(p, random.Random(seed), max_num_reqs=5, max_model_len=300, vocab=40, k=3, expected=rescan)
+    for _ in range(40):
+        eng.step()
+    assert eng.checked_rows > 50
+
+
+def test_indexes_of_requests_that_left_are_bounded(impl):
+    eng, p = _engine(impl, 7, vocab=32_000, rows=8, cap=600, k=3, lo=2, hi=3, long=True)
+    for _ in range(120):
+        eng.step()
+    assert len(p._pool) <= p.POOL
+    held = sum(ix is not None for ix in p._ix)
+    assert held <= eng.batch.num_reqs  # rows past the batch hold nothing
+    # a batch that shrinks to one row releases the others' indexes
+    tok = np.zeros((8, 600), dtype=np.int32)
+    tok[0, :5] = [1, 2, 3, 1, 2]
+    p.propose([[2]], np.array([5]), tok)
+    assert sum(ix is not None for ix in p._ix) == 1
