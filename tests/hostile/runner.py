@@ -708,6 +708,7 @@ def scenario_ngram_threads(impl, rng, seconds):
                 copy.copy(ix)
                 pickle.loads(pickle.dumps(ix))
                 ix.tokens.sum()
+                repr(ix), ix.nbytes, ix.bytes_per_token, len(ix)
                 ix.stats() if callable(ix.stats) else ix.stats
 
         return body
