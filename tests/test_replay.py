@@ -221,6 +221,33 @@ def test_replay_compiled_and_twin_take_the_same_decisions(tmp_path, capsys, draf
     assert s["control_us_per_token"]["compiled"] > 0 and s["control_us_per_token"]["python"] > 0
 
 
+def test_replay_never_reports_a_partial_build_as_compiled(tmp_path, capsys, monkeypatch):
+    """With one kernel module on the twin, ``--impl compiled`` is refused (exit 2, naming
+    the module and its import error) and ``--impl both`` measures the twin alone."""
+    real = _impl.extensions()
+    broken = ImportError("simulated: undefined symbol in accept")
+    fake = {
+        name: (st._replace(compiled=False, module=f"specfsm._py.{name}", error=broken) if name == "accept"
+               else st._replace(compiled=True, module=f"specfsm._core.{name}", error=None))
+        for name, st in real.items()
+    }
+    monkeypatch.setattr(_impl, "NO_EXTENSIONS", False)
+    monkeypatch.setattr(_impl, "extensions", lambda: fake)
+    kinds, skipped = cli.available_kinds()
+    assert kinds == ["python"]
+    assert "only partly built" in skipped["compiled"] and "specfsm._core.accept" in skipped["compiled"]
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
+    assert cli.main(["replay", "--workload", path, "--impl", "compiled"]) == 2
+    err = capsys.readouterr().err
+    assert "--impl compiled" in err and "simulated: undefined symbol in accept" in err
+    assert cli.main(["replay", "--workload", path, "--json", "--repeat", "1"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["runs"] == {"python": 1} and s["control_us_per_token"]["compiled"] is None
+    # nothing compiled at all: "not built"
+    monkeypatch.setattr(_impl, "extensions", lambda: {n: st._replace(compiled=False, error=broken) for n, st in fake.items()})
+    assert cli.available_kinds() == (["python"], {"compiled": "not built"})
+
+
 def test_replay_table_and_rules(tmp_path, capsys):
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
     assert cli.main(["replay", "--workload", path, "--rule", "minrun:3", "--requests", "2"]) == 0

@@ -72,8 +72,12 @@ def canon(x, depth=0):
     if isinstance(x, (np.integer, np.floating)):
         return x.item()
     if type(x).__name__ == "NgramIndex":
-        st = x.stats() if callable(x.stats) else x.stats
-        return ("index", len(x), x.tokens.tolist(), sorted(st.items()))
+        st = dict(x.stats() if callable(x.stats) else x.stats)
+        # the compiled index caps draft_len at MAX_INDEX_TOKENS, a draft's longest
+        # possible length, so both propose the same drafts; only the number reported differs
+        cap = 2**31 - 2
+        st["draft_len"] = min(st.get("draft_len", 0), cap)
+        return ("index", len(x), x.tokens.tolist(), sorted(st.items()), x.propose(None), x.propose(3))
     return x
 
 
@@ -704,6 +708,7 @@ def scenario_ngram_threads(impl, rng, seconds):
                 copy.copy(ix)
                 pickle.loads(pickle.dumps(ix))
                 ix.tokens.sum()
+                repr(ix), ix.nbytes, ix.bytes_per_token, len(ix)
                 ix.stats() if callable(ix.stats) else ix.stats
 
         return body
