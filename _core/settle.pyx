@@ -20,11 +20,13 @@ def settle(Py_ssize_t draft_len, accepted, Py_ssize_t n_row_tokens, Py_ssize_t n
     cdef Py_ssize_t n
     if type(accepted) is not int or accepted < 0:
         accepted = check_count(accepted, "accepted")
+    # compared as Python ints: ``accepted`` may not fit a Py_ssize_t, and draft_len + 1
+    # would wrap at PY_SSIZE_T_MAX
     if accepted > draft_len:
-        n = draft_len + 1   # any value past the draft; the reason names the real one
-    else:
-        n = accepted
-    if (draft_len == 0 or n > draft_len or n_row_caches != draft_len
+        raise IllegalTransition(
+            attempted, settle_reason(draft_len, accepted, n_row_tokens, n_row_caches))
+    n = accepted
+    if (draft_len == 0 or n_row_caches != draft_len
             or (n < draft_len and n_row_tokens <= n)):
         raise IllegalTransition(
             attempted, settle_reason(draft_len, accepted, n_row_tokens, n_row_caches))

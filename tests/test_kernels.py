@@ -192,6 +192,12 @@ def test_settle_huge_and_bad_counts(impl):
     with pytest.raises(TypeError, match="accepted must be a non-negative integer"):
         impl.settle(3, 1.0, 3, 3, "accept_rows")
     assert impl.settle(3, np.int64(3), 0, 3, "accept_rows") == 2
+    # draft_len at the top of Py_ssize_t: accepted one past it must not wrap into a row
+    top = 2**63 - 1
+    for accepted in (2**63, 2**64, 2**63 + 5):
+        with pytest.raises(IllegalTransition):
+            impl.settle(top, accepted, top, top, "accept_rows")
+    assert impl.settle(top, top, 0, top, "accept_rows") == top - 1
 
 
 def test_compiled_and_twin_agree_on_error_messages(impl):
