@@ -473,7 +473,8 @@ class SpeculativeLoop:
 
     ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
     the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
-    ``clone`` is passed to ``enter_verify`` for caches the default snapshot cannot copy.
+    ``clone`` is passed to ``enter_verify`` (None: the snapshot is the cache handle;
+    True or a callable: an independent copy, for backends that write caches in place).
     """
 
     def __init__(
