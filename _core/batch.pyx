@@ -28,7 +28,6 @@ from specfsm._py.batch import (
     ROLLBACK,
     STATE_NAMES,
     VERIFY,
-    StepResult,
     _capacity,
     _check_index_types,
     _ids,
@@ -45,6 +44,7 @@ from specfsm._core import ngram_index as _ni
 
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
+from libc.string cimport memset
 
 from _arrays cimport plain_int_width, array_data, array_len
 
@@ -118,6 +118,8 @@ cdef class BatchState:
     cdef int64_t[:, ::1] _draft
     cdef int8_t[::1] _has_eos, _has_ix
     cdef list _positions, _index
+    cdef object _scratch_a
+    cdef int64_t[::1] _scratch
 
     def __init__(self, capacity, k_max=8, *, bonus=False):
         c, k = _capacity(capacity, k_max)
@@ -151,6 +153,8 @@ cdef class BatchState:
         self._has_ix = self._has_ix_a
         self._positions = [None] * c
         self._index = [None] * c
+        self._scratch_a = np.empty(2 * c + 1, dtype=np.int64)
+        self._scratch = self._scratch_a
 
     cdef int _enter(self) except -1:
         if self._busy:
@@ -557,10 +561,19 @@ cdef class BatchState:
         cdef int64_t m = 0
         if rule is not None:
             kind, m = _rule_kind(rule)
-        act, off = self._layout_arrays()
-        cdef int64_t[::1] av = act
-        cdef int64_t[::1] ov = off
-        cdef Py_ssize_t a = av.shape[0]
+        cdef Py_ssize_t a
+        cdef int64_t* sc = &self._scratch[0]
+        with nogil:
+            a = self._layout(sc, sc + self._c)
+        act = _new(a)
+        off = _new(a + 1)
+        cdef int64_t* av = _ptr(act)
+        cdef int64_t* ov = _ptr(off)
+        cdef Py_ssize_t j, i, q, nv_
+        for j in range(a):
+            av[j] = sc[j]
+            ov[j] = sc[self._c + j]
+        ov[a] = sc[self._c + a]
         cdef int64_t total = ov[a]
         if plain_int_width(row_tokens) == 8:
             rows = row_tokens          # read in place: every index is checked below
@@ -569,12 +582,12 @@ cdef class BatchState:
         if array_len(rows) != total:
             raise ValueError(f"row_tokens holds {array_len(rows)} rows; this step evaluates {total}")
         cdef const int64_t* rp = <const int64_t*>array_data(rows)
-        acc = np.zeros(a, dtype=np.int64)
-        cdef int64_t[::1] accv = acc
-        cdef Py_ssize_t j, i, q, nv_
+        acc = _new(a)
+        cdef int64_t* accv = _ptr(acc)
+        memset(accv, 0, a * sizeof(int64_t))
         cdef int64_t k, n
         repl = None
-        cdef int64_t[::1] replv
+        cdef int64_t* replv = NULL
         cdef bint sampled = False
         # pass 1 for the rules that need Python (probability kernels, other rules)
         if kind == R_SPEC or kind == R_TYPICAL:
@@ -596,7 +609,7 @@ cdef class BatchState:
                 acc[vja] = an
                 repl = np.zeros(a, dtype=np.int64)
                 repl[vja] = np.asarray(out)[np.arange(vja.shape[0]), np.minimum(an, ks)]
-                replv = repl
+                replv = _ptr(repl)
                 sampled = True
         elif kind == R_OTHER:
             for j in range(a):
@@ -613,18 +626,19 @@ cdef class BatchState:
         cdef bint computed = kind == R_EXACT or kind == R_MINRUN
         cdef bint minrun = kind == R_MINRUN
         # outputs
-        emitted = np.empty(total + a, dtype=np.int64)
-        eoff = np.zeros(a + 1, dtype=np.int64)
-        drafted = np.zeros(a, dtype=np.int64)
-        resume = np.full(a, -1, dtype=np.int64)
-        fin = np.empty(a, dtype=np.int64)
-        live = np.empty(a, dtype=np.int64)   # positions j of live slots that have an index
-        cdef int64_t[::1] emv = emitted
-        cdef int64_t[::1] eov = eoff
-        cdef int64_t[::1] drv = drafted
-        cdef int64_t[::1] rsv = resume
-        cdef int64_t[::1] finv = fin
-        cdef int64_t[::1] lvv = live
+        emitted = _new(total + a)
+        eoff = _new(a + 1)
+        drafted = _new(a)
+        resume = _new(a)
+        fin = _new(a)
+        cdef int64_t* emv = _ptr(emitted)
+        cdef int64_t* eov = _ptr(eoff)
+        cdef int64_t* drv = _ptr(drafted)
+        cdef int64_t* rsv = _ptr(resume)
+        cdef int64_t* finv = _ptr(fin)
+        eov[0] = 0
+        memset(drv, 0, a * sizeof(int64_t))
+        cdef int64_t* lvv = sc    # positions j of live slots with an index (scratch)
         cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0
         cdef int code
         cdef int64_t r0, r1, t, bonus = self._bonus
@@ -638,6 +652,7 @@ cdef class BatchState:
                     r0 = ov[j]
                     r1 = ov[j + 1]
                     e0 = w
+                    rsv[j] = -1
                     if code == C_VERIFY:
                         k = self._dlen[i]
                         if computed:
@@ -695,33 +710,71 @@ cdef class BatchState:
         for j in range(a):
             if self._positions[av[j]] is not None:
                 self._positions[av[j]] = None
-        # index update and next drafts (each call releases the GIL for its own loop)
-        dr_off = np.zeros(a + 1, dtype=np.int64)
+        # index update and next drafts (each batched call releases the GIL for its loop)
+        dr_off = _new(a + 1)
         drafts = _EMPTY
-        cdef int64_t[::1] dov = dr_off
-        cdef int64_t[::1] dfv, dlv, pov
-        cdef Py_ssize_t jj
+        cdef int64_t* dov = _ptr(dr_off)
+        memset(dov, 0, (a + 1) * sizeof(int64_t))
+        cdef int64_t* dfv
+        cdef int64_t* dlv
+        cdef int64_t* pov
+        cdef Py_ssize_t jj, lo, hi
+        cdef int64_t lim
+        cdef list ixs, pieces
         if nlive:
             ixs = [self._index[av[lvv[q]]] for q in range(nlive)]
-            if nlive == a:
-                toks = emitted[:w]
-                loff = eoff
+            eb = getattr(_ni, "extend_batch", None)
+            if eb is not None:
+                if nlive == a:
+                    eb(ixs, emitted[:w], eoff)
+                else:
+                    loff = _new(nlive + 1)
+                    toks = _new(w)
+                    _gather(lvv, nlive, eov, emv, _ptr(loff), _ptr(toks))
+                    eb(ixs, toks[: loff[nlive]], loff)
             else:
-                lj = live[:nlive]
-                lens = eoff[lj + 1] - eoff[lj]
-                loff = np.zeros(nlive + 1, dtype=np.int64)
-                np.cumsum(lens, out=loff[1:])
-                toks = np.concatenate([emitted[eoff[x]:eoff[x + 1]] for x in lj.tolist()])
-            _extend_all(ixs, toks, loff)
-            limits = np.empty(nlive, dtype=np.int64)
-            for q in range(nlive):
-                t = self._budget[av[lvv[q]]]
-                limits[q] = t if t < self._k else self._k
-            dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
+                em_list = emitted[:w].tolist()
+                for q in range(nlive):
+                    jj = lvv[q]
+                    ixs[q].extend(em_list[eov[jj] : eov[jj + 1]])
+            if nlive <= _SMALL:
+                # a few indexes: their own propose is cheaper than the batched call's checks
+                pieces = []
+                for q in range(nlive):
+                    jj = lvv[q]
+                    lim = self._budget[av[jj]]
+                    if lim > self._k:
+                        lim = self._k
+                    d = ixs[q].propose(lim)
+                    dov[jj + 1] = len(d)
+                    pieces.append(d)
+                doff2 = _new(nlive + 1)
+                dlens = _new(nlive)
+                pov = _ptr(doff2)
+                dlv = _ptr(dlens)
+                pov[0] = 0
+                for q in range(nlive):
+                    dlv[q] = dov[lvv[q] + 1]
+                    pov[q + 1] = pov[q] + dlv[q]
+                dflat = _new(pov[nlive])
+                dfv = _ptr(dflat)
+                for q in range(nlive):
+                    dd = pieces[q]
+                    for t in range(dlv[q]):
+                        dfv[pov[q] + t] = dd[t]   # propose returned ints: converted here
+            else:
+                limits = _new(nlive)
+                for q in range(nlive):
+                    lim = self._budget[av[lvv[q]]]
+                    _ptr(limits)[q] = lim if lim < self._k else self._k
+                dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
+                dflat = np.ascontiguousarray(dflat, dtype=np.int64)
+                doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
+                dlens = np.ascontiguousarray(dlens, dtype=np.int64)
             drafts = dflat
-            dfv = dflat
-            dlv = dlens
-            pov = doff2
+            dfv = _ptr(dflat)
+            dlv = _ptr(dlens)
+            pov = _ptr(doff2)
             self._busy = True
             try:
                 with nogil:
@@ -743,20 +796,59 @@ cdef class BatchState:
         return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
 
 
+#: up to this many indexes drafting in one step, each is asked on its own
+_SMALL = 4
+
+
+cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,
+                  int64_t* loff, int64_t* toks) noexcept:
+    cdef Py_ssize_t q, jj, x, w = 0
+    loff[0] = 0
+    for q in range(nlive):
+        jj = lvv[q]
+        for x in range(eov[jj], eov[jj + 1]):
+            toks[w] = emv[x]
+            w += 1
+        loff[q + 1] = w
+
+
+cdef class StepResult:
+    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (see the twin's
+    ``StepResult``: same attributes and methods)."""
+
+    cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows
+    cdef readonly object finished, drafts, draft_offsets
+
+    def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
+                 finished, drafts, draft_offsets):
+        self.slots = slots
+        self.emitted = emitted
+        self.emitted_offsets = emitted_offsets
+        self.accepted = accepted
+        self.drafted = drafted
+        self.resume_rows = resume_rows
+        self.finished = finished
+        self.drafts = drafts
+        self.draft_offsets = draft_offsets
+
+    def emitted_by_slot(self):
+        e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
+        return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
+
+    def __repr__(self):
+        return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
+                f"finished={len(self.finished)}, drafts={len(self.drafts)})")
+
+
+cdef inline object _new(Py_ssize_t n):
+    """A fresh 1-D int64 array of n entries (numpy C API: no Python-level call)."""
+    cdef cnp.npy_intp dims = n
+    return cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+
+
+cdef inline int64_t* _ptr(object a) noexcept:
+    return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
-
-
-def _extend_all(ixs, tokens, offsets):
-    """Extend each index with its tokens: ``extend_batch`` when the index module has it."""
-    eb = getattr(_ni, "extend_batch", None)
-    if eb is not None:
-        eb(ixs, tokens, offsets)
-        return
-    cdef Py_ssize_t q, a, b
-    cdef int64_t[::1] ov = offsets
-    for q in range(len(ixs)):
-        a = ov[q]
-        b = ov[q + 1]
-        if b > a:
-            ixs[q].extend(tokens[a:b])
