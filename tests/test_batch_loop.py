@@ -186,3 +186,93 @@ def test_sampling_rules_with_one_hot_rows_match_greedy(bm, ni):
     for rule in (SpeculativeSampling(seed=1), TypicalAcceptance()):
         got = run_batch(bm, ni, recs, 4, rule=rule, probs_of=one_hot)
         assert got == want
+
+
+# --------------------------------------------------------------------------------------
+# the serving loop on the batch API, every rule
+# --------------------------------------------------------------------------------------
+def _requests(n=4, eos_every=2):
+    rng = np.random.default_rng(7)
+    reqs = []
+    for s in range(n):
+        seq = greedy_stream(260, 6, 100 + s)
+        p, c = seq[:15], seq[15:]
+        eos = 3 if (eos_every and s % eos_every) else None
+        reqs.append(Request(p, int(rng.integers(20, 200)), eos=eos, target=TeacherForcedTarget(p, c)))
+    return reqs
+
+
+def _rules():
+    from specfsm.accept_rule import Exact, MinRun, SpeculativeSampling, TypicalAcceptance
+
+    return [None, Exact(), MinRun(2), SpeculativeSampling(seed=3), TypicalAcceptance()]
+
+
+@pytest.mark.parametrize("rule_i", range(5))
+def test_run_batched_equals_run_batch_for_every_rule(ni, rule_i):
+    rule = _rules()[rule_i]
+    reqs = _requests()
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 5, rule)
+    want = loop.run_batch(reqs)
+    got = loop.run_batched(reqs, check=True)
+    assert [r.output for r in got] == [r.output for r in want]
+    assert [r.stats.counts() for r in got] == [r.stats.counts() for r in want]
+    assert sum(r.stats.accepted for r in got) > 0
+
+
+@pytest.mark.parametrize("rule_i", range(5))
+def test_run_batched_with_bonus_rows_keeps_the_output_and_verifies_less(ni, rule_i):
+    rule = _rules()[rule_i]
+    reqs = _requests(eos_every=0)
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 5, rule)
+    want = loop.run_batch(reqs)
+    got = loop.run_batched(reqs, bonus=True)
+    assert [r.output for r in got] == [r.output for r in want]
+    assert sum(r.stats.evaluations for r in got) < sum(r.stats.evaluations for r in want)
+
+
+def test_run_batched_refuses_a_drafter_without_an_index():
+    from specfsm.loop import PromptLookupDrafter
+
+    with pytest.raises(TypeError, match="NgramDrafter"):
+        SpeculativeLoop(None, PromptLookupDrafter(2), 4).run_batched(_requests(1))
+
+
+def test_sampling_rule_needs_a_target_with_probabilities():
+    from specfsm.accept_rule import SpeculativeSampling
+
+    class Plain:
+        def evaluate(self, inputs, cache):
+            return [1] * len(inputs), [0] * len(inputs)
+
+    with pytest.raises(TypeError, match="evaluate_probs"):
+        SpeculativeLoop(Plain(), None, 0, SpeculativeSampling(seed=0)).run(Request([1, 2], 3))
+
+
+def test_teacher_forced_target_moved_to_the_workload_module():
+    import specfsm.loop as loop_mod
+    import specfsm.workload as wl
+
+    assert loop_mod.TeacherForcedTarget is wl.TeacherForcedTarget
+    assert loop_mod.TraceError is wl.TraceError
+
+
+def test_smoothed_target_sampling_follows_the_target_distribution(ni):
+    """A positional, temperature-smoothed target: at every position the recorded token
+    has probability hi and every other id lo. Speculative sampling through the batch
+    loop must emit the recorded token with frequency hi (a z-test over many positions);
+    typical acceptance at this temperature is greedy at the rejected rows."""
+    from specfsm.accept_rule import SpeculativeSampling
+
+    vocab, temp = 6, 0.5
+    seq = greedy_stream(4000, vocab - 1, 11)
+    p, c = seq[:20], seq[20:]
+    target = TeacherForcedTarget(p, c, vocab=vocab, temperature=temp)
+    hi = np.exp(1 / temp) / (np.exp(1 / temp) + vocab - 1)
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 4, SpeculativeSampling(seed=5))
+    (res,) = loop.run_batched([Request(p, 3000, target=target)])
+    out = np.array(res.output)
+    hits = float((out == np.array(c[: len(out)])).mean())
+    sd = np.sqrt(hi * (1 - hi) / len(out))
+    assert abs(hits - hi) < 4.5 * sd, (hits, hi)
+    assert res.stats.verifies > 0 and res.stats.accepted > 0
