@@ -555,8 +555,16 @@ cdef class BatchState:
 
     def step(self, row_tokens, *, probs=None, rule=None, draft_probs=None):
         """One serving step for every slot in Prefill, Decode or Verify (see the twin's
-        docstring: same arguments, same result)."""
+        docstring: same arguments, same result). The batch is marked busy for the whole
+        call: another thread's call on it meanwhile raises RuntimeError."""
         self._enter()
+        self._busy = True
+        try:
+            return self._step(row_tokens, probs, rule, draft_probs)
+        finally:
+            self._busy = False
+
+    cdef object _step(self, row_tokens, probs, rule, draft_probs):
         cdef int kind = R_EXACT
         cdef int64_t m = 0
         if rule is not None:
@@ -606,6 +614,8 @@ cdef class BatchState:
                 else:
                     out, an = rule.accept_batch(dflat, doff, p[ridx])
                 an = np.asarray(an, dtype=np.int64)
+                if an.shape[0] != ks.shape[0] or (an < 0).any() or (an > ks).any():
+                    raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
                 acc[vja] = an
                 repl = np.zeros(a, dtype=np.int64)
                 repl[vja] = np.asarray(out)[np.arange(vja.shape[0]), np.minimum(an, ks)]
@@ -643,8 +653,7 @@ cdef class BatchState:
         cdef int code
         cdef int64_t r0, r1, t, bonus = self._bonus
         cdef bint stop
-        self._busy = True
-        try:
+        if True:
             with nogil:
                 for j in range(a):
                     i = av[j]
@@ -705,8 +714,6 @@ cdef class BatchState:
                         if self._has_ix[i]:
                             lvv[nlive] = j
                             nlive += 1
-        finally:
-            self._busy = False
         for j in range(a):
             if self._positions[av[j]] is not None:
                 self._positions[av[j]] = None
@@ -775,8 +782,13 @@ cdef class BatchState:
             dfv = _ptr(dflat)
             dlv = _ptr(dlens)
             pov = _ptr(doff2)
-            self._busy = True
-            try:
+            n = array_len(dflat)
+            for q in range(nlive):   # drafts from the index module, checked before use
+                if dlv[q] < 0 or dlv[q] > self._k or pov[q] < 0 or pov[q] > n - dlv[q]:
+                    raise RuntimeError(
+                        f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
+                        f"for k_max={self._k} and {n} draft tokens")
+            if True:
                 with nogil:
                     for q in range(nlive):
                         jj = lvv[q]
@@ -791,8 +803,6 @@ cdef class BatchState:
                             self._snap[i] = self._cache[i]
                     for j in range(a):
                         dov[j + 1] += dov[j]
-            finally:
-                self._busy = False
         return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
 
 

@@ -276,3 +276,26 @@ def test_smoothed_target_sampling_follows_the_target_distribution(ni):
     sd = np.sqrt(hi * (1 - hi) / len(out))
     assert abs(hits - hi) < 4.5 * sd, (hits, hi)
     assert res.stats.verifies > 0 and res.stats.accepted > 0
+
+
+def test_a_call_on_the_batch_during_its_step_is_refused(bm, ni):
+    """A rule that calls back into the batch mid-step gets RuntimeError (the busy guard
+    every method checks), the step changes nothing, and the batch is usable after."""
+    b = bm.BatchState(1, 3)
+    ix = ni.NgramIndex(1)
+    ix.extend([1, 1])
+    b.admit([0], [1, 1], [0, 2], [0], indexes=[ix])
+    b.step([0, 1])
+    seen = []
+
+    class Reentrant:
+        def accepted_rows(self, draft, choices):
+            seen.append(b.busy)
+            b.pending()
+            return 0
+
+    before = b.state_of(0)
+    with pytest.raises(RuntimeError, match="in use"):
+        b.step([1], rule=Reentrant())
+    assert seen == [True] and not b.busy and b.state_of(0) == before
+    b.step([1])

@@ -313,6 +313,16 @@ class BatchState:
         self._eos = np.zeros(c, dtype=np.int64)
         self._has_eos = np.zeros(c, dtype=np.bool_)
         self._index: list[Any] = [None] * c
+        self._busy = False
+
+    def _enter(self) -> None:
+        if self._busy:
+            raise RuntimeError("this BatchState is in use by another thread (a step is running)")
+
+    @property
+    def busy(self) -> bool:
+        """True while a ``step`` runs (any other call on the batch then raises RuntimeError)."""
+        return self._busy
 
     # -- views -----------------------------------------------------------------------
     @property
@@ -425,6 +435,7 @@ class BatchState:
         stops it after that token, and ``indexes`` (one ``NgramIndex`` of this
         implementation, or None, per slot; already extended with the prompt) drafts for
         it."""
+        self._enter()
         s = _slots(slots, self._c)
         b = s.shape[0]
         pos, off = _ragged(positions, offsets, b, "positions")
@@ -454,6 +465,7 @@ class BatchState:
         self._dlen[s] = 0
 
     def _advance(self, attempted: str, slots: Any, next_tokens: Any, caches: Any) -> None:
+        self._enter()
         s = _slots(slots, self._c)
         t = _per_slot(next_tokens, s.shape[0], "next_tokens")
         cc = _per_slot(caches, s.shape[0], "caches")
@@ -477,6 +489,7 @@ class BatchState:
         """Decode -> Verify: slot ``slots[j]`` drafts ``tokens[offsets[j]:offsets[j + 1]]``;
         its cache handle becomes the snapshot (no copy). Refuses (ValueError) an empty
         draft and one longer than ``k_max``."""
+        self._enter()
         s = _slots(slots, self._c)
         t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
         _check_from("enter_verify", self._state, s)
@@ -502,6 +515,7 @@ class BatchState:
         self._settle("accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
 
     def _settle(self, attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
+        self._enter()
         s = _slots(slots, self._c)
         b = s.shape[0]
         acc = None if accepted is None else _per_slot(accepted, b, "accepted")
@@ -555,6 +569,7 @@ class BatchState:
 
     def resume(self, slots: Any) -> None:
         """Accept -> Decode: decoding resumes from ``next`` with the placed cache."""
+        self._enter()
         s = _slots(slots, self._c)
         _check_from("resume", self._state, s)
         self._state[s] = DECODE
@@ -562,12 +577,14 @@ class BatchState:
 
     def rollback(self, slots: Any) -> None:
         """Rollback -> Decode: decoding resumes from ``to`` with the snapshot."""
+        self._enter()
         s = _slots(slots, self._c)
         _check_from("rollback", self._state, s)
         self._state[s] = DECODE
 
     def finish(self, slots: Any) -> None:
         """Any state but FREE -> Done (Rollback keeps its snapshot as the cache)."""
+        self._enter()
         s = _slots(slots, self._c)
         _check_from("finish", self._state, s)
         for i in s.tolist():
@@ -580,6 +597,7 @@ class BatchState:
 
     def release(self, slots: Any) -> None:
         """Done -> FREE: the slot can be admitted again."""
+        self._enter()
         s = _slots(slots, self._c)
         _check_from("release", self._state, s)
         for i in s.tolist():
@@ -608,6 +626,7 @@ class BatchState:
         ``inputs[offsets[j]:offsets[j + 1]]``: its prompt, ``[last]``, or for a K-token
         draft ``[last, draft[0], ..., draft[K - 2]]`` (with ``bonus``: ``..., draft[K - 1]``).
         """
+        self._enter()
         act, off = self._layout()
         inputs = np.empty(int(off[-1]), dtype=np.int64)
         for j, i in enumerate(act.tolist()):
@@ -640,6 +659,14 @@ class BatchState:
         match the layout, probabilities the rule refuses and counts a rule puts outside
         ``[0, K]`` (``IllegalTransition("accept_rows")``).
         """
+        self._enter()
+        self._busy = True
+        try:
+            return self._step(row_tokens, probs, rule, draft_probs)
+        finally:
+            self._busy = False
+
+    def _step(self, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
         kind, m = _rule_kind(rule)
         act, off = self._layout()
         rows = _ids(row_tokens, "row_tokens")
