@@ -17,10 +17,18 @@ with ``extend(tokens)`` (tokens the target confirmed, never drafts) and
 ``specfsm.ngram_index.NgramIndex`` where that module is installed.
 
 A *rule* is ``None`` (greedy exact match, what ``Verify.accept`` does) or any object with
-``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). With a greedy target
-and a rule that never accepts past the first disagreement, the output is exactly what
-plain greedy decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per
-request by running plain greedy too.
+``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). The sampling rules
+(``SpeculativeSampling``, ``TypicalAcceptance``) decide from probabilities: the loop then
+calls the target's ``evaluate_probs(inputs, cache) -> (row_tokens, row_probs,
+row_caches)`` (one probability row per input) and, for ``SpeculativeSampling``, draws
+decode tokens from the row with the rule's generator. With a greedy target and a rule
+that never accepts past the first disagreement, the output is exactly what plain greedy
+decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per request by
+running plain greedy too.
+
+``SpeculativeLoop.run_batched`` runs requests on the batch API (``specfsm.batch``: one
+``BatchState.step`` per serving step for every request), optionally with the bonus row.
+The teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
 """
 
 from __future__ import annotations
