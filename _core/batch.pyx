@@ -728,56 +728,59 @@ cdef class BatchState:
         cdef Py_ssize_t jj, lo, hi
         cdef int64_t lim
         cdef list ixs, pieces
-        if nlive:
+        if nlive and nlive <= _SMALL and not _HAS_EXTEND_BATCH:
+            # a few indexes: their own extend and propose cost less than the batched
+            # calls' argument checks
+            pieces = []
+            lo = 0
+            for q in range(nlive):
+                jj = lvv[q]
+                ix = self._index[av[jj]]
+                ix.extend([emv[x] for x in range(eov[jj], eov[jj + 1])])
+                lim = self._budget[av[jj]]
+                if lim > self._k:
+                    lim = self._k
+                d = ix.propose(lim)
+                lo += len(d)
+                pieces.append(d)
+            dflat = _new(lo)
+            doff2 = _new(nlive + 1)
+            dlens = _new(nlive)
+            dfv = _ptr(dflat)
+            pov = _ptr(doff2)
+            dlv = _ptr(dlens)
+            pov[0] = 0
+            for q in range(nlive):
+                dd = pieces[q]
+                hi = len(dd)
+                dlv[q] = hi
+                pov[q + 1] = pov[q] + hi
+                for t in range(hi):
+                    dfv[pov[q] + t] = dd[t]   # propose returned ints: converted here
+        elif nlive:
             ixs = [self._index[av[lvv[q]]] for q in range(nlive)]
-            eb = getattr(_ni, "extend_batch", None)
-            if eb is not None:
+            if _HAS_EXTEND_BATCH:
                 if nlive == a:
-                    eb(ixs, emitted[:w], eoff)
+                    _ni.extend_batch(ixs, emitted[:w], eoff)
                 else:
                     loff = _new(nlive + 1)
                     toks = _new(w)
                     _gather(lvv, nlive, eov, emv, _ptr(loff), _ptr(toks))
-                    eb(ixs, toks[: loff[nlive]], loff)
+                    _ni.extend_batch(ixs, toks[: _ptr(loff)[nlive]], loff)
             else:
                 em_list = emitted[:w].tolist()
                 for q in range(nlive):
                     jj = lvv[q]
                     ixs[q].extend(em_list[eov[jj] : eov[jj + 1]])
-            if nlive <= _SMALL:
-                # a few indexes: their own propose is cheaper than the batched call's checks
-                pieces = []
-                for q in range(nlive):
-                    jj = lvv[q]
-                    lim = self._budget[av[jj]]
-                    if lim > self._k:
-                        lim = self._k
-                    d = ixs[q].propose(lim)
-                    dov[jj + 1] = len(d)
-                    pieces.append(d)
-                doff2 = _new(nlive + 1)
-                dlens = _new(nlive)
-                pov = _ptr(doff2)
-                dlv = _ptr(dlens)
-                pov[0] = 0
-                for q in range(nlive):
-                    dlv[q] = dov[lvv[q] + 1]
-                    pov[q + 1] = pov[q] + dlv[q]
-                dflat = _new(pov[nlive])
-                dfv = _ptr(dflat)
-                for q in range(nlive):
-                    dd = pieces[q]
-                    for t in range(dlv[q]):
-                        dfv[pov[q] + t] = dd[t]   # propose returned ints: converted here
-            else:
-                limits = _new(nlive)
-                for q in range(nlive):
-                    lim = self._budget[av[lvv[q]]]
-                    _ptr(limits)[q] = lim if lim < self._k else self._k
-                dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
-                dflat = np.ascontiguousarray(dflat, dtype=np.int64)
-                doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
-                dlens = np.ascontiguousarray(dlens, dtype=np.int64)
+            limits = _new(nlive)
+            for q in range(nlive):
+                lim = self._budget[av[lvv[q]]]
+                _ptr(limits)[q] = lim if lim < self._k else self._k
+            dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
+            dflat = np.ascontiguousarray(dflat, dtype=np.int64)
+            doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
+            dlens = np.ascontiguousarray(dlens, dtype=np.int64)
+        if nlive:
             drafts = dflat
             dfv = _ptr(dflat)
             dlv = _ptr(dlens)
@@ -808,6 +811,8 @@ cdef class BatchState:
 
 #: up to this many indexes drafting in one step, each is asked on its own
 _SMALL = 4
+#: whether the index module offers a batched extend (another module's optional feature)
+_HAS_EXTEND_BATCH = hasattr(_ni, "extend_batch")
 
 
 cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,
