@@ -346,3 +346,38 @@ def test_stage_propose_batch(benchmark, recorded_step):
     ixs = h.ixs
     limits = np.full(len(ixs), 8, dtype=np.int64)
     benchmark.pedantic(ni.propose_batch, args=(ixs, limits), rounds=50, warmup_rounds=2, iterations=1)
+
+
+def test_stage_settle_and_transitions(benchmark, recorded_step):
+    """The step without indexes on the recorded drafts and rows: acceptance, settle, the
+    transitions, emission and placement rows only (the nogil part of the step)."""
+    h, _ = recorded_step
+    bm, _ = _need_compiled()
+    benchmark.group = "stage B=256 K=8 L=32k"
+    b = len(h.ixs)
+    slots, inputs, offs = h.bs.pending()
+    drafts, doff = [], [0]
+    for j, i in enumerate(slots.tolist()):
+        d = h.bs.draft(i)
+        drafts += d
+        doff.append(len(drafts))
+    rows = h.rows()
+    bs = bm.BatchState(b, 8)
+    bs.admit(np.arange(b), np.zeros(b, dtype=np.int64), np.arange(b + 1), np.arange(b))
+    bs.step(np.zeros(b, dtype=np.int64))
+    # every slot verifies the draft it has in the recorded step (a slot without a draft
+    # keeps decoding); the rows are the recorded step's rows
+    has = [j for j in range(len(slots)) if doff[j + 1] > doff[j]]
+
+    def setup():
+        for i in np.flatnonzero(bs.states == bm.DONE).tolist():
+            raise AssertionError(f"slot {i} finished")
+        if has:
+            flat = np.array([t for j in has for t in drafts[doff[j]:doff[j + 1]]], dtype=np.int64)
+            o = np.cumsum([0] + [doff[j + 1] - doff[j] for j in has])
+            bs.enter_verify(np.asarray(has), flat, o)
+        # the last token of each slot is not an input here, so row layouts match the
+        # recorded step (decode slots: 1 row; verify slots: K rows)
+        return (rows,), {}
+
+    benchmark.pedantic(bs.step, setup=setup, rounds=50, warmup_rounds=2, iterations=1)
