@@ -299,3 +299,37 @@ def test_a_call_on_the_batch_during_its_step_is_refused(bm, ni):
         b.step([1], rule=Reentrant())
     assert seen == [True] and not b.busy and b.state_of(0) == before
     b.step([1])
+
+
+def test_the_readme_example_drives_a_batch(bm, ni):
+    """The example the README shows (with this implementation's modules)."""
+    prompts = [[5, 6, 7, 5, 6], [1, 2, 3, 1, 2]]
+    truth = [[7, 5, 6, 7, 5, 6, 7, 9], [3, 1, 2, 3, 1, 2, 3, 4]]
+    indexes = []
+    for p in prompts:
+        ix = ni.NgramIndex(1, 3)
+        ix.extend(p)
+        indexes.append(ix)
+    batch = bm.BatchState(capacity=2, k_max=4)
+    batch.admit([0, 1], [t for p in prompts for t in p], [0, 5, 10], caches=[0, 1],
+                max_tokens=8, indexes=indexes)
+    done = [[] for _ in prompts]
+    verifies = 0
+    while True:
+        slots, inputs, offsets = batch.pending()
+        if len(slots) == 0:
+            break
+        rows = []
+        for j, s in enumerate(slots.tolist()):
+            n = offsets[j + 1] - offsets[j]
+            if batch.states[s] == bm.PREFILL:
+                rows += [-1] * (n - 1) + truth[s][:1]
+                continue
+            verifies += batch.states[s] == bm.VERIFY
+            got = truth[s][len(done[s]) : len(done[s]) + n]
+            rows += got + [-1] * (n - len(got))
+        res = batch.step(np.array(rows))
+        for s, toks in res.emitted_by_slot().items():
+            done[s] += toks
+    assert done == truth
+    assert verifies > 0 and sorted(res.finished.tolist()) == [0, 1]
