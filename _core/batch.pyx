@@ -533,18 +533,29 @@ cdef class BatchState:
         """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for (see the
         twin)."""
         self._enter()
-        act, off = self._layout_arrays()
-        cdef int64_t[::1] av = act
-        cdef int64_t[::1] ov = off
-        cdef Py_ssize_t a = av.shape[0]
-        inputs = np.empty(ov[a], dtype=np.int64)
-        cdef int64_t[::1] inv = inputs
-        cdef Py_ssize_t j, i, q, r0, m
+        cdef Py_ssize_t a, j, i, q, r0, m
+        cdef int64_t* sc = &self._scratch[0]
+        with nogil:
+            a = self._layout(sc, sc + self._c)
+        act = _new(a)
+        off = _new(a + 1)
+        cdef int64_t* av = _ptr(act)
+        cdef int64_t* ov = _ptr(off)
+        for j in range(a):
+            av[j] = sc[j]
+            ov[j] = sc[self._c + j]
+        ov[a] = sc[self._c + a]
+        inputs = _new(ov[a])
+        cdef int64_t* inv = _ptr(inputs)
+        cdef int64_t* pp
         for j in range(a):
             i = av[j]
             r0 = ov[j]
             if self._st[i] == C_PREFILL:
-                inputs[r0 : ov[j + 1]] = self._positions[i]
+                pos = self._positions[i]      # an int64 array of plen[i] tokens the batch owns
+                pp = _ptr(pos)
+                for q in range(ov[j + 1] - r0):
+                    inv[r0 + q] = pp[q]
             else:
                 inv[r0] = self._tok[i]
                 if self._st[i] == C_VERIFY:
