@@ -333,3 +333,12 @@ def test_the_readme_example_drives_a_batch(bm, ni):
             done[s] += toks
     assert done == truth
     assert verifies > 0 and sorted(res.finished.tolist()) == [0, 1]
+
+
+def test_step_result_is_read_only(bm):
+    b = bm.BatchState(1, 2)
+    b.admit([0], [1], [0, 1], [0])
+    res = b.step([4])
+    assert res.emitted.tolist() == [4] and res.slots.tolist() == [0]
+    with pytest.raises(AttributeError):
+        res.emitted = None

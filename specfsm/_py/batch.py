@@ -219,15 +219,12 @@ class StepResult:
 
     def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
                  finished, drafts, draft_offsets) -> None:
-        self.slots = slots
-        self.emitted = emitted
-        self.emitted_offsets = emitted_offsets
-        self.accepted = accepted
-        self.drafted = drafted
-        self.resume_rows = resume_rows
-        self.finished = finished
-        self.drafts = drafts
-        self.draft_offsets = draft_offsets
+        for name, value in zip(self.__slots__, (slots, emitted, emitted_offsets, accepted, drafted,
+                                                resume_rows, finished, drafts, draft_offsets)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"StepResult is read-only: cannot set {name!r}")
 
     def emitted_by_slot(self) -> dict[int, list[int]]:
         e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
