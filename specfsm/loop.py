@@ -17,10 +17,18 @@ with ``extend(tokens)`` (tokens the target confirmed, never drafts) and
 ``specfsm.ngram_index.NgramIndex`` where that module is installed.
 
 A *rule* is ``None`` (greedy exact match, what ``Verify.accept`` does) or any object with
-``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). With a greedy target
-and a rule that never accepts past the first disagreement, the output is exactly what
-plain greedy decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per
-request by running plain greedy too.
+``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). The sampling rules
+(``SpeculativeSampling``, ``TypicalAcceptance``) decide from probabilities: the loop then
+calls the target's ``evaluate_probs(inputs, cache) -> (row_tokens, row_probs,
+row_caches)`` (one probability row per input) and, for ``SpeculativeSampling``, draws
+decode tokens from the row with the rule's generator. With a greedy target and a rule
+that never accepts past the first disagreement, the output is exactly what plain greedy
+decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per request by
+running plain greedy too.
+
+``SpeculativeLoop.run_batched`` runs requests on the batch API (``specfsm.batch``: one
+``BatchState.step`` per serving step for every request), optionally with the bonus row.
+The teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -34,7 +42,11 @@ import numpy as np
 
 from . import _impl
 from ._validate import check_count
+from . import state as _state
 from .state import Accept, Decode, Prefill, ServingState, Verify
+
+# the teacher-forced target lives with the replay workload; re-exported for old imports
+from .workload import TeacherForcedTarget, TraceError  # noqa: E402
 
 __all__ = [
     "Target",
@@ -78,12 +90,6 @@ class Drafter(Protocol):
 
 class TargetError(RuntimeError):
     """The target answered an evaluation with rows the loop cannot use."""
-
-
-class TraceError(ValueError):
-    """A teacher-forced target was asked something its recording cannot answer: an input
-    that departs from the recording where the loop should only feed confirmed tokens, a
-    cache from a row past a rejected draft token, or a position past the recording's end."""
 
 
 class SpeculationMismatch(RuntimeError):
@@ -384,14 +390,19 @@ class _Run:
             return st.positions, st.cache
         return None
 
-    def absorb(self, row_tokens: Sequence[Any], row_caches: Sequence[Any]) -> None:
+    def absorb(self, row_tokens: Sequence[Any], row_caches: Sequence[Any], probs: Any = None) -> None:
         st = self.state
         stats = self.stats
+        if probs is not None and type(st) is not Verify:
+            row_tokens = list(row_tokens)
+            row_tokens[-1] = _decode_choice(self.rule, probs[-1], row_tokens[-1])
         if type(st) is Verify:
             draft = st.draft
             rule = self.rule
             if rule is None:  # greedy exact: what Verify.accept computes
                 n = _impl.common_prefix(draft, row_tokens)
+            elif probs is not None:  # a sampling rule: its own row tokens
+                n, row_tokens = rule.select(draft, probs[: len(draft)])
             else:
                 n = rule.accepted_rows(draft, row_tokens)
             nxt = st.accept_rows(n, row_tokens, row_caches)
@@ -455,6 +466,36 @@ class _Run:
         return RequestResult(self.output, stats, self.state)
 
 
+def needs_probs(rule: Any) -> bool:
+    """Whether ``rule`` decides from probability rows (``SpeculativeSampling``,
+    ``TypicalAcceptance``): the loop then asks the target's ``evaluate_probs``."""
+    return rule is not None and callable(getattr(rule, "sample_rows", None))
+
+
+def _decode_choice(rule: Any, p: Any, greedy: Any) -> Any:
+    """The token a decode or prefill row emits under a sampling rule: a draw from the
+    row's distribution for ``SpeculativeSampling`` (with the rule's generator, so
+    the emitted tokens follow the target's distribution), the greedy choice otherwise."""
+    rng = getattr(rule, "rng", None)
+    if rng is None:
+        return greedy
+    p = np.asarray(p, dtype=np.float64)
+    return int(rng.choice(p.shape[0], p=p / p.sum()))
+
+
+def _evaluate(target: Any, rule: Any, inputs: Sequence[Any], cache: Any) -> tuple[Any, Any, Any]:
+    if needs_probs(rule):
+        fn = getattr(target, "evaluate_probs", None)
+        if fn is None:
+            raise TypeError(
+                f"{type(rule).__name__} needs probabilities: the target must have "
+                "evaluate_probs(inputs, cache) -> (row_tokens, row_probs, row_caches)"
+            )
+        return fn(inputs, cache)
+    rows, caches = target.evaluate(inputs, cache)
+    return rows, None, caches
+
+
 def _at_least(hist: list[int]) -> list[int]:
     """From ``hist[j]`` = rounds with exactly ``j + 1`` (drafted or accepted) tokens, the
     rounds with at least ``i + 1``: the count at each draft position."""
@@ -473,7 +514,8 @@ class SpeculativeLoop:
 
     ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
     the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
-    ``clone`` is passed to ``enter_verify`` for caches the default snapshot cannot copy.
+    ``clone`` is passed to ``enter_verify`` (None: the snapshot is the cache handle;
+    True or a callable: an independent copy, for backends that write caches in place).
     """
 
     def __init__(
@@ -506,7 +548,6 @@ class SpeculativeLoop:
         """Run one request to ``Done``. ``check=True`` also runs plain greedy decoding and
         raises ``SpeculationMismatch`` if the outputs differ."""
         run = _Run(request, self.target, self.drafter, self.k, self.rule, self.clone)
-        evaluate = run.target.evaluate
         t_target = 0
         t0 = perf_counter_ns()
         while not run.done:
@@ -514,9 +555,9 @@ class SpeculativeLoop:
             if pending is None:
                 break
             a = perf_counter_ns()
-            rows, caches = evaluate(*pending)
+            rows, probs, caches = _evaluate(run.target, self.rule, *pending)
             t_target += perf_counter_ns() - a
-            run.absorb(rows, caches)
+            run.absorb(rows, caches, probs)
         total = perf_counter_ns() - t0
         run.stats.target_ns = t_target
         run.stats.control_ns = total - t_target
@@ -558,7 +599,9 @@ class SpeculativeLoop:
                     still.append(i)
             if not step:
                 break
-            if batch_eval is not None and all(runs[i].target is shared for i, _ in step):
+            if batch_eval is not None and not needs_probs(self.rule) and all(
+                runs[i].target is shared for i, _ in step
+            ):
                 t = clock()
                 answers = batch_eval([p[0] for _, p in step], [p[1] for _, p in step])
                 share = (clock() - t) // len(step)
@@ -572,9 +615,9 @@ class SpeculativeLoop:
                 for i, (inputs, cache) in step:
                     run = runs[i]
                     t = clock()
-                    rows, caches = run.target.evaluate(inputs, cache)
+                    rows, probs, caches = _evaluate(run.target, self.rule, inputs, cache)
                     t2 = clock()
-                    run.absorb(rows, caches)
+                    run.absorb(rows, caches, probs)
                     run.stats.target_ns += t2 - t
                     run.stats.control_ns += clock() - t2
             active = still
@@ -584,6 +627,142 @@ class SpeculativeLoop:
         if check:
             _raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out
+
+
+    def run_batched(
+        self,
+        requests: Sequence[Request],
+        check: bool = False,
+        on_done: Callable[[int, RequestResult], None] | None = None,
+        bonus: bool = False,
+    ) -> list[RequestResult]:
+        """``run_batch`` on the batch API: one ``BatchState`` holds every request and one
+        ``step`` per serving step does acceptance, settle, the transitions, the index
+        update and the next drafts for all of them. The target is still asked once per
+        request per step (``evaluate``, or ``evaluate_probs`` for the sampling rules).
+        Needs integer token ids and an ``NgramDrafter`` (or no drafter). ``bonus=True``
+        verifies a K-token draft with K + 1 rows (a fully accepted draft emits K + 1
+        tokens); the default is the seed's K rows, whose results equal ``run_batch``'s.
+        """
+        drafter, k, rule = self.drafter, self.k, self.rule
+        if drafter is not None and k and not isinstance(drafter, NgramDrafter):
+            raise TypeError(
+                f"run_batched drafts with an NgramDrafter (an index per request), got {type(drafter).__name__}"
+            )
+        use_ix = drafter is not None and k > 0
+        from . import _impl as impl
+
+        mod = getattr(drafter, "_cls", None).__module__ if use_ix else ""
+        kind = "python" if mod.startswith("specfsm._py.") else ("compiled" if mod.startswith("specfsm._core.") else None)
+        bm = impl.module(kind, "batch") if kind else impl.load("batch")
+        n = len(requests)
+        out: list[RequestResult | None] = [None] * n
+        if n == 0:
+            return []
+        bs = bm.BatchState(n, max(k, 1), bonus=bonus)
+        targets = [r.target if r.target is not None else self.target for r in requests]
+        if any(t is None for t in targets):
+            raise TypeError("no target: pass one to SpeculativeLoop or set Request.target")
+        caches: list[Any] = [r.cache for r in requests]
+        stats = [RequestStats(prompt_tokens=len(r.prompt)) for r in requests]
+        outputs: list[list[Any]] = [[] for _ in requests]
+        dpos = [[0] * max(k, 1) for _ in requests]
+        apos = [[0] * max(k, 1) for _ in requests]
+        for with_eos in (False, True):
+            group = [i for i, r in enumerate(requests) if (r.eos is not None) == with_eos]
+            if not group:
+                continue
+            prompts = [list(requests[i].prompt) for i in group]
+            offs = np.zeros(len(group) + 1, dtype=np.int64)
+            np.cumsum([len(p) for p in prompts], out=offs[1:])
+            ixs = [drafter.session(requests[i].prompt).index for i in group] if use_ix else None
+            bs.admit(
+                group, [t for p in prompts for t in p], offs, group,
+                max_tokens=[requests[i].max_tokens for i in group],
+                eos=[requests[i].eos for i in group] if with_eos else None, indexes=ixs,
+            )
+        clock = perf_counter_ns
+        needs = needs_probs(rule)
+        verify, prefill = bm.VERIFY, bm.PREFILL
+        while True:
+            t0 = clock()
+            slots, inputs, offs = bs.pending()
+            if len(slots) == 0:
+                break
+            codes = bs.states[slots].tolist()
+            sl = slots.tolist()
+            rows_all: list[Any] = []
+            probs_all: list[Any] = []
+            row_caches: list[Any] = []
+            control = clock() - t0
+            for j, i in enumerate(sl):
+                inp = inputs[offs[j] : offs[j + 1]].tolist()
+                a = clock()
+                rows, probs, rc = _evaluate(targets[i], rule, inp, caches[i])
+                stats[i].target_ns += clock() - a
+                rows = list(rows)
+                if len(rows) != len(inp) or len(rc) != len(inp):
+                    raise TargetError(
+                        f"the target answered {len(inp)} input rows with {len(rows)} row tokens "
+                        f"and {len(rc)} row caches; it needs one of each per row"
+                    )
+                if probs is not None and codes[j] != verify:
+                    rows[-1] = _decode_choice(rule, probs[-1], rows[-1])
+                rows_all += rows
+                if probs is not None:
+                    probs_all.append(np.asarray(probs, dtype=np.float64))
+                row_caches.append(rc)
+            a = clock()
+            kw: dict[str, Any] = {"rule": rule}
+            if needs:
+                v = max(p.shape[1] for p in probs_all)
+                kw["probs"] = np.concatenate(
+                    [np.pad(p, ((0, 0), (0, v - p.shape[1]))) if p.shape[1] < v else p for p in probs_all]
+                )
+            res = bs.step(np.asarray(rows_all, dtype=np.int64), **kw)
+            em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
+            acc, dr, rr = res.accepted.tolist(), res.drafted.tolist(), res.resume_rows.tolist()
+            finished = set(res.finished.tolist())
+            for j, i in enumerate(sl):
+                st = stats[i]
+                code = codes[j]
+                rc = row_caches[j]
+                if code == verify:
+                    kk, nn = dr[j], acc[j]
+                    st.verifies += 1
+                    st.drafted += kk
+                    st.accepted += nn
+                    dpos[i][kk - 1] += 1
+                    if nn:
+                        apos[i][min(nn, len(apos[i])) - 1] += 1
+                    if nn < kk:
+                        st.rollbacks += 1
+                    caches[i] = rc[rr[j]]
+                else:
+                    if code == prefill:
+                        st.prefills += 1
+                    else:
+                        st.decodes += 1
+                    caches[i] = rc[-1]
+                outputs[i] += em[eo[j] : eo[j + 1]]
+            control += clock() - a
+            share = control // len(sl)
+            for i in sl:
+                stats[i].control_ns += share
+            for i in sorted(finished):
+                st = stats[i]
+                st.output_tokens = len(outputs[i])
+                st.drafted_by_position = _at_least(dpos[i]) if k else []
+                st.accepted_by_position = _at_least(apos[i]) if k else []
+                out[i] = RequestResult(outputs[i], st, _state.Done(caches[i]))
+                if on_done is not None:
+                    on_done(i, out[i])  # type: ignore[arg-type]
+        results = [r for r in out if r is not None]
+        if len(results) != n:  # pragma: no cover - every slot ends in Done
+            raise RuntimeError("a request did not finish")
+        if check:
+            _raise_on_mismatch(results, self.greedy().run_batch(requests))
+        return results
 
 
 def compare_outputs(
@@ -609,80 +788,3 @@ def _raise_on_mismatch(spec: Sequence[RequestResult], greedy: Sequence[RequestRe
     bad = compare_outputs(spec, greedy)
     if bad:
         raise SpeculationMismatch(bad)
-
-
-# --------------------------------------------------------------------------------------
-# the teacher-forced target
-# --------------------------------------------------------------------------------------
-class TeacherForcedTarget:
-    """A target that answers from a recording: ``prompt`` followed by ``continuation``,
-    the tokens a greedy model produced. It is what that model would answer on every
-    evaluation the loop can legitimately make, so drafters can be evaluated on traces.
-
-    The cache is the number of tokens consumed (``None`` before prefill). An input row
-    at position ``p`` that equals the recording there is *on trace* and answers the
-    recorded token at ``p + 1`` with cache ``p + 1``. Once a row's input departs from the
-    recording (a wrong draft token), that row and every later row of the same evaluation
-    are *off trace*: they answer ``off_trace`` (default -1, never a real id) with cache
-    -1, so no acceptance rule can confirm a token after a divergence by coincidence.
-    Rows past the recording's end answer the same. Refuses (``TraceError``) a prefill
-    that is not the recorded prompt, a first row that departs from the recording (the
-    loop fed an unconfirmed token), a cache of -1 (the loop resumed past a rejected row),
-    and a first row past the recording's end.
-    """
-
-    __slots__ = ("sequence", "prompt_len", "off_trace")
-
-    def __init__(self, prompt: Sequence[Any], continuation: Sequence[Any], off_trace: Any = -1) -> None:
-        if len(prompt) == 0:
-            raise ValueError("prompt must hold at least one token")
-        self.sequence = list(prompt) + list(continuation)
-        self.prompt_len = len(prompt)
-        self.off_trace = off_trace
-
-    def evaluate(self, inputs: Sequence[Any], cache: Any) -> tuple[list[Any], list[Any]]:
-        seq = self.sequence
-        end = len(seq)
-        n = len(inputs)
-        pos = 0 if cache is None else cache
-        if type(pos) is not int:
-            raise TraceError(f"cache must be None or a position (int), got {type(cache).__name__}")
-        if pos < 0:
-            raise TraceError(
-                "evaluation from cache -1: the loop resumed from a row past a rejected draft token"
-            )
-        if pos == 0:
-            if list(inputs) != seq[: self.prompt_len]:
-                raise TraceError("prefill inputs are not the recorded prompt")
-            if end <= n:
-                raise TraceError("the recording has no continuation tokens to answer prefill with")
-            return seq[1 : n + 1], list(range(1, n + 1))
-        if pos + 1 >= end:
-            raise TraceError(
-                f"asked for the token after position {pos}, past the recording's "
-                f"{end - self.prompt_len} continuation tokens"
-            )
-        if inputs[0] != seq[pos]:
-            raise TraceError(
-                f"input {inputs[0]!r} at position {pos} departs from the recorded "
-                f"{seq[pos]!r}: the loop fed a token the target never confirmed"
-            )
-        # rows on trace: inputs[0..m-1] match seq[pos..pos+m-1]
-        m = 1
-        limit = min(n, end - pos)
-        while m < limit and inputs[m] == seq[pos + m]:
-            m += 1
-        hi = min(pos + m + 1, end)
-        rows = seq[pos + 1 : hi]
-        caches = list(range(pos + 1, pos + 1 + len(rows)))
-        if n > len(rows):
-            rows += [self.off_trace] * (n - len(rows))
-            caches += [-1] * (n - len(caches))
-        return rows, caches
-
-    def __repr__(self) -> str:
-        return (
-            f"TeacherForcedTarget(prompt={self.prompt_len} tokens, "
-            f"continuation={len(self.sequence) - self.prompt_len} tokens)"
-        )
-

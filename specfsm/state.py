@@ -72,7 +72,7 @@ class ServingState:
         """``Decode -> Decode``: one single-row evaluation."""
         raise IllegalTransition("advance_decode")
 
-    def enter_verify(self, draft: Any, clone: Clone | None = None) -> ServingState:
+    def enter_verify(self, draft: Any, clone: Clone | bool | None = None) -> ServingState:
         """``Decode -> Verify``: the current cache becomes the snapshot."""
         raise IllegalTransition("enter_verify")
 
@@ -159,18 +159,40 @@ class Decode(ServingState):
     def advance_decode(self, next_token: Any, cache: Any) -> Decode:
         return _decode(next_token, cache)
 
-    def enter_verify(self, draft: Any, clone: Clone | None = None) -> Verify:
-        """The current cache becomes ``snapshot``: an independent copy for arrays (numpy,
-        CuPy, torch, and containers of them), the same object for immutable values, or
-        whatever ``clone(cache)`` returns when ``clone`` is given."""
+    def enter_verify(self, draft: Any, clone: Clone | bool | None = None) -> Verify:
+        """The current cache becomes ``snapshot`` (see ``Verify``).
+
+        By default (``clone=None`` or ``False``) ``snapshot`` is the cache handle itself,
+        at a cost independent of the cache's size. ``clone=True`` makes it an independent
+        copy (arrays copied: numpy, CuPy, torch, and lists/tuples/dicts of them);
+        a callable ``clone`` makes it whatever ``clone(cache)`` returns. Refuses any
+        other ``clone`` (TypeError)."""
         cache = self.cache
-        snapshot = default_clone(cache) if clone is None else clone(cache)
+        if clone is None or clone is False:
+            snapshot = cache
+        elif clone is True:
+            snapshot = default_clone(cache)
+        elif callable(clone):
+            snapshot = clone(cache)
+        else:
+            raise TypeError(
+                f"clone must be None, a bool or a callable, got {type(clone).__name__} {clone!r}"
+            )
         return _verify(_check_tokens(draft, "draft"), snapshot, cache)
 
 
 class Verify(ServingState):
     """``draft``: the speculator's tokens, scored in one K-row evaluation; ``snapshot``: the
-    pre-draft cache."""
+    pre-draft cache.
+
+    ``snapshot`` is what the cache was when the draft was entered. By default it is the
+    same handle as ``cache`` (the seed clones a handle: a block table, a row index, a
+    tensor the backend owns), so it costs nothing whatever the cache's size, and it
+    stays the pre-draft state only as long as nothing writes the cache in place.
+    Nothing in specfsm reads it: ``accept`` resumes from the verify's ``row_caches``.
+    Ask ``enter_verify(draft, clone=True)`` (or a callable) for an independent copy
+    when a backend updates its cache in place and needs the pre-draft contents back.
+    """
 
     __slots__ = ("draft", "snapshot", "cache")
     __match_args__ = ("draft", "snapshot", "cache")

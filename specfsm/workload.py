@@ -336,3 +336,143 @@ def load_jsonl(
     if not traces:
         raise WorkloadError(f"workload {path!r} holds no requests (every line is blank)")
     return Workload(traces, source=f"file: {path} ({len(traces)} requests)", details={"path": path})
+
+
+# --------------------------------------------------------------------------------------
+# the teacher-forced target (moved here from specfsm.loop, which re-exports it)
+# --------------------------------------------------------------------------------------
+__all__ += ["TeacherForcedTarget", "TraceError"]
+
+
+class TraceError(ValueError):
+    """A teacher-forced target was asked something its recording cannot answer: an input
+    that departs from the recording where the loop should only feed confirmed tokens, a
+    cache from a row past a rejected draft token, or a position past the recording's end."""
+
+
+class TeacherForcedTarget:
+    """A target that answers from a recording: ``prompt`` followed by ``continuation``,
+    the tokens a greedy model produced. It is what that model would answer on every
+    evaluation the loop can legitimately make, so drafters can be evaluated on traces.
+
+    The cache is the number of tokens consumed (``None`` before prefill). An input row
+    at position ``p`` that equals the recording there is *on trace* and answers the
+    recorded token at ``p + 1`` with cache ``p + 1``. Once a row's input departs from the
+    recording (a wrong draft token), that row and every later row of the same evaluation
+    are *off trace*: they answer ``off_trace`` (default -1, never a real id) with cache
+    -1, so no acceptance rule can confirm a token after a divergence by coincidence.
+    Rows past the recording's end answer the same. Refuses (``TraceError``) a prefill
+    that is not the recorded prompt, a first row that departs from the recording (the
+    loop fed an unconfirmed token), a cache of -1 (the loop resumed past a rejected row),
+    and a first row past the recording's end.
+
+    For the sampling rules the target also answers ``evaluate_probs(inputs, cache) ->
+    (row_tokens, row_probs, row_caches)``, ``row_probs`` a float64 array of one row per
+    input over ``vocab`` ids (default: the largest recorded id + 2). With
+    ``temperature=0`` (the default) each row is one-hot on its row token (an off-trace
+    row on id ``vocab - 1``), so every rule reproduces greedy decoding. With
+    ``temperature > 0`` the target is *positional*: the row for position ``q`` is the
+    recorded token ``sequence[q + 1]`` smoothed as ``softmax(onehot / temperature)``
+    over ``vocab`` ids, whatever the inputs (a sampled token that departs from the
+    recording is answered, not refused), so a sampling rule's emitted tokens can be
+    checked against that known distribution.
+    """
+
+    __slots__ = ("sequence", "prompt_len", "off_trace", "vocab", "temperature")
+
+    def __init__(
+        self, prompt: Sequence[Any], continuation: Sequence[Any], off_trace: Any = -1, *,
+        vocab: int | None = None, temperature: float = 0.0,
+    ) -> None:
+        if len(prompt) == 0:
+            raise ValueError("prompt must hold at least one token")
+        self.sequence = list(prompt) + list(continuation)
+        self.prompt_len = len(prompt)
+        self.off_trace = off_trace
+        t = float(temperature)
+        if not (t >= 0.0 and t < float("inf")):
+            raise ValueError(f"temperature must be finite and non-negative, got {temperature!r}")
+        self.temperature = t
+        if vocab is None:
+            ids = [x for x in self.sequence if type(x) is int]
+            vocab = (max(ids) + 2) if ids else 2
+        if type(vocab) is not int or vocab < 2:
+            raise ValueError(f"vocab must be an int of at least 2, got {vocab!r}")
+        self.vocab = vocab
+
+    def evaluate_probs(self, inputs: Sequence[Any], cache: Any) -> tuple[list[Any], Any, list[Any]]:
+        """``evaluate`` with one probability row per input (see the class docstring)."""
+        import numpy as np
+
+        rows, caches = self.evaluate(inputs, cache)
+        v = self.vocab
+        probs = np.zeros((len(rows), v), dtype=np.float64)
+        if self.temperature == 0.0:
+            for i, t in enumerate(rows):
+                probs[i, t if (type(t) is int and 0 <= t < v - 1) else v - 1] = 1.0
+            return rows, probs, caches
+        hi = np.exp(1.0 / self.temperature) if self.temperature > 1e-3 else np.inf
+        if hi == np.inf:
+            lo_p, hi_p = 0.0, 1.0
+        else:
+            lo_p, hi_p = 1.0 / (hi + v - 1), hi / (hi + v - 1)
+        probs.fill(lo_p)
+        for i, t in enumerate(rows):
+            if not (type(t) is int and 0 <= t < v):
+                raise TraceError(f"recorded token {t!r} is outside vocab={v}")
+            probs[i, t] = hi_p
+        return rows, probs, caches
+
+    def evaluate(self, inputs: Sequence[Any], cache: Any) -> tuple[list[Any], list[Any]]:
+        seq = self.sequence
+        end = len(seq)
+        n = len(inputs)
+        pos = 0 if cache is None else cache
+        if type(pos) is not int:
+            raise TraceError(f"cache must be None or a position (int), got {type(cache).__name__}")
+        if pos < 0:
+            raise TraceError(
+                "evaluation from cache -1: the loop resumed from a row past a rejected draft token"
+            )
+        if pos == 0:
+            if list(inputs) != seq[: self.prompt_len]:
+                raise TraceError("prefill inputs are not the recorded prompt")
+            if end <= n:
+                raise TraceError("the recording has no continuation tokens to answer prefill with")
+            return seq[1 : n + 1], list(range(1, n + 1))
+        if pos + 1 >= end:
+            raise TraceError(
+                f"asked for the token after position {pos}, past the recording's "
+                f"{end - self.prompt_len} continuation tokens"
+            )
+        if self.temperature > 0.0:  # positional: every row answers its position
+            if pos + n >= end:
+                raise TraceError(
+                    f"asked for {n} rows after position {pos}, past the recording's "
+                    f"{end - self.prompt_len} continuation tokens"
+                )
+            return seq[pos + 1 : pos + 1 + n], list(range(pos + 1, pos + 1 + n))
+        if inputs[0] != seq[pos]:
+            raise TraceError(
+                f"input {inputs[0]!r} at position {pos} departs from the recorded "
+                f"{seq[pos]!r}: the loop fed a token the target never confirmed"
+            )
+        # rows on trace: inputs[0..m-1] match seq[pos..pos+m-1]
+        m = 1
+        limit = min(n, end - pos)
+        while m < limit and inputs[m] == seq[pos + m]:
+            m += 1
+        hi = min(pos + m + 1, end)
+        rows = seq[pos + 1 : hi]
+        caches = list(range(pos + 1, pos + 1 + len(rows)))
+        if n > len(rows):
+            rows += [self.off_trace] * (n - len(rows))
+            caches += [-1] * (n - len(caches))
+        return rows, caches
+
+    def __repr__(self) -> str:
+        return (
+            f"TeacherForcedTarget(prompt={self.prompt_len} tokens, "
+            f"continuation={len(self.sequence) - self.prompt_len} tokens)"
+        )
+

@@ -153,22 +153,23 @@ def test_states_pickle_and_copy():
 
 
 def test_enter_verify_snapshots_arrays_and_keeps_immutable_values():
+    # clone=True asks for an independent copy (the default keeps the handle: test_batch.py)
     cache = np.zeros(4)
-    verifying = Decode(1, cache).enter_verify([2])
+    verifying = Decode(1, cache).enter_verify([2], clone=True)
     assert verifying.cache is cache
     assert verifying.snapshot is not cache
     cache[0] = 5.0  # a later in-place update must not reach the snapshot
     assert verifying.snapshot[0] == 0.0
 
     layers = [np.zeros(2), (np.ones(2), 3)]
-    snap = Decode(1, layers).enter_verify([2]).snapshot
+    snap = Decode(1, layers).enter_verify([2], clone=True).snapshot
     layers[0][0] = 9.0
     layers[1][0][0] = 9.0
     assert snap[0][0] == 0.0 and snap[1][0][0] == 1.0 and snap[1][1] == 3
 
     frozen = ("a", 1, (2, 3))
-    assert Decode(1, frozen).enter_verify([2]).snapshot is frozen
-    assert Decode(1, 17).enter_verify([2]).snapshot == 17
+    assert Decode(1, frozen).enter_verify([2], clone=True).snapshot is frozen
+    assert Decode(1, 17).enter_verify([2], clone=True).snapshot == 17
 
     calls = []
     v = Decode(1, "c").enter_verify([2], clone=lambda c: calls.append(c) or "copied")

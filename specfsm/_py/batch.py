@@ -1,0 +1,792 @@
+"""B request slots as arrays: the batched serving state machine (pure-Python twin).
+
+The compiled module ``specfsm._core.batch`` has the same names and behaviour and imports
+its argument checks from here, so both raise the same errors.
+
+Each slot holds one request's state as the seed's ``ServingState`` would, coded as a
+small integer (``FREE`` for an unused slot, then ``PREFILL`` .. ``DONE``), with the
+fields the variants carry in parallel arrays: ``token`` (``Decode.last``,
+``Accept.next``, ``Rollback.to``), ``cache`` (the cache handle, an int64: a row index, a
+block-table id; ``Rollback.snapshot`` lives here too), ``snapshot`` (``Verify.snapshot``:
+the handle the draft was entered with), ``n`` (``Accept.n``) and the draft (at most
+``k_max`` tokens per slot). Every transition takes ``slots`` (distinct slot numbers) and
+applies the seed's transition to each; if it is illegal for any of them the whole call
+raises ``IllegalTransition`` naming those slots (``err.slots``) and the state each was
+in (``err.states``), and the batch is left unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._validate import INT64_MAX, as_token_array, check_count, settle_reason
+from ..errors import IllegalTransition
+from . import ngram_index as _ni
+
+__all__ = [
+    "BatchState",
+    "FREE",
+    "PREFILL",
+    "DECODE",
+    "VERIFY",
+    "ACCEPT",
+    "ROLLBACK",
+    "DONE",
+    "STATE_NAMES",
+    "StepResult",
+]
+
+FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = range(7)
+STATE_NAMES = ("free", "prefill", "decode", "verify", "accept", "rollback", "done")
+#: at most this many slots per batch and tokens per draft (keeps every index in int32 range)
+MAX_SLOTS = 2**24
+MAX_DRAFT = 4096
+
+# the state each transition applies to (finish: any state but FREE)
+_FROM = {
+    "admit": (FREE,),
+    "advance_prefill": (PREFILL,),
+    "advance_decode": (DECODE,),
+    "enter_verify": (DECODE,),
+    "accept": (VERIFY,),
+    "accept_rows": (VERIFY,),
+    "resume": (ACCEPT,),
+    "rollback": (ROLLBACK,),
+    "finish": (PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE),
+    "release": (DONE,),
+}
+
+
+# --------------------------------------------------------------------------------------
+# argument checks shared with the compiled module (same messages in both)
+# --------------------------------------------------------------------------------------
+def _ids(x: object, name: str) -> np.ndarray:
+    """A 1-D int64 array the call owns (always a fresh copy). Refuses bools, floats,
+    strings, 2-D input and ids beyond int64."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
+    if isinstance(x, np.ndarray):
+        arr = as_token_array(x, name)
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be a flat sequence of integers ({exc})") from None
+        if arr.ndim == 0:
+            raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
+        if arr.size == 0:
+            arr = np.zeros(0, dtype=np.int64)
+        if arr.dtype == object:
+            for v in arr.reshape(-1).tolist():
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"{name} must hold integers, got {type(v).__name__} {v!r}")
+            raise OverflowError(f"{name} holds integers beyond int64")
+        if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
+            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        arr = as_token_array(arr, name)
+    return np.array(arr, dtype=np.int64, copy=True)
+
+
+def _slots(slots: object, capacity: int) -> np.ndarray:
+    """Distinct slot numbers in ``[0, capacity)`` as a fresh int64 array."""
+    if isinstance(slots, (int, np.integer)) and not isinstance(slots, (bool, np.bool_)):
+        slots = [slots]
+    s = _ids(slots, "slots")
+    if s.shape[0]:
+        lo, hi = int(s.min()), int(s.max())
+        if lo < 0 or hi >= capacity:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"slots holds {bad}, outside the batch's {capacity} slots")
+        if np.unique(s).shape[0] != s.shape[0]:
+            u, c = np.unique(s, return_counts=True)
+            raise ValueError(f"slots must be distinct, got slot {int(u[c > 1][0])} twice")
+    return s
+
+
+def _per_slot(x: object, n: int, name: str) -> np.ndarray:
+    """One integer per slot (a scalar applies to every slot) as a fresh int64 array."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        v = int(x)
+        if not -(2**63) <= v <= INT64_MAX:
+            raise OverflowError(f"{name}={v} is beyond int64")
+        return np.full(n, v, dtype=np.int64)
+    a = _ids(x, name)
+    if a.shape[0] != n:
+        raise ValueError(f"{name} holds {a.shape[0]} entries for {n} slots")
+    return a
+
+
+def _ragged(tokens: object, offsets: object, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(tokens, offsets)`` as fresh int64 arrays: ``n + 1`` nondecreasing offsets from 0
+    to ``len(tokens)`` (checked neighbour by neighbour)."""
+    t = _ids(tokens, name)
+    off = _ids(offsets, f"{name}_offsets" if name != "tokens" else "offsets")
+    oname = "offsets" if name == "tokens" else f"{name}_offsets"
+    if off.shape[0] != n + 1:
+        raise ValueError(f"{oname} holds {off.shape[0]} entries; {n} slots need {n + 1}")
+    if off[0] != 0:
+        raise ValueError(f"{oname}[0] must be 0, got {int(off[0])}")
+    if off[-1] != t.shape[0]:
+        raise ValueError(f"{oname}[-1]={int(off[-1])} must equal len({name})={t.shape[0]}")
+    if n and not (off[:-1] <= off[1:]).all():
+        i = int(np.flatnonzero(off[:-1] > off[1:])[0])
+        raise ValueError(
+            f"{oname} must be nondecreasing, got {oname}[{i}]={int(off[i])} > "
+            f"{oname}[{i + 1}]={int(off[i + 1])}"
+        )
+    return t, off
+
+
+def _capacity(capacity: object, k_max: object) -> tuple[int, int]:
+    c = check_count(capacity, "capacity")
+    k = check_count(k_max, "k_max")
+    if not 1 <= c <= MAX_SLOTS:
+        raise ValueError(f"capacity must lie in [1, {MAX_SLOTS}], got {c}")
+    if not 1 <= k <= MAX_DRAFT:
+        raise ValueError(f"k_max must lie in [1, {MAX_DRAFT}], got {k}")
+    return c, k
+
+
+def _indexes(indexes: object, n: int) -> list:
+    """One NgramIndex (of this implementation) or None per admitted slot."""
+    if indexes is None:
+        return [None] * n
+    try:
+        out = list(indexes)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"indexes must be a sequence of NgramIndex or None, got {type(indexes).__name__}") from None
+    if len(out) != n:
+        raise ValueError(f"indexes holds {len(out)} entries for {n} slots")
+    return out
+
+
+def _check_index_types(ixs: list, cls: type) -> None:
+    for j, ix in enumerate(ixs):
+        if ix is not None and not isinstance(ix, cls):
+            raise TypeError(
+                f"indexes[{j}] must be an NgramIndex of the same implementation or None, "
+                f"got {type(ix).__module__}.{type(ix).__name__}"
+            )
+
+
+#: rule kinds the step knows: greedy exact, min-run, speculative sampling, typical, any other
+R_EXACT, R_MINRUN, R_SPEC, R_TYPICAL, R_OTHER = range(5)
+
+
+def _rule_kind(rule: object) -> tuple[int, int]:
+    """``(kind, m)`` for a rule; refuses objects that are not rules."""
+    if rule is None:
+        return R_EXACT, 0
+    name = type(rule).__name__
+    mod = type(rule).__module__
+    if mod == "specfsm.accept_rule":
+        if name == "Exact":
+            return R_EXACT, 0
+        if name == "MinRun":
+            return R_MINRUN, int(rule.m)  # type: ignore[attr-defined]
+        if name == "SpeculativeSampling":
+            return R_SPEC, 0
+        if name == "TypicalAcceptance":
+            return R_TYPICAL, 0
+    if callable(getattr(rule, "accepted_rows", None)):
+        return R_OTHER, 0
+    raise TypeError(f"rule must be None or an acceptance rule (with accepted_rows), got {name}")
+
+
+def _probs_rows(probs: object, n_rows: int) -> np.ndarray:
+    if probs is None:
+        raise TypeError("this rule needs probs: one probability row per evaluated row (N x V)")
+    if not isinstance(probs, np.ndarray):
+        probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim != 2 or probs.shape[0] != n_rows:
+        raise ValueError(f"probs must be {n_rows} x V (one row per evaluated row), got shape {probs.shape}")
+    return probs
+
+
+class StepResult:
+    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the active slots,
+    ascending): ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens
+    slot ``slots[j]`` emitted; ``accepted``/``drafted`` its verify counts (0 for a
+    prefill or decode); ``resume_rows`` the verify row its cache resumes from (the
+    ``index`` for ``place_rows``; -1 for a prefill or decode); ``drafts`` (with
+    ``draft_offsets``) its next draft (empty: it decodes next step); ``finished`` the
+    slots that reached Done."""
+
+    __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
+                 "finished", "drafts", "draft_offsets")
+
+    def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
+                 finished, drafts, draft_offsets) -> None:
+        for name, value in zip(self.__slots__, (slots, emitted, emitted_offsets, accepted, drafted,
+                                                resume_rows, finished, drafts, draft_offsets)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"StepResult is read-only: cannot set {name!r}")
+
+    def emitted_by_slot(self) -> dict[int, list[int]]:
+        e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
+        return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
+
+    def __repr__(self) -> str:
+        return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
+                f"finished={len(self.finished)}, drafts={len(self.drafts)})")
+
+
+def _illegal(attempted: str, slots: list[int], states: list[int], reasons: list[str] | None = None):
+    """``IllegalTransition(attempted)`` naming the slots and the state each was in."""
+    names = [STATE_NAMES[s] for s in states]
+    shown = ", ".join(f"slot {s} ({n})" for s, n in zip(slots[:8], names[:8]))
+    more = f" and {len(slots) - 8} more" if len(slots) > 8 else ""
+    reason = f"{attempted} is not legal for {shown}{more}"
+    if reasons:
+        reason += "; " + "; ".join(f"slot {s}: {r}" for s, r in zip(slots[:8], reasons[:8]) if r)
+    err = IllegalTransition(attempted, reason)
+    err.slots = list(slots)
+    err.states = names
+    return err
+
+
+def _check_from(attempted: str, state: np.ndarray, s: np.ndarray) -> None:
+    codes = state[s]
+    ok = np.isin(codes, _FROM[attempted])
+    if not ok.all():
+        bad = np.flatnonzero(~ok)
+        raise _illegal(attempted, s[bad].tolist(), codes[bad].tolist())
+
+
+def _check_drafts(doff: np.ndarray, s: np.ndarray, k_max: int) -> None:
+    lens = doff[1:] - doff[:-1]  # offsets already checked nondecreasing and bounded
+    if lens.shape[0]:
+        if (lens == 0).any():
+            i = int(np.flatnonzero(lens == 0)[0])
+            raise ValueError(f"the draft for slot {int(s[i])} is empty: a verify needs at least one row")
+        if (lens > k_max).any():
+            i = int(np.flatnonzero(lens > k_max)[0])
+            raise ValueError(
+                f"the draft for slot {int(s[i])} holds {int(lens[i])} tokens, more than k_max={k_max}"
+            )
+
+
+def _settle_one(k: int, n: int, n_rows: int, n_caches: int) -> tuple[int, str | None]:
+    """The seed's settle for one slot: (placement row, None) or (-1, reason)."""
+    reason = settle_reason(k, n, n_rows, n_caches)
+    if reason is not None:
+        return -1, reason
+    return (n - 1 if n == k else n), None
+
+
+# --------------------------------------------------------------------------------------
+# the batch
+# --------------------------------------------------------------------------------------
+class BatchState:
+    """``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE.
+
+    Transitions (each takes ``slots``, distinct slot numbers, and arrays with one entry
+    per slot in the same order): ``admit`` (FREE -> Prefill: ``ServingState.start``),
+    ``advance_prefill``, ``advance_decode``, ``enter_verify`` (ragged drafts: flat tokens
+    and ``offsets``; an empty draft or one over ``k_max`` is refused with ValueError),
+    ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
+    (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
+    snapshot. ``state_of(slot)`` gives a slot as a ``ServingState`` (None when FREE).
+    """
+
+    def __init__(self, capacity: int, k_max: int = 8, *, bonus: bool = False) -> None:
+        c, k = _capacity(capacity, k_max)
+        self._c = c
+        self._k = k
+        self._state = np.zeros(c, dtype=np.int8)
+        self._token = np.zeros(c, dtype=np.int64)
+        self._cache = np.zeros(c, dtype=np.int64)
+        self._snap = np.zeros(c, dtype=np.int64)
+        self._n = np.zeros(c, dtype=np.int64)
+        self._dlen = np.zeros(c, dtype=np.int64)
+        self._draft = np.zeros((c, k), dtype=np.int64)
+        self._positions: list[Any] = [None] * c
+        self._bonus = bool(bonus)
+        self._budget = np.zeros(c, dtype=np.int64)
+        self._eos = np.zeros(c, dtype=np.int64)
+        self._has_eos = np.zeros(c, dtype=np.bool_)
+        self._index: list[Any] = [None] * c
+        self._busy = False
+
+    def _enter(self) -> None:
+        if self._busy:
+            raise RuntimeError("this BatchState is in use by another thread (a step is running)")
+
+    @property
+    def busy(self) -> bool:
+        """True while a ``step`` runs (any other call on the batch then raises RuntimeError)."""
+        return self._busy
+
+    # -- views -----------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._c
+
+    @property
+    def k_max(self) -> int:
+        return self._k
+
+    @property
+    def bonus(self) -> bool:
+        """Whether ``step`` verifies a K-token draft with K + 1 rows (see ``step``)."""
+        return self._bonus
+
+    @property
+    def remaining(self) -> np.ndarray:
+        """Tokens each slot may still emit in ``step`` (int64, read-only view)."""
+        return self._ro(self._budget)
+
+    def _ro(self, a: np.ndarray) -> np.ndarray:
+        v = a.view()
+        v.flags.writeable = False
+        return v
+
+    @property
+    def states(self) -> np.ndarray:
+        """State code per slot (int8, read-only view): FREE, PREFILL .. DONE."""
+        return self._ro(self._state)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """``last`` / ``next`` / ``to`` per slot (int64, read-only view)."""
+        return self._ro(self._token)
+
+    @property
+    def caches(self) -> np.ndarray:
+        """Cache handle per slot (int64, read-only view; Rollback: its snapshot)."""
+        return self._ro(self._cache)
+
+    @property
+    def accepted(self) -> np.ndarray:
+        """``Accept.n`` per slot (int64, read-only view; 0 elsewhere)."""
+        return self._ro(self._n)
+
+    @property
+    def draft_lens(self) -> np.ndarray:
+        """Draft length per slot in Verify (int64, read-only view; 0 elsewhere)."""
+        return self._ro(self._dlen)
+
+    def slots_in(self, state: int) -> np.ndarray:
+        """The slots (ascending, int64) whose state code is ``state``."""
+        code = check_count(state, "state")
+        if code > DONE:
+            raise ValueError(f"state must be a state code 0..{DONE}, got {code}")
+        return np.flatnonzero(self._state == code).astype(np.int64)
+
+    def draft(self, slot: int) -> list[int]:
+        """The draft of a slot in Verify (empty elsewhere)."""
+        i = self._one(slot)
+        return self._draft[i, : self._dlen[i]].tolist()
+
+    def _one(self, slot: object) -> int:
+        i = check_count(slot, "slot")
+        if i >= self._c:
+            raise IndexError(f"slot {i} is outside the batch's {self._c} slots")
+        return i
+
+    def state_of(self, slot: int) -> Any:
+        """Slot ``slot`` as a ``specfsm.state`` value (tokens and caches as ints), or None
+        when it is FREE."""
+        from .. import state as st
+
+        i = self._one(slot)
+        code = int(self._state[i])
+        tok, cache = int(self._token[i]), int(self._cache[i])
+        if code == FREE:
+            return None
+        if code == PREFILL:
+            return st.Prefill(list(self._positions[i]), cache)
+        if code == DECODE:
+            return st.Decode(tok, cache)
+        if code == VERIFY:
+            return st.Verify(self.draft(i), int(self._snap[i]), cache)
+        if code == ACCEPT:
+            return st.Accept(int(self._n[i]), tok, cache)
+        if code == ROLLBACK:
+            return st.Rollback(cache, tok)
+        return st.Done(cache)
+
+    def __len__(self) -> int:
+        return self._c
+
+    def __repr__(self) -> str:
+        counts = np.bincount(self._state, minlength=7)
+        shown = ", ".join(f"{n}={int(c)}" for n, c in zip(STATE_NAMES, counts) if c)
+        return f"BatchState(capacity={self._c}, k_max={self._k}, {shown})"
+
+    # -- transitions -------------------------------------------------------------------
+    def admit(
+        self, slots: Any, positions: Any, offsets: Any, caches: Any, *,
+        max_tokens: Any = None, eos: Any = None, indexes: Any = None,
+    ) -> None:
+        """FREE -> Prefill (``ServingState.start``): slot ``slots[j]`` gets the prompt
+        ``positions[offsets[j]:offsets[j + 1]]`` (non-empty) and cache handle
+        ``caches[j]``.
+
+        For ``step``: ``max_tokens`` (one count or one per slot, at least 1; default
+        unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
+        stops it after that token, and ``indexes`` (one ``NgramIndex`` of this
+        implementation, or None, per slot; already extended with the prompt) drafts for
+        it."""
+        self._enter()
+        s = _slots(slots, self._c)
+        b = s.shape[0]
+        pos, off = _ragged(positions, offsets, b, "positions")
+        cc = _per_slot(caches, b, "caches")
+        budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else _per_slot(max_tokens, b, "max_tokens")
+        if b and budget.min() < 1:
+            j = int(np.argmin(budget))
+            raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
+        eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
+        ixs = _indexes(indexes, b)
+        _check_index_types(ixs, _ni.NgramIndex)
+        if b and (off[1:] == off[:-1]).any():
+            j = int(np.flatnonzero(off[1:] == off[:-1])[0])
+            raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
+        _check_from("admit", self._state, s)
+        for j, i in enumerate(s.tolist()):
+            self._positions[i] = pos[off[j] : off[j + 1]].copy()
+            self._index[i] = ixs[j]
+        self._budget[s] = budget
+        self._eos[s] = eos_ids
+        self._has_eos[s] = eos is not None
+        self._state[s] = PREFILL
+        self._cache[s] = cc
+        self._token[s] = 0
+        self._snap[s] = 0
+        self._n[s] = 0
+        self._dlen[s] = 0
+
+    def _advance(self, attempted: str, slots: Any, next_tokens: Any, caches: Any) -> None:
+        self._enter()
+        s = _slots(slots, self._c)
+        t = _per_slot(next_tokens, s.shape[0], "next_tokens")
+        cc = _per_slot(caches, s.shape[0], "caches")
+        _check_from(attempted, self._state, s)
+        for i in s.tolist():
+            self._positions[i] = None
+        self._state[s] = DECODE
+        self._token[s] = t
+        self._cache[s] = cc
+
+    def advance_prefill(self, slots: Any, next_tokens: Any, caches: Any) -> None:
+        """Prefill -> Decode: the prompt's evaluation chose ``next_tokens[j]`` and left
+        cache ``caches[j]``."""
+        self._advance("advance_prefill", slots, next_tokens, caches)
+
+    def advance_decode(self, slots: Any, next_tokens: Any, caches: Any) -> None:
+        """Decode -> Decode: one single-row evaluation per slot."""
+        self._advance("advance_decode", slots, next_tokens, caches)
+
+    def enter_verify(self, slots: Any, tokens: Any, offsets: Any) -> None:
+        """Decode -> Verify: slot ``slots[j]`` drafts ``tokens[offsets[j]:offsets[j + 1]]``;
+        its cache handle becomes the snapshot (no copy). Refuses (ValueError) an empty
+        draft and one longer than ``k_max``."""
+        self._enter()
+        s = _slots(slots, self._c)
+        t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
+        _check_from("enter_verify", self._state, s)
+        _check_drafts(off, s, self._k)
+        for j, i in enumerate(s.tolist()):
+            m = int(off[j + 1] - off[j])
+            self._draft[i, :m] = t[off[j] : off[j + 1]]
+            self._dlen[i] = m
+        self._state[s] = VERIFY
+        self._snap[s] = self._cache[s]
+
+    def accept(self, slots: Any, row_tokens: Any, row_offsets: Any, row_caches: Any, cache_offsets: Any) -> None:
+        """Verify -> Accept | Rollback, as ``Verify.accept`` per slot: the accepted count is
+        the common prefix of the draft and its row tokens
+        ``row_tokens[row_offsets[j]:row_offsets[j + 1]]``; ``row_caches`` (with
+        ``cache_offsets``) holds one cache handle per draft row."""
+        self._settle("accept", slots, None, row_tokens, row_offsets, row_caches, cache_offsets)
+
+    def accept_rows(
+        self, slots: Any, accepted: Any, row_tokens: Any, row_offsets: Any, row_caches: Any, cache_offsets: Any
+    ) -> None:
+        """``accept`` with the accepted count per slot supplied (``Verify.accept_rows``)."""
+        self._settle("accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
+
+    def _settle(self, attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
+        self._enter()
+        s = _slots(slots, self._c)
+        b = s.shape[0]
+        acc = None if accepted is None else _per_slot(accepted, b, "accepted")
+        rt, roff = _ragged(row_tokens, row_offsets, b, "row_tokens")
+        rc, coff = _ragged(row_caches, cache_offsets, b, "row_caches")
+        if acc is not None and b and acc.min() < 0:
+            j = int(np.flatnonzero(acc < 0)[0])
+            raise ValueError(f"accepted must be non-negative, got {int(acc[j])} for slot {int(s[j])}")
+        bad: list[int] = []
+        bad_states: list[int] = []
+        reasons: list[str] = []
+        plan: list[tuple[int, int, int, int, int]] = []
+        for j, i in enumerate(s.tolist()):
+            code = int(self._state[i])
+            if code != VERIFY:
+                bad.append(i)
+                bad_states.append(code)
+                reasons.append("")
+                continue
+            k = int(self._dlen[i])
+            rows = rt[roff[j] : roff[j + 1]]
+            if acc is None:
+                d = self._draft[i, :k]
+                m = min(k, rows.shape[0])
+                neq = np.flatnonzero(d[:m] != rows[:m])
+                n = int(neq[0]) if neq.shape[0] else m
+            else:
+                n = int(acc[j])
+            idx, why = _settle_one(k, n, rows.shape[0], int(coff[j + 1] - coff[j]))
+            if why is not None:
+                bad.append(i)
+                bad_states.append(code)
+                reasons.append(why)
+                continue
+            plan.append((j, i, k, n, idx))
+        if bad:
+            raise _illegal(attempted, bad, bad_states, reasons)
+        for j, i, k, n, idx in plan:
+            cache = int(rc[coff[j] + idx])
+            if n == k:
+                self._state[i] = ACCEPT
+                self._n[i] = n
+                self._token[i] = self._draft[i, k - 1]
+            else:
+                self._state[i] = ROLLBACK
+                self._n[i] = 0
+                self._token[i] = rt[roff[j] + n]
+            self._cache[i] = cache
+            self._dlen[i] = 0
+            self._snap[i] = 0
+
+    def resume(self, slots: Any) -> None:
+        """Accept -> Decode: decoding resumes from ``next`` with the placed cache."""
+        self._enter()
+        s = _slots(slots, self._c)
+        _check_from("resume", self._state, s)
+        self._state[s] = DECODE
+        self._n[s] = 0
+
+    def rollback(self, slots: Any) -> None:
+        """Rollback -> Decode: decoding resumes from ``to`` with the snapshot."""
+        self._enter()
+        s = _slots(slots, self._c)
+        _check_from("rollback", self._state, s)
+        self._state[s] = DECODE
+
+    def finish(self, slots: Any) -> None:
+        """Any state but FREE -> Done (Rollback keeps its snapshot as the cache)."""
+        self._enter()
+        s = _slots(slots, self._c)
+        _check_from("finish", self._state, s)
+        for i in s.tolist():
+            self._positions[i] = None
+        self._state[s] = DONE
+        self._token[s] = 0
+        self._snap[s] = 0
+        self._n[s] = 0
+        self._dlen[s] = 0
+
+    def release(self, slots: Any) -> None:
+        """Done -> FREE: the slot can be admitted again."""
+        self._enter()
+        s = _slots(slots, self._c)
+        _check_from("release", self._state, s)
+        for i in s.tolist():
+            self._index[i] = None
+        self._state[s] = FREE
+        self._cache[s] = 0
+        self._budget[s] = 0
+
+    # -- the fused step ------------------------------------------------------------------
+    def _layout(self) -> tuple[np.ndarray, np.ndarray]:
+        st = self._state
+        act = np.flatnonzero((st == PREFILL) | (st == DECODE) | (st == VERIFY)).astype(np.int64)
+        lens = np.ones(act.shape[0], dtype=np.int64)
+        codes = st[act]
+        v = codes == VERIFY
+        lens[v] = self._dlen[act[v]] + (1 if self._bonus else 0)
+        for j in np.flatnonzero(codes == PREFILL).tolist():
+            lens[j] = self._positions[int(act[j])].shape[0]
+        off = np.zeros(act.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lens, out=off[1:])
+        return act, off
+
+    def pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for. Slot
+        ``slots[j]`` (every slot in Prefill, Decode or Verify, ascending) evaluates
+        ``inputs[offsets[j]:offsets[j + 1]]``: its prompt, ``[last]``, or for a K-token
+        draft ``[last, draft[0], ..., draft[K - 2]]`` (with ``bonus``: ``..., draft[K - 1]``).
+        """
+        self._enter()
+        act, off = self._layout()
+        inputs = np.empty(int(off[-1]), dtype=np.int64)
+        for j, i in enumerate(act.tolist()):
+            a, code = int(off[j]), int(self._state[i])
+            if code == PREFILL:
+                inputs[a : int(off[j + 1])] = self._positions[i]
+            else:
+                inputs[a] = self._token[i]
+                if code == VERIFY:
+                    m = int(off[j + 1]) - a - 1
+                    inputs[a + 1 : a + 1 + m] = self._draft[i, :m]
+        return act, inputs, off
+
+    def step(self, row_tokens: Any, *, probs: Any = None, rule: Any = None, draft_probs: Any = None) -> StepResult:
+        """One serving step for every slot in Prefill, Decode or Verify.
+
+        ``row_tokens`` holds the target's chosen token for every row of ``pending()``'s
+        layout (a prefill reads its last row, a decode its one row). A verify settles by
+        ``rule`` (None: greedy exact; ``MinRun``; ``SpeculativeSampling`` and
+        ``TypicalAcceptance`` read ``probs``, one probability row per evaluated row,
+        and ``draft_probs`` for the draft rows; any other rule's ``accepted_rows``),
+        exactly as ``Verify.accept_rows`` then ``resume``/``rollback``, and emits the
+        accepted draft tokens and the target's token at the first rejected row. With
+        ``bonus`` a fully accepted K-token draft also emits row K's token (K + 1
+        tokens), and resumes from it. Emitted tokens are cut at ``max_tokens`` and after
+        ``eos`` (the slot then goes to Done); the others extend their index and draft up
+        to ``min(k_max, remaining)`` tokens, entering Verify when the draft is
+        non-empty. Cache handles are kept: ``resume_rows`` says which verify row each
+        slot's cache resumes from. Refuses (before changing anything) rows that do not
+        match the layout, probabilities the rule refuses and counts a rule puts outside
+        ``[0, K]`` (``IllegalTransition("accept_rows")``).
+        """
+        self._enter()
+        self._busy = True
+        try:
+            return self._step(row_tokens, probs, rule, draft_probs)
+        finally:
+            self._busy = False
+
+    def _step(self, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
+        kind, m = _rule_kind(rule)
+        act, off = self._layout()
+        rows = _ids(row_tokens, "row_tokens")
+        total = int(off[-1])
+        if rows.shape[0] != total:
+            raise ValueError(f"row_tokens holds {rows.shape[0]} rows; this step evaluates {total}")
+        a = act.shape[0]
+        codes = self._state[act].copy()
+        vj = np.flatnonzero(codes == VERIFY)
+        bonus = 1 if self._bonus else 0
+        # pass 1: accepted counts (and sampled replacement tokens), nothing changed yet
+        acc = np.zeros(a, dtype=np.int64)
+        repl = None
+        if kind in (R_SPEC, R_TYPICAL) and vj.shape[0]:
+            p = _probs_rows(probs, total)
+            ks = self._dlen[act[vj]]
+            doff = np.zeros(vj.shape[0] + 1, dtype=np.int64)
+            np.cumsum(ks, out=doff[1:])
+            dflat = np.concatenate([self._draft[int(act[j]), : int(k)] for j, k in zip(vj, ks)])
+            ridx = np.concatenate([np.arange(int(off[j]), int(off[j]) + int(k)) for j, k in zip(vj, ks)])
+            if kind == R_SPEC:
+                out, an = rule.sample_batch(dflat, doff, p[ridx], draft_probs)  # type: ignore[union-attr]
+            else:
+                out, an = rule.accept_batch(dflat, doff, p[ridx])  # type: ignore[union-attr]
+            acc[vj] = an
+            repl = np.full(a, 0, dtype=np.int64)
+            repl[vj] = out[np.arange(vj.shape[0]), np.minimum(an, ks)]
+        else:
+            for j in vj.tolist():
+                i = int(act[j])
+                k = int(self._dlen[i])
+                d = self._draft[i, :k]
+                r = rows[int(off[j]) : int(off[j]) + k]
+                if kind == R_OTHER:
+                    n = check_count(rule.accepted_rows(d.tolist(), r.tolist()), "accepted")  # type: ignore[union-attr]
+                    if n > k:
+                        raise _illegal("accept_rows", [i], [VERIFY], [settle_reason(k, n, k, k) or ""])
+                else:
+                    neq = np.flatnonzero(d != r)
+                    n = int(neq[0]) if neq.shape[0] else k
+                    if kind == R_MINRUN and n < m:
+                        n = 0
+                acc[j] = n
+        # pass 2: transitions, emission, budgets
+        emitted: list[int] = []
+        eoff = np.zeros(a + 1, dtype=np.int64)
+        drafted = np.zeros(a, dtype=np.int64)
+        resume = np.full(a, -1, dtype=np.int64)
+        finished: list[int] = []
+        for j in range(a):
+            i = int(act[j])
+            code = int(codes[j])
+            r0, r1 = int(off[j]), int(off[j + 1])
+            if code == VERIFY:
+                k = int(self._dlen[i])
+                n = int(acc[j])
+                d = self._draft[i, :k].tolist()
+                if n == k:
+                    out = d + [int(rows[r0 + k])] if bonus else d
+                    resume[j] = k - 1 + bonus
+                else:
+                    t = int(repl[j]) if repl is not None else int(rows[r0 + n])
+                    out = d[:n] + [t]
+                    resume[j] = n
+                drafted[j] = k
+                self._dlen[i] = 0
+                self._snap[i] = 0
+            else:
+                out = [int(rows[r1 - 1])]
+                self._positions[i] = None
+            room = int(self._budget[i])
+            stop = len(out) >= room
+            out = out[:room]
+            if self._has_eos[i]:
+                e = int(self._eos[i])
+                if e in out:
+                    out = out[: out.index(e) + 1]
+                    stop = True
+            self._budget[i] = room - len(out)
+            # a live slot resumes from its last emitted token (a cut emission stops it)
+            self._token[i] = 0 if stop else out[-1]
+            self._state[i] = DONE if stop else DECODE
+            if stop:
+                finished.append(i)
+            emitted += out
+            eoff[j + 1] = len(emitted)
+        em = np.asarray(emitted, dtype=np.int64)
+        live = [j for j in range(a) if int(self._state[int(act[j])]) == DECODE]
+        # index update and next drafts
+        dr_off = np.zeros(a + 1, dtype=np.int64)
+        with_ix = [j for j in live if self._index[int(act[j])] is not None]
+        drafts = np.zeros(0, dtype=np.int64)
+        if with_ix:
+            ixs = [self._index[int(act[j])] for j in with_ix]
+            toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in with_ix])
+            loff = np.zeros(len(with_ix) + 1, dtype=np.int64)
+            np.cumsum([int(eoff[j + 1] - eoff[j]) for j in with_ix], out=loff[1:])
+            _extend_all(ixs, toks, loff)
+            limits = np.minimum(self._budget[act[with_ix]], self._k)
+            dflat, doff, dlens = _ni.propose_batch(ixs, limits)
+            lens = np.zeros(a, dtype=np.int64)
+            lens[with_ix] = dlens
+            np.cumsum(lens, out=dr_off[1:])
+            drafts = np.asarray(dflat, dtype=np.int64)
+            for q, j in enumerate(with_ix):
+                ln = int(dlens[q])
+                if ln:
+                    i = int(act[j])
+                    self._draft[i, :ln] = drafts[int(doff[q]) : int(doff[q]) + ln]
+                    self._dlen[i] = ln
+                    self._state[i] = VERIFY
+                    self._snap[i] = self._cache[i]
+        return StepResult(act, em, eoff, acc, drafted, resume,
+                          np.asarray(finished, dtype=np.int64), drafts, dr_off)
+
+
+def _extend_all(ixs: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+    """Extend each index with its tokens: ``extend_batch`` when the index module has it."""
+    eb = getattr(_ni, "extend_batch", None)
+    if eb is not None:
+        eb(ixs, tokens, offsets)
+        return
+    for q, ix in enumerate(ixs):
+        a, b = int(offsets[q]), int(offsets[q + 1])
+        if b > a:
+            ix.extend(tokens[a:b])

@@ -1,0 +1,58 @@
+"""B requests per serving step: the batched state machine and the fused step.
+
+``BatchState(capacity, k_max=8, *, bonus=False)`` holds ``capacity`` request slots as
+arrays (state code, last token, cache handle, draft, accepted count, budget). Its
+transitions (``admit``, ``advance_prefill``, ``advance_decode``, ``enter_verify``,
+``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``) take
+``slots`` and one entry per slot (ragged tokens as a flat array plus offsets) and apply
+the seed's ``ServingState`` transition to each slot; an illegal transition for any slot
+refuses the whole call with ``IllegalTransition`` (``err.slots``, ``err.states``) and
+changes nothing. Cache handles are int64 (a row index, a block-table id).
+
+``pending()`` says what the target must evaluate for the next step and ``step(rows,
+rule=..., probs=...)`` does the rest of a serving step in one call: acceptance (greedy
+exact, ``MinRun``, ``SpeculativeSampling``, ``TypicalAcceptance`` or any rule with
+``accepted_rows``), settle and the transitions, budgets and eos, the index update
+(``NgramIndex`` per slot), the placement rows for ``specfsm.gpu.place_rows``
+(``resume_rows``, ``settle_index`` semantics) and the next drafts; it returns a
+``StepResult`` of arrays.
+
+The default verify has K rows for a K-token draft (the seed's convention: a fully
+accepted draft emits its K tokens and resumes from the last). ``bonus=True`` verifies
+with K + 1 rows, the last following the whole draft, so a fully accepted draft emits
+K + 1 tokens, as vLLM and transformers do.
+
+Runs on the compiled core (``specfsm._core.batch``: transitions and the step's settle
+loop without the GIL) or on its pure-Python twin (``specfsm._py.batch``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _impl
+
+if TYPE_CHECKING:  # type checkers read the twin
+    from ._py import batch as _k
+else:
+    _k = _impl.load("batch")
+
+__all__ = [
+    "BatchState",
+    "StepResult",
+    "FREE",
+    "PREFILL",
+    "DECODE",
+    "VERIFY",
+    "ACCEPT",
+    "ROLLBACK",
+    "DONE",
+    "STATE_NAMES",
+]
+
+BatchState = _k.BatchState
+StepResult = _k.StepResult
+FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = (
+    _k.FREE, _k.PREFILL, _k.DECODE, _k.VERIFY, _k.ACCEPT, _k.ROLLBACK, _k.DONE,
+)
+STATE_NAMES = _k.STATE_NAMES

@@ -1,0 +1,320 @@
+"""The batched state machine (``BatchState``) against B ``ServingState`` objects, and the
+snapshot that costs nothing by default."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from specfsm.errors import IllegalTransition
+from specfsm.state import Decode, Prefill, ServingState, Verify
+
+
+@pytest.fixture
+def bm(impl):
+    return impl.module("batch")
+
+
+# --------------------------------------------------------------------------------------
+# snapshots
+# --------------------------------------------------------------------------------------
+def test_enter_verify_keeps_the_cache_handle_by_default():
+    cache = np.zeros(1 << 20)
+    v = Decode(1, cache).enter_verify([2])
+    assert v.snapshot is cache and v.cache is cache
+    v = Decode(1, cache).enter_verify([2], clone=False)
+    assert v.snapshot is cache
+
+
+def test_enter_verify_clone_true_copies_and_a_callable_is_called():
+    cache = np.zeros(4)
+    v = Decode(1, cache).enter_verify([2], clone=True)
+    assert v.snapshot is not cache
+    cache[0] = 3.0
+    assert v.snapshot[0] == 0.0
+    v = Decode(1, cache).enter_verify([2], clone=lambda c: ("copy", c.sum()))
+    assert v.snapshot == ("copy", 3.0)
+
+
+@pytest.mark.parametrize("bad", [1, "yes", 2.0, object()])
+def test_enter_verify_refuses_a_clone_that_is_neither_bool_nor_callable(bad):
+    with pytest.raises(TypeError, match="clone"):
+        Decode(1, 0).enter_verify([2], clone=bad)
+
+
+# --------------------------------------------------------------------------------------
+# BatchState: walkthrough and refusals
+# --------------------------------------------------------------------------------------
+def ragged(seqs):
+    off = np.zeros(len(seqs) + 1, dtype=np.int64)
+    off[1:] = np.cumsum([len(s) for s in seqs]) if seqs else []
+    flat = np.array([t for s in seqs for t in s], dtype=np.int64)
+    return flat, off
+
+
+def test_walkthrough_matches_serving_state(bm):
+    b = bm.BatchState(3, 4)
+    pos, off = ragged([[1, 2, 3], [4], [5, 6]])
+    b.admit([0, 1, 2], pos, off, [10, 11, 12])
+    assert b.state_of(0) == Prefill([1, 2, 3], 10)
+    b.advance_prefill([0, 1, 2], [7, 8, 9], [20, 21, 22])
+    assert [b.state_of(i) for i in range(3)] == [Decode(7, 20), Decode(8, 21), Decode(9, 22)]
+    d, doff = ragged([[1, 2], [3, 4, 5]])
+    b.enter_verify([2, 0], d, doff)
+    assert b.state_of(2) == Verify([1, 2], 22, 22)
+    assert b.state_of(0) == Verify([3, 4, 5], 20, 20)
+    rows, roff = ragged([[1, 2], [3, 9, 5]])
+    caches, coff = ragged([[30, 31], [40, 41, 42]])
+    b.accept([2, 0], rows, roff, caches, coff)
+    s = ServingState.start([5, 6], 12).advance_prefill(9, 22).enter_verify([1, 2])
+    assert b.state_of(2) == s.accept([1, 2], [30, 31])
+    s = ServingState.start([1, 2, 3], 10).advance_prefill(7, 20).enter_verify([3, 4, 5])
+    assert b.state_of(0) == s.accept([3, 9, 5], [40, 41, 42])
+    b.resume([2])
+    b.rollback([0])
+    assert b.state_of(2) == Decode(2, 31) and b.state_of(0) == Decode(9, 41)
+    b.finish([0, 1, 2])
+    b.release([1])
+    assert b.state_of(1) is None
+    assert b.states.tolist() == [bm.DONE, bm.FREE, bm.DONE]
+
+
+def test_an_illegal_slot_refuses_the_whole_call_and_names_it(bm):
+    b = bm.BatchState(4, 2)
+    pos, off = ragged([[1], [2], [3]])
+    b.admit([0, 1, 2], pos, off, [0, 0, 0])
+    b.advance_prefill([0, 2], [5, 6], [1, 1])
+    before = [b.state_of(i) for i in range(4)]
+    with pytest.raises(IllegalTransition) as e:
+        b.advance_decode([0, 1, 2, 3], [1, 1, 1, 1], [2, 2, 2, 2])
+    assert e.value.attempted == "advance_decode"
+    assert e.value.slots == [1, 3] and e.value.states == ["prefill", "free"]
+    assert "slot 1 (prefill)" in e.value.reason
+    assert [b.state_of(i) for i in range(4)] == before
+
+
+def test_settle_refusals_name_the_slot_and_leave_the_batch(bm):
+    b = bm.BatchState(2, 3)
+    pos, off = ragged([[1], [2]])
+    b.admit([0, 1], pos, off, [0, 0])
+    b.advance_prefill([0, 1], [5, 6], [1, 1])
+    d, doff = ragged([[1, 2], [3]])
+    b.enter_verify([0, 1], d, doff)
+    before = [b.state_of(i) for i in range(2)]
+    rows, roff = ragged([[1, 2], [3]])
+    caches, coff = ragged([[1, 2], [1, 2]])  # slot 1 has one draft row, two caches
+    with pytest.raises(IllegalTransition) as e:
+        b.accept([0, 1], rows, roff, caches, coff)
+    assert e.value.slots == [1] and "row_caches" in e.value.reason
+    assert [b.state_of(i) for i in range(2)] == before
+    with pytest.raises(IllegalTransition) as e:
+        b.accept_rows([0, 1], [3, 1], rows, roff, *ragged([[1, 2], [1]]))
+    assert e.value.slots == [0] and e.value.attempted == "accept_rows"
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda b: b.advance_decode([0, 0], [1, 1], [1, 1]), ValueError, "distinct"),
+        (lambda b: b.advance_decode([5], [1], [1]), IndexError, "slots"),
+        (lambda b: b.advance_decode([-1], [1], [1]), IndexError, "slots"),
+        (lambda b: b.advance_decode([0], [1, 2], [1]), ValueError, "next_tokens"),
+        (lambda b: b.advance_decode([0], [1.5], [1]), TypeError, "next_tokens"),
+        (lambda b: b.advance_decode([True], [1], [1]), TypeError, "slots"),
+        (lambda b: b.advance_decode([0], [2**64], [1]), OverflowError, "next_tokens"),
+        (lambda b: b.enter_verify([0], [], [0, 0]), ValueError, "empty"),
+        (lambda b: b.enter_verify([0], [1, 2, 3], [0, 3]), ValueError, "k_max"),
+        (lambda b: b.enter_verify([0], [1, 2], [0, 3]), ValueError, "offsets"),
+        (lambda b: b.enter_verify([0, 1], [1, 2], [0, 2, 1]), ValueError, "offsets"),
+        (lambda b: b.enter_verify([0], [[1, 2]], [0, 2]), ValueError, "tokens"),
+        (lambda b: b.accept_rows([0], [-1], [1], [0, 1], [1], [0, 1]), ValueError, "accepted"),
+        (lambda b: b.admit([0], "ab", [0, 2], [0]), TypeError, "positions"),
+    ],
+)
+def test_bad_arguments_raise_clean_errors_and_change_nothing(bm, call, exc, match):
+    b = bm.BatchState(2, 2)
+    b.admit([0, 1], [1, 2], [0, 1, 2], [0, 0])
+    b.advance_prefill([0, 1], [3, 4], [1, 1])
+    before = [b.state_of(i) for i in range(2)]
+    with pytest.raises(exc, match=match):
+        call(b)
+    assert [b.state_of(i) for i in range(2)] == before
+
+
+def test_constructor_refusals(bm):
+    for c, k in [(0, 4), (4, 0), (-1, 4)]:
+        with pytest.raises(ValueError):
+            bm.BatchState(c, k)
+    with pytest.raises(TypeError):
+        bm.BatchState(2.0, 4)
+
+
+def test_views_are_read_only(bm):
+    b = bm.BatchState(2, 2)
+    for v in (b.states, b.tokens, b.caches, b.accepted, b.draft_lens):
+        with pytest.raises(ValueError):
+            v[0] = 1
+
+
+def test_control_arrays_are_copied_before_use(bm):
+    """The offsets and slot arrays given are not read again after validation: the call
+    owns copies (mutating the caller's arrays afterwards changes nothing)."""
+    b = bm.BatchState(2, 3)
+    slots = np.array([0, 1])
+    pos, off = ragged([[1, 2], [3]])
+    b.admit(slots, pos, off, [0, 0])
+    pos[:] = 99
+    slots[:] = 0
+    assert b.state_of(0) == Prefill([1, 2], 0) and b.state_of(1) == Prefill([3], 0)
+
+
+# --------------------------------------------------------------------------------------
+# property: random interleavings, legal and illegal, against B ServingState objects
+# --------------------------------------------------------------------------------------
+CAP, KMAX, VOCAB = 4, 3, 3
+OPS = ("admit", "advance_prefill", "advance_decode", "enter_verify", "accept", "accept_rows",
+       "resume", "rollback", "finish", "release")
+
+
+def _name(s):
+    return "free" if s is None else type(s).__name__.lower()
+
+
+def _model_step(model, op, slots, args):
+    """Apply ``op`` per slot to the ServingState list; returns (new states, failing slots)."""
+    new, bad = [], []
+    for j, i in enumerate(slots):
+        s = model[i]
+        try:
+            if op == "admit":
+                if s is not None:
+                    raise IllegalTransition("admit")
+                r = ServingState.start(args["seqs"][j], args["caches"][j])
+            elif op == "release":
+                if _name(s) != "done":
+                    raise IllegalTransition("release")
+                r = None
+            elif s is None:
+                raise IllegalTransition(op)
+            elif op in ("advance_prefill", "advance_decode"):
+                r = getattr(s, op)(args["toks"][j], args["caches"][j])
+            elif op == "enter_verify":
+                r = s.enter_verify(args["seqs"][j])
+            elif op == "accept":
+                r = s.accept(args["rows"][j], args["rcaches"][j])
+            elif op == "accept_rows":
+                r = s.accept_rows(args["acc"][j], args["rows"][j], args["rcaches"][j])
+            elif op == "finish":
+                r = s.finish()
+            else:
+                r = getattr(s, op)()
+        except IllegalTransition:
+            bad.append(i)
+            continue
+        new.append((i, r))
+    return new, bad
+
+
+def _batch_step(b, op, slots, args):
+    if op == "admit":
+        getattr(b, op)(slots, *ragged(args["seqs"]), args["caches"])
+    elif op in ("advance_prefill", "advance_decode"):
+        getattr(b, op)(slots, args["toks"], args["caches"])
+    elif op == "enter_verify":
+        b.enter_verify(slots, *ragged(args["seqs"]))
+    elif op == "accept":
+        b.accept(slots, *ragged(args["rows"]), *ragged(args["rcaches"]))
+    elif op == "accept_rows":
+        b.accept_rows(slots, args["acc"], *ragged(args["rows"]), *ragged(args["rcaches"]))
+    else:
+        getattr(b, op)(slots)
+
+
+tok = st.integers(0, VOCAB - 1)
+
+_LEGAL_FROM = {
+    "admit": ("free",), "advance_prefill": ("prefill",), "advance_decode": ("decode",),
+    "enter_verify": ("decode",), "accept": ("verify",), "accept_rows": ("verify",),
+    "resume": ("accept",), "rollback": ("rollback",), "release": ("done",),
+    "finish": ("prefill", "decode", "verify", "accept", "rollback", "done"),
+}
+
+
+def _legal(state, op):
+    return _name(state) in _LEGAL_FROM[op]
+
+
+@st.composite
+def step_args(draw, model):
+    legal_for = {op: [i for i in range(CAP) if _legal(model[i], op)] for op in OPS}
+    possible = [op for op in OPS if legal_for[op]]
+    # mostly a legal call (so every transition gets applied), sometimes any call
+    if possible and draw(st.integers(0, 3)):
+        op = draw(st.sampled_from(possible))
+        slots = draw(st.lists(st.sampled_from(legal_for[op]), min_size=1, unique=True))
+    else:
+        op = draw(st.sampled_from(OPS))
+        slots = draw(st.lists(st.integers(0, CAP - 1), min_size=1, max_size=CAP, unique=True))
+    n = len(slots)
+    args = {
+        "toks": draw(st.lists(tok, min_size=n, max_size=n)),
+        "caches": draw(st.lists(st.integers(0, 50), min_size=n, max_size=n)),
+        "seqs": draw(st.lists(st.lists(tok, min_size=1, max_size=KMAX), min_size=n, max_size=n)),
+    }
+    rows, rcaches, acc = [], [], []
+    for i in slots:
+        s = model[i]
+        k = len(s.draft) if isinstance(s, Verify) else draw(st.integers(1, KMAX))
+        # mostly well-formed rows, sometimes short or with the wrong number of caches
+        rows.append(draw(st.lists(tok, min_size=max(0, k - draw(st.integers(0, 1))), max_size=k + 1)))
+        kc = k if draw(st.integers(0, 9)) else draw(st.integers(0, KMAX + 1))
+        rcaches.append(draw(st.lists(st.integers(0, 50), min_size=kc, max_size=kc)))
+        acc.append(draw(st.integers(0, k + (draw(st.integers(0, 5)) == 0))))
+    args.update(rows=rows, rcaches=rcaches, acc=acc)
+    return op, slots, args
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_batch_matches_serving_states_on_random_interleavings(bm, data):
+    b = bm.BatchState(CAP, KMAX)
+    model = [None] * CAP
+    for _ in range(data.draw(st.integers(5, 40))):
+        op, slots, args = data.draw(step_args(model))
+        new, bad = _model_step(model, op, slots, args)
+        event(f"{op} {'refused' if bad else 'applied'}")
+        if bad:
+            with pytest.raises(IllegalTransition) as e:
+                _batch_step(b, op, slots, args)
+            assert e.value.attempted == op
+            assert e.value.slots == bad
+            assert e.value.states == [_name(model[i]) for i in bad]
+        else:
+            _batch_step(b, op, slots, args)
+            for i, r in new:
+                model[i] = r
+        assert [b.state_of(i) for i in range(CAP)] == model
+
+
+def test_compiled_batch_matches_the_twin(impl):
+    if impl.name != "compiled":
+        pytest.skip("compares the compiled module with the twin; nothing to compare on the twin run")
+    from specfsm._py import batch as twin
+
+    comp = impl.module("batch")
+    assert [n for n in twin.__all__] == [n for n in comp.__all__]
+    assert twin.STATE_NAMES == comp.STATE_NAMES
+    for name in ("FREE", "PREFILL", "DECODE", "VERIFY", "ACCEPT", "ROLLBACK", "DONE"):
+        assert getattr(twin, name) == getattr(comp, name)
+
+
+def test_public_module_uses_the_active_implementation():
+    import specfsm.batch as pub
+    from specfsm import _impl
+
+    assert pub.BatchState is _impl.load("batch").BatchState
+    b = pub.BatchState(2)
+    b.admit([1], [7, 8], [0, 2], [3])
+    assert b.slots_in(pub.PREFILL).tolist() == [1]

@@ -1,0 +1,344 @@
+"""``BatchState.step`` against the per-request loop (ServingState + NgramIndex per
+request): the same tokens, the same drafts, the same accepted counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specfsm.errors import IllegalTransition
+from specfsm.loop import NgramDrafter, Request, SpeculativeLoop, TeacherForcedTarget
+
+
+@pytest.fixture
+def bm(impl):
+    return impl.module("batch")
+
+
+@pytest.fixture
+def ni(impl):
+    return impl.module("ngram_index")
+
+
+def run_batch(bm, ni, recs, k, min_n=1, max_n=3, prefer="latest", bonus=False, rule=None,
+              probs_of=None, eos=None):
+    """Drive every (prompt, continuation, max_tokens) through one BatchState with
+    teacher-forced rows; returns (outputs, stats) like the per-request loop's."""
+    b = bm.BatchState(len(recs), k, bonus=bonus)
+    targets = [TeacherForcedTarget(p, c) for p, c, _ in recs]
+    ixs = []
+    for p, _, _ in recs:
+        ix = ni.NgramIndex(min_n, max_n, prefer)
+        ix.extend(p)
+        ixs.append(ix)
+    flat = [t for p, _, _ in recs for t in p]
+    off = np.cumsum([0] + [len(p) for p, _, _ in recs])
+    b.admit(np.arange(len(recs)), flat, off, np.arange(len(recs)),
+            max_tokens=[m for _, _, m in recs], eos=eos, indexes=ixs)
+    outputs = [[] for _ in recs]
+    stats = [dict(verifies=0, drafted=0, accepted=0, rollbacks=0, decodes=0, prefills=0) for _ in recs]
+    for _ in range(10_000):
+        slots, inputs, offs = b.pending()
+        if len(slots) == 0:
+            break
+        rows = []
+        for j, i in enumerate(slots.tolist()):
+            inp = inputs[offs[j]:offs[j + 1]].tolist()
+            code = int(b.states[i])
+            cache = None if code == bm.PREFILL else len(recs[i][0]) + len(outputs[i]) - 1
+            r, _ = targets[i].evaluate(inp, cache)
+            rows += r
+            s = stats[i]
+            if code == bm.VERIFY:
+                s["verifies"] += 1
+            elif code == bm.DECODE:
+                s["decodes"] += 1
+            else:
+                s["prefills"] += 1
+        kw = {}
+        if probs_of is not None:
+            kw = dict(rule=rule, probs=probs_of(rows))
+        elif rule is not None:
+            kw = dict(rule=rule)
+        res = b.step(np.array(rows, dtype=np.int64), **kw)
+        for j, i in enumerate(res.slots.tolist()):
+            outputs[i] += res.emitted[res.emitted_offsets[j]:res.emitted_offsets[j + 1]].tolist()
+            if res.drafted[j]:
+                stats[i]["drafted"] += int(res.drafted[j])
+                stats[i]["accepted"] += int(res.accepted[j])
+                stats[i]["rollbacks"] += int(res.accepted[j] < res.drafted[j])
+    assert (b.states == bm.DONE).all()
+    return outputs, stats
+
+
+def run_loop(ni, recs, k, min_n=1, max_n=3, prefer="latest", eos=None):
+    out, stats = [], []
+    for p, c, m in recs:
+        loop = SpeculativeLoop(TeacherForcedTarget(p, c), NgramDrafter(min_n, max_n, prefer, index_cls=ni.NgramIndex), k)
+        r = loop.run(Request(p, m, eos=eos))
+        out.append(r.output)
+        s = r.stats
+        stats.append(dict(verifies=s.verifies, drafted=s.drafted, accepted=s.accepted,
+                          rollbacks=s.rollbacks, decodes=s.decodes, prefills=s.prefills))
+    return out, stats
+
+
+def greedy_stream(n, vocab, seed):
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, vocab, size=12).tolist()
+    out = []
+    while len(out) < n:  # repetitive with edits: drafts hit and miss
+        out += base[: rng.integers(3, 12)]
+        if rng.random() < 0.5:
+            out.append(int(rng.integers(0, vocab)))
+    return out[:n]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    seeds=st.lists(st.integers(0, 10_000), min_size=1, max_size=5),
+    k=st.integers(1, 6),
+    vocab=st.integers(2, 9),
+    prefer=st.sampled_from(["latest", "earliest"]),
+    eos=st.sampled_from([None, 0]),
+)
+def test_step_makes_the_per_request_loops_decisions(bm, ni, seeds, k, vocab, prefer, eos):
+    recs = []
+    for s in seeds:
+        seq = greedy_stream(60, vocab, s)
+        cut = 4 + s % 10
+        recs.append((seq[:cut], seq[cut:], 1 + s % (len(seq) - cut - 1)))
+    got = run_batch(bm, ni, recs, k, prefer=prefer, eos=eos)
+    want = run_loop(ni, recs, k, prefer=prefer, eos=eos)
+    assert got[0] == want[0]
+    assert got[1] == want[1]
+
+
+def test_bonus_row_emits_k_plus_one_on_full_acceptance(bm, ni):
+    seq = [1, 2, 3, 4] * 20
+    recs = [(seq[:8], seq[8:], 40)]
+    out, stats = run_batch(bm, ni, recs, 4, bonus=True)
+    plain, pstats = run_loop(ni, recs, 4)
+    assert out == plain  # same tokens (teacher forcing is greedy-exact)
+    assert stats[0]["verifies"] < pstats[0]["verifies"]
+
+
+def test_bonus_layout_and_resume_row(bm, ni):
+    b = bm.BatchState(1, 3, bonus=True)
+    ix = ni.NgramIndex(1, 2)
+    ix.extend([5, 6, 5])
+    b.admit([0], [5, 6, 5], [0, 3], [0], indexes=[ix])
+    res = b.step([9, 9, 6])  # prefill reads the last row: 6 -> history 5 6 5 6
+    assert res.emitted.tolist() == [6] and res.drafts.tolist() == [5, 6]
+    slots, inputs, offs = b.pending()
+    assert inputs.tolist() == [6, 5, 6] and offs.tolist() == [0, 3]  # K + 1 rows
+    res = b.step([5, 6, 7])
+    assert res.emitted.tolist() == [5, 6, 7]
+    assert res.accepted.tolist() == [2] and res.resume_rows.tolist() == [2]
+    assert b.tokens[0] == 7
+
+
+def test_step_refuses_rows_of_the_wrong_length_and_changes_nothing(bm, ni):
+    b = bm.BatchState(2, 3)
+    b.admit([0, 1], [1, 2, 3], [0, 2, 3], [0, 1])
+    before = [b.state_of(i) for i in range(2)]
+    with pytest.raises(ValueError, match="row_tokens"):
+        b.step([1, 2])
+    with pytest.raises(TypeError, match="rule"):
+        b.step([1, 2, 3], rule=object())
+    assert [b.state_of(i) for i in range(2)] == before
+
+
+def test_rule_beyond_the_draft_is_refused(bm, ni):
+    class Greedy:
+        def accepted_rows(self, draft, choices):
+            return len(draft) + 1
+
+    b = bm.BatchState(1, 3)
+    ix = ni.NgramIndex(1)
+    ix.extend([1, 1])
+    b.admit([0], [1, 1], [0, 2], [0], indexes=[ix])
+    b.step([0, 1])
+    assert b.states[0] == bm.VERIFY
+    before = b.state_of(0)
+    with pytest.raises(IllegalTransition) as e:
+        b.step([1], rule=Greedy())
+    assert e.value.attempted == "accept_rows" and e.value.slots == [0]
+    assert b.state_of(0) == before
+
+
+def test_sampling_rules_with_one_hot_rows_match_greedy(bm, ni):
+    from specfsm.accept_rule import SpeculativeSampling, TypicalAcceptance
+
+    seq = greedy_stream(80, 4, 3)
+    recs = [(seq[:6], seq[6:], 50), (seq[:9], seq[9:], 30)]
+
+    def one_hot(rows):
+        p = np.zeros((len(rows), 5))
+        for r, t in enumerate(rows):
+            p[r, t if t >= 0 else 4] = 1.0
+        return p
+
+    want = run_loop(ni, recs, 4)
+    for rule in (SpeculativeSampling(seed=1), TypicalAcceptance()):
+        got = run_batch(bm, ni, recs, 4, rule=rule, probs_of=one_hot)
+        assert got == want
+
+
+# --------------------------------------------------------------------------------------
+# the serving loop on the batch API, every rule
+# --------------------------------------------------------------------------------------
+def _requests(n=4, eos_every=2):
+    rng = np.random.default_rng(7)
+    reqs = []
+    for s in range(n):
+        seq = greedy_stream(260, 6, 100 + s)
+        p, c = seq[:15], seq[15:]
+        eos = 3 if (eos_every and s % eos_every) else None
+        reqs.append(Request(p, int(rng.integers(20, 200)), eos=eos, target=TeacherForcedTarget(p, c)))
+    return reqs
+
+
+def _rules():
+    from specfsm.accept_rule import Exact, MinRun, SpeculativeSampling, TypicalAcceptance
+
+    return [None, Exact(), MinRun(2), SpeculativeSampling(seed=3), TypicalAcceptance()]
+
+
+@pytest.mark.parametrize("rule_i", range(5))
+def test_run_batched_equals_run_batch_for_every_rule(ni, rule_i):
+    rule = _rules()[rule_i]
+    reqs = _requests()
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 5, rule)
+    want = loop.run_batch(reqs)
+    got = loop.run_batched(reqs, check=True)
+    assert [r.output for r in got] == [r.output for r in want]
+    assert [r.stats.counts() for r in got] == [r.stats.counts() for r in want]
+    assert sum(r.stats.accepted for r in got) > 0
+
+
+@pytest.mark.parametrize("rule_i", range(5))
+def test_run_batched_with_bonus_rows_keeps_the_output_and_verifies_less(ni, rule_i):
+    rule = _rules()[rule_i]
+    reqs = _requests(eos_every=0)
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 5, rule)
+    want = loop.run_batch(reqs)
+    got = loop.run_batched(reqs, bonus=True)
+    assert [r.output for r in got] == [r.output for r in want]
+    assert sum(r.stats.evaluations for r in got) < sum(r.stats.evaluations for r in want)
+
+
+def test_run_batched_refuses_a_drafter_without_an_index():
+    from specfsm.loop import PromptLookupDrafter
+
+    with pytest.raises(TypeError, match="NgramDrafter"):
+        SpeculativeLoop(None, PromptLookupDrafter(2), 4).run_batched(_requests(1))
+
+
+def test_sampling_rule_needs_a_target_with_probabilities():
+    from specfsm.accept_rule import SpeculativeSampling
+
+    class Plain:
+        def evaluate(self, inputs, cache):
+            return [1] * len(inputs), [0] * len(inputs)
+
+    with pytest.raises(TypeError, match="evaluate_probs"):
+        SpeculativeLoop(Plain(), None, 0, SpeculativeSampling(seed=0)).run(Request([1, 2], 3))
+
+
+def test_teacher_forced_target_moved_to_the_workload_module():
+    import specfsm.loop as loop_mod
+    import specfsm.workload as wl
+
+    assert loop_mod.TeacherForcedTarget is wl.TeacherForcedTarget
+    assert loop_mod.TraceError is wl.TraceError
+
+
+def test_smoothed_target_sampling_follows_the_target_distribution(ni):
+    """A positional, temperature-smoothed target: at every position the recorded token
+    has probability hi and every other id lo. Speculative sampling through the batch
+    loop must emit the recorded token with frequency hi (a z-test over many positions);
+    typical acceptance at this temperature is greedy at the rejected rows."""
+    from specfsm.accept_rule import SpeculativeSampling
+
+    vocab, temp = 6, 0.5
+    seq = greedy_stream(4000, vocab - 1, 11)
+    p, c = seq[:20], seq[20:]
+    target = TeacherForcedTarget(p, c, vocab=vocab, temperature=temp)
+    hi = np.exp(1 / temp) / (np.exp(1 / temp) + vocab - 1)
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 4, SpeculativeSampling(seed=5))
+    (res,) = loop.run_batched([Request(p, 3000, target=target)])
+    out = np.array(res.output)
+    hits = float((out == np.array(c[: len(out)])).mean())
+    sd = np.sqrt(hi * (1 - hi) / len(out))
+    assert abs(hits - hi) < 4.5 * sd, (hits, hi)
+    assert res.stats.verifies > 0 and res.stats.accepted > 0
+
+
+def test_a_call_on_the_batch_during_its_step_is_refused(bm, ni):
+    """A rule that calls back into the batch mid-step gets RuntimeError (the busy guard
+    every method checks), the step changes nothing, and the batch is usable after."""
+    b = bm.BatchState(1, 3)
+    ix = ni.NgramIndex(1)
+    ix.extend([1, 1])
+    b.admit([0], [1, 1], [0, 2], [0], indexes=[ix])
+    b.step([0, 1])
+    seen = []
+
+    class Reentrant:
+        def accepted_rows(self, draft, choices):
+            seen.append(b.busy)
+            b.pending()
+            return 0
+
+    before = b.state_of(0)
+    with pytest.raises(RuntimeError, match="in use"):
+        b.step([1], rule=Reentrant())
+    assert seen == [True] and not b.busy and b.state_of(0) == before
+    b.step([1])
+
+
+def test_the_readme_example_drives_a_batch(bm, ni):
+    """The example the README shows (with this implementation's modules)."""
+    prompts = [[5, 6, 7, 5, 6], [1, 2, 3, 1, 2]]
+    truth = [[7, 5, 6, 7, 5, 6, 7, 9], [3, 1, 2, 3, 1, 2, 3, 4]]
+    indexes = []
+    for p in prompts:
+        ix = ni.NgramIndex(1, 3)
+        ix.extend(p)
+        indexes.append(ix)
+    batch = bm.BatchState(capacity=2, k_max=4)
+    batch.admit([0, 1], [t for p in prompts for t in p], [0, 5, 10], caches=[0, 1],
+                max_tokens=8, indexes=indexes)
+    done = [[] for _ in prompts]
+    verifies = 0
+    while True:
+        slots, inputs, offsets = batch.pending()
+        if len(slots) == 0:
+            break
+        rows = []
+        for j, s in enumerate(slots.tolist()):
+            n = offsets[j + 1] - offsets[j]
+            if batch.states[s] == bm.PREFILL:
+                rows += [-1] * (n - 1) + truth[s][:1]
+                continue
+            verifies += batch.states[s] == bm.VERIFY
+            got = truth[s][len(done[s]) : len(done[s]) + n]
+            rows += got + [-1] * (n - len(got))
+        res = batch.step(np.array(rows))
+        for s, toks in res.emitted_by_slot().items():
+            done[s] += toks
+    assert done == truth
+    assert verifies > 0 and sorted(res.finished.tolist()) == [0, 1]
+
+
+def test_step_result_is_read_only(bm):
+    b = bm.BatchState(1, 2)
+    b.admit([0], [1], [0, 1], [0])
+    res = b.step([4])
+    assert res.emitted.tolist() == [4] and res.slots.tolist() == [0]
+    with pytest.raises(AttributeError):
+        res.emitted = None
