@@ -40,7 +40,9 @@ from specfsm._py.batch import (
     _slots,
 )
 from specfsm._validate import INT64_MAX
-from specfsm._core import ngram_index as _ni
+# the active n-gram index module (compiled, or the twin where only it is available)
+from specfsm._impl import load as _load
+_ni = _load("ngram_index")
 
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
