@@ -75,8 +75,8 @@ def _parse_ngram(text: str) -> tuple[int, int]:
 def _parse_rule(text: str) -> tuple[str, int]:
     name, _, arg = text.partition(":")
     name = name.strip().lower()
-    if name == "exact" and not arg:
-        return "exact", 0
+    if name in ("exact", "typical") and not arg:
+        return name, 0
     if name == "minrun":
         try:
             m = int(arg)
@@ -85,38 +85,41 @@ def _parse_rule(text: str) -> tuple[str, int]:
         if m >= 1:
             return "minrun", m
         raise argparse.ArgumentTypeError(f"minrun needs a positive run length, as in minrun:3; got {text!r}")
-    raise argparse.ArgumentTypeError(f"expected exact or minrun:M, got {text!r}")
-
-
-class _BuiltinMinRun:
-    """``MinRun(m)`` for when ``specfsm.accept_rule`` is not installed: the greedy exact
-    count when it is at least ``m``, else 0."""
-
-    def __init__(self, m: int) -> None:
-        self.m = m
-
-    def accepted_rows(self, draft: Any, choices: Any) -> int:
-        n = _impl.common_prefix(draft, choices)
-        return n if n >= self.m else 0
+    if name == "speculative":
+        try:
+            seed = int(arg) if arg else 0
+        except ValueError:
+            seed = -1
+        if seed >= 0:
+            return "speculative", seed
+        raise argparse.ArgumentTypeError(f"speculative takes a non-negative seed, as in speculative:7; got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected exact, minrun:M, speculative[:SEED] or typical; got {text!r}")
 
 
 def make_rule(spec: tuple[str, int]) -> Any:
-    """The acceptance rule object for a parsed ``--rule`` (``specfsm.accept_rule`` classes
-    when that module imports; ``None``, i.e. ``Verify.accept``, for exact otherwise)."""
-    name, m = spec
-    try:
-        from . import accept_rule
-    except ImportError:
-        accept_rule = None  # type: ignore[assignment]
+    """A fresh acceptance rule object for a parsed ``--rule`` (each run gets its own, so a
+    sampling rule's random stream starts from its seed every time)."""
+    from . import accept_rule
+
+    name, arg = spec
     if name == "exact":
-        return accept_rule.Exact() if accept_rule is not None else None
-    if accept_rule is not None:
-        return accept_rule.MinRun(m)
-    return _BuiltinMinRun(m)
+        return accept_rule.Exact()
+    if name == "minrun":
+        return accept_rule.MinRun(arg)
+    if name == "speculative":
+        return accept_rule.SpeculativeSampling(seed=arg)
+    if name == "typical":
+        return accept_rule.TypicalAcceptance()
+    raise ValueError(f"unknown rule {name!r}")
 
 
 def _rule_text(spec: tuple[str, int]) -> str:
-    return "exact" if spec[0] == "exact" else f"minrun:{spec[1]}"
+    name, arg = spec
+    if name == "minrun":
+        return f"minrun:{arg}"
+    if name == "speculative":
+        return f"speculative:{arg}"
+    return name
 
 
 def _ngram_cls(kind: str | None) -> Any:
@@ -251,10 +254,20 @@ def _requests(workload: Workload) -> list[Request]:
     ]
 
 
-def _run_batches(loop: SpeculativeLoop, requests: list[Request], batch: int, progress: _Progress) -> list[RequestResult]:
+def _run_batches(
+    loop: SpeculativeLoop, requests: list[Request], batch: int, progress: _Progress, bonus: bool = False
+) -> list[RequestResult]:
+    """Run ``requests`` ``batch`` at a time: on the batch API (one ``BatchState.step`` per
+    serving step) when the loop drafts with an n-gram index or not at all, else request by
+    request (prompt lookup keeps a history per request)."""
+    batched = loop.drafter is None or isinstance(loop.drafter, NgramDrafter)
     out: list[RequestResult] = []
     for i in range(0, len(requests), batch):
-        out += loop.run_batch(requests[i : i + batch], on_done=progress.step)
+        chunk = requests[i : i + batch]
+        if batched:
+            out += loop.run_batched(chunk, on_done=progress.step, bonus=bonus)
+        else:
+            out += loop.run_batch(chunk, on_done=progress.step)
     return out
 
 
@@ -268,6 +281,7 @@ def replay(
     repeat: int = 3,
     kinds: Sequence[str] | None = None,
     progress: _Progress | None = None,
+    bonus: bool = False,
 ) -> dict[str, Any]:
     """Replay ``workload`` with speculation under each implementation in ``kinds`` and
     with plain greedy decoding; return the summary ``specfsm replay --json`` prints."""
@@ -276,7 +290,7 @@ def replay(
         kinds, skipped = available_kinds()
     else:
         skipped = {}
-    rule_obj = make_rule(rule)
+    make_rule(rule)
     make_drafter(drafter, ngram)  # refuse bad combinations before any work
     bar = progress or _Progress(1, sys.stderr, False)
 
@@ -298,9 +312,9 @@ def replay(
                 bar.skip((repeat - i) * len(requests))
                 break
             runs_done[kind] = i + 1
-            loop = SpeculativeLoop(None, make_drafter(drafter, ngram, kind), k, rule_obj)
+            loop = SpeculativeLoop(None, make_drafter(drafter, ngram, kind), k, make_rule(rule))
             with routed(kind):
-                results = _run_batches(loop, requests, batch, bar)
+                results = _run_batches(loop, requests, batch, bar, bonus)
             ns = sum(r.stats.control_ns for r in results)
             toks = sum(r.stats.output_tokens for r in results)
             per = ns / 1e3 / toks
@@ -336,6 +350,7 @@ def replay(
             "rule": _rule_text(rule),
             "batch": batch,
             "repeat": repeat,
+            "bonus": bonus,
         },
         "runs": runs_done,
         "requests": len(requests),
@@ -495,7 +510,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--drafter", choices=("prompt", "ngram"), default="prompt", help="prompt lookup (default) or the incremental n-gram index")
     r.add_argument("--k", type=_positive, default=5, help="most tokens per draft (default 5)")
     r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length (default 3); for --drafter ngram a MIN:MAX range, longest match first (default 2:4)")
-    r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="exact|minrun:M", help="acceptance rule (default exact)")
+    r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="RULE", help="acceptance rule: exact (default), minrun:M, speculative[:SEED] (rejection sampling; the teacher-forced target gives one-hot rows) or typical")
+    r.add_argument("--bonus", action="store_true", help="verify a K-token draft with K + 1 rows, so a fully accepted draft emits K + 1 tokens (the batch API's option; needs --drafter ngram)")
     r.add_argument("--requests", type=_positive, default=None, help="replay only this many requests (default: 24 embedded, or the whole file)")
     r.add_argument("--batch", type=_positive, default=8, help="requests stepping together (default 8)")
     r.add_argument("--repeat", type=_positive, default=3, help="runs per implementation, fewer once one has taken 2 s (default 3); the fastest control-plane time is reported")
@@ -525,6 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ngram = args.ngram or ((2, 4) if args.drafter == "ngram" else (3, 3))
     try:
         make_drafter(args.drafter, ngram)
+        if args.bonus and args.drafter == "prompt":
+            raise UsageError("--bonus runs on the batch API, which drafts with an index per request: use it with --drafter ngram")
         if args.workload:
             workload = load_jsonl(args.workload)
             if args.requests is not None and args.requests < len(workload):
@@ -553,6 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             repeat=args.repeat,
             kinds=kinds,
             progress=bar,
+            bonus=args.bonus,
         )
         summary["skipped"] = skipped
         for kind in skipped:

@@ -203,7 +203,7 @@ def test_replay_summary_fields_on_a_small_file(tmp_path, capsys):
     assert s["evaluations_speculative"] < s["evaluations_greedy"]
     assert s["evaluation_ratio"] == pytest.approx(s["evaluations_greedy"] / s["evaluations_speculative"])
     assert len(s["acceptance_by_position"]) == 4
-    assert s["settings"] == {"drafter": "prompt", "ngram": [3, 3], "k": 4, "rule": "exact", "batch": 2, "repeat": 3}
+    assert s["settings"] == {"drafter": "prompt", "ngram": [3, 3], "k": 4, "rule": "exact", "batch": 2, "repeat": 3, "bonus": False}
     assert s["runs"] == ({"compiled": 3, "python": 3} if specfsm.USE_EXTENSIONS else {"python": 3})
     assert s["control_us_per_token"]["python"] > 0
     assert [r["name"] for r in s["per_request"]] == ["edit 0", "edit 1", "edit 2"]
@@ -262,6 +262,41 @@ def test_replay_table_and_rules(tmp_path, capsys):
     ):
         assert label in out
     assert "rule minrun:3" in out and "first 2 replayed" in out
+
+
+@pytest.mark.parametrize("rule, text", [("exact", "exact"), ("minrun:2", "minrun:2"), ("speculative:5", "speculative:5"), ("speculative", "speculative:0"), ("typical", "typical")])
+@pytest.mark.parametrize("drafter", ["prompt", "ngram"])
+def test_replay_runs_every_rule_end_to_end(tmp_path, capsys, rule, text, drafter):
+    """Every acceptance rule replays the recording exactly: the teacher-forced target's rows
+    are one-hot at the recorded token, so sampling accepts a drafted token only where the
+    recording has it and resamples the recorded token where it does not."""
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(2))
+    assert cli.main(["replay", "--workload", path, "--json", "--drafter", drafter, "--rule", rule, "--repeat", "1"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["identical"] is True and s["settings"]["rule"] == text
+    assert s["evaluations_speculative"] < s["evaluations_greedy"]
+
+
+def test_replay_bonus_row_saves_evaluations(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
+    args = ["replay", "--workload", path, "--json", "--drafter", "ngram", "--repeat", "1"]
+    assert cli.main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert cli.main(args + ["--bonus"]) == 0
+    bonus = json.loads(capsys.readouterr().out)
+    assert bonus["identical"] is True and bonus["settings"]["bonus"] is True
+    assert bonus["evaluations_speculative"] < plain["evaluations_speculative"]
+    assert cli.main(["replay", "--workload", path, "--bonus"]) == 2
+    assert "--bonus runs on the batch API" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["speculative:x", "speculative:-1", "typical:3", "sampling"])
+def test_replay_refuses_bad_rules(tmp_path, capsys, bad):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["replay", "--workload", path, "--rule", bad])
+    assert exc.value.code == 2
+    assert "--rule" in capsys.readouterr().err
 
 
 def test_replay_usage_errors(tmp_path, capsys):
@@ -351,25 +386,6 @@ def test_replay_end_to_end_table_and_bad_file(tmp_path):
     assert proc.returncode == 2
     assert f"{bad}:2: output[1] is not an integer token id" in proc.stderr
     assert proc.stdout == ""
-
-
-def test_without_the_optional_modules(tmp_path, capsys, monkeypatch):
-    """Exact falls back to ``Verify.accept`` and minrun to a built-in rule when
-    ``specfsm.accept_rule`` is absent; ``--drafter ngram`` says what is missing when
-    ``specfsm.ngram_index`` is."""
-    monkeypatch.setitem(sys.modules, "specfsm.accept_rule", None)
-    monkeypatch.setitem(sys.modules, "specfsm.ngram_index", None)
-    monkeypatch.delattr(specfsm, "accept_rule", raising=False)
-    monkeypatch.delattr(specfsm, "ngram_index", raising=False)
-    assert cli.make_rule(("exact", 0)) is None
-    rule = cli.make_rule(("minrun", 3))
-    assert rule.accepted_rows([1, 2, 3, 4], [1, 2, 9, 9]) == 0
-    assert rule.accepted_rows([1, 2, 3, 4], [1, 2, 3, 9]) == 3
-    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(2))
-    assert cli.main(["replay", "--workload", path, "--rule", "minrun:2", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["identical"] is True
-    assert cli.main(["replay", "--workload", path, "--drafter", "ngram"]) == 2
-    assert "needs specfsm.ngram_index" in capsys.readouterr().err
 
 
 def test_ngram_drafter_replay_when_available(tmp_path, capsys):
