@@ -33,6 +33,7 @@ from specfsm._py.ngram_index import (
 from specfsm._py.suffix_index import (
     MAX_SUFFIX_TOKENS,
     UNBOUNDED,
+    _check_anchor,
     _check_restore,
     _check_suffix_range,
 )
@@ -80,6 +81,9 @@ ctypedef struct sam_t:
     int64_t n             # its length
     int64_t end           # end (exclusive) of the chosen occurrence, -1: none
     int64_t lo, hi
+    int64_t an, aspan     # anchor: set by matches >= an, drafts for aspan tokens after
+    int64_t amiss
+    int64_t anchor, carry, misses
     bint earliest
     bint unbounded        # max_n=None
 
@@ -264,12 +268,29 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
         m.end = (m.st[s].first if m.earliest else m.st[s].last) + 1
     else:
         m.end = -1
+    if m.an:
+        if m.end >= 0 and n >= m.an:
+            m.anchor = m.end
+            m.carry = 0
+            m.misses = 0
+        elif m.anchor >= 0 and m.carry <= m.aspan and m.misses <= m.amiss:
+            if m.tok[m.anchor] != c:
+                m.misses += 1
+            m.anchor += 1
+            m.carry += 1
     if not m.earliest:
         v = s
         while v > 0 and m.st[v].len >= m.lo:
             m.st[v].last = <int32_t>i
             v = m.st[v].link
     return 0
+
+
+cdef inline int64_t _start(const sam_t* m) noexcept nogil:
+    """Where the draft starts: the anchor while it applies, else the match's end."""
+    if m.an and m.anchor >= 0 and m.carry <= m.aspan and m.misses <= m.amiss:
+        return m.anchor
+    return m.end
 
 
 cdef int64_t _add_range(sam_t* m, int64_t start, int64_t stop) noexcept nogil:
@@ -290,7 +311,7 @@ cdef class SuffixIndex:
     draft length is ``max_k`` or, when that is None, ``draft_len``; with
     ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a fully
     accepted draft and shortens it by 1 after a rejection, within
-    ``[min_draft, max_draft]``.
+    ``[min_draft, max_draft]``. ``anchor_n``, ``anchor_span`` and ``anchor_misses``: see the twin.
     """
 
     cdef sam_t m
@@ -306,10 +327,11 @@ cdef class SuffixIndex:
         self._writing = 1            # unusable until __init__ completes
 
     def __init__(self, min_n=1, max_n=None, prefer="earliest", *, draft_len=8, adaptive=False,
-                 min_draft=1, max_draft=32):
+                 min_draft=1, max_draft=32, anchor_n=0, anchor_span=64, anchor_misses=4):
         if self.m.st != NULL:
             raise RuntimeError("SuffixIndex.__init__ may be called only once")
         lo, hi = _check_suffix_range(min_n, max_n)
+        an, aspan, amiss = _check_anchor(anchor_n, anchor_span, anchor_misses)
         earliest = _check_prefer(prefer) == 1
         k, kmin, kmax = _check_draft_limits(draft_len, min_draft, max_draft)
         adaptive = bool(adaptive)
@@ -327,6 +349,12 @@ cdef class SuffixIndex:
         self.m.hi = hi
         self.m.earliest = earliest
         self.m.unbounded = hi >= UNBOUNDED
+        self.m.an = an
+        self.m.aspan = aspan
+        self.m.amiss = amiss
+        self.m.misses = 0
+        self.m.anchor = -1
+        self.m.carry = 0
         self.m.cap_st = 64
         self.m.cap_ed = 64
         self.m.cap_sl = 1 << MIN_BITS
@@ -522,7 +550,7 @@ cdef class SuffixIndex:
             if type(max_k) is not int or max_k < 0:
                 max_k = check_count(max_k, "max_k")
             k = max_k if max_k < self._len else self._len
-        end = self.m.end
+        end = _start(&self.m)
         if end < 0 or k <= 0:
             return []
         stop = end + k if end + k < self._len else self._len
@@ -535,10 +563,26 @@ cdef class SuffixIndex:
         return self.m.n if self.m.end >= 0 else 0
 
     def match_end(self):
-        """The end (exclusive) of the chosen earlier occurrence: the draft starts there
-        (-1 when nothing matches)."""
+        """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
+        or the anchor when it applies; -1 when there is nothing to draft."""
         self._check_ready()
-        return self.m.end
+        return _start(&self.m)
+
+    @property
+    def anchor_n(self):
+        """Matches at least this long set the anchor (0: no anchor)."""
+        return self.m.an
+
+    @property
+    def anchor_span(self):
+        """How many tokens past the last long match the anchor keeps drafting."""
+        return self.m.aspan
+
+    @property
+    def anchor_misses(self):
+        """How many appended tokens may differ from the anchored text before the anchor
+        is dropped."""
+        return self.m.amiss
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed, accepted):
@@ -586,7 +630,8 @@ cdef class SuffixIndex:
             _rebuild,
             (type(self), self.m.lo, self.max_n, self.prefer, self._k, bool(self._adaptive),
              self._kmin, self._kmax, np.array(self.tokens),
-             (self._steps, self._drafted, self._accepted, self._full)),
+             (self._steps, self._drafted, self._accepted, self._full), self.m.an, self.m.aspan,
+             self.m.amiss),
         )
 
     def _restore_stats(self, stats):
@@ -594,10 +639,11 @@ cdef class SuffixIndex:
         self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
 
 
-def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
+def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
     if not (isinstance(cls, type) and issubclass(cls, SuffixIndex)):
         raise TypeError(f"cannot rebuild a SuffixIndex as {cls!r}")
-    ix = cls(lo, hi, prefer, draft_len=k, adaptive=bool(adaptive), min_draft=kmin, max_draft=kmax)
+    ix = cls(lo, hi, prefer, draft_len=k, adaptive=bool(adaptive), min_draft=kmin,
+             max_draft=kmax, anchor_n=an, anchor_span=aspan, anchor_misses=amiss)
     ix.extend(tokens)
     ix._restore_stats(stats)
     return ix
@@ -659,7 +705,7 @@ def propose_batch(indexes, max_k=None):
             taken += 1
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
-            end = ix.m.end
+            end = _start(&ix.m)
             k = kv[i]
             if end < 0:
                 k = 0

@@ -58,6 +58,15 @@ def _check_suffix_range(min_n: object, max_n: object) -> tuple[int, int]:
     return min(lo, UNBOUNDED), min(hi, UNBOUNDED)
 
 
+def _check_anchor(anchor_n: object, anchor_span: object, anchor_misses: object) -> tuple[int, int, int]:
+    """``(anchor_n, anchor_span, anchor_misses)`` as counts (``anchor_n=0`` switches the
+    anchor off), capped at ``MAX_SUFFIX_TOKENS``."""
+    an = check_count(anchor_n, "anchor_n")
+    span = check_count(anchor_span, "anchor_span")
+    miss = check_count(anchor_misses, "anchor_misses")
+    return min(an, MAX_SUFFIX_TOKENS), min(span, MAX_SUFFIX_TOKENS), min(miss, MAX_SUFFIX_TOKENS)
+
+
 def _check_restore(stats: object) -> tuple[int, int, int, int]:
     """Pickled statistics ``(steps, drafted, accepted, full_accepts)``, checked to be
     counts that some sequence of ``record`` calls could have produced."""
@@ -103,6 +112,13 @@ class SuffixIndex:
     with ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a
     fully accepted draft and shortens it by 1 after a rejection, within
     ``[min_draft, max_draft]``.
+
+    The anchor (``anchor_n > 0``): a match of at least ``anchor_n`` tokens sets the
+    anchor to its continuation; while later matches are shorter, the anchor moves one
+    position per appended token, as if the tokens that broke the match replaced as many
+    earlier ones (an edit that renames or substitutes), and for up to ``anchor_span``
+    tokens, unless more than ``anchor_misses`` of them differed from the anchored text,
+    the draft is taken from the anchor instead of from the short match.
     """
 
     def __init__(
@@ -115,8 +131,12 @@ class SuffixIndex:
         adaptive: object = False,
         min_draft: object = 1,
         max_draft: object = 32,
+        anchor_n: object = 0,
+        anchor_span: object = 64,
+        anchor_misses: object = 4,
     ) -> None:
         self._lo, self._hi = _check_suffix_range(min_n, max_n)
+        self._an, self._aspan, self._amiss = _check_anchor(anchor_n, anchor_span, anchor_misses)
         self._earliest = _check_prefer(prefer) == 1
         self._k, self._kmin, self._kmax = _check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
@@ -131,6 +151,9 @@ class SuffixIndex:
         self._s = 0             # the state of the current (capped) match
         self._n = 0             # its length
         self._end = -1          # end (exclusive) of the chosen occurrence, -1: none
+        self._anchor = -1       # where the last long match's continuation has got to
+        self._carry = 0         # tokens appended since the anchor was last set
+        self._misses = 0        # of which differed from the anchored text
         self._steps = 0
         self._drafted = 0
         self._accepted = 0
@@ -265,6 +288,16 @@ class SuffixIndex:
             self._end = (first[s] if self._earliest else lastp[s]) + 1
         else:
             self._end = -1
+        if self._an:
+            if self._end >= 0 and n >= self._an:
+                self._anchor = self._end
+                self._carry = 0
+                self._misses = 0
+            elif self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+                if toks[self._anchor] != c:
+                    self._misses += 1
+                self._anchor += 1
+                self._carry += 1
         if not self._earliest:
             v = s
             lo = self._lo
@@ -276,7 +309,7 @@ class SuffixIndex:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
         k = self._k if max_k is None else check_count(max_k, "max_k")
-        end = self._end
+        end = self._start()
         if end < 0 or k == 0:
             return []
         return self._toks[end : end + k]
@@ -285,10 +318,31 @@ class SuffixIndex:
         """The n of the current match (0 when nothing matches)."""
         return self._n if self._end >= 0 else 0
 
-    def match_end(self) -> int:
-        """The end (exclusive) of the chosen earlier occurrence: the draft starts there
-        (-1 when nothing matches)."""
+    def _start(self) -> int:
+        if self._an and self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+            return self._anchor  # equals _end when the match is at least anchor_n long
         return self._end
+
+    def match_end(self) -> int:
+        """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
+        or the anchor when it applies; -1 when there is nothing to draft."""
+        return self._start()
+
+    @property
+    def anchor_n(self) -> int:
+        """Matches at least this long set the anchor (0: no anchor)."""
+        return self._an
+
+    @property
+    def anchor_span(self) -> int:
+        """How many tokens past the last long match the anchor keeps drafting."""
+        return self._aspan
+
+    @property
+    def anchor_misses(self) -> int:
+        """How many appended tokens may differ from the anchored text before the anchor
+        is dropped."""
+        return self._amiss
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed: object, accepted: object) -> int:
@@ -335,17 +389,18 @@ class SuffixIndex:
             _rebuild,
             (type(self), self._lo, self.max_n, self.prefer, self._k, self._adaptive,
              self._kmin, self._kmax, np.array(self._toks, dtype=np.int64),
-             (self._steps, self._drafted, self._accepted, self._full)),
+             (self._steps, self._drafted, self._accepted, self._full), self._an, self._aspan, self._amiss),
         )
 
     def _restore_stats(self, stats: object) -> None:
         self._steps, self._drafted, self._accepted, self._full = _check_restore(stats)
 
 
-def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
+def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
     if not (isinstance(cls, type) and issubclass(cls, SuffixIndex)):
         raise TypeError(f"cannot rebuild a SuffixIndex as {cls!r}")
-    ix = cls(lo, hi, prefer, draft_len=k, adaptive=bool(adaptive), min_draft=kmin, max_draft=kmax)
+    ix = cls(lo, hi, prefer, draft_len=k, adaptive=bool(adaptive), min_draft=kmin,
+             max_draft=kmax, anchor_n=an, anchor_span=aspan, anchor_misses=amiss)
     ix.extend(tokens)
     ix._restore_stats(stats)
     return ix
