@@ -428,6 +428,11 @@ cdef class SuffixIndex:
         return v
 
     @property
+    def n_edges(self):
+        """Transitions of the automaton."""
+        return self.m.n_ed
+
+    @property
     def n_states(self):
         """States of the automaton, the root included."""
         return self.m.n_st

@@ -22,6 +22,7 @@ O(min(max_n, L)) per token) and ``propose`` only copies the draft.
 from __future__ import annotations
 
 import sys
+import threading
 
 import numpy as np
 
@@ -140,6 +141,7 @@ class SuffixIndex:
         self._earliest = _check_prefer(prefer) == 1
         self._k, self._kmin, self._kmax = _check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
+        self._lock = threading.Lock()  # held by extend: other calls meanwhile are refused
         self._toks: list[int] = []
         # the automaton: state 0 is the root (the empty string)
         self._slen: list[int] = [0]
@@ -193,6 +195,11 @@ class SuffixIndex:
         return arr
 
     @property
+    def n_edges(self) -> int:
+        """Transitions of the automaton."""
+        return sum(len(d) for d in self._next)
+
+    @property
     def n_states(self) -> int:
         """States of the automaton, the root included (at most ``2 * len - 1`` + 1)."""
         return len(self._slen)
@@ -213,14 +220,23 @@ class SuffixIndex:
 
     def extend(self, tokens: object) -> None:
         """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
-        new = _as_ids(tokens, "tokens").tolist()
-        if len(self._toks) + len(new) > MAX_SUFFIX_TOKENS:
-            raise OverflowError(
-                f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
-                f"{len(self._toks)} + {len(new)} is too many"
-            )
-        for c in new:
-            self._add(c)
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("SuffixIndex is being extended by another thread")
+        try:
+            new = _as_ids(tokens, "tokens").tolist()
+            if len(self._toks) + len(new) > MAX_SUFFIX_TOKENS:
+                raise OverflowError(
+                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
+                    f"{len(self._toks)} + {len(new)} is too many"
+                )
+            for c in new:
+                self._add(c)
+        finally:
+            self._lock.release()
+
+    def _check_ready(self) -> None:
+        if self._lock.locked():
+            raise RuntimeError("SuffixIndex is being extended by another thread")
 
     def append(self, token: object) -> None:
         """Append one verified token."""
@@ -308,6 +324,7 @@ class SuffixIndex:
     def propose(self, max_k: object = None) -> list:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
+        self._check_ready()
         k = self._k if max_k is None else check_count(max_k, "max_k")
         end = self._start()
         if end < 0 or k == 0:
@@ -316,6 +333,7 @@ class SuffixIndex:
 
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
+        self._check_ready()
         return self._n if self._end >= 0 else 0
 
     def _start(self) -> int:
@@ -326,6 +344,7 @@ class SuffixIndex:
     def match_end(self) -> int:
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
         or the anchor when it applies; -1 when there is nothing to draft."""
+        self._check_ready()
         return self._start()
 
     @property
@@ -385,6 +404,7 @@ class SuffixIndex:
 
     def __reduce__(self):
         # pickled (and copied) as its settings, tokens and statistics; re-indexed on load
+        self._check_ready()
         return (
             _rebuild,
             (type(self), self._lo, self.max_n, self.prefer, self._k, self._adaptive,
