@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # type checkers read the twin
 else:
     _k = _impl.load("suffix_index")
 
-__all__ = ["SuffixIndex", "SuffixDrafter", "propose_batch", "record_batch"]
+__all__ = ["SuffixIndex", "SuffixDrafter", "ArcticDrafter", "arctic_available", "propose_batch", "record_batch"]
 
 #: The index of the active implementation (a class: use it directly).
 #:
@@ -157,3 +157,85 @@ class SuffixDrafter:
             f"SuffixDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
             f"adaptive={self.adaptive}, anchor_n={self.anchor_n}, anchor_span={self.anchor_span})"
         )
+
+
+# --------------------------------------------------------------------------------------
+# Arctic Inference's suffix decoding, as a drafter (optional, for comparisons)
+# --------------------------------------------------------------------------------------
+def arctic_available() -> bool:
+    """Whether ``arctic_inference.suffix_decoding`` (the ``arctic-inference`` package)
+    imports, so ``ArcticDrafter`` can be built."""
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _ArcticSession:
+    __slots__ = ("cache", "rid", "hist", "depth", "opts", "__weakref__")
+
+    def __init__(self, cache: Any, rid: int, prompt: Sequence[Any], depth: int, opts: dict) -> None:
+        self.cache = cache
+        self.rid = rid
+        self.depth = depth
+        self.opts = opts
+        self.hist = [int(t) for t in prompt]
+        cache.start_request(rid, self.hist)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        toks = [int(t) for t in tokens]
+        self.hist += toks
+        self.cache.add_active_response(self.rid, toks)
+
+    def propose(self, max_k: int) -> list[Any]:
+        if max_k <= 0:
+            return []
+        d = self.cache.speculate(self.rid, self.hist[-self.depth :], max_spec_tokens=max_k, **self.opts)
+        return list(d.token_ids[:max_k])
+
+    def close(self) -> None:
+        if self.rid in self.cache.active_requests:
+            self.cache.stop_request(self.rid)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+class ArcticDrafter:
+    """Drafts with Snowflake Arctic Inference's ``SuffixDecodingCache`` (vLLM's
+    ``suffix`` method): one suffix tree per request's prompt plus a global tree over all
+    responses (``max_cached_requests=-1``: unbounded, 0: no global tree), greedy
+    frequency-weighted continuation. For comparisons on the same traces; needs
+    ``pip install --no-deps arctic-inference`` (ImportError otherwise)."""
+
+    name = "arctic"
+
+    def __init__(
+        self,
+        max_tree_depth: int = 24,
+        max_cached_requests: int = -1,
+        max_spec_factor: float = 1.0,
+        max_spec_offset: float = 0.0,
+        min_token_prob: float = 0.1,
+    ) -> None:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache  # ImportError when absent
+
+        self.depth = check_count(max_tree_depth, "max_tree_depth")
+        self.cache = SuffixDecodingCache(self.depth, max_cached_requests)
+        self.opts = {
+            "max_spec_factor": float(max_spec_factor),
+            "max_spec_offset": float(max_spec_offset),
+            "min_token_prob": float(min_token_prob),
+        }
+        self._next = 0
+
+    def session(self, prompt: Sequence[Any]) -> _ArcticSession:
+        self._next += 1
+        return _ArcticSession(self.cache, self._next, prompt, self.depth, self.opts)
+
+    def __repr__(self) -> str:
+        return f"ArcticDrafter(max_tree_depth={self.depth})"
