@@ -562,6 +562,46 @@ cdef class SuffixIndex:
         cdef const int64_t* tok = self.m.tok
         return [tok[i] for i in range(end, stop)]
 
+    def lookup(self, context, max_k=None):
+        """Match another sequence against the index: the longest suffix of ``context``
+        (at least ``min_n``, at most ``max_n`` tokens) that occurs anywhere in the
+        indexed tokens, and up to ``max_k`` (``draft_len`` when None) tokens after its
+        first occurrence. Returns ``(n, draft)``; ``(0, [])`` when none."""
+        cdef int64_t k, n = 0, i, e, stop, c
+        cdef int32_t s = 0, ed
+        self._check_ready()
+        if max_k is None:
+            k = self._k
+        else:
+            k = min(check_count(max_k, "max_k"), MAX_SUFFIX_TOKENS)
+        arr = np.ascontiguousarray(_as_ids(context, "context"), dtype=np.int64)
+        cdef const int64_t[::1] cv = arr
+        # converting may have let another thread in: check again, then keep the GIL
+        self._check_ready()
+        cdef sam_t* m = &self.m
+        for i in range(cv.shape[0]):
+            c = cv[i]
+            while s != 0 and _find(m, s, c) < 0:
+                s = m.st[s].link
+                n = m.st[s].len
+            ed = _find(m, s, c)
+            if ed < 0:
+                s = 0
+                n = 0
+            else:
+                s = m.ed[ed].dst
+                n += 1
+        if n > m.hi:
+            n = m.hi
+            while m.st[m.st[s].link].len >= n:
+                s = m.st[s].link
+        if n < m.lo or n == 0:
+            return 0, []
+        e = m.st[s].first + 1
+        stop = e + k if e + k < self._len else self._len
+        cdef const int64_t* tok = m.tok
+        return n, [tok[i] for i in range(e, stop)]
+
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
         self._check_ready()

@@ -19,6 +19,7 @@ draft is ``t[e:e+max_k]``. With a finite ``max_n`` this equals
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # type checkers read the twin
 else:
     _k = _impl.load("suffix_index")
 
-__all__ = ["SuffixIndex", "SuffixDrafter", "ArcticDrafter", "arctic_available", "propose_batch", "record_batch"]
+__all__ = ["SuffixIndex", "SuffixDrafter", "SharedSuffixCache", "ArcticDrafter", "arctic_available", "propose_batch", "record_batch"]
 
 #: The index of the active implementation (a class: use it directly).
 #:
@@ -69,16 +70,114 @@ def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
     return _k.record_batch(indexes, proposed, accepted)
 
 
+#: a finished output is followed by a separator below this, unique per output, so no
+#: match in a shared cache spans two outputs (and drafts stop before it)
+_SEPARATOR_LIMIT = -(2**63) + 2**48
+
+
+class SharedSuffixCache:
+    """A bounded index over finished requests' outputs, shared by the sessions of one
+    or more ``SuffixDrafter``: a request whose own history has no good match drafts
+    from what earlier requests produced.
+
+    Outputs are kept in ``generations`` suffix indexes of up to
+    ``max_tokens // generations`` tokens each; when the total would pass ``max_tokens``
+    the least recently used generation (the one whose last hit, or creation, is oldest;
+    never the one being filled) is dropped whole. An output longer than a generation
+    keeps its last tokens. Every method takes one lock, so any number of threads may
+    add and look up at once. ``lookup(context, max_k)`` returns ``(n, draft)``: the
+    longest suffix of ``context`` (at least ``min_n`` tokens) found in any kept output
+    and the tokens that followed its first occurrence there, within that output.
+    """
+
+    def __init__(self, max_tokens: int = 1 << 20, generations: int = 4, min_n: int = 1, index_cls: Any = None) -> None:
+        self.max_tokens = check_count(max_tokens, "max_tokens")
+        self.generations = check_count(generations, "generations")
+        if self.generations < 1:
+            raise ValueError(f"generations must be at least 1, got {self.generations}")
+        if self.max_tokens < 2 * self.generations:
+            raise ValueError(f"max_tokens must be at least 2 * generations, got {self.max_tokens}")
+        self._cls = SuffixIndex if index_cls is None else index_cls
+        self.min_n = min_n
+        self._cls(min_n)  # validate min_n now
+        self._per = self.max_tokens // self.generations
+        self._gens: list[list[Any]] = []   # [index, last use], oldest first
+        self._clock = 0
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def add(self, tokens: Any) -> None:
+        """Index one finished output (a sequence or 1-D array of integer ids)."""
+        arr = np.asarray(tokens)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise TypeError(f"tokens must be a 1-D sequence of integer ids, got {type(tokens).__name__}")
+        toks = arr.astype(np.int64, copy=False).tolist()
+        if not toks:
+            return
+        toks = toks[-(self._per - 1) :]
+        with self._lock:
+            self._clock += 1
+            self._seq += 1
+            g = self._gens[-1] if self._gens else None
+            if g is None or len(g[0]) + len(toks) + 1 > self._per:
+                while self._gens and (len(self._gens) + 1) * self._per > self.max_tokens:
+                    old = min(range(len(self._gens)), key=lambda i: self._gens[i][1])
+                    del self._gens[old]
+                g = [self._cls(self.min_n, None, "earliest"), self._clock]
+                self._gens.append(g)
+            g[0].extend(toks + [-(2**63) + (self._seq % 2**47)])
+            g[1] = self._clock
+
+    def lookup(self, context: Any, max_k: int) -> tuple[int, list[Any]]:
+        """``(n, draft)`` for the longest suffix of ``context`` in any kept output;
+        ``(0, [])`` when none of at least ``min_n`` tokens is found."""
+        k = check_count(max_k, "max_k")
+        best: tuple[int, list[Any]] = (0, [])
+        with self._lock:
+            self._clock += 1
+            hit = None
+            for g in reversed(self._gens):
+                n, d = g[0].lookup(context, k)
+                if n > best[0]:
+                    best, hit = (n, d), g
+            if hit is not None:
+                hit[1] = self._clock
+        n, d = best
+        for i, t in enumerate(d):
+            if t < _SEPARATOR_LIMIT:
+                return n, d[:i]
+        return n, d
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(g[0]) for g in self._gens)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the kept generations' indexes."""
+        with self._lock:
+            return sum(g[0].nbytes for g in self._gens)
+
+    def __repr__(self) -> str:
+        return f"SharedSuffixCache(max_tokens={self.max_tokens}, generations={self.generations}, min_n={self.min_n})"
+
+
 class _SuffixSession:
     """One request's index. Acceptance is read off the loop's own calls: the tokens
-    passed to ``extend`` after a ``propose`` start with the accepted part of that draft."""
+    passed to ``extend`` after a ``propose`` start with the accepted part of that draft.
+    With a shared cache, the request's output goes into it on ``close()`` (or when the
+    session is dropped)."""
 
-    __slots__ = ("index", "draft", "adaptive")
+    __slots__ = ("index", "draft", "adaptive", "shared", "output", "below", "window", "__weakref__")
 
-    def __init__(self, index: Any, prompt: Sequence[Any], adaptive: bool) -> None:
+    def __init__(self, index: Any, prompt: Sequence[Any], adaptive: bool, shared: Any = None, below: int = 8, window: int = 64) -> None:
         self.index = index
         self.adaptive = adaptive
         self.draft: list[Any] = []
+        self.shared = shared
+        self.output: list[Any] | None = [] if shared is not None else None
+        self.below = below
+        self.window = window
         if len(prompt):
             index.extend(prompt)
 
@@ -92,6 +191,8 @@ class _SuffixSession:
             self.index.record(len(d), n)
             self.draft = []
         self.index.extend(tokens)
+        if self.output is not None:
+            self.output.extend(tokens)
 
     def propose(self, max_k: int) -> list[Any]:
         ix = self.index
@@ -102,8 +203,28 @@ class _SuffixSession:
         else:
             k = max_k
         d = ix.propose(k)
+        if self.shared is not None and k > 0:
+            n = ix.match_length()
+            if n < self.below and (not d or n < ix.anchor_n or ix.match_end() < 0):
+                sn, sd = self.shared.lookup(ix.tokens[-self.window :], k)
+                if sn > n and sd:
+                    d = sd
         self.draft = d
         return d
+
+    def close(self) -> None:
+        """Hand the request's output to the shared cache (once)."""
+        out = self.output
+        if out is not None and self.shared is not None:
+            self.output = None
+            if out:
+                self.shared.add(out)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
 
 
 class SuffixDrafter:
@@ -129,6 +250,8 @@ class SuffixDrafter:
         anchor_n: int = 16,
         anchor_span: int = 64,
         anchor_misses: int = 4,
+        shared: SharedSuffixCache | None = None,
+        shared_below: int = 8,
         index_cls: Any = None,
     ) -> None:
         self._cls = SuffixIndex if index_cls is None else index_cls
@@ -148,9 +271,16 @@ class SuffixDrafter:
         self.anchor_n = anchor_n
         self.anchor_span = anchor_span
         self._cls(min_n, max_n, prefer, **self._kw)  # validate the arguments now
+        if shared is not None and not callable(getattr(shared, "lookup", None)):
+            raise TypeError(f"shared must be a SharedSuffixCache, got {type(shared).__name__}")
+        self.shared = shared
+        self.shared_below = check_count(shared_below, "shared_below")
 
     def session(self, prompt: Sequence[Any]) -> _SuffixSession:
-        return _SuffixSession(self._cls(self.min_n, self.max_n, self.prefer, **self._kw), prompt, self.adaptive)
+        return _SuffixSession(
+            self._cls(self.min_n, self.max_n, self.prefer, **self._kw), prompt, self.adaptive,
+            self.shared, self.shared_below,
+        )
 
     def __repr__(self) -> str:
         return (

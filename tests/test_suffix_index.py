@@ -554,3 +554,127 @@ def test_drafter_refuses_bad_settings():
         SuffixDrafter(0)
     with pytest.raises(ValueError, match="prefer"):
         SuffixDrafter(prefer="x")
+
+
+# ---------------------------------------------------------------------------------------
+# lookup and the shared cross-request cache
+# ---------------------------------------------------------------------------------------
+
+
+def reference_lookup(h, ctx, min_n, max_n, k):
+    """The longest suffix of ctx (min_n..max_n tokens) occurring anywhere in h, and the
+    k tokens after its first occurrence."""
+    top = len(ctx) if max_n is None else min(max_n, len(ctx))
+    for n in range(top, max(min_n, 1) - 1, -1):
+        needle = ctx[len(ctx) - n :]
+        ends = [e for e in range(n, len(h) + 1) if h[e - n : e] == needle]
+        if ends:
+            return n, h[ends[0] : ends[0] + k]
+    return 0, []
+
+
+@SETTINGS
+@given(
+    h=st.lists(st.integers(0, 3), max_size=40),
+    ctxs=st.lists(st.lists(st.integers(0, 4), max_size=12), min_size=1, max_size=4),
+    lo=st.integers(1, 3),
+    cap=st.one_of(st.none(), st.integers(0, 4)),
+    k=st.integers(0, 6),
+)
+def test_lookup_equals_reference(impl, h, ctxs, lo, cap, k):
+    sfx = impl.module("suffix_index")
+    hi = None if cap is None else lo + cap
+    ix = sfx.SuffixIndex(lo, hi)
+    ix.extend(h)
+    for ctx in ctxs:
+        n, d = ix.lookup(ctx, k)
+        assert (n, d) == reference_lookup(h, ctx, lo, hi, k)
+        assert ix.lookup(np.array(ctx, dtype=np.int32), k) == (n, d)
+
+
+def test_lookup_refusals(sfx):
+    ix = sfx.SuffixIndex(1)
+    ix.extend([1, 2, 3])
+    assert ix.lookup([1, 2], None) == (2, [3])
+    with pytest.raises(TypeError, match="context"):
+        ix.lookup([1.5])
+    with pytest.raises(ValueError, match="max_k"):
+        ix.lookup([1], -2)
+
+
+def test_shared_cache(impl):
+    from specfsm.suffix_index import SharedSuffixCache
+
+    sfx = impl.module("suffix_index")
+    cache = SharedSuffixCache(max_tokens=40, generations=2, min_n=2, index_cls=sfx.SuffixIndex)
+    cache.add([1, 2, 3, 4, 5])
+    cache.add([7, 8, 9])
+    assert cache.lookup([0, 2, 3], 4) == (2, [4, 5])   # stops at the output's end
+    assert cache.lookup([3, 4, 5], 4) == (3, [])
+    assert cache.lookup([5, 7], 4) == (0, [])          # no match spans two outputs
+    assert len(cache) == 10 and cache.nbytes > 0
+    # filling past max_tokens drops the least recently used generation
+    cache.add(list(range(100, 115)))                   # a second generation
+    assert cache.lookup([1, 2], 2) == (2, [3, 4])      # touches the first
+    cache.add(list(range(200, 215)))                   # a third: the second goes
+    assert cache.lookup([100, 101], 2) == (0, [])
+    assert cache.lookup([1, 2], 2) == (2, [3, 4])
+    assert cache.lookup([200, 201], 2) == (2, [202, 203])
+    with pytest.raises(TypeError, match="tokens"):
+        cache.add([[1, 2]])
+    with pytest.raises(ValueError, match="generations"):
+        SharedSuffixCache(10, 0)
+
+
+def test_shared_cache_from_threads(impl):
+    from specfsm.suffix_index import SharedSuffixCache
+
+    sfx = impl.module("suffix_index")
+    cache = SharedSuffixCache(max_tokens=20_000, generations=4, index_cls=sfx.SuffixIndex)
+    rng = np.random.default_rng(4)
+    outputs = [rng.integers(0, 40, size=300).tolist() for _ in range(40)]
+    errors = []
+
+    def work(i):
+        try:
+            for j in range(i, len(outputs), 4):
+                cache.add(outputs[j])
+                n, d = cache.lookup(outputs[j][:50], 8)
+                assert n >= 1 and len(d) <= 8
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(cache) <= 20_000
+
+
+def test_drafter_with_shared_cache_drafts_across_requests(impl):
+    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
+    from specfsm.suffix_index import SharedSuffixCache, SuffixDrafter
+
+    sfx = impl.module("suffix_index")
+    rng = np.random.default_rng(8)
+    template = rng.integers(0, 1000, size=200).tolist()
+    shared = SharedSuffixCache(index_cls=sfx.SuffixIndex)
+    d = SuffixDrafter(shared=shared, index_cls=sfx.SuffixIndex)
+    plain = SuffixDrafter(index_cls=sfx.SuffixIndex)
+
+    def run(drafter, prompt):
+        req = Request(prompt, len(template), target=TeacherForcedTarget(prompt, template))
+        sess_loop = SpeculativeLoop(None, drafter, 8)
+        return sess_loop.run(req, check=True).stats
+
+    run(d, [5000, 5001])                       # the first request fills the cache
+    s_shared = run(d, [6000, 6001])
+    s_plain = run(plain, [6000, 6001])
+    assert s_shared.evaluations < s_plain.evaluations / 3
+    sess = d.session([1, 2])
+    sess.extend([3])
+    sess.close()
+    sess.close()                               # once only
+    with pytest.raises(TypeError, match="shared"):
+        SuffixDrafter(shared=object())

@@ -336,6 +336,36 @@ class SuffixIndex:
         self._check_ready()
         return self._n if self._end >= 0 else 0
 
+    def lookup(self, context: object, max_k: object = None) -> tuple[int, list]:
+        """Match another sequence against the index: the longest suffix of ``context``
+        (at least ``min_n``, at most ``max_n`` tokens) that occurs anywhere in the
+        indexed tokens, and up to ``max_k`` (``draft_len`` when None) tokens after its
+        first occurrence. Returns ``(n, draft)``; ``(0, [])`` when no suffix of at least
+        ``min_n`` tokens occurs. O(len(context)) amortised."""
+        self._check_ready()
+        k = self._k if max_k is None else check_count(max_k, "max_k")
+        ctx = _as_ids(context, "context").tolist()
+        slen, link, nxt = self._slen, self._link, self._next
+        s = n = 0
+        for c in ctx:
+            while s and c not in nxt[s]:
+                s = link[s]
+                n = slen[s]
+            q = nxt[s].get(c)
+            if q is None:
+                s = n = 0
+            else:
+                s = q
+                n += 1
+        if n > self._hi:
+            n = self._hi
+            while slen[link[s]] >= n:
+                s = link[s]
+        if n < self._lo or n == 0:
+            return 0, []
+        e = self._first[s] + 1
+        return n, (self._toks[e : e + k] if k else [])
+
     def _start(self) -> int:
         if self._an and self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
             return self._anchor  # equals _end when the match is at least anchor_n long
