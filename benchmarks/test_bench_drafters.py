@@ -8,6 +8,10 @@ Run: pytest benchmarks/test_bench_drafters.py -c benchmarks/pytest.ini -s
 ``extra_info`` with ``--benchmark-json``). Arctic Inference's ``SuffixDecodingCache``
 joins when ``arctic-inference`` is installed (``pip install --no-deps arctic-inference``).
 
+The cross-request group replays a workload whose 48 requests repeat six templates
+(``template_traces``) with and without ``SharedSuffixCache``, against Arctic's
+per-request and global trees.
+
 Targets: at K = 8 at least 7.5 tokens per evaluation (Arctic: 6.54); at 128k tokens a
 proposal under 0.5 µs, extending under 100 ns per token, under 32 bytes per token.
 History: the default workload's prompts and outputs back to back (196k tokens), its
@@ -173,6 +177,73 @@ def test_extend(benchmark, name, length):
     benchmark.extra_info["bytes_per_token"] = None if nb is None else round(nb / length, 1)
     _row(name)[f"extend ns/tok {length // 1000}k"] = per
     _row(name)[f"B/tok {length // 1000}k"] = None if nb is None else nb / length
+
+
+# -- cross-request drafting: requests that repeat templates --------------------------------
+@functools.lru_cache(maxsize=1)
+def template_traces() -> list[tuple[list[int], list[int]]]:
+    """48 requests, each a fresh 40-token prompt and an output that is one of six
+    400-token templates (slices of the default workload's outputs) with every 25th
+    token replaced by a per-request value: the structure is shared across requests,
+    never in a request's own prompt."""
+    rng = np.random.default_rng(0)
+    src = [t.output for t in workload().traces]
+    templates = [src[i][100:500] for i in range(6)]
+    out = []
+    for r in range(48):
+        t = list(templates[r % 6])
+        for j in range(10, len(t), 25):
+            t[j] = int(rng.integers(50_000, 50_100))
+        out.append((rng.integers(60_000, 61_000, size=40).tolist(), t))
+    return out
+
+
+CROSS = ["suffix, own history", "suffix + shared cache", "arctic local", "arctic global"]
+
+
+def cross_drafter(name: str):
+    if name.startswith("suffix"):
+        from specfsm.suffix_index import SharedSuffixCache, SuffixDrafter
+
+        cls = _compiled("suffix_index").SuffixIndex
+        shared = SharedSuffixCache(1 << 20, index_cls=cls) if "shared" in name else None
+        return SuffixDrafter(shared=shared, index_cls=cls)
+    pytest.importorskip("arctic_inference.suffix_decoding", reason="arctic-inference is not installed")
+    from specfsm.suffix_index import ArcticDrafter
+
+    return ArcticDrafter(max_tree_depth=24, max_cached_requests=-1 if "global" in name else 0)
+
+
+def cross_tpe(name: str, k: int, batch: int = 8) -> float:
+    """Requests run in batches of 8 (replay's default), so later batches can draft
+    from earlier batches' outputs."""
+    import gc
+
+    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
+
+    drafter = cross_drafter(name)
+    traces = template_traces()
+    res = []
+    for i in range(0, len(traces), batch):
+        reqs = [Request(p, len(o), target=TeacherForcedTarget(p, o)) for p, o in traces[i : i + batch]]
+        res += SpeculativeLoop(None, drafter, k).run_batch(reqs)
+        gc.collect()  # finished sessions hand their outputs to the shared cache
+    return sum(r.stats.output_tokens for r in res) / sum(r.stats.evaluations for r in res)
+
+
+@pytest.mark.parametrize("name", CROSS)
+def test_cross_request_tokens_per_evaluation(benchmark, name):
+    _compiled("suffix_index")
+    benchmark.group = "template workload, K=8 (48 requests)"
+    tpe = {}
+    for k in KS:
+        if k == 8:
+            tpe[k] = benchmark.pedantic(cross_tpe, args=(name, k), rounds=1, iterations=1)
+        else:
+            tpe[k] = cross_tpe(name, k)
+    for k in KS:
+        benchmark.extra_info[f"tokens_per_evaluation_k{k}"] = round(tpe[k], 3)
+        SUMMARY.setdefault(f"[templates] {name}", {})[f"K={k}"] = tpe[k]
 
 
 def test_print_summary():
