@@ -154,8 +154,10 @@ cdef int _add_edge(sam_t* m, int32_t src, int64_t c, int32_t dst) noexcept nogil
     if (m.n_ed + 1) * 3 > m.cap_sl * 2:
         if _grow_slots(m) < 0:
             return -1
+    if m.n_ed >= 0x7FFFFFFF:
+        return -1         # edge numbers are 32-bit
     if m.n_ed == m.cap_ed:
-        cap = m.cap_ed * 2
+        cap = m.cap_ed + (m.cap_ed >> 1)
         ne = <edge_t*>realloc(m.ed, cap * sizeof(edge_t))
         if ne == NULL:
             return -1
@@ -181,8 +183,10 @@ cdef int _add_edge(sam_t* m, int32_t src, int64_t c, int32_t dst) noexcept nogil
 cdef int32_t _new_state(sam_t* m, int32_t ln, int32_t link, int32_t first, int32_t last) noexcept nogil:
     cdef state_t* ns
     cdef int64_t cap
+    if m.n_st >= 0x7FFFFFFF:
+        return -1
     if m.n_st == m.cap_st:
-        cap = m.cap_st * 2
+        cap = m.cap_st + (m.cap_st >> 1)
         ns = <state_t*>realloc(m.st, cap * sizeof(state_t))
         if ns == NULL:
             return -1
@@ -540,7 +544,10 @@ cdef class SuffixIndex:
         self._len = done
         if done < total:
             self._broken = 1
-            raise MemoryError(f"SuffixIndex could not grow its tables (after {done} tokens)")
+            raise MemoryError(
+                f"SuffixIndex could not grow its tables (after {done} tokens): out of memory "
+                "or past 2**31 - 1 states or edges; the index is unusable now"
+            )
         return 0
 
     def propose(self, max_k=None):

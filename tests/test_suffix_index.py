@@ -678,3 +678,18 @@ def test_drafter_with_shared_cache_drafts_across_requests(impl):
     sess.close()                               # once only
     with pytest.raises(TypeError, match="shared"):
         SuffixDrafter(shared=object())
+
+
+def test_uninitialised_or_reinitialised_compiled_index(impl):
+    if impl.name == "python":
+        pytest.skip("the twin is a plain Python class; only the compiled one has C state to guard")
+    S = impl.module("suffix_index").SuffixIndex
+    raw = S.__new__(S)
+    for call in (lambda: raw.propose(2), lambda: raw.extend([1]), lambda: raw.append(1),
+                 lambda: raw.lookup([1]), lambda: raw.match_end(), lambda: pickle.dumps(raw)):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
+    assert raw.nbytes == 0 and len(raw) == 0
+    ix = S(1)
+    with pytest.raises(RuntimeError, match="only once"):
+        ix.__init__(2)
