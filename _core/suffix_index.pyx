@@ -4,8 +4,8 @@
 Same names and behaviour as the twin ``specfsm._py.suffix_index`` (whose argument checks
 this module imports, so both raise the same errors; the rule is in its docstring).
 
-Layout. States are 20-byte records (length, suffix link, first and last end position,
-first outgoing edge). Edges are 12-byte records (source, target, next sibling) in one
+Layout. States are 16-byte records (length, suffix link, first end position, first
+outgoing edge), plus a 4-byte last end position for ``prefer="latest"``. Edges are 12-byte records (source, target, next sibling) in one
 array; an edge's token is not stored: it is the token at the target's first end
 position. One open-addressing table of 8-byte slots (32-bit hash tag, edge number),
 at a load factor of at most 2/3, maps (state, token) to the edge. Positions and state
@@ -55,7 +55,6 @@ ctypedef struct state_t:
     int32_t len           # length of the state's longest string
     int32_t link          # suffix link (-1 for the root)
     int32_t first         # first end position (inclusive) of its strings
-    int32_t last          # last end position seen (kept for prefer="latest")
     int32_t head          # first outgoing edge, -1: none
 
 ctypedef struct edge_t:
@@ -70,6 +69,7 @@ ctypedef struct slot_t:
 ctypedef struct sam_t:
     int64_t* tok          # the index's token buffer (owned by the numpy array _buf)
     state_t* st
+    int32_t* last         # per state, its last end position (prefer="latest" only)
     int64_t n_st, cap_st
     edge_t* ed
     int64_t n_ed, cap_ed
@@ -182,14 +182,20 @@ cdef int _add_edge(sam_t* m, int32_t src, int64_t c, int32_t dst) noexcept nogil
 
 cdef int32_t _new_state(sam_t* m, int32_t ln, int32_t link, int32_t first, int32_t last) noexcept nogil:
     cdef state_t* ns
+    cdef int32_t* nl
     cdef int64_t cap
     if m.n_st >= 0x7FFFFFFF:
         return -1
     if m.n_st == m.cap_st:
         cap = m.cap_st + (m.cap_st >> 1)
+        if m.last != NULL:
+            nl = <int32_t*>realloc(m.last, cap * sizeof(int32_t))
+            if nl == NULL:
+                return -1
+            m.last = nl
         ns = <state_t*>realloc(m.st, cap * sizeof(state_t))
         if ns == NULL:
-            return -1
+            return -1     # m.last may be larger than cap_st: harmless
         m.st = ns
         m.cap_st = cap
     cdef int32_t v = <int32_t>m.n_st
@@ -197,7 +203,8 @@ cdef int32_t _new_state(sam_t* m, int32_t ln, int32_t link, int32_t first, int32
     m.st[v].len = ln
     m.st[v].link = link
     m.st[v].first = first
-    m.st[v].last = last
+    if m.last != NULL:
+        m.last[v] = last
     m.st[v].head = -1
     return v
 
@@ -228,7 +235,8 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
         if m.st[p].len + 1 == m.st[q].len:
             m.st[cur].link = q
         else:
-            clone = _new_state(m, m.st[p].len + 1, m.st[q].link, m.st[q].first, m.st[q].last)
+            clone = _new_state(m, m.st[p].len + 1, m.st[q].link, m.st[q].first,
+                               m.last[q] if m.last != NULL else -1)
             if clone < 0:
                 return -1
             e = m.st[q].head
@@ -269,7 +277,7 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
     m.s = s
     m.n = n
     if n >= m.lo:
-        m.end = (m.st[s].first if m.earliest else m.st[s].last) + 1
+        m.end = (m.st[s].first if m.earliest else m.last[s]) + 1
     else:
         m.end = -1
     if m.an:
@@ -285,7 +293,7 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
     if not m.earliest:
         v = s
         while v > 0 and m.st[v].len >= m.lo:
-            m.st[v].last = <int32_t>i
+            m.last[v] = <int32_t>i
             v = m.st[v].link
     return 0
 
@@ -364,6 +372,11 @@ cdef class SuffixIndex:
         self.m.cap_sl = 1 << MIN_BITS
         self.m.shift = 32 - MIN_BITS
         self.m.st = <state_t*>malloc(self.m.cap_st * sizeof(state_t))
+        if not earliest:
+            self.m.last = <int32_t*>malloc(self.m.cap_st * sizeof(int32_t))
+            if self.m.last == NULL:
+                raise MemoryError()
+            self.m.last[0] = -1
         self.m.ed = <edge_t*>malloc(self.m.cap_ed * sizeof(edge_t))
         self.m.sl = <slot_t*>malloc(self.m.cap_sl * sizeof(slot_t))
         if self.m.st == NULL or self.m.ed == NULL or self.m.sl == NULL:
@@ -373,7 +386,6 @@ cdef class SuffixIndex:
         self.m.st[0].len = 0
         self.m.st[0].link = -1
         self.m.st[0].first = -1
-        self.m.st[0].last = -1
         self.m.st[0].head = -1
         self.m.n_ed = 0
         self.m.tail = 0
@@ -384,6 +396,7 @@ cdef class SuffixIndex:
 
     def __dealloc__(self):
         free(self.m.st)
+        free(self.m.last)
         free(self.m.ed)
         free(self.m.sl)
 
@@ -447,6 +460,7 @@ cdef class SuffixIndex:
         if self.m.st == NULL:
             return 0
         return (self._buf.nbytes + self.m.cap_st * sizeof(state_t)
+                + (self.m.cap_st * sizeof(int32_t) if self.m.last != NULL else 0)
                 + self.m.cap_ed * sizeof(edge_t) + self.m.cap_sl * sizeof(slot_t))
 
     @property
