@@ -5,10 +5,10 @@ Same names and behaviour as the twin ``specfsm._py.suffix_index`` (whose argumen
 this module imports, so both raise the same errors; the rule is in its docstring).
 
 Layout. States are 16-byte records (length, suffix link, first end position, first
-outgoing edge), plus a 4-byte last end position for ``prefer="latest"``. Edges are 12-byte records (source, target, next sibling) in one
-array; an edge's token is not stored: it is the token at the target's first end
-position. One open-addressing table of 8-byte slots (32-bit hash tag, edge number),
-at a load factor of at most 2/3, maps (state, token) to the edge. Positions and state
+outgoing edge), plus a 4-byte last end position for ``prefer="latest"``. Edges are 8-byte records (target, next sibling of the same source) in
+one array; an edge's token is not stored: it is the token at the target's first end
+position. One open-addressing table of 8-byte slots (source state, edge number), at a
+load factor of at most 2/3, maps (state, token) to the edge. Positions and state
 numbers are 32-bit.
 
 Thread safety. ``extend`` sets a writing flag before it converts its argument (that
@@ -58,12 +58,11 @@ ctypedef struct state_t:
     int32_t head          # first outgoing edge, -1: none
 
 ctypedef struct edge_t:
-    int32_t src
     int32_t dst
     int32_t sib           # next edge of the same source, -1: none
 
 ctypedef struct slot_t:
-    uint32_t tag
+    int32_t src           # the edge's source state
     int32_t edge          # -1: empty
 
 ctypedef struct sam_t:
@@ -75,7 +74,7 @@ ctypedef struct sam_t:
     int64_t n_ed, cap_ed
     slot_t* sl
     int64_t cap_sl        # a power of two
-    int shift             # 32 - log2(cap_sl)
+    int shift             # 64 - log2(cap_sl): home slot = hash >> shift
     int32_t tail          # the state of the whole history
     int32_t s             # the state of the current (capped) match
     int64_t n             # its length
@@ -108,25 +107,24 @@ cdef inline uint64_t _hash(int32_t src, int64_t c) noexcept nogil:
 
 cdef inline int32_t _find(const sam_t* m, int32_t src, int64_t c) noexcept nogil:
     """The edge (src, c), or -1."""
-    cdef uint64_t h = _hash(src, c)
-    cdef uint32_t tag = <uint32_t>(h >> 32)
     cdef uint64_t mask = <uint64_t>(m.cap_sl - 1)
-    cdef uint64_t idx = (<uint64_t>tag) >> m.shift
+    cdef uint64_t idx = _hash(src, c) >> m.shift
     cdef int32_t e
     while True:
         e = m.sl[idx].edge
         if e < 0:
             return -1
-        if m.sl[idx].tag == tag and m.ed[e].src == src and m.tok[m.st[m.ed[e].dst].first] == c:
+        if m.sl[idx].src == src and m.tok[m.st[m.ed[e].dst].first] == c:
             return e
         idx = (idx + 1) & mask
 
 
 cdef int _grow_slots(sam_t* m) noexcept nogil:
-    """Double the slot table (rehashing by tag); -1 when out of memory."""
+    """Double the slot table (rehashing each edge by its source and token); -1 when out
+    of memory."""
     cdef int64_t cap = m.cap_sl * 2
     cdef int shift = m.shift - 1
-    if shift < 0:
+    if shift < 32:
         return -1
     cdef slot_t* new = <slot_t*>malloc(cap * sizeof(slot_t))
     if new == NULL:
@@ -136,7 +134,7 @@ cdef int _grow_slots(sam_t* m) noexcept nogil:
     cdef uint64_t i, j
     for i in range(<uint64_t>m.cap_sl):
         if m.sl[i].edge >= 0:
-            j = (<uint64_t>m.sl[i].tag) >> shift
+            j = _hash(m.sl[i].src, m.tok[m.st[m.ed[m.sl[i].edge].dst].first]) >> shift
             while new[j].edge >= 0:
                 j = (j + 1) & mask
             new[j] = m.sl[i]
@@ -165,17 +163,14 @@ cdef int _add_edge(sam_t* m, int32_t src, int64_t c, int32_t dst) noexcept nogil
         m.cap_ed = cap
     cdef int32_t e = <int32_t>m.n_ed
     m.n_ed += 1
-    m.ed[e].src = src
     m.ed[e].dst = dst
     m.ed[e].sib = m.st[src].head
     m.st[src].head = e
-    cdef uint64_t h = _hash(src, c)
-    cdef uint32_t tag = <uint32_t>(h >> 32)
     cdef uint64_t mask = <uint64_t>(m.cap_sl - 1)
-    cdef uint64_t idx = (<uint64_t>tag) >> m.shift
+    cdef uint64_t idx = _hash(src, c) >> m.shift
     while m.sl[idx].edge >= 0:
         idx = (idx + 1) & mask
-    m.sl[idx].tag = tag
+    m.sl[idx].src = src
     m.sl[idx].edge = e
     return 0
 
@@ -370,7 +365,7 @@ cdef class SuffixIndex:
         self.m.cap_st = 64
         self.m.cap_ed = 64
         self.m.cap_sl = 1 << MIN_BITS
-        self.m.shift = 32 - MIN_BITS
+        self.m.shift = 64 - MIN_BITS
         self.m.st = <state_t*>malloc(self.m.cap_st * sizeof(state_t))
         if not earliest:
             self.m.last = <int32_t*>malloc(self.m.cap_st * sizeof(int32_t))
