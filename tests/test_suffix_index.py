@@ -693,3 +693,19 @@ def test_uninitialised_or_reinitialised_compiled_index(impl):
     ix = S(1)
     with pytest.raises(RuntimeError, match="only once"):
         ix.__init__(2)
+
+
+def test_arctic_drafter_in_loop():
+    """The comparison drafter (optional package) drafts only verified-equal output."""
+    pytest.importorskip("arctic_inference.suffix_decoding", reason="arctic-inference is not installed")
+    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
+    from specfsm.suffix_index import ArcticDrafter, arctic_available
+
+    assert arctic_available()
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(0, 30, size=200).tolist()
+    out = prompt[20:150] + rng.integers(0, 30, size=30).tolist()
+    req = Request(prompt, len(out), target=TeacherForcedTarget(prompt, out))
+    res = SpeculativeLoop(None, ArcticDrafter(), 8).run(req, check=True)
+    assert res.output == out and res.stats.evaluations < len(out)
+    assert "ArcticDrafter(max_tree_depth=24)" == repr(ArcticDrafter())
