@@ -1,0 +1,489 @@
+"""Unbounded longest-match drafting over a suffix automaton (pure-Python twin).
+
+The compiled module ``specfsm._core.suffix_index`` has the same names and behaviour and
+imports its argument checks from here, so both raise the same errors.
+
+The rule (both implementations). After ``L`` tokens ``t[0:L]``, the match length ``n``
+is the largest ``n <= max_n`` (no cap when ``max_n`` is None) such that ``t[L-n:L]``
+also occurs as ``t[e-n:e]`` with ``e <= L - 1``: an earlier occurrence, other than the
+suffix itself, that is followed by at least one token. When ``n < min_n`` nothing
+matches. Among that n's occurrences the one with the largest ``e`` (``"latest"``) or
+the smallest ``e`` (``"earliest"``) is chosen, and the draft is ``t[e:e+max_k]``. With
+a finite ``max_n`` this is exactly ``ngram_index.longest_match(t, min_n, max_n, ...)``.
+
+The index is a suffix automaton: each state keeps the length of its longest string,
+its suffix link and the first and (for ``"latest"``) last end position of its strings;
+a cursor follows the state of the current capped match, so ``extend`` costs amortised
+O(1) automaton work per token (``"latest"`` also refreshes the last end position of the
+cursor's ancestors with length at least ``min_n``: O(1) typically, at most
+O(min(max_n, L)) per token) and ``propose`` only copies the draft.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+from .._validate import check_count
+from .ngram_index import (
+    GROW_STEP,
+    SHRINK_STEP,
+    _as_ids,
+    _check_batch_k,
+    _check_draft_limits,
+    _check_prefer,
+    _check_record,
+)
+
+__all__ = ["SuffixIndex", "propose_batch", "record_batch"]
+
+#: positions and states are 32-bit: an index holds at most this many tokens
+MAX_SUFFIX_TOKENS = 2**30 - 1
+#: ``max_n=None`` (no cap) is stored as this
+UNBOUNDED = MAX_SUFFIX_TOKENS + 1
+
+
+def _check_suffix_range(min_n: object, max_n: object) -> tuple[int, int]:
+    """``(min_n, max_n)`` as ints, ``max_n=None`` meaning no cap (``UNBOUNDED``).
+    Refuses ``min_n < 1`` and ``min_n > max_n``."""
+    lo = check_count(min_n, "min_n")
+    if lo < 1:
+        raise ValueError(f"min_n must be at least 1, got {lo}")
+    if max_n is None:
+        return min(lo, UNBOUNDED), UNBOUNDED
+    hi = check_count(max_n, "max_n")
+    if hi < lo:
+        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
+    return min(lo, UNBOUNDED), min(hi, UNBOUNDED)
+
+
+def _check_anchor(anchor_n: object, anchor_span: object, anchor_misses: object) -> tuple[int, int, int]:
+    """``(anchor_n, anchor_span, anchor_misses)`` as counts (``anchor_n=0`` switches the
+    anchor off), capped at ``MAX_SUFFIX_TOKENS``."""
+    an = check_count(anchor_n, "anchor_n")
+    span = check_count(anchor_span, "anchor_span")
+    miss = check_count(anchor_misses, "anchor_misses")
+    return min(an, MAX_SUFFIX_TOKENS), min(span, MAX_SUFFIX_TOKENS), min(miss, MAX_SUFFIX_TOKENS)
+
+
+def _check_restore(stats: object) -> tuple[int, int, int, int]:
+    """Pickled statistics ``(steps, drafted, accepted, full_accepts)``, checked to be
+    counts that some sequence of ``record`` calls could have produced."""
+    if not isinstance(stats, tuple) or len(stats) != 4:
+        raise ValueError(f"stats must be a tuple of 4 counts, got {stats!r}")
+    steps, drafted, accepted, full = (check_count(v, name) for v, name in zip(stats, ("steps", "drafted", "accepted", "full_accepts")))
+    if accepted > drafted:
+        raise ValueError(f"stats: accepted={accepted} is beyond drafted={drafted}")
+    if full > steps:
+        raise ValueError(f"stats: full_accepts={full} is beyond steps={steps}")
+    limit = 2**62
+    if steps > limit or drafted > limit:
+        raise ValueError("stats: counts beyond 2**62")
+    return steps, drafted, accepted, full
+
+
+def _index_list(indexes: object, cls: type) -> list:
+    """The batch's indexes as a list, each an instance of this implementation's class."""
+    if isinstance(indexes, cls):
+        raise TypeError("indexes must be a sequence of SuffixIndex, got a single SuffixIndex")
+    try:
+        out = list(indexes)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(
+            f"indexes must be a sequence of SuffixIndex, got {type(indexes).__name__}"
+        ) from None
+    for i, ix in enumerate(out):
+        if not isinstance(ix, cls):
+            raise TypeError(
+                f"indexes[{i}] must be a SuffixIndex of the same implementation, "
+                f"got {type(ix).__module__}.{type(ix).__name__}"
+            )
+    return out
+
+
+class SuffixIndex:
+    """An incremental longest-match index over one request's verified tokens.
+
+    ``extend`` appends tokens (amortised O(1) per token); ``propose(max_k)`` returns, as
+    a list, the tokens that followed the chosen earlier occurrence of the longest
+    matching suffix (module docstring), in O(max_k). ``max_n=None`` puts no cap on the
+    match length. The draft length is ``max_k`` or, when that is None, ``draft_len``;
+    with ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a
+    fully accepted draft and shortens it by 1 after a rejection, within
+    ``[min_draft, max_draft]``.
+
+    The anchor (``anchor_n > 0``): a match of at least ``anchor_n`` tokens sets the
+    anchor to its continuation; while later matches are shorter, the anchor moves one
+    position per appended token, as if the tokens that broke the match replaced as many
+    earlier ones (an edit that renames or substitutes), and for up to ``anchor_span``
+    tokens, unless more than ``anchor_misses`` of them differed from the anchored text,
+    the draft is taken from the anchor instead of from the short match.
+    """
+
+    def __init__(
+        self,
+        min_n: object = 1,
+        max_n: object = None,
+        prefer: object = "earliest",
+        *,
+        draft_len: object = 8,
+        adaptive: object = False,
+        min_draft: object = 1,
+        max_draft: object = 32,
+        anchor_n: object = 0,
+        anchor_span: object = 64,
+        anchor_misses: object = 4,
+    ) -> None:
+        self._lo, self._hi = _check_suffix_range(min_n, max_n)
+        self._an, self._aspan, self._amiss = _check_anchor(anchor_n, anchor_span, anchor_misses)
+        self._earliest = _check_prefer(prefer) == 1
+        self._k, self._kmin, self._kmax = _check_draft_limits(draft_len, min_draft, max_draft)
+        self._adaptive = bool(adaptive)
+        self._lock = threading.Lock()  # held by extend: other calls meanwhile are refused
+        self._toks: list[int] = []
+        # the automaton: state 0 is the root (the empty string)
+        self._slen: list[int] = [0]
+        self._link: list[int] = [-1]
+        self._first: list[int] = [-1]
+        self._lastp: list[int] = [-1]
+        self._next: list[dict[int, int]] = [{}]
+        self._tail = 0          # the state of the whole history
+        self._s = 0             # the state of the current (capped) match
+        self._n = 0             # its length
+        self._end = -1          # end (exclusive) of the chosen occurrence, -1: none
+        self._anchor = -1       # where the last long match's continuation has got to
+        self._carry = 0         # tokens appended since the anchor was last set
+        self._misses = 0        # of which differed from the anchored text
+        self._steps = 0
+        self._drafted = 0
+        self._accepted = 0
+        self._full = 0
+
+    # -- configuration ------------------------------------------------------------
+    @property
+    def min_n(self) -> int:
+        return self._lo
+
+    @property
+    def max_n(self) -> int | None:
+        return None if self._hi >= UNBOUNDED else self._hi
+
+    @property
+    def prefer(self) -> str:
+        return "earliest" if self._earliest else "latest"
+
+    @property
+    def adaptive(self) -> bool:
+        return self._adaptive
+
+    @property
+    def draft_len(self) -> int:
+        """The draft length ``propose()`` uses when ``max_k`` is None."""
+        return self._k
+
+    # -- contents -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._toks)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The indexed tokens, as a read-only int64 array."""
+        arr = np.asarray(self._toks, dtype=np.int64)
+        arr.flags.writeable = False
+        return arr
+
+    @property
+    def n_edges(self) -> int:
+        """Transitions of the automaton."""
+        return sum(len(d) for d in self._next)
+
+    @property
+    def n_states(self) -> int:
+        """States of the automaton, the root included (at most ``2 * len - 1`` + 1)."""
+        return len(self._slen)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this index holds (Python objects, estimated with ``sys.getsizeof``)."""
+        total = sum(sys.getsizeof(x) for x in (self._toks, self._slen, self._link, self._first, self._lastp, self._next))
+        for d in self._next:
+            total += sys.getsizeof(d)
+        return total
+
+    @property
+    def bytes_per_token(self) -> float:
+        """``nbytes`` per indexed token (0.0 while empty)."""
+        n = len(self._toks)
+        return self.nbytes / n if n else 0.0
+
+    def extend(self, tokens: object) -> None:
+        """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("SuffixIndex is being extended by another thread")
+        try:
+            new = _as_ids(tokens, "tokens").tolist()
+            if len(self._toks) + len(new) > MAX_SUFFIX_TOKENS:
+                raise OverflowError(
+                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
+                    f"{len(self._toks)} + {len(new)} is too many"
+                )
+            for c in new:
+                self._add(c)
+        finally:
+            self._lock.release()
+
+    def _check_ready(self) -> None:
+        if self._lock.locked():
+            raise RuntimeError("SuffixIndex is being extended by another thread")
+
+    def append(self, token: object) -> None:
+        """Append one verified token."""
+        self.extend([token])
+
+    def _add(self, c: int) -> None:
+        toks, slen, link, first, lastp, nxt = (
+            self._toks, self._slen, self._link, self._first, self._lastp, self._next
+        )
+        i = len(toks)
+        toks.append(c)
+        cur = len(slen)
+        slen.append(slen[self._tail] + 1)
+        link.append(-1)
+        first.append(i)
+        lastp.append(i)
+        nxt.append({})
+        p = self._tail
+        while p != -1 and c not in nxt[p]:
+            nxt[p][c] = cur
+            p = link[p]
+        s, n = self._s, self._n
+        if p == -1:
+            link[cur] = 0
+        else:
+            q = nxt[p][c]
+            if slen[p] + 1 == slen[q]:
+                link[cur] = q
+            else:
+                clone = len(slen)
+                slen.append(slen[p] + 1)
+                link.append(link[q])
+                first.append(first[q])
+                lastp.append(lastp[q])
+                nxt.append(dict(nxt[q]))
+                while p != -1 and nxt[p].get(c) == q:
+                    nxt[p][c] = clone
+                    p = link[p]
+                link[q] = link[cur] = clone
+                if s == q and n <= slen[clone]:
+                    s = clone  # the cursor's string moved to the clone
+        self._tail = cur
+        # the cursor: the longest suffix (at most max_n) with an earlier occurrence
+        if self._hi >= UNBOUNDED:
+            s = link[cur]
+            n = slen[s]
+        else:
+            while True:
+                q = nxt[s].get(c, -1)
+                if q >= 0 and q != cur:
+                    s = q
+                    n += 1
+                    break
+                if s == 0:
+                    n = 0
+                    break
+                s = link[s]
+                n = slen[s]
+            if n > self._hi:
+                n = self._hi
+                if slen[link[s]] >= n:
+                    s = link[s]
+        self._s, self._n = s, n
+        if n >= self._lo:
+            self._end = (first[s] if self._earliest else lastp[s]) + 1
+        else:
+            self._end = -1
+        if self._an:
+            if self._end >= 0 and n >= self._an:
+                self._anchor = self._end
+                self._carry = 0
+                self._misses = 0
+            elif self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+                if toks[self._anchor] != c:
+                    self._misses += 1
+                self._anchor += 1
+                self._carry += 1
+        if not self._earliest:
+            v = s
+            lo = self._lo
+            while v > 0 and slen[v] >= lo:
+                lastp[v] = i
+                v = link[v]
+
+    def propose(self, max_k: object = None) -> list:
+        """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
+        chosen earlier occurrence of the longest matching suffix; empty when none."""
+        self._check_ready()
+        k = self._k if max_k is None else check_count(max_k, "max_k")
+        end = self._start()
+        if end < 0 or k == 0:
+            return []
+        return self._toks[end : end + k]
+
+    def match_length(self) -> int:
+        """The n of the current match (0 when nothing matches)."""
+        self._check_ready()
+        return self._n if self._end >= 0 else 0
+
+    def lookup(self, context: object, max_k: object = None) -> tuple[int, list]:
+        """Match another sequence against the index: the longest suffix of ``context``
+        (at least ``min_n``, at most ``max_n`` tokens) that occurs anywhere in the
+        indexed tokens, and up to ``max_k`` (``draft_len`` when None) tokens after its
+        first occurrence. Returns ``(n, draft)``; ``(0, [])`` when no suffix of at least
+        ``min_n`` tokens occurs. O(len(context)) amortised."""
+        self._check_ready()
+        k = self._k if max_k is None else check_count(max_k, "max_k")
+        ctx = _as_ids(context, "context").tolist()
+        slen, link, nxt = self._slen, self._link, self._next
+        s = n = 0
+        for c in ctx:
+            while s and c not in nxt[s]:
+                s = link[s]
+                n = slen[s]
+            q = nxt[s].get(c)
+            if q is None:
+                s = n = 0
+            else:
+                s = q
+                n += 1
+        if n > self._hi:
+            n = self._hi
+            while slen[link[s]] >= n:
+                s = link[s]
+        if n < self._lo or n == 0:
+            return 0, []
+        e = self._first[s] + 1
+        return n, (self._toks[e : e + k] if k else [])
+
+    def _start(self) -> int:
+        if self._an and self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+            return self._anchor  # equals _end when the match is at least anchor_n long
+        return self._end
+
+    def match_end(self) -> int:
+        """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
+        or the anchor when it applies; -1 when there is nothing to draft."""
+        self._check_ready()
+        return self._start()
+
+    @property
+    def anchor_n(self) -> int:
+        """Matches at least this long set the anchor (0: no anchor)."""
+        return self._an
+
+    @property
+    def anchor_span(self) -> int:
+        """How many tokens past the last long match the anchor keeps drafting."""
+        return self._aspan
+
+    @property
+    def anchor_misses(self) -> int:
+        """How many appended tokens may differ from the anchored text before the anchor
+        is dropped."""
+        return self._amiss
+
+    # -- acceptance statistics and the adaptive draft length ---------------------
+    def record(self, proposed: object, accepted: object) -> int:
+        """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
+        the draft length to use next (changed only when ``adaptive``)."""
+        p, a = _check_record(proposed, accepted)
+        self._record(p, a)
+        return self._k
+
+    def _record(self, p: int, a: int) -> None:
+        self._steps += 1
+        self._drafted += p
+        self._accepted += a
+        if p > 0 and a == p:
+            self._full += 1
+        if self._adaptive and p > 0:
+            if a == p:
+                self._k = min(self._k + GROW_STEP, self._kmax)
+            else:
+                self._k = max(self._k - SHRINK_STEP, self._kmin)
+
+    @property
+    def stats(self) -> dict:
+        """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
+        accepted drafts, the acceptance rate and the current draft length."""
+        return {
+            "steps": self._steps,
+            "drafted": self._drafted,
+            "accepted": self._accepted,
+            "full_accepts": self._full,
+            "acceptance_rate": self._accepted / self._drafted if self._drafted else 0.0,
+            "draft_len": self._k,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"SuffixIndex(min_n={self._lo}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"len={len(self._toks)})"
+        )
+
+    def __reduce__(self):
+        # pickled (and copied) as its settings, tokens and statistics; re-indexed on load
+        self._check_ready()
+        return (
+            _rebuild,
+            (type(self), self._lo, self.max_n, self.prefer, self._k, self._adaptive,
+             self._kmin, self._kmax, np.array(self._toks, dtype=np.int64),
+             (self._steps, self._drafted, self._accepted, self._full), self._an, self._aspan, self._amiss),
+        )
+
+    def _restore_stats(self, stats: object) -> None:
+        self._steps, self._drafted, self._accepted, self._full = _check_restore(stats)
+
+
+def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
+    if not (isinstance(cls, type) and issubclass(cls, SuffixIndex)):
+        raise TypeError(f"cannot rebuild a SuffixIndex as {cls!r}")
+    ix = cls(lo, hi, prefer, draft_len=k, adaptive=bool(adaptive), min_draft=kmin,
+             max_draft=kmax, anchor_n=an, anchor_span=aspan, anchor_misses=amiss)
+    ix.extend(tokens)
+    ix._restore_stats(stats)
+    return ix
+
+
+def propose_batch(indexes: object, max_k: object = None):
+    """``propose`` for B indexes in one call: ``max_k`` is one count, one per index, or
+    None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64)."""
+    ixs = _index_list(indexes, SuffixIndex)
+    b = len(ixs)
+    ks = _check_batch_k(max_k, b, [ix._k for ix in ixs])
+    pieces: list[int] = []
+    lengths = np.zeros(b, dtype=np.int64)
+    for i, ix in enumerate(ixs):
+        piece = ix.propose(int(ks[i]))
+        pieces.extend(piece)
+        lengths[i] = len(piece)
+    off = np.zeros(b + 1, dtype=np.int64)
+    np.cumsum(lengths, out=off[1:])
+    return np.asarray(pieces, dtype=np.int64), off, lengths
+
+
+def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:
+    """``record`` for B indexes: one count each in ``proposed`` and ``accepted``.
+    Returns the next draft lengths (int64)."""
+    ixs = _index_list(indexes, SuffixIndex)
+    b = len(ixs)
+    p = _check_batch_k(proposed, b, None, "proposed")
+    a = _check_batch_k(accepted, b, None, "accepted")
+    for i in range(b):
+        if a[i] > p[i]:
+            raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
+    out = np.empty(b, dtype=np.int64)
+    for i, ix in enumerate(ixs):
+        out[i] = ix.record(int(p[i]), int(a[i]))
+    return out

@@ -1,0 +1,371 @@
+"""Unbounded longest-match drafting: a suffix-automaton index, batches, a drafter.
+
+``SuffixIndex`` keeps one request's verified tokens in a suffix automaton, so the
+longest earlier occurrence of the current suffix (no cap on its length) is known after
+every token, at amortised O(1) cost per token; ``propose`` copies the tokens that
+followed it. ``propose_batch`` and ``record_batch`` serve B indexes per call.
+``SuffixDrafter`` plugs the index into ``specfsm.loop.SpeculativeLoop``. Every class and
+function runs on the compiled core, or on its pure-Python twin where that is not built
+(``specfsm._impl``).
+
+The rule: after ``L`` tokens ``t``, the match length ``n`` is the largest
+``n <= max_n`` (unbounded when ``max_n`` is None) such that ``t[L-n:L]`` also occurs as
+``t[e-n:e]`` with ``e <= L - 1`` (an earlier occurrence, followed by at least one
+token); nothing matches when ``n < min_n``. Of that n's occurrences the one with the
+largest ``e`` (``prefer="latest"``) or the smallest (``"earliest"``) is chosen and the
+draft is ``t[e:e+max_k]``. With a finite ``max_n`` this equals
+``specfsm.ngram_index.longest_match(t, min_n, max_n, max_k, prefer)``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _impl
+from ._validate import check_count
+
+if TYPE_CHECKING:  # type checkers read the twin
+    from ._py import suffix_index as _k
+else:
+    _k = _impl.load("suffix_index")
+
+__all__ = ["SuffixIndex", "SuffixDrafter", "SharedSuffixCache", "ArcticDrafter", "arctic_available", "propose_batch", "record_batch"]
+
+#: The index of the active implementation (a class: use it directly).
+#:
+#: ``SuffixIndex(min_n=1, max_n=None, prefer="earliest", *, draft_len=8, adaptive=False,
+#: min_draft=1, max_draft=32)``: ``extend(tokens)`` / ``append(token)`` add verified
+#: tokens, ``propose(max_k=None)`` returns the draft as a list, ``match_length()`` the
+#: current n, ``match_end()`` where the draft starts. ``len(index)``, ``index.tokens``
+#: (read-only int64), ``index.nbytes``, ``index.bytes_per_token`` and
+#: ``index.n_states`` report contents and memory. ``record(proposed, accepted)`` keeps
+#: acceptance statistics (``index.stats``) and, with ``adaptive=True``, moves
+#: ``draft_len`` as ``NgramIndex`` does. ``prefer="latest"`` also refreshes the last
+#: position of the match's shorter suffixes on every token: O(1) typically, at most
+#: O(min(max_n, L)) per token on one token repeated. Pickles and copies as its settings,
+#: tokens and statistics. Under threads (compiled core): an ``extend`` running in one
+#: thread makes every other call on the same index raise RuntimeError, and ``extend``
+#: refuses to start while a ``propose_batch`` reads the index.
+SuffixIndex = _k.SuffixIndex
+
+
+def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``SuffixIndex.propose`` for B indexes in one call (the copy runs without the GIL).
+
+    ``max_k`` is one count, one per index, or None for each index's ``draft_len``.
+    Returns ``(drafts, offsets, lengths)``: draft ``i`` is
+    ``drafts[offsets[i]:offsets[i + 1]]`` (int64) and holds ``lengths[i]`` tokens.
+    Refuses anything but a sequence of this implementation's ``SuffixIndex``.
+    """
+    return _k.propose_batch(indexes, max_k)
+
+
+def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
+    """``SuffixIndex.record`` for B indexes; returns each one's next ``draft_len``.
+    Refuses ``accepted[i] > proposed[i]``."""
+    return _k.record_batch(indexes, proposed, accepted)
+
+
+#: a finished output is followed by a separator below this, unique per output, so no
+#: match in a shared cache spans two outputs (and drafts stop before it)
+_SEPARATOR_LIMIT = -(2**63) + 2**48
+
+
+class SharedSuffixCache:
+    """A bounded index over finished requests' outputs, shared by the sessions of one
+    or more ``SuffixDrafter``: a request whose own history has no good match drafts
+    from what earlier requests produced.
+
+    Outputs are kept in ``generations`` suffix indexes of up to
+    ``max_tokens // generations`` tokens each; when the total would pass ``max_tokens``
+    the least recently used generation (the one whose last hit, or creation, is oldest;
+    never the one being filled) is dropped whole. An output longer than a generation
+    keeps its last tokens. Every method takes one lock, so any number of threads may
+    add and look up at once. ``lookup(context, max_k)`` returns ``(n, draft)``: the
+    longest suffix of ``context`` (at least ``min_n`` tokens) found in any kept output
+    and the tokens that followed its first occurrence there, within that output.
+    """
+
+    def __init__(self, max_tokens: int = 1 << 20, generations: int = 4, min_n: int = 1, index_cls: Any = None) -> None:
+        self.max_tokens = check_count(max_tokens, "max_tokens")
+        self.generations = check_count(generations, "generations")
+        if self.generations < 1:
+            raise ValueError(f"generations must be at least 1, got {self.generations}")
+        if self.max_tokens < 2 * self.generations:
+            raise ValueError(f"max_tokens must be at least 2 * generations, got {self.max_tokens}")
+        self._cls = SuffixIndex if index_cls is None else index_cls
+        self.min_n = min_n
+        self._cls(min_n)  # validate min_n now
+        self._per = self.max_tokens // self.generations
+        self._gens: list[list[Any]] = []   # [index, last use], oldest first
+        self._clock = 0
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def add(self, tokens: Any) -> None:
+        """Index one finished output (a sequence or 1-D array of integer ids)."""
+        arr = np.asarray(tokens)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise TypeError(f"tokens must be a 1-D sequence of integer ids, got {type(tokens).__name__}")
+        toks = arr.astype(np.int64, copy=False).tolist()
+        if not toks:
+            return
+        toks = toks[-(self._per - 1) :]
+        with self._lock:
+            self._clock += 1
+            self._seq += 1
+            g = self._gens[-1] if self._gens else None
+            if g is None or len(g[0]) + len(toks) + 1 > self._per:
+                while self._gens and (len(self._gens) + 1) * self._per > self.max_tokens:
+                    old = min(range(len(self._gens)), key=lambda i: self._gens[i][1])
+                    del self._gens[old]
+                g = [self._cls(self.min_n, None, "earliest"), self._clock]
+                self._gens.append(g)
+            g[0].extend(toks + [-(2**63) + (self._seq % 2**47)])
+            g[1] = self._clock
+
+    def lookup(self, context: Any, max_k: int) -> tuple[int, list[Any]]:
+        """``(n, draft)`` for the longest suffix of ``context`` in any kept output;
+        ``(0, [])`` when none of at least ``min_n`` tokens is found."""
+        k = check_count(max_k, "max_k")
+        best: tuple[int, list[Any]] = (0, [])
+        with self._lock:
+            self._clock += 1
+            hit = None
+            for g in reversed(self._gens):
+                n, d = g[0].lookup(context, k)
+                if n > best[0]:
+                    best, hit = (n, d), g
+            if hit is not None:
+                hit[1] = self._clock
+        n, d = best
+        for i, t in enumerate(d):
+            if t < _SEPARATOR_LIMIT:
+                return n, d[:i]
+        return n, d
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(g[0]) for g in self._gens)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the kept generations' indexes."""
+        with self._lock:
+            return sum(g[0].nbytes for g in self._gens)
+
+    def __repr__(self) -> str:
+        return f"SharedSuffixCache(max_tokens={self.max_tokens}, generations={self.generations}, min_n={self.min_n})"
+
+
+class _SuffixSession:
+    """One request's index. Acceptance is read off the loop's own calls: the tokens
+    passed to ``extend`` after a ``propose`` start with the accepted part of that draft.
+    With a shared cache, the request's output goes into it on ``close()`` (or when the
+    session is dropped)."""
+
+    __slots__ = ("index", "draft", "adaptive", "shared", "output", "below", "window", "__weakref__")
+
+    def __init__(self, index: Any, prompt: Sequence[Any], adaptive: bool, shared: Any = None, below: int = 8, window: int = 64) -> None:
+        self.index = index
+        self.adaptive = adaptive
+        self.draft: list[Any] = []
+        self.shared = shared
+        self.output: list[Any] | None = [] if shared is not None else None
+        self.below = below
+        self.window = window
+        if len(prompt):
+            index.extend(prompt)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        d = self.draft
+        if d:
+            n = 0
+            m = min(len(d), len(tokens))
+            while n < m and d[n] == tokens[n]:
+                n += 1
+            self.index.record(len(d), n)
+            self.draft = []
+        self.index.extend(tokens)
+        if self.output is not None:
+            self.output.extend(tokens)
+
+    def propose(self, max_k: int) -> list[Any]:
+        ix = self.index
+        if self.adaptive:
+            k = ix.draft_len
+            if max_k < k:
+                k = max_k
+        else:
+            k = max_k
+        d = ix.propose(k)
+        if self.shared is not None and k > 0:
+            n = ix.match_length()
+            if n < self.below and (not d or n < ix.anchor_n or ix.match_end() < 0):
+                sn, sd = self.shared.lookup(ix.tokens[-self.window :], k)
+                if sn > n and sd:
+                    d = sd
+        self.draft = d
+        return d
+
+    def close(self) -> None:
+        """Hand the request's output to the shared cache (once)."""
+        out = self.output
+        if out is not None and self.shared is not None:
+            self.output = None
+            if out:
+                self.shared.add(out)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+class SuffixDrafter:
+    """Drafts with ``SuffixIndex(min_n, max_n, prefer)``: the tokens that followed the
+    longest earlier occurrence of the history's suffix (prompt and output alike), no
+    cap on its length by default. ``adaptive=True`` sizes each draft from the observed
+    acceptance (``SuffixIndex`` ``adaptive``, within ``[min_draft, max_draft]``, never
+    beyond the loop's ``k``). ``index_cls`` substitutes another class with the same
+    interface (one implementation's kernel)."""
+
+    name = "suffix"
+
+    def __init__(
+        self,
+        min_n: int = 1,
+        max_n: int | None = None,
+        prefer: str = "earliest",
+        *,
+        adaptive: bool = False,
+        draft_len: int = 8,
+        min_draft: int = 1,
+        max_draft: int = 32,
+        anchor_n: int = 16,
+        anchor_span: int = 64,
+        anchor_misses: int = 4,
+        shared: SharedSuffixCache | None = None,
+        shared_below: int = 8,
+        index_cls: Any = None,
+    ) -> None:
+        self._cls = SuffixIndex if index_cls is None else index_cls
+        self.min_n = min_n
+        self.max_n = max_n
+        self.prefer = prefer
+        self.adaptive = bool(adaptive)
+        self._kw = {
+            "draft_len": check_count(draft_len, "draft_len"),
+            "adaptive": self.adaptive,
+            "min_draft": min_draft,
+            "max_draft": max_draft,
+            "anchor_n": anchor_n,
+            "anchor_span": anchor_span,
+            "anchor_misses": anchor_misses,
+        }
+        self.anchor_n = anchor_n
+        self.anchor_span = anchor_span
+        self._cls(min_n, max_n, prefer, **self._kw)  # validate the arguments now
+        if shared is not None and not callable(getattr(shared, "lookup", None)):
+            raise TypeError(f"shared must be a SharedSuffixCache, got {type(shared).__name__}")
+        self.shared = shared
+        self.shared_below = check_count(shared_below, "shared_below")
+
+    def session(self, prompt: Sequence[Any]) -> _SuffixSession:
+        return _SuffixSession(
+            self._cls(self.min_n, self.max_n, self.prefer, **self._kw), prompt, self.adaptive,
+            self.shared, self.shared_below,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"SuffixDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"adaptive={self.adaptive}, anchor_n={self.anchor_n}, anchor_span={self.anchor_span})"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Arctic Inference's suffix decoding, as a drafter (optional, for comparisons)
+# --------------------------------------------------------------------------------------
+def arctic_available() -> bool:
+    """Whether ``arctic_inference.suffix_decoding`` (the ``arctic-inference`` package)
+    imports, so ``ArcticDrafter`` can be built."""
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _ArcticSession:
+    __slots__ = ("cache", "rid", "hist", "depth", "opts", "__weakref__")
+
+    def __init__(self, cache: Any, rid: int, prompt: Sequence[Any], depth: int, opts: dict) -> None:
+        self.cache = cache
+        self.rid = rid
+        self.depth = depth
+        self.opts = opts
+        self.hist = [int(t) for t in prompt]
+        cache.start_request(rid, self.hist)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        toks = [int(t) for t in tokens]
+        self.hist += toks
+        self.cache.add_active_response(self.rid, toks)
+
+    def propose(self, max_k: int) -> list[Any]:
+        if max_k <= 0:
+            return []
+        d = self.cache.speculate(self.rid, self.hist[-self.depth :], max_spec_tokens=max_k, **self.opts)
+        return list(d.token_ids[:max_k])
+
+    def close(self) -> None:
+        if self.rid in self.cache.active_requests:
+            self.cache.stop_request(self.rid)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+class ArcticDrafter:
+    """Drafts with Snowflake Arctic Inference's ``SuffixDecodingCache`` (vLLM's
+    ``suffix`` method): one suffix tree per request's prompt plus a global tree over all
+    responses (``max_cached_requests=-1``: unbounded, 0: no global tree), greedy
+    frequency-weighted continuation. For comparisons on the same traces; needs
+    ``pip install --no-deps arctic-inference`` (ImportError otherwise)."""
+
+    name = "arctic"
+
+    def __init__(
+        self,
+        max_tree_depth: int = 24,
+        max_cached_requests: int = -1,
+        max_spec_factor: float = 1.0,
+        max_spec_offset: float = 0.0,
+        min_token_prob: float = 0.1,
+    ) -> None:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache  # ImportError when absent
+
+        self.depth = check_count(max_tree_depth, "max_tree_depth")
+        self.cache = SuffixDecodingCache(self.depth, max_cached_requests)
+        self.opts = {
+            "max_spec_factor": float(max_spec_factor),
+            "max_spec_offset": float(max_spec_offset),
+            "min_token_prob": float(min_token_prob),
+        }
+        self._next = 0
+
+    def session(self, prompt: Sequence[Any]) -> _ArcticSession:
+        self._next += 1
+        return _ArcticSession(self.cache, self._next, prompt, self.depth, self.opts)
+
+    def __repr__(self) -> str:
+        return f"ArcticDrafter(max_tree_depth={self.depth})"
