@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # Every compiled module of the core (``_core/<name>.pyx``); each has its twin in ``_py``.
-KERNEL_MODULES: tuple[str, ...] = ("accept", "batch", "ngram", "ngram_index", "place", "prefix", "settle")
+KERNEL_MODULES: tuple[str, ...] = ("accept", "batch", "ngram", "ngram_index", "place", "prefix", "settle", "suffix_index")
 
 
 def _env_flag(name: str) -> bool:

@@ -122,36 +122,64 @@ def _rule_text(spec: tuple[str, int]) -> str:
     return name
 
 
-def _ngram_cls(kind: str | None) -> Any:
-    """NgramIndex of one implementation, or the package's default one."""
-    if kind is not None:
-        try:
-            return _impl.module(kind, "ngram_index").NgramIndex
-        except (ImportError, AttributeError):
-            pass
-    from .ngram_index import NgramIndex
-
-    return NgramIndex
+def _index_cls(kind: str | None, module: str, name: str) -> Any:
+    """Class ``name`` of one implementation's kernel ``module``, or the active one."""
+    return getattr(_impl.module(kind, module) if kind is not None else _impl.load(module), name)
 
 
-def make_drafter(name: str, ngram: tuple[int, int], kind: str | None = None) -> Any:
+DRAFTERS = ("suffix", "suffix-shared", "ngram", "prompt", "arctic")
+DEFAULT_DRAFTER = "suffix"
+_DRAFTER_LABELS = {
+    "suffix": "suffix index",
+    "suffix-shared": "suffix index + shared cache",
+    "ngram": "n-gram index",
+    "prompt": "prompt lookup",
+    "arctic": "Arctic suffix decoding",
+}
+
+
+def default_ngram(drafter: str) -> tuple[int, int | None]:
+    """``--ngram`` when it is not given: 3 for prompt lookup, 2:4 for the n-gram index,
+    and for the suffix drafters a minimum of 1 with no maximum (the longest match)."""
+    if drafter == "prompt":
+        return (3, 3)
+    if drafter == "ngram":
+        return (2, 4)
+    return (1, None)
+
+
+def make_drafter(name: str, ngram: tuple[int, int | None], kind: str | None = None) -> Any:
     """The drafter for ``--drafter``/``--ngram``; ``kind`` picks one implementation's
-    n-gram index (prompt lookup is routed through ``specfsm._impl`` instead)."""
+    index (prompt lookup is routed through ``specfsm._impl`` instead). A fresh drafter
+    per call: the shared suffix cache must not carry one run's outputs into the next."""
     lo, hi = ngram
     if name == "prompt":
         if lo != hi:
             raise UsageError(
                 f"--drafter prompt takes one n-gram length, got --ngram {lo}:{hi} "
-                "(a range needs --drafter ngram)"
+                "(a range needs --drafter ngram or suffix)"
             )
         return PromptLookupDrafter(lo)
-    try:
-        return NgramDrafter(lo, hi, "latest", index_cls=_ngram_cls(kind))
-    except ImportError:
-        raise UsageError(
-            "--drafter ngram needs specfsm.ngram_index, which is not available in this "
-            "installation; use --drafter prompt"
-        ) from None
+    if name == "ngram":
+        if hi is None:
+            raise UsageError("--drafter ngram needs a bounded range, as in --ngram 2:4")
+        return NgramDrafter(lo, hi, "latest", index_cls=_index_cls(kind, "ngram_index", "NgramIndex"))
+    if name in ("suffix", "suffix-shared"):
+        from . import suffix_index
+
+        cls = _index_cls(kind, "suffix_index", "SuffixIndex")
+        shared = suffix_index.SharedSuffixCache(index_cls=cls) if name == "suffix-shared" else None
+        return suffix_index.SuffixDrafter(lo, hi, index_cls=cls, shared=shared)
+    if name == "arctic":
+        from . import suffix_index
+
+        if not suffix_index.arctic_available():
+            raise UsageError(
+                "--drafter arctic needs Snowflake's arctic-inference package "
+                "(pip install --no-deps arctic-inference)"
+            )
+        return suffix_index.ArcticDrafter()
+    raise UsageError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
 
 
 @contextmanager
@@ -273,9 +301,9 @@ def _run_batches(
 
 def replay(
     workload: Workload,
-    drafter: str = "prompt",
+    drafter: str = DEFAULT_DRAFTER,
     k: int = 5,
-    ngram: tuple[int, int] = (3, 3),
+    ngram: tuple[int, int | None] | None = None,
     rule: tuple[str, int] = ("exact", 0),
     batch: int = 8,
     repeat: int = 3,
@@ -286,6 +314,8 @@ def replay(
     """Replay ``workload`` with speculation under each implementation in ``kinds`` and
     with plain greedy decoding; return the summary ``specfsm replay --json`` prints."""
     requests = _requests(workload)
+    if ngram is None:
+        ngram = default_ngram(drafter)
     if kinds is None:
         kinds, skipped = available_kinds()
     else:
@@ -399,8 +429,8 @@ def format_summary(s: dict[str, Any]) -> str:
     """The human-readable table ``specfsm replay`` prints."""
     st = s["settings"]
     lo, hi = st["ngram"]
-    ng = f"{lo}" if lo == hi else f"{lo}..{hi}"
-    drafter = "prompt lookup" if st["drafter"] == "prompt" else "n-gram index"
+    ng = f"{lo}" if lo == hi else (f"{lo}.." if hi is None else f"{lo}..{hi}")
+    drafter = _DRAFTER_LABELS.get(st["drafter"], st["drafter"])
     rows: list[tuple[str, str]] = [
         ("requests", _fmt_int(s["requests"])),
         ("prompt tokens", _fmt_int(s["prompt_tokens"])),
@@ -507,9 +537,13 @@ def _parser() -> argparse.ArgumentParser:
             "the limit, a bad request) is refused with its file:line and exit status 2"
         ),
     )
-    r.add_argument("--drafter", choices=("prompt", "ngram"), default="prompt", help="prompt lookup (default) or the incremental n-gram index")
+    r.add_argument("--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help=(
+        "suffix (default): the longest earlier match of the history's suffix, any length (SuffixIndex); "
+        "suffix-shared: the same, also drafting from earlier requests' outputs (SharedSuffixCache); "
+        "ngram: the incremental n-gram index; prompt: prompt lookup (a rescan per step); "
+        "arctic: Snowflake Arctic's suffix decoding, when arctic-inference is installed"))
     r.add_argument("--k", type=_positive, default=5, help="most tokens per draft (default 5)")
-    r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length (default 3); for --drafter ngram a MIN:MAX range, longest match first (default 2:4)")
+    r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length: for prompt one N (default 3); for ngram a MIN:MAX range, longest match first (default 2:4); for suffix a minimum match N or MIN:MAX (default 1, no maximum)")
     r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="RULE", help="acceptance rule: exact (default), minrun:M, speculative[:SEED] (rejection sampling; the teacher-forced target gives one-hot rows) or typical")
     r.add_argument("--bonus", action="store_true", help="verify a K-token draft with K + 1 rows, so a fully accepted draft emits K + 1 tokens (the batch API's option; needs --drafter ngram)")
     r.add_argument("--requests", type=_positive, default=None, help="replay only this many requests (default: 24 embedded, or the whole file)")
@@ -538,10 +572,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    ngram = args.ngram or ((2, 4) if args.drafter == "ngram" else (3, 3))
+    ngram = args.ngram or default_ngram(args.drafter)
     try:
         make_drafter(args.drafter, ngram)
-        if args.bonus and args.drafter == "prompt":
+        if args.bonus and args.drafter != "ngram":
             raise UsageError("--bonus runs on the batch API, which drafts with an index per request: use it with --drafter ngram")
         if args.workload:
             workload = load_jsonl(args.workload)

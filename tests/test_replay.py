@@ -203,7 +203,7 @@ def test_replay_summary_fields_on_a_small_file(tmp_path, capsys):
     assert s["evaluations_speculative"] < s["evaluations_greedy"]
     assert s["evaluation_ratio"] == pytest.approx(s["evaluations_greedy"] / s["evaluations_speculative"])
     assert len(s["acceptance_by_position"]) == 4
-    assert s["settings"] == {"drafter": "prompt", "ngram": [3, 3], "k": 4, "rule": "exact", "batch": 2, "repeat": 3, "bonus": False}
+    assert s["settings"] == {"drafter": "suffix", "ngram": [1, None], "k": 4, "rule": "exact", "batch": 2, "repeat": 3, "bonus": False}
     assert s["runs"] == ({"compiled": 3, "python": 3} if specfsm.USE_EXTENSIONS else {"python": 3})
     assert s["control_us_per_token"]["python"] > 0
     assert [r["name"] for r in s["per_request"]] == ["edit 0", "edit 1", "edit 2"]
@@ -338,9 +338,11 @@ def test_a_target_that_breaks_identity_exits_1(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "make_rule", lambda spec: OverAcceptingRule())
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
-    assert cli.main(["replay", "--workload", path, "--impl", "python"]) == 1
+    assert cli.main(["replay", "--workload", path, "--impl", "python", "--drafter", "prompt"]) == 1
     err = capsys.readouterr().err
     assert "IDENTITY FAILED" in err and "past a rejected draft token" in err
+    assert cli.main(["replay", "--workload", path, "--impl", "python"]) == 1  # the default drafter
+    assert "IDENTITY FAILED" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------
@@ -516,3 +518,27 @@ def test_unreadable_workloads_end_to_end_exit_2_without_a_traceback(tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert f"{path}:{line}: " in proc.stderr and "Traceback" not in proc.stderr
         assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("drafter", ["suffix", "suffix-shared", "ngram", "prompt", "arctic"])
+def test_replay_every_drafter_keeps_identity(tmp_path, capsys, drafter):
+    if drafter == "arctic":
+        from specfsm.suffix_index import arctic_available
+
+        if not arctic_available():
+            assert cli.main(["replay", "--drafter", "arctic", "--requests", "1"]) == 2
+            assert "arctic-inference" in capsys.readouterr().err
+            pytest.skip("arctic-inference is not installed: only its refusal is checked")
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
+    assert cli.main(["replay", "--workload", path, "--json", "--drafter", drafter, "--repeat", "1"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["identical"] is True and s["settings"]["drafter"] == drafter
+    assert s["evaluations_speculative"] < s["evaluations_greedy"]
+
+
+def test_suffix_drafter_takes_a_minimum_and_ngram_needs_a_bound(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(2))
+    assert cli.main(["replay", "--workload", path, "--json", "--ngram", "4", "--repeat", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["settings"]["ngram"] == [4, 4]
+    assert cli.main(["replay", "--workload", path, "--repeat", "1"]) == 0
+    assert "drafter suffix index (n-gram 1..)" in capsys.readouterr().out
