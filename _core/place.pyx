@@ -10,6 +10,7 @@ released over the private copies, the row index re-checked where a row is read.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 import numpy as np
 
@@ -105,12 +106,11 @@ def place_rows(src, index, dst):
     return dst
 
 
-cdef Py_ssize_t _settle(const int64_t[::1] a, const int64_t[::1] d, int64_t[::1] out) noexcept nogil:
+cdef Py_ssize_t _settle(const int64_t* a, const int64_t* d, int64_t* out,
+                        Py_ssize_t B) noexcept nogil:
     cdef Py_ssize_t b
     cdef int64_t n, m
-    if d.shape[0] < a.shape[0] or out.shape[0] < a.shape[0]:
-        return 0
-    for b in range(a.shape[0]):
+    for b in range(B):
         n = a[b]
         m = d[b]
         if m < 0 or n < 0 or n > m:
@@ -134,14 +134,45 @@ def settle_index(accepted, draft_lens):
     count and ``accepted[b] > draft_lens[b]``; non-integer or non-1-D input raises
     TypeError/ValueError.
     """
-    cdef Py_ssize_t bad
+    cdef Py_ssize_t bad, B
+    cdef int64_t* buf
+    cdef cnp.ndarray a_arr, d_arr, o_arr
+    if (type(accepted) is np.ndarray and type(draft_lens) is np.ndarray
+            and _plain_int64(accepted) and _plain_int64(draft_lens)
+            and cnp.PyArray_DIM(<cnp.ndarray>accepted, 0) == cnp.PyArray_DIM(<cnp.ndarray>draft_lens, 0)):
+        # the common case: both counts copied into one private buffer with a memcpy each
+        a_arr = accepted
+        d_arr = draft_lens
+        B = cnp.PyArray_DIM(a_arr, 0)
+        o_arr = cnp.PyArray_EMPTY(1, cnp.PyArray_DIMS(a_arr), cnp.NPY_INT64, 0)
+        buf = <int64_t*>PyMem_Malloc(<size_t>(2 * B + 1) * sizeof(int64_t))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            memcpy(buf, cnp.PyArray_DATA(a_arr), <size_t>B * sizeof(int64_t))
+            memcpy(buf + B, cnp.PyArray_DATA(d_arr), <size_t>B * sizeof(int64_t))
+            with nogil:
+                bad = _settle(buf, buf + B, <int64_t*>cnp.PyArray_DATA(o_arr), B)
+            if bad >= 0:
+                raise ValueError(settle_index_reason(bad, buf[bad], buf[B + bad]))
+        finally:
+            PyMem_Free(buf)
+        return o_arr
     a, d = as_settle_arrays(accepted, draft_lens)  # private copies
-    out = np.empty(a.shape[0], dtype=np.int64)
-    cdef const int64_t[::1] av = a
-    cdef const int64_t[::1] dv = d
-    cdef int64_t[::1] ov = out
+    a_arr = a
+    d_arr = d
+    B = cnp.PyArray_DIM(a_arr, 0)
+    o_arr = cnp.PyArray_EMPTY(1, cnp.PyArray_DIMS(a_arr), cnp.NPY_INT64, 0)
     with nogil:
-        bad = _settle(av, dv, ov)
+        bad = _settle(<const int64_t*>cnp.PyArray_DATA(a_arr), <const int64_t*>cnp.PyArray_DATA(d_arr),
+                      <int64_t*>cnp.PyArray_DATA(o_arr), B)
     if bad >= 0:
         raise ValueError(settle_index_reason(bad, int(a[bad]), int(d[bad])))
-    return out
+    return o_arr
+
+
+cdef inline bint _plain_int64(object x):
+    """A 1-D, C-contiguous, aligned, native int64 ndarray (read by memcpy)."""
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    return (cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_ISCARRAY_RO(a)
+            and cnp.PyArray_TYPE(a) == cnp.NPY_INT64)
