@@ -12,6 +12,8 @@ import numpy as np
 
 from specfsm._py.accept import (
     PROB_ATOL,
+    _check_ids,
+    _check_offsets,
     _draw_uniforms,
     _prepare_exact,
     _prepare_min_run,
@@ -26,6 +28,9 @@ from libc.stdint cimport int32_t, int64_t
 from cython cimport floating
 
 from _typedefs cimport token_t
+cimport numpy as cnp
+
+cnp.import_array()
 
 __all__ = [
     "PROB_ATOL",
@@ -264,6 +269,60 @@ def check_probs(probs, name="probs"):
     return p
 
 
+# -- the shared checks, as C loops ------------------------------------------------------
+# Same results as the twin's ``_check_offsets`` / ``_check_ids``, which they call to raise
+# the very same error when something is wrong. Both read only the call's private copies
+# (C-contiguous, native int64 offsets; int32/int64 ids), with the GIL held.
+
+def _fast_check_offsets(off, Py_ssize_t total, name="offsets"):
+    cdef cnp.ndarray a = <cnp.ndarray?>off
+    cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), i
+    cdef const int64_t* o
+    cdef int64_t k_max = 0
+    if (cnp.PyArray_TYPE(a) != cnp.NPY_INT64 or not cnp.PyArray_ISCARRAY_RO(a)
+            or cnp.PyArray_NDIM(a) != 1):
+        return _check_offsets(off, total, name)
+    o = <const int64_t*>cnp.PyArray_DATA(a)
+    if n == 0 or o[0] != 0 or o[n - 1] != total:
+        return _check_offsets(off, total, name)  # raises
+    for i in range(n - 1):
+        # neighbours compared, never subtracted first: both are >= o[0] = 0 once in
+        # order, so the step below cannot wrap
+        if o[i] > o[i + 1]:
+            return _check_offsets(off, total, name)  # raises
+        if o[i + 1] - o[i] > k_max:
+            k_max = o[i + 1] - o[i]
+    return k_max
+
+
+cdef inline bint _ids_in_range(const token_t* p, Py_ssize_t n, int64_t hi) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef bint ok = True
+    for i in range(n):
+        ok &= (p[i] >= 0) & (<int64_t>p[i] < hi)
+    return ok
+
+
+def _fast_check_ids(arr, name, hi, what):
+    cdef cnp.ndarray a = <cnp.ndarray?>arr
+    cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0)
+    cdef int t = cnp.PyArray_TYPE(a)
+    cdef bint ok
+    if hi > 2**62 or cnp.PyArray_NDIM(a) != 1 or not cnp.PyArray_ISCARRAY_RO(a):
+        return _check_ids(arr, name, hi, what)
+    if t == cnp.NPY_INT32:
+        ok = _ids_in_range(<const int32_t*>cnp.PyArray_DATA(a), n, <int64_t>hi)
+    elif t == cnp.NPY_INT64:
+        ok = _ids_in_range(<const int64_t*>cnp.PyArray_DATA(a), n, <int64_t>hi)
+    else:
+        ok = False
+    if not ok:
+        return _check_ids(arr, name, hi, what)  # raises (or checks an unusual dtype)
+
+
+_FAST = (_fast_check_offsets, _fast_check_ids)
+
+
 # -- exact / min-run -----------------------------------------------------------------
 # The kernels read only arrays this call owns (private copies of the draft, choices,
 # offsets and uniforms made by the shared ``_prepare_*`` helpers) plus the probability
@@ -340,7 +399,7 @@ def exact_batch(draft, choices, offsets):
     ``choices`` is flat like ``draft`` (one target choice per draft row). Refuses ids
     that are negative or beyond int32, bad offsets and length mismatches.
     """
-    d, c, off, k_max = _prepare_exact(draft, choices, offsets)
+    d, c, off, k_max = _prepare_exact(draft, choices, offsets, _FAST)
     return _exact_run(d, c, off, k_max, 0)
 
 
@@ -348,7 +407,7 @@ def min_run_batch(draft, choices, offsets, m):
     """``exact_batch`` where a request keeps its matched rows only when there are at
     least ``m`` of them (else it accepts 0 and emits its row-0 choice)."""
     mm = _prepare_min_run(m)
-    d, c, off, k_max = _prepare_exact(draft, choices, offsets)
+    d, c, off, k_max = _prepare_exact(draft, choices, offsets, _FAST)
     return _exact_run(d, c, off, k_max, mm)
 
 
@@ -417,7 +476,7 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
     """
     check = bool(check)
     d, off, p, q, u, k_max, gen = _prepare_speculative(
-        draft, offsets, target_probs, draft_probs, uniforms
+        draft, offsets, target_probs, draft_probs, uniforms, _FAST
     )
     if check:
         _raise_if_bad(p, "target_probs")
@@ -531,7 +590,7 @@ def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, poster
     """
     check = bool(check)
     d, off, p, thr, alpha, k_max = _prepare_typical(
-        draft, offsets, target_probs, posterior_threshold, posterior_alpha
+        draft, offsets, target_probs, posterior_threshold, posterior_alpha, _FAST
     )
     if check:
         _raise_if_bad(p, "target_probs")

@@ -658,6 +658,22 @@ def test_gpu_device_index_beyond_k_is_skipped_and_reported(cp):
 
 
 @pytest.mark.gpu
+def test_gpu_reports_from_two_streams_are_all_counted(cp):
+    """Both streams report into the device's one error word; one check takes both."""
+    src = cp.zeros((4, 2, 8), cp.float32)
+    dsts = [cp.zeros((4, 8), cp.float32) for _ in range(2)]
+    streams = [cp.cuda.Stream(), cp.cuda.Stream()]
+    for dst, stream, bad in zip(dsts, streams, (1, 3)):
+        with stream:
+            index = cp.zeros(4, cp.int64)
+            index[bad] = 9
+        specfsm.gpu.place_rows(src, index, dst, stream=stream)
+    with pytest.raises(IndexError, match=r"skipped 2 row\(s\) on device \d+ .*first at b=1"):
+        specfsm.gpu.check_errors()
+    specfsm.gpu.check_errors()  # taken: nothing left
+
+
+@pytest.mark.gpu
 def test_gpu_host_index_beyond_k_is_refused_before_launch(cp):
     src = cp.ones((3, 2, 4), cp.float16)
     dst = cp.zeros((3, 4), cp.float16)

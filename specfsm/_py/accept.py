@@ -37,6 +37,8 @@ PROB_ATOL = 1e-3
 
 _INT32_MAX = 2**31 - 1
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_NATIVE_TOKENS = (np.dtype(np.int32), np.dtype(np.int64))
+_INT64 = np.dtype(np.int64)
 
 # Error codes shared with the compiled row check.
 _OK, _NONFINITE, _NEGATIVE, _BADSUM = 0, 1, 2, 3
@@ -51,6 +53,8 @@ _OK, _NONFINITE, _NEGATIVE, _BADSUM = 0, 1, 2, 3
 def _tokens(x: object, name: str, own: bool = False) -> np.ndarray:
     """A 1-D int32/int64 C-contiguous array from an array, list or tuple of ids; with
     ``own`` an array no one else holds (a copy whenever the input's memory could be)."""
+    if own and type(x) is np.ndarray and x.ndim == 1 and x.dtype in _NATIVE_TOKENS:
+        return np.array(x, order="C")  # the common case: one copy, already in shape
     fresh = False
     if not isinstance(x, np.ndarray):
         if isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
@@ -75,8 +79,10 @@ _SMALL = 64  # below this many entries, checks run on Python lists (cheaper than
 
 def _as_offsets(offsets: object, name: str = "offsets") -> np.ndarray:
     """``offsets`` converted to a private int64 array (not yet checked)."""
+    if type(offsets) is np.ndarray and offsets.ndim == 1 and offsets.dtype == _INT64:
+        return np.array(offsets, order="C")  # the common case: one copy
     off = _tokens(offsets, name, own=True)
-    if off.dtype != np.int64:
+    if off.dtype != _INT64:
         off = off.astype(np.int64)
     return off
 
@@ -91,9 +97,20 @@ def _check_offsets(off: np.ndarray, total: int, name: str = "offsets") -> int:
     if n == 0:
         raise ValueError(f"{name} must hold B + 1 entries starting at 0, got an empty array")
     if n <= _SMALL:
+        # Python ints: the steps are exact, so K_max is gathered on the way
         lst = off.tolist()
-        first, last = lst[0], lst[-1]
-        bad = next((i for i in range(n - 1) if lst[i] > lst[i + 1]), -1)
+        first = prev = lst[0]
+        last = lst[-1]
+        bad = -1
+        k_max = 0
+        for i in range(1, n):
+            x = lst[i]
+            if x < prev:
+                bad = i - 1
+                break
+            if x - prev > k_max:
+                k_max = x - prev
+            prev = x
     else:
         first, last = int(off[0]), int(off[-1])
         dec = off[:-1] > off[1:]
@@ -107,9 +124,9 @@ def _check_offsets(off: np.ndarray, total: int, name: str = "offsets") -> int:
         )
     if last != total:
         raise ValueError(f"{name}[-1]={last} must equal the flat draft length {total}")
-    # every entry now lies in [0, total]: the differences cannot wrap
     if n <= _SMALL:
-        return max((lst[i + 1] - lst[i] for i in range(n - 1)), default=0)
+        return k_max
+    # every entry now lies in [0, total]: the int64 differences cannot wrap
     return int(np.diff(off).max())
 
 
@@ -139,8 +156,13 @@ def _check_ids(arr: np.ndarray, name: str, hi: int, what: str) -> None:
         raise ValueError(f"{name}[{hi_i}]={int(arr[hi_i])} is outside {what} [0, {hi})")
 
 
-def _prepare_exact(draft: object, choices: object, offsets: object):
-    """(draft, choices, offsets, K_max) converted into private arrays, then checked."""
+def _prepare_exact(draft: object, choices: object, offsets: object, fast=None):
+    """(draft, choices, offsets, K_max) converted into private arrays, then checked.
+
+    ``fast``: the compiled module's ``(check_offsets, check_ids)``, loops in C with the
+    same results and errors as ``_check_offsets`` / ``_check_ids`` (which they call to
+    raise)."""
+    check_offsets, check_ids = fast or (_check_offsets, _check_ids)
     d = _tokens(draft, "draft", own=True)
     c = _tokens(choices, "choices", own=True)
     off = _as_offsets(offsets)
@@ -151,9 +173,9 @@ def _prepare_exact(draft: object, choices: object, offsets: object):
     if d.dtype != c.dtype:
         d = d.astype(np.int64)
         c = c.astype(np.int64)
-    k_max = _check_offsets(off, d.shape[0])
-    _check_ids(d, "draft", _INT32_MAX + 1, "the int32 output range")
-    _check_ids(c, "choices", _INT32_MAX + 1, "the int32 output range")
+    k_max = check_offsets(off, d.shape[0])
+    check_ids(d, "draft", _INT32_MAX + 1, "the int32 output range")
+    check_ids(c, "choices", _INT32_MAX + 1, "the int32 output range")
     return d, c, off, k_max
 
 
@@ -212,22 +234,26 @@ def _check_uniforms(u: np.ndarray, need: int) -> None:
 def _draw_uniforms(gen: np.random.Generator, need: int) -> np.ndarray:
     """``need`` draws from ``gen``, taken only after every argument has been checked (so a
     refused call leaves the generator's stream where it was), in a private array."""
-    u = np.array(gen.random(need), dtype=np.float64, order="C", copy=True)
+    if type(gen) is np.random.Generator:
+        return gen.random(need)  # a new float64 array of draws in [0, 1), ours alone
+    u = np.array(gen.random(need), dtype=np.float64, order="C", copy=True)  # a subclass
     _check_uniforms(u, need)
     return u
 
 
-def _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms):
+def _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms, fast=None):
     """(draft, offsets, P, Q or None, U, K_max, Generator or None) converted, then checked.
 
     U is None when ``uniforms`` is a Generator: the caller draws from it (with
-    ``_draw_uniforms``) after its own remaining checks."""
+    ``_draw_uniforms``) after its own remaining checks. ``fast``: as for
+    ``_prepare_exact``."""
+    check_offsets, check_ids = fast or (_check_offsets, _check_ids)
     d = _tokens(draft, "draft", own=True)
     off = _as_offsets(offsets)
     p = _probs(target_probs, "target_probs")
     q = None if draft_probs is None else _probs(draft_probs, "draft_probs")
     u, gen = _as_uniforms(uniforms)
-    k_max = _check_offsets(off, d.shape[0])
+    k_max = check_offsets(off, d.shape[0])
     n, v = p.shape
     if n != d.shape[0]:
         raise ValueError(
@@ -240,7 +266,7 @@ def _prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms):
             )
         if q.dtype != p.dtype:
             q = q.astype(p.dtype)
-    _check_ids(d, "draft", v, "the vocabulary")
+    check_ids(d, "draft", v, "the vocabulary")
     if u is not None:
         _check_uniforms(u, d.shape[0] + off.shape[0] - 1)
     return d, off, p, q, u, k_max, gen
@@ -264,8 +290,11 @@ def _real(value: object, name: str) -> float:
     return _check_real(_as_real(value, name), name)
 
 
-def _prepare_typical(draft, offsets, target_probs, posterior_threshold, posterior_alpha):
-    """(draft, offsets, P, threshold, alpha, K_max) converted, then checked."""
+def _prepare_typical(draft, offsets, target_probs, posterior_threshold, posterior_alpha,
+                     fast=None):
+    """(draft, offsets, P, threshold, alpha, K_max) converted, then checked (``fast``: as
+    for ``_prepare_exact``)."""
+    check_offsets, check_ids = fast or (_check_offsets, _check_ids)
     thr = _as_real(posterior_threshold, "posterior_threshold")
     alpha = _as_real(posterior_alpha, "posterior_alpha")
     d = _tokens(draft, "draft", own=True)
@@ -273,12 +302,12 @@ def _prepare_typical(draft, offsets, target_probs, posterior_threshold, posterio
     p = _probs(target_probs, "target_probs")
     _check_real(thr, "posterior_threshold")
     _check_real(alpha, "posterior_alpha")
-    k_max = _check_offsets(off, d.shape[0])
+    k_max = check_offsets(off, d.shape[0])
     if p.shape[0] != d.shape[0]:
         raise ValueError(
             f"target_probs has {p.shape[0]} rows; it needs one per draft row ({d.shape[0]})"
         )
-    _check_ids(d, "draft", p.shape[1], "the vocabulary")
+    check_ids(d, "draft", p.shape[1], "the vocabulary")
     return d, off, p, thr, alpha, k_max
 
 

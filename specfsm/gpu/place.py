@@ -110,8 +110,10 @@ def check_errors(device: int | None = None, stream=None) -> None:
 
     This is the synchronisation point for device-side indices: it waits for ``stream``
     when given, otherwise for ``device`` (or every device ``place_rows`` has run on),
-    then reads and clears the error flag. Host paths never set it (host indices are
-    checked before copying), so without CuPy this returns at once.
+    then reads and clears the device's error word in one atomic exchange on the device,
+    so a report from a launch still running on another stream is never lost (it is
+    raised now or by the next call). Host paths never set it (host indices are checked
+    before copying), so without CuPy this returns at once.
     """
     mod = sys.modules.get("specfsm.gpu._cupy")
     if mod is None:
