@@ -19,6 +19,8 @@ import numpy as np
 
 from specfsm._validate import check_count
 from specfsm._py.ngram_index import (
+    BUSY_READING,
+    BUSY_WRITING,
     GROW_STEP,
     MAX_INDEX_TOKENS,
     SHRINK_STEP,
@@ -30,6 +32,10 @@ from specfsm._py.ngram_index import (
     _check_offsets,
     _check_prefer,
     _check_record,
+    _check_stats,
+    _check_total,
+    _own_offsets,
+    _validate_offsets,
 )
 
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
@@ -57,12 +63,16 @@ __all__ = [
     "record_batch",
 ]
 
+cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
+
 cdef enum:
     NOGIL_MIN = 2048      # shorter work than this keeps the GIL (a release costs more)
     CHUNK = 4096          # tokens appended per table-reservation round in extend
     SMALL_LIST = 64       # extend() converts lists up to this long without numpy
     AHEAD = 8             # bulk extend prefetches the slots of the position this far ahead
     MIN_CAP_BITS = 4      # a level's table starts with 16 slots
+    ROLL_MIN_N = 32       # an index with min_n beyond this hashes with a rolling window
+    CHAIN_MIN_N = 9       # n-grams this long are confirmed by continuing the last match
 
 ctypedef struct slot_t:
     uint32_t tag          # high 32 bits of the n-gram's hash
@@ -108,6 +118,69 @@ cdef inline bint _same(const int64_t* tok, int64_t e, int64_t f, int64_t n) noex
     return True
 
 
+# The rolling hash (indexes with min_n > ROLL_MIN_N): H(L, n) = sum over i < n of
+# x(tok[L - 1 - i]) * RB**i (mod 2**64), x a mixed token. H(L, min_n) rolls forward in
+# O(1) per token and each longer n adds one term, so a token costs O(max_n - min_n + 1)
+# whatever min_n is (the chained hash above costs O(max_n)).
+cdef uint64_t RB = <uint64_t>0x9E3779B97F4A7C15ULL | 1
+
+
+cdef inline uint64_t _x(int64_t t) noexcept nogil:
+    return _mix(<uint64_t>t * <uint64_t>0xD6E8FEB86659FD93ULL + <uint64_t>0x632be59bd9b4e019ULL)
+
+
+cdef inline uint64_t _fin(uint64_t h) noexcept nogil:
+    return _mix(h ^ <uint64_t>0x2545F4914F6CDD1DULL)
+
+
+cdef uint64_t _pow(uint64_t b, int64_t e) noexcept nogil:
+    cdef uint64_t r = 1
+    while e > 0:
+        if e & 1:
+            r *= b
+        b *= b
+        e >>= 1
+    return r
+
+
+cdef inline bint _verify(const int64_t* tok, int64_t e, int64_t L, int64_t d, int32_t prev,
+                         uint64_t* work) noexcept nogil:
+    """tok[e - d:e] == tok[L - d:L] for a slot whose tag matched. ``prev`` is this level's
+    answer at position L - 1 (so tok[prev - d:prev] == tok[L - 1 - d:L - 1] when
+    prev >= 0): a candidate continuing that match needs one comparison instead of d,
+    which keeps long n-grams over repetitive streams O(1) per token."""
+    if d >= CHAIN_MIN_N and prev >= 0 and e == prev + 1:
+        work[0] += 1
+        return tok[e - 1] == tok[L - 1]
+    work[0] += <uint64_t>d
+    return _same(tok, e, L, d)
+
+
+cdef inline void _probe(level_t* lv, uint32_t tag, const int64_t* tok, int64_t L, int64_t d,
+                        bint earliest, int32_t* a, uint64_t* work) noexcept nogil:
+    """Look up the d-gram ending at L (tag ``tag``) in its level, insert it, and set the
+    level's answer ``a[0]``: the end of the chosen earlier occurrence, or -1."""
+    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
+    cdef uint64_t idx = (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
+    cdef int32_t found = -1
+    cdef int32_t prev = a[0]
+    cdef slot_t* s
+    while True:
+        s = &lv.slots[idx]
+        if s.end < 0:
+            s.tag = tag
+            s.end = <int32_t>L
+            lv.count += 1
+            break
+        if s.tag == tag and _verify(tok, s.end, L, d, prev, work):
+            found = s.end
+            if not earliest:
+                s.end = <int32_t>L
+            break
+        idx = (idx + 1) & mask
+    a[0] = found
+
+
 cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
     """Make room for ``need`` entries at load <= 2/3, rehashing by tag; -1 when out of memory."""
     cdef int64_t cap = lv.cap
@@ -141,15 +214,14 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
 
 
 cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                        int32_t* ans, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
+                        int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                        uint64_t* work) noexcept nogil:
     """Index positions start..stop-1 (tables already reserved for stop - start entries)."""
-    cdef int64_t L, d, top, j
-    cdef uint64_t h, mask, idx
-    cdef uint32_t tag
+    cdef int64_t L, d, top
+    cdef uint64_t h
     cdef level_t* lv
-    cdef slot_t* s
-    cdef int32_t found
     cdef int64_t P, ptop
+    cdef uint64_t w = 0
     for L in range(start + 1, stop + 1):
         P = L + AHEAD
         if P <= stop and stop - start > AHEAD:
@@ -163,31 +235,55 @@ cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t
                     NGI_PREFETCH(&lv.slots[(h >> 32) >> lv.shift])
         top = hi if hi < L else L
         h = 0
+        w += <uint64_t>top
         for d in range(1, top + 1):
             h = _step(h, tok[L - d])
             if d < lo:
                 continue
-            lv = &levels[d - lo]
-            tag = <uint32_t>(h >> 32)
-            mask = <uint64_t>(lv.cap - 1)
-            idx = (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
-            found = -1
-            while True:
-                s = &lv.slots[idx]
-                if s.end < 0:
-                    s.tag = tag
-                    s.end = <int32_t>L
-                    lv.count += 1
-                    break
-                if s.tag == tag and _same(tok, s.end, L, d):
-                    found = s.end
-                    if not earliest:
-                        s.end = <int32_t>L
-                    break
-                idx = (idx + 1) & mask
-            ans[d - lo] = found
+            _probe(&levels[d - lo], <uint32_t>(h >> 32), tok, L, d, earliest, &ans[d - lo], &w)
         for d in range(top + 1 if top >= lo else lo, hi + 1):
             ans[d - lo] = -1
+    work[0] += w
+
+
+cdef void _index_tokens_roll(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
+                             int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                             uint64_t* roll, uint64_t bpow, uint64_t* work) noexcept nogil:
+    """``_index_tokens`` with the rolling hash: ``roll`` holds H(start, lo) on entry and
+    H(stop, lo) on return; ``bpow`` is RB**lo."""
+    cdef int64_t L, d, top
+    cdef uint64_t r = roll[0], h, p
+    cdef uint64_t w = 0
+    for L in range(start + 1, stop + 1):
+        r = r * RB + _x(tok[L - 1])
+        if L - 1 >= lo:
+            r -= _x(tok[L - 1 - lo]) * bpow
+        top = hi if hi < L else L
+        w += 2
+        if top >= lo:
+            h = r
+            p = bpow
+            _probe(&levels[0], <uint32_t>(_fin(h) >> 32), tok, L, lo, earliest, &ans[0], &w)
+            for d in range(lo + 1, top + 1):
+                h += _x(tok[L - d]) * p
+                p *= RB
+                w += 1
+                _probe(&levels[d - lo], <uint32_t>(_fin(h) >> 32), tok, L, d, earliest,
+                       &ans[d - lo], &w)
+        for d in range(top + 1 if top >= lo else lo, hi + 1):
+            ans[d - lo] = -1
+    roll[0] = r
+    work[0] += w
+
+
+cdef inline void _index_range(const int64_t* tok, int64_t start, int64_t stop,
+                              level_t* levels, int32_t* ans, int64_t lo, int64_t hi,
+                              bint earliest, bint rolling, uint64_t* roll, uint64_t bpow,
+                              uint64_t* work) noexcept nogil:
+    if rolling:
+        _index_tokens_roll(tok, start, stop, levels, ans, lo, hi, earliest, roll, bpow, work)
+    else:
+        _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest, work)
 
 
 cdef inline int64_t _chosen_end(const int32_t* ans, int64_t n_levels) noexcept nogil:
@@ -415,41 +511,52 @@ def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
     ``drafts`` has the dtype of ``tokens`` (int32 or int64). The whole batch runs
     without the GIL.
     """
+    # convert every argument first (Python code may run), copying the control arrays
     lo_, hi_ = _check_ngram_range(min_n, max_n)
     cdef bint earliest = _check_prefer(prefer) == 1
     arr = _as_ids(tokens, "tokens")
-    off = _check_offsets(offsets, arr.shape[0])
+    off = _own_offsets(offsets)
     cdef int64_t b = off.shape[0] - 1
-    ks = _check_batch_k(max_k, b, None)
+    ks = _check_batch_k(max_k, b, None)          # an owned, validated copy
+    cdef const int32_t[::1] t32
+    cdef const int64_t[::1] t64
+    cdef int64_t n
+    # the token buffer is pinned by its view; its length is read once, from the view
+    if arr.dtype.itemsize == 4:
+        t32 = arr
+        n = t32.shape[0]
+    else:
+        t64 = arr
+        n = t64.shape[0]
+    _validate_offsets(off, n)                    # the copy, compared neighbour to neighbour
+    cdef const int64_t[::1] offv = off
+    cdef const int64_t[::1] kv = ks
     # an upper bound on the drafts' total, so one allocation serves the whole batch
-    cdef int64_t bound = int(np.minimum(ks, np.diff(off)).sum()) if b else 0
-    cdef int64_t lo = min(lo_, arr.shape[0] + 1)
-    cdef int64_t hi = min(hi_, arr.shape[0] + 1)
+    cdef int64_t bound = 0, i, span
+    for i in range(b):
+        span = offv[i + 1] - offv[i]
+        bound += kv[i] if kv[i] < span else span
+    cdef int64_t lo = min(lo_, n + 1)
+    cdef int64_t hi = min(hi_, n + 1)
     out = np.empty(bound, dtype=arr.dtype)
     out_off = np.empty(b + 1, dtype=np.int64)
     lengths = np.empty(b, dtype=np.int64)
-    cdef const int64_t[::1] offv = off
-    cdef const int64_t[::1] kv = ks
     cdef int64_t[::1] oo = out_off
     cdef int64_t[::1] ln = lengths
-    cdef const int32_t[::1] t32
-    cdef const int64_t[::1] t64
     cdef int32_t[::1] o32
     cdef int64_t[::1] o64
     cdef int32_t z32 = 0
     cdef int64_t z64 = 0
     if arr.dtype.itemsize == 4:
-        t32 = arr
         o32 = out
         with nogil:
-            _lm_batch(&t32[0] if t32.shape[0] else &z32, &offv[0], &kv[0] if b else &z64, b,
+            _lm_batch(&t32[0] if n else &z32, &offv[0], &kv[0] if b else &z64, b,
                       lo, hi, earliest, &o32[0] if bound else &z32, &oo[0],
                       &ln[0] if b else &z64)
     else:
-        t64 = arr
         o64 = out
         with nogil:
-            _lm_batch(&t64[0] if t64.shape[0] else &z64, &offv[0], &kv[0] if b else &z64, b,
+            _lm_batch(&t64[0] if n else &z64, &offv[0], &kv[0] if b else &z64, b,
                       lo, hi, earliest, &o64[0] if bound else &z64, &oo[0],
                       &ln[0] if b else &z64)
     return out[: out_off[b]], out_off, lengths
@@ -480,7 +587,16 @@ cdef class NgramIndex:
     cdef int64_t _len, _cap
     cdef level_t* _levels
     cdef int32_t* _ans
-    cdef int _readers, _writing      # guards against use from another thread mid-call
+    # The guard. Every change of these two happens with the GIL held and no Python code
+    # in between check and change: an extend sets _writing before anything that can
+    # release the GIL or run Python code (argument conversion, numpy copies, the nogil
+    # indexing) and clears it last; a batch proposal counts itself in _readers for
+    # every index before it reads any, and out after it is done.
+    cdef int _readers, _writing
+    cdef int64_t _wstamp             # the extend_batch call holding _writing (duplicates)
+    cdef bint _rolling               # min_n > ROLL_MIN_N: the rolling hash
+    cdef uint64_t _roll, _bpow       # its state H(_len, min_n) and RB**min_n
+    cdef uint64_t _work              # hashing and comparison steps so far (tests)
     cdef int64_t _k, _kmin, _kmax
     cdef int64_t _steps, _drafted, _accepted, _full
 
@@ -499,6 +615,10 @@ cdef class NgramIndex:
         self._lo = lo
         self._hi = hi
         self._nlev = hi - lo + 1
+        self._rolling = lo > ROLL_MIN_N
+        self._roll = 0
+        self._bpow = _pow(RB, lo)
+        self._work = 0
         self._earliest = earliest
         self._adaptive = bool(adaptive)
         self._k = min(k, MAX_INDEX_TOKENS)
@@ -539,8 +659,27 @@ cdef class NgramIndex:
         if self._levels == NULL:
             raise RuntimeError("NgramIndex was not initialised")
         if self._writing:
-            raise RuntimeError("NgramIndex is being extended by another thread")
+            raise RuntimeError(BUSY_WRITING)
         return 0
+
+    cdef int _begin_write(self) except -1:
+        """Takes the write guard (refusing when anyone holds the index); no Python code
+        runs between the checks and the mark."""
+        if self._levels == NULL:
+            raise RuntimeError("NgramIndex was not initialised")
+        if self._writing:
+            raise RuntimeError(BUSY_WRITING)
+        if self._readers:
+            raise RuntimeError(BUSY_READING)
+        self._writing = 1
+        self._wstamp = 0
+        return 0
+
+    @property
+    def _work_done(self):
+        """Hashing and comparison steps spent by every extend so far (for tests that
+        check the cost per token without timing it)."""
+        return self._work
 
     # -- configuration ------------------------------------------------------------
     @property
@@ -571,6 +710,8 @@ cdef class NgramIndex:
     @property
     def tokens(self):
         """The indexed tokens, as a read-only int64 view of the index's buffer."""
+        if self._writing:
+            raise RuntimeError(BUSY_WRITING)
         if self._buf is None:
             return np.zeros(0, dtype=np.int64)
         v = self._buf[: self._len]
@@ -581,6 +722,8 @@ cdef class NgramIndex:
     def nbytes(self):
         """Bytes this index holds: the token buffer and every level's hash table."""
         cdef int64_t total = 0, j
+        if self._writing:
+            raise RuntimeError(BUSY_WRITING)
         if self._buf is not None:
             total += self._buf.nbytes
         if self._levels != NULL:
@@ -609,18 +752,26 @@ cdef class NgramIndex:
         return 0
 
     def extend(self, tokens):
-        """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
+        """Append verified tokens (a list, tuple or 1-D integer array) to the index.
+
+        Refuses (RuntimeError) while another extend or a batch proposal uses the index."""
+        self._begin_write()
+        try:
+            self._extend(tokens)
+        finally:
+            self._writing = 0
+
+    cdef int _extend(self, object tokens) except -1:
+        """extend's work; the caller holds the write guard."""
         cdef int64_t m, i, v
         cdef Py_ssize_t n
-        self._check_ready()
-        if self._readers:
-            raise RuntimeError("NgramIndex is being read by a batch proposal in another thread")
         if type(tokens) is list and Py_SIZE(tokens) <= SMALL_LIST:
-            # the serving loop's case, a few accepted tokens: no numpy round trip
+            # the serving loop's case, a few accepted tokens: no numpy round trip. Only
+            # exact ints are read (no Python code runs), so the list cannot change here.
             n = Py_SIZE(tokens)
             if self._len + n > self._cap and self._len + n <= MAX_INDEX_TOKENS:
                 self._grow_buffer(self._len + n)
-            if self._len + n <= self._cap:
+            if self._len + n <= self._cap and Py_SIZE(tokens) == n:
                 for i in range(n):
                     t = (<list>tokens)[i]
                     if type(t) is not int:
@@ -632,11 +783,11 @@ cdef class NgramIndex:
                     self._tok[self._len + i] = v
                 else:
                     self._ingest(n)
-                    return
+                    return 0
         arr = _as_ids(tokens, "tokens")
         m = arr.shape[0]
         if m == 0:
-            return
+            return 0
         if self._len + m > MAX_INDEX_TOKENS:
             raise OverflowError(
                 f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
@@ -646,6 +797,7 @@ cdef class NgramIndex:
             self._grow_buffer(self._len + m)
         self._buf[self._len : self._len + m] = arr
         self._ingest(m)
+        return 0
 
     def append(self, token):
         """Append one verified token."""
@@ -657,19 +809,27 @@ cdef class NgramIndex:
             except OverflowError:
                 pass
             else:
-                self._tok[self._len] = v
-                self._ingest(1)
+                self._writing = 1
+                self._wstamp = 0
+                try:
+                    self._tok[self._len] = v
+                    self._ingest(1)
+                finally:
+                    self._writing = 0
                 return
         self.extend([token])
 
     cdef int _ingest(self, int64_t m) except -1:
-        """Index the m tokens already written at positions _len.._len + m - 1."""
+        """Index the m tokens already written at positions _len.._len + m - 1 (the
+        caller holds the write guard)."""
         cdef int64_t start = self._len, stop, j, lo = self._lo, hi = self._hi
         cdef int64_t total = self._len + m
         cdef bint earliest = self._earliest
         cdef level_t* levels = self._levels
         cdef int32_t* ans = self._ans
         cdef const int64_t* tok = self._tok
+        cdef bint rolling = self._rolling
+        cdef uint64_t bpow = self._bpow
         cdef int rc = 0
         if m == 0:
             return 0
@@ -678,7 +838,6 @@ cdef class NgramIndex:
                 f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                 f"{self._len} + {m} is too many"
             )
-        self._writing = 1
         try:
             while start < total:
                 stop = min(start + CHUNK, total)
@@ -690,13 +849,14 @@ cdef class NgramIndex:
                     break
                 if stop - start >= NOGIL_MIN // 4:
                     with nogil:
-                        _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest)
+                        _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                                     rolling, &self._roll, bpow, &self._work)
                 else:
-                    _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest)
+                    _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                                 rolling, &self._roll, bpow, &self._work)
                 start = stop
         finally:
             self._len = start        # every position below start is fully indexed
-            self._writing = 0
         if rc < 0:
             raise MemoryError(f"NgramIndex could not grow its tables (after {start} tokens)")
         return 0
@@ -734,6 +894,7 @@ cdef class NgramIndex:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
         p, a = _check_record(proposed, accepted)
+        _check_total(self._drafted, p)
         self._record(p, a)
         return self._k
 
@@ -779,10 +940,14 @@ cdef class NgramIndex:
         )
 
     def _restore_stats(self, stats):
-        self._steps, self._drafted, self._accepted, self._full = stats
+        self._steps, self._drafted, self._accepted, self._full = _check_stats(stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
+    """The unpickler: a new index of class ``cls`` built from checked settings, tokens
+    and statistics (made-up statistics are refused)."""
+    if not (isinstance(cls, type) and issubclass(cls, NgramIndex)):
+        raise TypeError(f"cannot rebuild an NgramIndex as {cls!r}")
     ix = cls(lo, hi, prefer, draft_len=k, adaptive=adaptive, min_draft=kmin, max_draft=kmax)
     ix.extend(tokens)
     ix._restore_stats(stats)
@@ -832,10 +997,11 @@ def propose_batch(indexes, max_k=None):
 
     ``max_k`` is one count, one count per index, or None for each index's
     ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
-    does, ``drafts`` being int64.
+    does, ``drafts`` being int64. Refuses (RuntimeError) an index being extended.
     """
+    # every argument converted (Python code may run) before any index is touched
     cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, k, end, bound = 0, one_k = -1
+    cdef int64_t b = len(ixs), i, k, end, bound = 0, one_k = -1, marked = 0
     cdef const int64_t[::1] kv
     cdef NgramIndex ix
     if max_k is None:
@@ -843,16 +1009,21 @@ def propose_batch(indexes, max_k=None):
     elif type(max_k) is int and max_k >= 0:
         one_k = max_k if max_k < MAX_INDEX_TOKENS else MAX_INDEX_TOKENS
     elif isinstance(max_k, (np.ndarray, list, tuple)):
-        kv = _check_batch_k(max_k, b, None)
+        kv = _check_batch_k(max_k, b, None)     # an owned, validated copy
     else:
         one_k = min(check_count(max_k, "max_k"), MAX_INDEX_TOKENS)
     cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
     if views == NULL:
         raise MemoryError()
     try:
+        # the read guard on every index, before anything can release the GIL or run
+        # Python code (numpy allocations below may run a collection, hence finalizers)
+        for i in range(b):
+            (<NgramIndex>ixs[i])._check_ready()
+            (<NgramIndex>ixs[i])._readers += 1
+            marked += 1
         for i in range(b):
             ix = <NgramIndex>ixs[i]
-            ix._check_ready()
             if max_k is None:
                 k = ix._k
             elif one_k >= 0:
@@ -865,7 +1036,7 @@ def propose_batch(indexes, max_k=None):
             # clip k to the tokens after the chosen occurrence now, so the nogil pass
             # needs no length (and the output's size is exact)
             end = _chosen_end(ix._ans, ix._nlev)
-            if end < 0:
+            if end < 0 or k < 0:
                 k = 0
             elif k > ix._len - end:
                 k = ix._len - end
@@ -874,14 +1045,10 @@ def propose_batch(indexes, max_k=None):
         out = np.empty(bound, dtype=np.int64)
         out_off = np.empty(b + 1, dtype=np.int64)
         lengths = np.empty(b, dtype=np.int64)
-        for i in range(b):
-            (<NgramIndex>ixs[i])._readers += 1
-        try:
-            _run_views(views, b, out, out_off, lengths)
-        finally:
-            for i in range(b):
-                (<NgramIndex>ixs[i])._readers -= 1
+        _run_views(views, b, out, out_off, lengths)
     finally:
+        for i in range(marked):
+            (<NgramIndex>ixs[i])._readers -= 1
         free(views)
     return out, out_off, lengths
 
@@ -913,6 +1080,8 @@ def record_batch(indexes, proposed, accepted):
     cdef NgramIndex ix
     for i in range(b):
         ix = <NgramIndex>ixs[i]
+        if pv[i] > INT64_MAX_C - ix._drafted:
+            _check_total(ix._drafted, pv[i])
         ix._record(pv[i], av[i])
         ov[i] = ix._k
     return out
