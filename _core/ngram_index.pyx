@@ -40,7 +40,7 @@ from specfsm._py.ngram_index import (
 
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from _typedefs cimport token_t
 from _seq cimport Py_SIZE
@@ -49,13 +49,17 @@ cdef extern from *:
     """
     #if defined(__GNUC__) || defined(__clang__)
     #define NGI_PREFETCH(p) __builtin_prefetch((const void *)(p))
+    #define NGI_PREFETCH_W(p) __builtin_prefetch((const void *)(p), 1)
     #else
     #define NGI_PREFETCH(p) ((void)0)
+    #define NGI_PREFETCH_W(p) ((void)0)
     #endif
     """
     void NGI_PREFETCH(const void* p) nogil
+    void NGI_PREFETCH_W(const void* p) nogil
 
 __all__ = [
+    "extend_batch",
     "longest_match",
     "longest_match_batch",
     "NgramIndex",
@@ -73,6 +77,10 @@ cdef enum:
     MIN_CAP_BITS = 4      # a level's table starts with 16 slots
     ROLL_MIN_N = 32       # an index with min_n beyond this hashes with a rolling window
     CHAIN_MIN_N = 9       # n-grams this long are confirmed by continuing the last match
+    PIPE_LEVELS = 8       # extend_batch pipelines indexes with at most this many levels
+    PIPE_HASH = 24        # extend_batch hashes and prefetches slots this many positions ahead
+    PIPE_VERIFY = 10      # ... and prefetches the tokens a tag match will compare this far
+    PIPE_RING = 32        # a power of two above PIPE_HASH
 
 ctypedef struct slot_t:
     uint32_t tag          # high 32 bits of the n-gram's hash
@@ -1085,3 +1093,208 @@ def record_batch(indexes, proposed, accepted):
         ix._record(pv[i], av[i])
         ov[i] = ix._k
     return out
+
+
+# ------------------------------------------------------------------------------------
+# extend for a batch of indexes
+# ------------------------------------------------------------------------------------
+
+ctypedef struct job_t:    # one index's share of extend_batch, read without the GIL
+    int64_t* tok
+    level_t* levels
+    int32_t* ans
+    int64_t start         # the index's length before the call
+    int64_t first         # its tokens are src[first:first + stop - start]
+    int64_t stop
+    int64_t lo, hi
+    uint64_t* roll
+    uint64_t* work
+    uint64_t bpow
+    bint earliest, rolling, piped
+
+ctypedef struct tags_t:
+    uint32_t tag[PIPE_LEVELS]
+
+cdef int64_t _batch_stamp = 0
+
+
+cdef inline void _job_tags(const job_t* jb, int64_t L, uint32_t* tag) noexcept nogil:
+    """The tags of the n-grams ending at L, for a chained-hash job, and a prefetch of
+    each one's home slot."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    cdef uint64_t h = 0
+    cdef level_t* lv
+    cdef uint32_t t
+    for d in range(1, top + 1):
+        h = _step(h, jb.tok[L - d])
+        if d >= jb.lo:
+            lv = &jb.levels[d - jb.lo]
+            t = <uint32_t>(h >> 32)
+            tag[d - jb.lo] = t
+            NGI_PREFETCH(&lv.slots[(<uint64_t>t) >> lv.shift if lv.shift < 32 else 0])
+
+
+cdef inline void _job_peek(const job_t* jb, int64_t L, const uint32_t* tag) noexcept nogil:
+    """For each home slot whose tag matches, prefetch the tokens the match will compare."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    cdef level_t* lv
+    cdef slot_t* sl
+    for d in range(jb.lo, top + 1):
+        lv = &jb.levels[d - jb.lo]
+        sl = &lv.slots[(<uint64_t>tag[d - jb.lo]) >> lv.shift if lv.shift < 32 else 0]
+        if sl.end > 0 and sl.tag == tag[d - jb.lo]:
+            NGI_PREFETCH(&jb.tok[sl.end - 1])
+
+
+cdef inline void _job_probe(const job_t* jb, int64_t L, const uint32_t* tag,
+                            uint64_t* w) noexcept nogil:
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    for d in range(jb.lo, top + 1):
+        _probe(&jb.levels[d - jb.lo], tag[d - jb.lo], jb.tok, L, d, jb.earliest,
+               &jb.ans[d - jb.lo], w)
+    for d in range(top + 1 if top >= jb.lo else jb.lo, jb.hi + 1):
+        jb.ans[d - jb.lo] = -1
+    w[0] += <uint64_t>top
+
+
+cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* pjob,
+                       int64_t total, tags_t* ring) noexcept nogil:
+    """Index every job's new tokens, positions of all jobs in one software pipeline:
+    position p + PIPE_HASH is hashed and its home slots prefetched, position
+    p + PIPE_VERIFY's matching slots have their tokens prefetched, and position p is
+    probed, so the cache misses of different requests overlap. Each job's positions are
+    still probed in order, so the result equals one extend per index."""
+    cdef int64_t i, p, q, j, L
+    cdef job_t* jb
+    cdef uint64_t w
+    # the new tokens into each buffer
+    for i in range(b):
+        if i + 4 < b:
+            NGI_PREFETCH_W(&jobs[i + 4].tok[jobs[i + 4].start])
+        jb = &jobs[i]
+        if jb.stop > jb.start:
+            memcpy(&jb.tok[jb.start], &src[jb.first], <size_t>(jb.stop - jb.start) * sizeof(int64_t))
+    for p in range(-PIPE_HASH, total):
+        q = p + PIPE_HASH
+        if q < total:
+            jb = &jobs[pjob[q]]
+            if jb.piped:
+                _job_tags(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+        q = p + PIPE_VERIFY
+        if 0 <= q < total:
+            jb = &jobs[pjob[q]]
+            if jb.piped:
+                _job_peek(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+        if p >= 0:
+            jb = &jobs[pjob[p]]
+            if jb.piped:
+                w = 0
+                _job_probe(jb, jb.start + (p - jb.first) + 1, ring[p & (PIPE_RING - 1)].tag, &w)
+                jb.work[0] += w
+            elif p == jb.first:
+                _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.ans, jb.lo, jb.hi,
+                             jb.earliest, jb.rolling, jb.roll, jb.bpow, jb.work)
+
+
+def extend_batch(indexes, tokens, offsets):
+    """``extend`` for B indexes in one call: index ``i`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
+    boundaries). The whole batch is indexed without the GIL, the hash-table cache
+    misses of different indexes overlapping. All or nothing: refuses the whole batch,
+    changing no index, when an index appears twice (ValueError) or is in use by
+    another call (RuntimeError), or when one would exceed its capacity.
+    """
+    global _batch_stamp
+    # every argument converted (Python code may run) and copied before any index is touched
+    cdef list ixs = _index_list(indexes)
+    cdef int64_t b = len(ixs), i, j, marked = 0, m, n, total, base
+    src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = _own_offsets(offsets)
+    if off.shape[0] != b + 1:
+        raise ValueError(
+            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
+        )
+    cdef const int64_t[::1] sv = src
+    n = sv.shape[0]
+    _validate_offsets(off, n)
+    cdef const int64_t[::1] ov = off
+    cdef NgramIndex ix
+    cdef int64_t stamp
+    cdef job_t* jobs = NULL
+    cdef int32_t* pjob = NULL
+    cdef tags_t* ring = NULL
+    cdef int64_t z = 0
+    _batch_stamp += 1
+    stamp = _batch_stamp
+    try:
+        # the write guard on every index, all or nothing; no Python code runs in this loop
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            if ix._levels == NULL:
+                raise RuntimeError(f"indexes[{i}]: NgramIndex was not initialised")
+            if ix._writing:
+                if ix._wstamp == stamp:
+                    raise ValueError(
+                        f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                        "index once"
+                    )
+                raise RuntimeError(f"indexes[{i}]: {BUSY_WRITING}")
+            if ix._readers:
+                raise RuntimeError(f"indexes[{i}]: {BUSY_READING}")
+            ix._writing = 1
+            ix._wstamp = stamp
+            marked += 1
+            # start loading what the next passes read
+            NGI_PREFETCH(ix._levels)
+            NGI_PREFETCH(ix._ans)
+            if ix._len > 0:
+                NGI_PREFETCH(&ix._tok[ix._len - 1])
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            m = ov[i + 1] - ov[i]
+            if ix._len + m > MAX_INDEX_TOKENS:
+                raise OverflowError(
+                    f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                    f"indexes[{i}] has {ix._len} + {m}, too many"
+                )
+        total = ov[b] - ov[0]
+        base = ov[0]
+        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
+        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
+        ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
+        if jobs == NULL or pjob == NULL or ring == NULL:
+            raise MemoryError()
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            m = ov[i + 1] - ov[i]
+            if ix._len + m > ix._cap:
+                ix._grow_buffer(ix._len + m)
+            for j in range(ix._nlev):
+                if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
+                    raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
+            jobs[i].tok = ix._tok
+            jobs[i].levels = ix._levels
+            jobs[i].ans = ix._ans
+            jobs[i].start = ix._len
+            jobs[i].first = ov[i] - base
+            jobs[i].stop = ix._len + m
+            jobs[i].lo = ix._lo
+            jobs[i].hi = ix._hi
+            jobs[i].roll = &ix._roll
+            jobs[i].work = &ix._work
+            jobs[i].bpow = ix._bpow
+            jobs[i].earliest = ix._earliest
+            jobs[i].rolling = ix._rolling
+            jobs[i].piped = not ix._rolling and ix._nlev <= PIPE_LEVELS
+            for j in range(ov[i] - base, ov[i + 1] - base):
+                pjob[j] = <int32_t>i
+        with nogil:
+            _extend_jobs(jobs, b, &sv[base] if n else &z, pjob, total, ring)
+        for i in range(b):
+            (<NgramIndex>ixs[i])._len = jobs[i].stop
+    finally:
+        for i in range(marked):
+            (<NgramIndex>ixs[i])._writing = 0
+        free(jobs)
+        free(pjob)
+        free(ring)

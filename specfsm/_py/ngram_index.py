@@ -22,6 +22,7 @@ import numpy as np
 from .._validate import INT64_MAX, INT64_MIN, as_token_array, check_count
 
 __all__ = [
+    "extend_batch",
     "longest_match",
     "longest_match_batch",
     "NgramIndex",
@@ -642,3 +643,48 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
     for i, ix in enumerate(ixs):
         out[i] = ix.record(int(p[i]), int(a[i]))
     return out
+
+
+def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
+    """``extend`` for B indexes in one call: index ``i`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
+    boundaries). All or nothing: refuses the whole batch, changing no index, when an
+    index appears twice (ValueError) or is in use by another call (RuntimeError), or
+    when one would exceed its capacity.
+    """
+    ixs = _index_list(indexes, NgramIndex)
+    b = len(ixs)
+    src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = _own_offsets(offsets)
+    if off.shape[0] != b + 1:
+        raise ValueError(
+            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
+        )
+    _validate_offsets(off, src.shape[0])
+    marked: list = []
+    seen: set = set()
+    try:
+        for i, ix in enumerate(ixs):
+            if id(ix) in seen:
+                raise ValueError(
+                    f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                    "index once"
+                )
+            try:
+                ix._begin_write()
+            except RuntimeError as exc:
+                raise RuntimeError(f"indexes[{i}]: {exc}") from None
+            marked.append(ix)
+            seen.add(id(ix))
+        for i, ix in enumerate(ixs):
+            m = int(off[i + 1] - off[i])
+            if len(ix._toks) + m > MAX_INDEX_TOKENS:
+                raise OverflowError(
+                    f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                    f"indexes[{i}] has {len(ix._toks)} + {m}, too many"
+                )
+        for i, ix in enumerate(ixs):
+            ix._extend(src[off[i] : off[i + 1]].tolist())
+    finally:
+        for ix in marked:
+            ix._end_write()
