@@ -58,6 +58,111 @@ cdef extern from *:
     void NGI_PREFETCH(const void* p) nogil
     void NGI_PREFETCH_W(const void* p) nogil
 
+# Slot tables come from an arena of 2 MiB chunks the kernel is asked to back with huge
+# pages (Linux, madvise): a batch update touches random slots of hundreds of tables,
+# and with 4 KiB pages nearly every one of those touches also misses the TLB. Tables
+# up to 1 MiB are carved from the chunks in power-of-two blocks and recycled through
+# per-size free lists (never returned to the system); larger ones get their own
+# mapping. Every call is made with the GIL held, which serialises the arena.
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <stdint.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    #define NGI_CHUNK ((size_t)2 << 20)
+    #define NGI_MIN_CLASS 7
+    #define NGI_MAX_CLASS 20
+    static void *ngi_free_list[NGI_MAX_CLASS + 1];
+    static char *ngi_bump = NULL;
+    static size_t ngi_bump_left = 0;
+
+    static void *ngi_map(size_t n)
+    {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        /* n is a multiple of NGI_CHUNK: map one chunk more, keep an aligned n */
+        char *p = (char *)mmap(NULL, n + NGI_CHUNK, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == (char *)MAP_FAILED)
+            return NULL;
+        uintptr_t a = ((uintptr_t)p + NGI_CHUNK - 1) & ~(uintptr_t)(NGI_CHUNK - 1);
+        size_t head = (size_t)(a - (uintptr_t)p);
+        if (head)
+            munmap(p, head);
+        if (NGI_CHUNK - head)
+            munmap((char *)a + n, NGI_CHUNK - head);
+        madvise((void *)a, n, MADV_HUGEPAGE);
+        return (void *)a;
+    #else
+        return malloc(n);
+    #endif
+    }
+
+    static void ngi_unmap(void *p, size_t n)
+    {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        munmap(p, n);
+    #else
+        (void)n;
+        free(p);
+    #endif
+    }
+
+    static void *ngi_table_alloc(size_t n)
+    {
+        int k = NGI_MIN_CLASS;
+        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
+            k++;
+        if (k > NGI_MAX_CLASS)
+            return ngi_map((n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
+        void *p = ngi_free_list[k];
+        if (p) {
+            ngi_free_list[k] = *(void **)p;
+            return p;
+        }
+        size_t sz = (size_t)1 << k;
+        if (ngi_bump_left < sz) {
+            /* the rest of the old chunk goes to the free lists, largest blocks first */
+            while (ngi_bump_left >= ((size_t)1 << NGI_MIN_CLASS)) {
+                int j = NGI_MAX_CLASS;
+                while (((size_t)1 << j) > ngi_bump_left)
+                    j--;
+                *(void **)ngi_bump = ngi_free_list[j];
+                ngi_free_list[j] = ngi_bump;
+                ngi_bump += (size_t)1 << j;
+                ngi_bump_left -= (size_t)1 << j;
+            }
+            char *c = (char *)ngi_map(NGI_CHUNK);
+            if (c == NULL)
+                return NULL;
+            ngi_bump = c;
+            ngi_bump_left = NGI_CHUNK;
+        }
+        p = ngi_bump;
+        ngi_bump += sz;
+        ngi_bump_left -= sz;
+        return p;
+    }
+
+    static void ngi_table_free(void *p, size_t n)
+    {
+        if (p == NULL)
+            return;
+        int k = NGI_MIN_CLASS;
+        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
+            k++;
+        if (k > NGI_MAX_CLASS) {
+            ngi_unmap(p, (n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
+            return;
+        }
+        *(void **)p = ngi_free_list[k];
+        ngi_free_list[k] = p;
+    }
+    """
+    void* ngi_table_alloc(size_t n) nogil
+    void ngi_table_free(void* p, size_t n) nogil
+
 __all__ = [
     "extend_batch",
     "longest_match",
@@ -200,7 +305,7 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
         return 0
     if bits > 32:
         return -1
-    cdef slot_t* new = <slot_t*>malloc(cap * sizeof(slot_t))
+    cdef slot_t* new = <slot_t*>ngi_table_alloc(cap * sizeof(slot_t))
     if new == NULL:
         return -1
     memset(new, 0xFF, cap * sizeof(slot_t))
@@ -214,7 +319,7 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
             while new[j].end >= 0:
                 j = (j + 1) & mask
             new[j] = old[i]
-    free(old)
+    ngi_table_free(old, lv.cap * sizeof(slot_t))
     lv.slots = new
     lv.cap = cap
     lv.shift = shift
@@ -650,7 +755,7 @@ cdef class NgramIndex:
             self._levels[j].cap = 1 << MIN_CAP_BITS
             self._levels[j].count = 0
             self._levels[j].shift = 32 - MIN_CAP_BITS
-            self._levels[j].slots = <slot_t*>malloc((1 << MIN_CAP_BITS) * sizeof(slot_t))
+            self._levels[j].slots = <slot_t*>ngi_table_alloc((1 << MIN_CAP_BITS) * sizeof(slot_t))
             if self._levels[j].slots == NULL:
                 raise MemoryError()
             memset(self._levels[j].slots, 0xFF, (1 << MIN_CAP_BITS) * sizeof(slot_t))
@@ -659,7 +764,7 @@ cdef class NgramIndex:
         cdef int64_t j
         if self._levels != NULL:
             for j in range(self._nlev):
-                free(self._levels[j].slots)
+                ngi_table_free(self._levels[j].slots, self._levels[j].cap * sizeof(slot_t))
             free(self._levels)
         free(self._ans)
 
