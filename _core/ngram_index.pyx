@@ -19,6 +19,8 @@ import numpy as np
 
 from specfsm._validate import check_count
 from specfsm._py.ngram_index import (
+    BUSY_READING,
+    BUSY_WRITING,
     GROW_STEP,
     MAX_INDEX_TOKENS,
     SHRINK_STEP,
@@ -30,11 +32,15 @@ from specfsm._py.ngram_index import (
     _check_offsets,
     _check_prefer,
     _check_record,
+    _check_stats,
+    _check_total,
+    _own_offsets,
+    _validate_offsets,
 )
 
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from _typedefs cimport token_t
 from _seq cimport Py_SIZE
@@ -43,13 +49,122 @@ cdef extern from *:
     """
     #if defined(__GNUC__) || defined(__clang__)
     #define NGI_PREFETCH(p) __builtin_prefetch((const void *)(p))
+    #define NGI_PREFETCH_W(p) __builtin_prefetch((const void *)(p), 1)
     #else
     #define NGI_PREFETCH(p) ((void)0)
+    #define NGI_PREFETCH_W(p) ((void)0)
     #endif
     """
     void NGI_PREFETCH(const void* p) nogil
+    void NGI_PREFETCH_W(const void* p) nogil
+
+# Slot tables come from an arena of 2 MiB chunks the kernel is asked to back with huge
+# pages (Linux, madvise): a batch update touches random slots of hundreds of tables,
+# and with 4 KiB pages nearly every one of those touches also misses the TLB. Tables
+# up to 1 MiB are carved from the chunks in power-of-two blocks and recycled through
+# per-size free lists (never returned to the system); larger ones get their own
+# mapping. Every call is made with the GIL held, which serialises the arena.
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <stdint.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    #define NGI_CHUNK ((size_t)2 << 20)
+    #define NGI_MIN_CLASS 7
+    #define NGI_MAX_CLASS 20
+    static void *ngi_free_list[NGI_MAX_CLASS + 1];
+    static char *ngi_bump = NULL;
+    static size_t ngi_bump_left = 0;
+
+    static void *ngi_map(size_t n)
+    {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        /* n is a multiple of NGI_CHUNK: map one chunk more, keep an aligned n */
+        char *p = (char *)mmap(NULL, n + NGI_CHUNK, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == (char *)MAP_FAILED)
+            return NULL;
+        uintptr_t a = ((uintptr_t)p + NGI_CHUNK - 1) & ~(uintptr_t)(NGI_CHUNK - 1);
+        size_t head = (size_t)(a - (uintptr_t)p);
+        if (head)
+            munmap(p, head);
+        if (NGI_CHUNK - head)
+            munmap((char *)a + n, NGI_CHUNK - head);
+        madvise((void *)a, n, MADV_HUGEPAGE);
+        return (void *)a;
+    #else
+        return malloc(n);
+    #endif
+    }
+
+    static void ngi_unmap(void *p, size_t n)
+    {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        munmap(p, n);
+    #else
+        (void)n;
+        free(p);
+    #endif
+    }
+
+    static void *ngi_table_alloc(size_t n)
+    {
+        int k = NGI_MIN_CLASS;
+        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
+            k++;
+        if (k > NGI_MAX_CLASS)
+            return ngi_map((n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
+        void *p = ngi_free_list[k];
+        if (p) {
+            ngi_free_list[k] = *(void **)p;
+            return p;
+        }
+        size_t sz = (size_t)1 << k;
+        if (ngi_bump_left < sz) {
+            /* the rest of the old chunk goes to the free lists, largest blocks first */
+            while (ngi_bump_left >= ((size_t)1 << NGI_MIN_CLASS)) {
+                int j = NGI_MAX_CLASS;
+                while (((size_t)1 << j) > ngi_bump_left)
+                    j--;
+                *(void **)ngi_bump = ngi_free_list[j];
+                ngi_free_list[j] = ngi_bump;
+                ngi_bump += (size_t)1 << j;
+                ngi_bump_left -= (size_t)1 << j;
+            }
+            char *c = (char *)ngi_map(NGI_CHUNK);
+            if (c == NULL)
+                return NULL;
+            ngi_bump = c;
+            ngi_bump_left = NGI_CHUNK;
+        }
+        p = ngi_bump;
+        ngi_bump += sz;
+        ngi_bump_left -= sz;
+        return p;
+    }
+
+    static void ngi_table_free(void *p, size_t n)
+    {
+        if (p == NULL)
+            return;
+        int k = NGI_MIN_CLASS;
+        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
+            k++;
+        if (k > NGI_MAX_CLASS) {
+            ngi_unmap(p, (n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
+            return;
+        }
+        *(void **)p = ngi_free_list[k];
+        ngi_free_list[k] = p;
+    }
+    """
+    void* ngi_table_alloc(size_t n) nogil
+    void ngi_table_free(void* p, size_t n) nogil
 
 __all__ = [
+    "extend_batch",
     "longest_match",
     "longest_match_batch",
     "NgramIndex",
@@ -57,12 +172,20 @@ __all__ = [
     "record_batch",
 ]
 
+cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
+
 cdef enum:
     NOGIL_MIN = 2048      # shorter work than this keeps the GIL (a release costs more)
     CHUNK = 4096          # tokens appended per table-reservation round in extend
     SMALL_LIST = 64       # extend() converts lists up to this long without numpy
     AHEAD = 8             # bulk extend prefetches the slots of the position this far ahead
     MIN_CAP_BITS = 4      # a level's table starts with 16 slots
+    ROLL_MIN_N = 32       # an index with min_n beyond this hashes with a rolling window
+    CHAIN_MIN_N = 9       # n-grams this long are confirmed by continuing the last match
+    PIPE_LEVELS = 8       # extend_batch pipelines indexes with at most this many levels
+    PIPE_HASH = 24        # extend_batch hashes and prefetches slots this many positions ahead
+    PIPE_VERIFY = 10      # ... and prefetches the tokens a tag match will compare this far
+    PIPE_RING = 32        # a power of two above PIPE_HASH
 
 ctypedef struct slot_t:
     uint32_t tag          # high 32 bits of the n-gram's hash
@@ -108,6 +231,69 @@ cdef inline bint _same(const int64_t* tok, int64_t e, int64_t f, int64_t n) noex
     return True
 
 
+# The rolling hash (indexes with min_n > ROLL_MIN_N): H(L, n) = sum over i < n of
+# x(tok[L - 1 - i]) * RB**i (mod 2**64), x a mixed token. H(L, min_n) rolls forward in
+# O(1) per token and each longer n adds one term, so a token costs O(max_n - min_n + 1)
+# whatever min_n is (the chained hash above costs O(max_n)).
+cdef uint64_t RB = <uint64_t>0x9E3779B97F4A7C15ULL | 1
+
+
+cdef inline uint64_t _x(int64_t t) noexcept nogil:
+    return _mix(<uint64_t>t * <uint64_t>0xD6E8FEB86659FD93ULL + <uint64_t>0x632be59bd9b4e019ULL)
+
+
+cdef inline uint64_t _fin(uint64_t h) noexcept nogil:
+    return _mix(h ^ <uint64_t>0x2545F4914F6CDD1DULL)
+
+
+cdef uint64_t _pow(uint64_t b, int64_t e) noexcept nogil:
+    cdef uint64_t r = 1
+    while e > 0:
+        if e & 1:
+            r *= b
+        b *= b
+        e >>= 1
+    return r
+
+
+cdef inline bint _verify(const int64_t* tok, int64_t e, int64_t L, int64_t d, int32_t prev,
+                         uint64_t* work) noexcept nogil:
+    """tok[e - d:e] == tok[L - d:L] for a slot whose tag matched. ``prev`` is this level's
+    answer at position L - 1 (so tok[prev - d:prev] == tok[L - 1 - d:L - 1] when
+    prev >= 0): a candidate continuing that match needs one comparison instead of d,
+    which keeps long n-grams over repetitive streams O(1) per token."""
+    if d >= CHAIN_MIN_N and prev >= 0 and e == prev + 1:
+        work[0] += 1
+        return tok[e - 1] == tok[L - 1]
+    work[0] += <uint64_t>d
+    return _same(tok, e, L, d)
+
+
+cdef inline void _probe(level_t* lv, uint32_t tag, const int64_t* tok, int64_t L, int64_t d,
+                        bint earliest, int32_t* a, uint64_t* work) noexcept nogil:
+    """Look up the d-gram ending at L (tag ``tag``) in its level, insert it, and set the
+    level's answer ``a[0]``: the end of the chosen earlier occurrence, or -1."""
+    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
+    cdef uint64_t idx = (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
+    cdef int32_t found = -1
+    cdef int32_t prev = a[0]
+    cdef slot_t* s
+    while True:
+        s = &lv.slots[idx]
+        if s.end < 0:
+            s.tag = tag
+            s.end = <int32_t>L
+            lv.count += 1
+            break
+        if s.tag == tag and _verify(tok, s.end, L, d, prev, work):
+            found = s.end
+            if not earliest:
+                s.end = <int32_t>L
+            break
+        idx = (idx + 1) & mask
+    a[0] = found
+
+
 cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
     """Make room for ``need`` entries at load <= 2/3, rehashing by tag; -1 when out of memory."""
     cdef int64_t cap = lv.cap
@@ -119,7 +305,7 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
         return 0
     if bits > 32:
         return -1
-    cdef slot_t* new = <slot_t*>malloc(cap * sizeof(slot_t))
+    cdef slot_t* new = <slot_t*>ngi_table_alloc(cap * sizeof(slot_t))
     if new == NULL:
         return -1
     memset(new, 0xFF, cap * sizeof(slot_t))
@@ -133,7 +319,7 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
             while new[j].end >= 0:
                 j = (j + 1) & mask
             new[j] = old[i]
-    free(old)
+    ngi_table_free(old, lv.cap * sizeof(slot_t))
     lv.slots = new
     lv.cap = cap
     lv.shift = shift
@@ -141,15 +327,14 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
 
 
 cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                        int32_t* ans, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
+                        int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                        uint64_t* work) noexcept nogil:
     """Index positions start..stop-1 (tables already reserved for stop - start entries)."""
-    cdef int64_t L, d, top, j
-    cdef uint64_t h, mask, idx
-    cdef uint32_t tag
+    cdef int64_t L, d, top
+    cdef uint64_t h
     cdef level_t* lv
-    cdef slot_t* s
-    cdef int32_t found
     cdef int64_t P, ptop
+    cdef uint64_t w = 0
     for L in range(start + 1, stop + 1):
         P = L + AHEAD
         if P <= stop and stop - start > AHEAD:
@@ -163,31 +348,55 @@ cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t
                     NGI_PREFETCH(&lv.slots[(h >> 32) >> lv.shift])
         top = hi if hi < L else L
         h = 0
+        w += <uint64_t>top
         for d in range(1, top + 1):
             h = _step(h, tok[L - d])
             if d < lo:
                 continue
-            lv = &levels[d - lo]
-            tag = <uint32_t>(h >> 32)
-            mask = <uint64_t>(lv.cap - 1)
-            idx = (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
-            found = -1
-            while True:
-                s = &lv.slots[idx]
-                if s.end < 0:
-                    s.tag = tag
-                    s.end = <int32_t>L
-                    lv.count += 1
-                    break
-                if s.tag == tag and _same(tok, s.end, L, d):
-                    found = s.end
-                    if not earliest:
-                        s.end = <int32_t>L
-                    break
-                idx = (idx + 1) & mask
-            ans[d - lo] = found
+            _probe(&levels[d - lo], <uint32_t>(h >> 32), tok, L, d, earliest, &ans[d - lo], &w)
         for d in range(top + 1 if top >= lo else lo, hi + 1):
             ans[d - lo] = -1
+    work[0] += w
+
+
+cdef void _index_tokens_roll(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
+                             int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                             uint64_t* roll, uint64_t bpow, uint64_t* work) noexcept nogil:
+    """``_index_tokens`` with the rolling hash: ``roll`` holds H(start, lo) on entry and
+    H(stop, lo) on return; ``bpow`` is RB**lo."""
+    cdef int64_t L, d, top
+    cdef uint64_t r = roll[0], h, p
+    cdef uint64_t w = 0
+    for L in range(start + 1, stop + 1):
+        r = r * RB + _x(tok[L - 1])
+        if L - 1 >= lo:
+            r -= _x(tok[L - 1 - lo]) * bpow
+        top = hi if hi < L else L
+        w += 2
+        if top >= lo:
+            h = r
+            p = bpow
+            _probe(&levels[0], <uint32_t>(_fin(h) >> 32), tok, L, lo, earliest, &ans[0], &w)
+            for d in range(lo + 1, top + 1):
+                h += _x(tok[L - d]) * p
+                p *= RB
+                w += 1
+                _probe(&levels[d - lo], <uint32_t>(_fin(h) >> 32), tok, L, d, earliest,
+                       &ans[d - lo], &w)
+        for d in range(top + 1 if top >= lo else lo, hi + 1):
+            ans[d - lo] = -1
+    roll[0] = r
+    work[0] += w
+
+
+cdef inline void _index_range(const int64_t* tok, int64_t start, int64_t stop,
+                              level_t* levels, int32_t* ans, int64_t lo, int64_t hi,
+                              bint earliest, bint rolling, uint64_t* roll, uint64_t bpow,
+                              uint64_t* work) noexcept nogil:
+    if rolling:
+        _index_tokens_roll(tok, start, stop, levels, ans, lo, hi, earliest, roll, bpow, work)
+    else:
+        _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest, work)
 
 
 cdef inline int64_t _chosen_end(const int32_t* ans, int64_t n_levels) noexcept nogil:
@@ -415,41 +624,52 @@ def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
     ``drafts`` has the dtype of ``tokens`` (int32 or int64). The whole batch runs
     without the GIL.
     """
+    # convert every argument first (Python code may run), copying the control arrays
     lo_, hi_ = _check_ngram_range(min_n, max_n)
     cdef bint earliest = _check_prefer(prefer) == 1
     arr = _as_ids(tokens, "tokens")
-    off = _check_offsets(offsets, arr.shape[0])
+    off = _own_offsets(offsets)
     cdef int64_t b = off.shape[0] - 1
-    ks = _check_batch_k(max_k, b, None)
+    ks = _check_batch_k(max_k, b, None)          # an owned, validated copy
+    cdef const int32_t[::1] t32
+    cdef const int64_t[::1] t64
+    cdef int64_t n
+    # the token buffer is pinned by its view; its length is read once, from the view
+    if arr.dtype.itemsize == 4:
+        t32 = arr
+        n = t32.shape[0]
+    else:
+        t64 = arr
+        n = t64.shape[0]
+    _validate_offsets(off, n)                    # the copy, compared neighbour to neighbour
+    cdef const int64_t[::1] offv = off
+    cdef const int64_t[::1] kv = ks
     # an upper bound on the drafts' total, so one allocation serves the whole batch
-    cdef int64_t bound = int(np.minimum(ks, np.diff(off)).sum()) if b else 0
-    cdef int64_t lo = min(lo_, arr.shape[0] + 1)
-    cdef int64_t hi = min(hi_, arr.shape[0] + 1)
+    cdef int64_t bound = 0, i, span
+    for i in range(b):
+        span = offv[i + 1] - offv[i]
+        bound += kv[i] if kv[i] < span else span
+    cdef int64_t lo = min(lo_, n + 1)
+    cdef int64_t hi = min(hi_, n + 1)
     out = np.empty(bound, dtype=arr.dtype)
     out_off = np.empty(b + 1, dtype=np.int64)
     lengths = np.empty(b, dtype=np.int64)
-    cdef const int64_t[::1] offv = off
-    cdef const int64_t[::1] kv = ks
     cdef int64_t[::1] oo = out_off
     cdef int64_t[::1] ln = lengths
-    cdef const int32_t[::1] t32
-    cdef const int64_t[::1] t64
     cdef int32_t[::1] o32
     cdef int64_t[::1] o64
     cdef int32_t z32 = 0
     cdef int64_t z64 = 0
     if arr.dtype.itemsize == 4:
-        t32 = arr
         o32 = out
         with nogil:
-            _lm_batch(&t32[0] if t32.shape[0] else &z32, &offv[0], &kv[0] if b else &z64, b,
+            _lm_batch(&t32[0] if n else &z32, &offv[0], &kv[0] if b else &z64, b,
                       lo, hi, earliest, &o32[0] if bound else &z32, &oo[0],
                       &ln[0] if b else &z64)
     else:
-        t64 = arr
         o64 = out
         with nogil:
-            _lm_batch(&t64[0] if t64.shape[0] else &z64, &offv[0], &kv[0] if b else &z64, b,
+            _lm_batch(&t64[0] if n else &z64, &offv[0], &kv[0] if b else &z64, b,
                       lo, hi, earliest, &o64[0] if bound else &z64, &oo[0],
                       &ln[0] if b else &z64)
     return out[: out_off[b]], out_off, lengths
@@ -480,7 +700,16 @@ cdef class NgramIndex:
     cdef int64_t _len, _cap
     cdef level_t* _levels
     cdef int32_t* _ans
-    cdef int _readers, _writing      # guards against use from another thread mid-call
+    # The guard. Every change of these two happens with the GIL held and no Python code
+    # in between check and change: an extend sets _writing before anything that can
+    # release the GIL or run Python code (argument conversion, numpy copies, the nogil
+    # indexing) and clears it last; a batch proposal counts itself in _readers for
+    # every index before it reads any, and out after it is done.
+    cdef int _readers, _writing
+    cdef int64_t _wstamp             # the extend_batch call holding _writing (duplicates)
+    cdef bint _rolling               # min_n > ROLL_MIN_N: the rolling hash
+    cdef uint64_t _roll, _bpow       # its state H(_len, min_n) and RB**min_n
+    cdef uint64_t _work              # hashing and comparison steps so far (tests)
     cdef int64_t _k, _kmin, _kmax
     cdef int64_t _steps, _drafted, _accepted, _full
 
@@ -499,6 +728,10 @@ cdef class NgramIndex:
         self._lo = lo
         self._hi = hi
         self._nlev = hi - lo + 1
+        self._rolling = lo > ROLL_MIN_N
+        self._roll = 0
+        self._bpow = _pow(RB, lo)
+        self._work = 0
         self._earliest = earliest
         self._adaptive = bool(adaptive)
         self._k = min(k, MAX_INDEX_TOKENS)
@@ -522,7 +755,7 @@ cdef class NgramIndex:
             self._levels[j].cap = 1 << MIN_CAP_BITS
             self._levels[j].count = 0
             self._levels[j].shift = 32 - MIN_CAP_BITS
-            self._levels[j].slots = <slot_t*>malloc((1 << MIN_CAP_BITS) * sizeof(slot_t))
+            self._levels[j].slots = <slot_t*>ngi_table_alloc((1 << MIN_CAP_BITS) * sizeof(slot_t))
             if self._levels[j].slots == NULL:
                 raise MemoryError()
             memset(self._levels[j].slots, 0xFF, (1 << MIN_CAP_BITS) * sizeof(slot_t))
@@ -531,7 +764,7 @@ cdef class NgramIndex:
         cdef int64_t j
         if self._levels != NULL:
             for j in range(self._nlev):
-                free(self._levels[j].slots)
+                ngi_table_free(self._levels[j].slots, self._levels[j].cap * sizeof(slot_t))
             free(self._levels)
         free(self._ans)
 
@@ -539,8 +772,27 @@ cdef class NgramIndex:
         if self._levels == NULL:
             raise RuntimeError("NgramIndex was not initialised")
         if self._writing:
-            raise RuntimeError("NgramIndex is being extended by another thread")
+            raise RuntimeError(BUSY_WRITING)
         return 0
+
+    cdef int _begin_write(self) except -1:
+        """Takes the write guard (refusing when anyone holds the index); no Python code
+        runs between the checks and the mark."""
+        if self._levels == NULL:
+            raise RuntimeError("NgramIndex was not initialised")
+        if self._writing:
+            raise RuntimeError(BUSY_WRITING)
+        if self._readers:
+            raise RuntimeError(BUSY_READING)
+        self._writing = 1
+        self._wstamp = 0
+        return 0
+
+    @property
+    def _work_done(self):
+        """Hashing and comparison steps spent by every extend so far (for tests that
+        check the cost per token without timing it)."""
+        return self._work
 
     # -- configuration ------------------------------------------------------------
     @property
@@ -571,6 +823,8 @@ cdef class NgramIndex:
     @property
     def tokens(self):
         """The indexed tokens, as a read-only int64 view of the index's buffer."""
+        if self._writing:
+            raise RuntimeError(BUSY_WRITING)
         if self._buf is None:
             return np.zeros(0, dtype=np.int64)
         v = self._buf[: self._len]
@@ -581,6 +835,8 @@ cdef class NgramIndex:
     def nbytes(self):
         """Bytes this index holds: the token buffer and every level's hash table."""
         cdef int64_t total = 0, j
+        if self._writing:
+            raise RuntimeError(BUSY_WRITING)
         if self._buf is not None:
             total += self._buf.nbytes
         if self._levels != NULL:
@@ -609,18 +865,26 @@ cdef class NgramIndex:
         return 0
 
     def extend(self, tokens):
-        """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
+        """Append verified tokens (a list, tuple or 1-D integer array) to the index.
+
+        Refuses (RuntimeError) while another extend or a batch proposal uses the index."""
+        self._begin_write()
+        try:
+            self._extend(tokens)
+        finally:
+            self._writing = 0
+
+    cdef int _extend(self, object tokens) except -1:
+        """extend's work; the caller holds the write guard."""
         cdef int64_t m, i, v
         cdef Py_ssize_t n
-        self._check_ready()
-        if self._readers:
-            raise RuntimeError("NgramIndex is being read by a batch proposal in another thread")
         if type(tokens) is list and Py_SIZE(tokens) <= SMALL_LIST:
-            # the serving loop's case, a few accepted tokens: no numpy round trip
+            # the serving loop's case, a few accepted tokens: no numpy round trip. Only
+            # exact ints are read (no Python code runs), so the list cannot change here.
             n = Py_SIZE(tokens)
             if self._len + n > self._cap and self._len + n <= MAX_INDEX_TOKENS:
                 self._grow_buffer(self._len + n)
-            if self._len + n <= self._cap:
+            if self._len + n <= self._cap and Py_SIZE(tokens) == n:
                 for i in range(n):
                     t = (<list>tokens)[i]
                     if type(t) is not int:
@@ -632,11 +896,11 @@ cdef class NgramIndex:
                     self._tok[self._len + i] = v
                 else:
                     self._ingest(n)
-                    return
+                    return 0
         arr = _as_ids(tokens, "tokens")
         m = arr.shape[0]
         if m == 0:
-            return
+            return 0
         if self._len + m > MAX_INDEX_TOKENS:
             raise OverflowError(
                 f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
@@ -646,6 +910,7 @@ cdef class NgramIndex:
             self._grow_buffer(self._len + m)
         self._buf[self._len : self._len + m] = arr
         self._ingest(m)
+        return 0
 
     def append(self, token):
         """Append one verified token."""
@@ -657,19 +922,27 @@ cdef class NgramIndex:
             except OverflowError:
                 pass
             else:
-                self._tok[self._len] = v
-                self._ingest(1)
+                self._writing = 1
+                self._wstamp = 0
+                try:
+                    self._tok[self._len] = v
+                    self._ingest(1)
+                finally:
+                    self._writing = 0
                 return
         self.extend([token])
 
     cdef int _ingest(self, int64_t m) except -1:
-        """Index the m tokens already written at positions _len.._len + m - 1."""
+        """Index the m tokens already written at positions _len.._len + m - 1 (the
+        caller holds the write guard)."""
         cdef int64_t start = self._len, stop, j, lo = self._lo, hi = self._hi
         cdef int64_t total = self._len + m
         cdef bint earliest = self._earliest
         cdef level_t* levels = self._levels
         cdef int32_t* ans = self._ans
         cdef const int64_t* tok = self._tok
+        cdef bint rolling = self._rolling
+        cdef uint64_t bpow = self._bpow
         cdef int rc = 0
         if m == 0:
             return 0
@@ -678,7 +951,6 @@ cdef class NgramIndex:
                 f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                 f"{self._len} + {m} is too many"
             )
-        self._writing = 1
         try:
             while start < total:
                 stop = min(start + CHUNK, total)
@@ -690,13 +962,14 @@ cdef class NgramIndex:
                     break
                 if stop - start >= NOGIL_MIN // 4:
                     with nogil:
-                        _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest)
+                        _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                                     rolling, &self._roll, bpow, &self._work)
                 else:
-                    _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest)
+                    _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                                 rolling, &self._roll, bpow, &self._work)
                 start = stop
         finally:
             self._len = start        # every position below start is fully indexed
-            self._writing = 0
         if rc < 0:
             raise MemoryError(f"NgramIndex could not grow its tables (after {start} tokens)")
         return 0
@@ -734,6 +1007,7 @@ cdef class NgramIndex:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
         p, a = _check_record(proposed, accepted)
+        _check_total(self._drafted, p)
         self._record(p, a)
         return self._k
 
@@ -779,10 +1053,14 @@ cdef class NgramIndex:
         )
 
     def _restore_stats(self, stats):
-        self._steps, self._drafted, self._accepted, self._full = stats
+        self._steps, self._drafted, self._accepted, self._full = _check_stats(stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
+    """The unpickler: a new index of class ``cls`` built from checked settings, tokens
+    and statistics (made-up statistics are refused)."""
+    if not (isinstance(cls, type) and issubclass(cls, NgramIndex)):
+        raise TypeError(f"cannot rebuild an NgramIndex as {cls!r}")
     ix = cls(lo, hi, prefer, draft_len=k, adaptive=adaptive, min_draft=kmin, max_draft=kmax)
     ix.extend(tokens)
     ix._restore_stats(stats)
@@ -832,10 +1110,11 @@ def propose_batch(indexes, max_k=None):
 
     ``max_k`` is one count, one count per index, or None for each index's
     ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
-    does, ``drafts`` being int64.
+    does, ``drafts`` being int64. Refuses (RuntimeError) an index being extended.
     """
+    # every argument converted (Python code may run) before any index is touched
     cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, k, end, bound = 0, one_k = -1
+    cdef int64_t b = len(ixs), i, k, end, bound = 0, one_k = -1, marked = 0
     cdef const int64_t[::1] kv
     cdef NgramIndex ix
     if max_k is None:
@@ -843,16 +1122,21 @@ def propose_batch(indexes, max_k=None):
     elif type(max_k) is int and max_k >= 0:
         one_k = max_k if max_k < MAX_INDEX_TOKENS else MAX_INDEX_TOKENS
     elif isinstance(max_k, (np.ndarray, list, tuple)):
-        kv = _check_batch_k(max_k, b, None)
+        kv = _check_batch_k(max_k, b, None)     # an owned, validated copy
     else:
         one_k = min(check_count(max_k, "max_k"), MAX_INDEX_TOKENS)
     cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
     if views == NULL:
         raise MemoryError()
     try:
+        # the read guard on every index, before anything can release the GIL or run
+        # Python code (numpy allocations below may run a collection, hence finalizers)
+        for i in range(b):
+            (<NgramIndex>ixs[i])._check_ready()
+            (<NgramIndex>ixs[i])._readers += 1
+            marked += 1
         for i in range(b):
             ix = <NgramIndex>ixs[i]
-            ix._check_ready()
             if max_k is None:
                 k = ix._k
             elif one_k >= 0:
@@ -865,7 +1149,7 @@ def propose_batch(indexes, max_k=None):
             # clip k to the tokens after the chosen occurrence now, so the nogil pass
             # needs no length (and the output's size is exact)
             end = _chosen_end(ix._ans, ix._nlev)
-            if end < 0:
+            if end < 0 or k < 0:
                 k = 0
             elif k > ix._len - end:
                 k = ix._len - end
@@ -874,14 +1158,10 @@ def propose_batch(indexes, max_k=None):
         out = np.empty(bound, dtype=np.int64)
         out_off = np.empty(b + 1, dtype=np.int64)
         lengths = np.empty(b, dtype=np.int64)
-        for i in range(b):
-            (<NgramIndex>ixs[i])._readers += 1
-        try:
-            _run_views(views, b, out, out_off, lengths)
-        finally:
-            for i in range(b):
-                (<NgramIndex>ixs[i])._readers -= 1
+        _run_views(views, b, out, out_off, lengths)
     finally:
+        for i in range(marked):
+            (<NgramIndex>ixs[i])._readers -= 1
         free(views)
     return out, out_off, lengths
 
@@ -913,6 +1193,213 @@ def record_batch(indexes, proposed, accepted):
     cdef NgramIndex ix
     for i in range(b):
         ix = <NgramIndex>ixs[i]
+        if pv[i] > INT64_MAX_C - ix._drafted:
+            _check_total(ix._drafted, pv[i])
         ix._record(pv[i], av[i])
         ov[i] = ix._k
     return out
+
+
+# ------------------------------------------------------------------------------------
+# extend for a batch of indexes
+# ------------------------------------------------------------------------------------
+
+ctypedef struct job_t:    # one index's share of extend_batch, read without the GIL
+    int64_t* tok
+    level_t* levels
+    int32_t* ans
+    int64_t start         # the index's length before the call
+    int64_t first         # its tokens are src[first:first + stop - start]
+    int64_t stop
+    int64_t lo, hi
+    uint64_t* roll
+    uint64_t* work
+    uint64_t bpow
+    bint earliest, rolling, piped
+
+ctypedef struct tags_t:
+    uint32_t tag[PIPE_LEVELS]
+
+cdef int64_t _batch_stamp = 0
+
+
+cdef inline void _job_tags(const job_t* jb, int64_t L, uint32_t* tag) noexcept nogil:
+    """The tags of the n-grams ending at L, for a chained-hash job, and a prefetch of
+    each one's home slot."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    cdef uint64_t h = 0
+    cdef level_t* lv
+    cdef uint32_t t
+    for d in range(1, top + 1):
+        h = _step(h, jb.tok[L - d])
+        if d >= jb.lo:
+            lv = &jb.levels[d - jb.lo]
+            t = <uint32_t>(h >> 32)
+            tag[d - jb.lo] = t
+            NGI_PREFETCH(&lv.slots[(<uint64_t>t) >> lv.shift if lv.shift < 32 else 0])
+
+
+cdef inline void _job_peek(const job_t* jb, int64_t L, const uint32_t* tag) noexcept nogil:
+    """For each home slot whose tag matches, prefetch the tokens the match will compare."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    cdef level_t* lv
+    cdef slot_t* sl
+    for d in range(jb.lo, top + 1):
+        lv = &jb.levels[d - jb.lo]
+        sl = &lv.slots[(<uint64_t>tag[d - jb.lo]) >> lv.shift if lv.shift < 32 else 0]
+        if sl.end > 0 and sl.tag == tag[d - jb.lo]:
+            NGI_PREFETCH(&jb.tok[sl.end - 1])
+
+
+cdef inline void _job_probe(const job_t* jb, int64_t L, const uint32_t* tag,
+                            uint64_t* w) noexcept nogil:
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    for d in range(jb.lo, top + 1):
+        _probe(&jb.levels[d - jb.lo], tag[d - jb.lo], jb.tok, L, d, jb.earliest,
+               &jb.ans[d - jb.lo], w)
+    for d in range(top + 1 if top >= jb.lo else jb.lo, jb.hi + 1):
+        jb.ans[d - jb.lo] = -1
+    w[0] += <uint64_t>top
+
+
+cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* pjob,
+                       int64_t total, tags_t* ring) noexcept nogil:
+    """Index every job's new tokens, positions of all jobs in one software pipeline:
+    position p + PIPE_HASH is hashed and its home slots prefetched, position
+    p + PIPE_VERIFY's matching slots have their tokens prefetched, and position p is
+    probed, so the cache misses of different requests overlap. Each job's positions are
+    still probed in order, so the result equals one extend per index."""
+    cdef int64_t i, p, q, j, L
+    cdef job_t* jb
+    cdef uint64_t w
+    # the new tokens into each buffer
+    for i in range(b):
+        if i + 4 < b:
+            NGI_PREFETCH_W(&jobs[i + 4].tok[jobs[i + 4].start])
+        jb = &jobs[i]
+        if jb.stop > jb.start:
+            memcpy(&jb.tok[jb.start], &src[jb.first], <size_t>(jb.stop - jb.start) * sizeof(int64_t))
+    for p in range(-PIPE_HASH, total):
+        q = p + PIPE_HASH
+        if q < total:
+            jb = &jobs[pjob[q]]
+            if jb.piped:
+                _job_tags(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+        q = p + PIPE_VERIFY
+        if 0 <= q < total:
+            jb = &jobs[pjob[q]]
+            if jb.piped:
+                _job_peek(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+        if p >= 0:
+            jb = &jobs[pjob[p]]
+            if jb.piped:
+                w = 0
+                _job_probe(jb, jb.start + (p - jb.first) + 1, ring[p & (PIPE_RING - 1)].tag, &w)
+                jb.work[0] += w
+            elif p == jb.first:
+                _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.ans, jb.lo, jb.hi,
+                             jb.earliest, jb.rolling, jb.roll, jb.bpow, jb.work)
+
+
+def extend_batch(indexes, tokens, offsets):
+    """``extend`` for B indexes in one call: index ``i`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
+    boundaries). The whole batch is indexed without the GIL, the hash-table cache
+    misses of different indexes overlapping. All or nothing: refuses the whole batch,
+    changing no index, when an index appears twice (ValueError) or is in use by
+    another call (RuntimeError), or when one would exceed its capacity.
+    """
+    global _batch_stamp
+    # every argument converted (Python code may run) and copied before any index is touched
+    cdef list ixs = _index_list(indexes)
+    cdef int64_t b = len(ixs), i, j, marked = 0, m, n, total, base
+    src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = _own_offsets(offsets)
+    if off.shape[0] != b + 1:
+        raise ValueError(
+            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
+        )
+    cdef const int64_t[::1] sv = src
+    n = sv.shape[0]
+    _validate_offsets(off, n)
+    cdef const int64_t[::1] ov = off
+    cdef NgramIndex ix
+    cdef int64_t stamp
+    cdef job_t* jobs = NULL
+    cdef int32_t* pjob = NULL
+    cdef tags_t* ring = NULL
+    cdef int64_t z = 0
+    _batch_stamp += 1
+    stamp = _batch_stamp
+    try:
+        # the write guard on every index, all or nothing; no Python code runs in this loop
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            if ix._levels == NULL:
+                raise RuntimeError(f"indexes[{i}]: NgramIndex was not initialised")
+            if ix._writing:
+                if ix._wstamp == stamp:
+                    raise ValueError(
+                        f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                        "index once"
+                    )
+                raise RuntimeError(f"indexes[{i}]: {BUSY_WRITING}")
+            if ix._readers:
+                raise RuntimeError(f"indexes[{i}]: {BUSY_READING}")
+            ix._writing = 1
+            ix._wstamp = stamp
+            marked += 1
+            # start loading what the next passes read
+            NGI_PREFETCH(ix._levels)
+            NGI_PREFETCH(ix._ans)
+            if ix._len > 0:
+                NGI_PREFETCH(&ix._tok[ix._len - 1])
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            m = ov[i + 1] - ov[i]
+            if ix._len + m > MAX_INDEX_TOKENS:
+                raise OverflowError(
+                    f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                    f"indexes[{i}] has {ix._len} + {m}, too many"
+                )
+        total = ov[b] - ov[0]
+        base = ov[0]
+        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
+        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
+        ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
+        if jobs == NULL or pjob == NULL or ring == NULL:
+            raise MemoryError()
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            m = ov[i + 1] - ov[i]
+            if ix._len + m > ix._cap:
+                ix._grow_buffer(ix._len + m)
+            for j in range(ix._nlev):
+                if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
+                    raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
+            jobs[i].tok = ix._tok
+            jobs[i].levels = ix._levels
+            jobs[i].ans = ix._ans
+            jobs[i].start = ix._len
+            jobs[i].first = ov[i] - base
+            jobs[i].stop = ix._len + m
+            jobs[i].lo = ix._lo
+            jobs[i].hi = ix._hi
+            jobs[i].roll = &ix._roll
+            jobs[i].work = &ix._work
+            jobs[i].bpow = ix._bpow
+            jobs[i].earliest = ix._earliest
+            jobs[i].rolling = ix._rolling
+            jobs[i].piped = not ix._rolling and ix._nlev <= PIPE_LEVELS
+            for j in range(ov[i] - base, ov[i + 1] - base):
+                pjob[j] = <int32_t>i
+        with nogil:
+            _extend_jobs(jobs, b, &sv[base] if n else &z, pjob, total, ring)
+        for i in range(b):
+            (<NgramIndex>ixs[i])._len = jobs[i].stop
+    finally:
+        for i in range(marked):
+            (<NgramIndex>ixs[i])._writing = 0
+        free(jobs)
+        free(pjob)
+        free(ring)

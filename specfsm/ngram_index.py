@@ -2,8 +2,12 @@
 
 ``longest_match`` rescans a history (O(L) per call, vectorised); ``NgramIndex`` keeps
 one request's verified tokens indexed so that each proposal costs the same at 1k tokens
-as at 1M; ``propose_batch`` and ``longest_match_batch`` serve B requests per call with
-the GIL released for the whole batch. Every function runs on the compiled core, or on
+as at 1M; ``propose_batch``, ``extend_batch`` and ``longest_match_batch`` serve B
+requests per call with the GIL released for the whole batch. The stateless functions
+are safe from any number of threads: they copy the control arrays they are given
+(offsets, counts) before checking them and read caller token arrays only within the
+checked bounds, so another thread changing those arrays mid-call can at worst change
+the answer. Every function runs on the compiled core, or on
 its pure-Python twin where that is not built (``specfsm._impl``).
 
 The rule, shared by all of them: for n from ``max_n`` down to ``min_n``, the first n for
@@ -29,6 +33,7 @@ else:
 
 __all__ = [
     "NgramIndex",
+    "extend_batch",
     "longest_match",
     "longest_match_batch",
     "propose_batch",
@@ -50,9 +55,17 @@ __all__ = [
 #: statistics (``index.stats``) and, with ``adaptive=True``, lengthens ``draft_len`` by
 #: 2 after a fully accepted draft and shortens it by 1 after a rejection, within
 #: ``[min_draft, max_draft]``. Refuses ``min_n < 1``, ``min_n > max_n``, unknown
-#: ``prefer`` values, non-integer or 2-D tokens and ids beyond int64. One index is not
-#: meant to be extended from two threads at once (it refuses an ``extend`` while a
-#: batch proposal reads it).
+#: ``prefer`` values, non-integer or 2-D tokens and ids beyond int64.
+#:
+#: Under threads (both implementations): an ``extend``/``append`` (or an
+#: ``extend_batch`` holding the index) is refused with RuntimeError while another one
+#: runs on the same index or a ``propose_batch`` reads it; ``propose``,
+#: ``propose_batch``, ``match_length``, ``tokens``, ``nbytes``, pickling and
+#: ``copy.copy`` are refused with RuntimeError while an extend runs, and run
+#: concurrently with each other freely; ``record``/``record_batch``/``stats`` are
+#: serialised, never refused. A refused call changes nothing. ``copy.copy``,
+#: ``copy.deepcopy`` and pickling give an independent index; unpickling refuses
+#: statistics ``record`` could not have produced.
 NgramIndex = _k.NgramIndex
 
 
@@ -82,6 +95,19 @@ def longest_match_batch(
     in the dtype of ``tokens``. The compiled core runs the whole batch without the GIL.
     """
     return _k.longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer)
+
+
+def extend_batch(indexes: Any, tokens: Any, offsets: Any) -> None:
+    """``NgramIndex.extend`` for B indexes in one call: ``indexes[i]`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing boundaries,
+    ``tokens`` one flat list or 1-D integer array). The compiled core indexes the whole
+    batch without the GIL, overlapping the hash-table cache misses of different
+    requests (software prefetch), so a step's few accepted tokens per request cost far
+    less than a loop of ``extend`` calls. All or nothing: an index that appears twice
+    (ValueError), is being extended or read by another call (RuntimeError), or would
+    exceed its capacity (OverflowError) refuses the whole batch and changes no index.
+    """
+    _k.extend_batch(indexes, tokens, offsets)
 
 
 def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ matches or ``max_k`` is 0.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from .._validate import INT64_MAX, INT64_MIN, as_token_array, check_count
 
 __all__ = [
+    "extend_batch",
     "longest_match",
     "longest_match_batch",
     "NgramIndex",
@@ -126,12 +128,25 @@ def _as_ids(tokens: object, name: str) -> np.ndarray:
 
 
 def _check_offsets(offsets: object, n_tokens: int) -> np.ndarray:
-    """Request boundaries as an int64 array of B + 1 nondecreasing entries within
-    ``[0, n_tokens]``."""
-    off = _as_ids(offsets, "offsets")
+    """Request boundaries as a fresh int64 array (owned by the call) of B + 1
+    nondecreasing entries within ``[0, n_tokens]``."""
+    off = _own_offsets(offsets)
+    _validate_offsets(off, n_tokens)
+    return off
+
+
+def _own_offsets(offsets: object) -> np.ndarray:
+    """``offsets`` converted and copied into a fresh int64 array, before any check: a
+    caller's array changed later (another thread) cannot change what was validated."""
+    off = np.array(_as_ids(offsets, "offsets"), dtype=np.int64, copy=True)
     if off.shape[0] < 1:
         raise ValueError("offsets must hold at least one entry (B + 1 boundaries for B requests)")
-    off = off.astype(np.int64, copy=False)
+    return off
+
+
+def _validate_offsets(off: np.ndarray, n_tokens: int) -> None:
+    """Checks an owned offsets copy: first entry >= 0, last <= n_tokens, and each entry
+    <= the next (compared, never subtracted: int64 differences wrap around)."""
     if off[0] < 0:
         raise ValueError(f"offsets must be non-negative, got offsets[0]={int(off[0])}")
     if off[-1] > n_tokens:
@@ -139,14 +154,13 @@ def _check_offsets(offsets: object, n_tokens: int) -> np.ndarray:
             f"offsets[-1]={int(off[-1])} is beyond the {n_tokens} tokens given"
         )
     if off.shape[0] > 1:
-        d = np.diff(off)
-        if (d < 0).any():
-            i = int(np.flatnonzero(d < 0)[0])
+        down = off[:-1] > off[1:]
+        if down.any():
+            i = int(np.flatnonzero(down)[0])
             raise ValueError(
                 f"offsets must be nondecreasing, got offsets[{i}]={int(off[i])} > "
                 f"offsets[{i + 1}]={int(off[i + 1])}"
             )
-    return off
 
 
 def _check_batch_k(max_k: object, n: int, defaults: list[int] | None, name: str = "max_k") -> np.ndarray:
@@ -160,13 +174,14 @@ def _check_batch_k(max_k: object, n: int, defaults: list[int] | None, name: str 
             raise TypeError(f"{name} must be a non-negative integer or one count per request, got None")
         return np.asarray(defaults, dtype=np.int64).reshape(n)
     if isinstance(max_k, (np.ndarray, list, tuple)):
-        ks = _as_ids(max_k, name)
+        # copied first, validated after: the copy is what the kernel reads
+        ks = np.array(_as_ids(max_k, name), dtype=np.int64, copy=True)
         if ks.shape[0] != n:
             raise ValueError(f"{name} holds {ks.shape[0]} counts for {n} requests")
         if ks.shape[0] and ks.min() < 0:
             i = int(np.flatnonzero(ks < 0)[0])
             raise ValueError(f"{name} must be non-negative, got {name}[{i}]={int(ks[i])}")
-        return ks.astype(np.int64, copy=True)
+        return ks
     k = check_count(max_k, name)
     return np.full(n, min(k, INT64_MAX), dtype=np.int64)
 
@@ -188,6 +203,48 @@ def _check_record(proposed: object, accepted: object) -> tuple[int, int]:
     if a > p:
         raise ValueError(f"accepted={a} is beyond the {p} drafted tokens")
     return p, a
+
+
+def _check_total(drafted: int, proposed: int) -> None:
+    """Refuses a record that would take the drafted-token count beyond int64."""
+    if proposed > INT64_MAX - drafted:
+        raise OverflowError(
+            f"proposed={proposed} would take the drafted-token count beyond int64 "
+            f"(already {drafted})"
+        )
+
+
+_STAT_NAMES = ("steps", "drafted", "accepted", "full_accepts")
+
+
+def _check_stats(stats: object) -> tuple[int, int, int, int]:
+    """Unpickled statistics ``(steps, drafted, accepted, full_accepts)``, refused unless
+    they are counts that ``record`` could have produced."""
+    if not isinstance(stats, tuple):
+        raise TypeError(f"stats must be a tuple of 4 counts, got {type(stats).__name__}")
+    if len(stats) != 4:
+        raise ValueError(f"stats must hold 4 counts {_STAT_NAMES}, got {len(stats)}")
+    vals = []
+    for name, v in zip(_STAT_NAMES, stats):
+        c = check_count(v, f"stats {name}")
+        if c > INT64_MAX:
+            raise OverflowError(f"stats {name}={c} is beyond int64")
+        vals.append(c)
+    steps, drafted, accepted, full = vals
+    if accepted > drafted:
+        raise ValueError(f"stats accepted={accepted} is beyond drafted={drafted}")
+    if full > steps or full > accepted:
+        raise ValueError(
+            f"stats full_accepts={full} is beyond steps={steps} or accepted={accepted}"
+        )
+    if steps == 0 and drafted:
+        raise ValueError(f"stats drafted={drafted} with no recorded step")
+    return steps, drafted, accepted, full
+
+
+#: what a call meeting an index in use by another call says (both implementations)
+BUSY_WRITING = "NgramIndex is being extended (by another thread, or by a callback inside extend)"
+BUSY_READING = "NgramIndex is being read by a batch proposal in another thread"
 
 
 def _index_list(indexes: object, cls: type) -> list:
@@ -319,6 +376,34 @@ class NgramIndex:
         self._drafted = 0
         self._accepted = 0
         self._full = 0
+        # the guard: _writing and _readers are changed only under _lock (held briefly);
+        # an extend refuses to start while readers or another extend are in, and a
+        # reader refuses to start during an extend (as the compiled index does)
+        self._lock = threading.Lock()
+        self._writing = False
+        self._readers = 0
+
+    def _begin_write(self) -> None:
+        with self._lock:
+            if self._writing:
+                raise RuntimeError(BUSY_WRITING)
+            if self._readers:
+                raise RuntimeError(BUSY_READING)
+            self._writing = True
+
+    def _end_write(self) -> None:
+        with self._lock:
+            self._writing = False
+
+    def _begin_read(self) -> None:
+        with self._lock:
+            if self._writing:
+                raise RuntimeError(BUSY_WRITING)
+            self._readers += 1
+
+    def _end_read(self) -> None:
+        with self._lock:
+            self._readers -= 1
 
     # -- configuration ------------------------------------------------------------
     @property
@@ -349,18 +434,26 @@ class NgramIndex:
     @property
     def tokens(self) -> np.ndarray:
         """The indexed tokens, as a read-only int64 array."""
-        arr = np.asarray(self._toks, dtype=np.int64)
+        self._begin_read()
+        try:
+            arr = np.asarray(self._toks, dtype=np.int64)
+        finally:
+            self._end_read()
         arr.flags.writeable = False
         return arr
 
     @property
     def nbytes(self) -> int:
         """Bytes this index holds (Python objects, estimated with ``sys.getsizeof``)."""
-        total = sys.getsizeof(self._toks) + sys.getsizeof(self._ans)
-        for t in self._tables:
-            total += sys.getsizeof(t)
-            for key in t:
-                total += sys.getsizeof(key)
+        self._begin_read()
+        try:
+            total = sys.getsizeof(self._toks) + sys.getsizeof(self._ans)
+            for t in self._tables:
+                total += sys.getsizeof(t)
+                for key in t:
+                    total += sys.getsizeof(key)
+        finally:
+            self._end_read()
         return total
 
     @property
@@ -370,8 +463,16 @@ class NgramIndex:
         return self.nbytes / n if n else 0.0
 
     def extend(self, tokens: object) -> None:
-        """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
-        new = _as_ids(tokens, "tokens").tolist()
+        """Append verified tokens (a list, tuple or 1-D integer array) to the index.
+
+        Refuses (RuntimeError) while another extend or a batch proposal uses the index."""
+        self._begin_write()
+        try:
+            self._extend(_as_ids(tokens, "tokens").tolist())
+        finally:
+            self._end_write()
+
+    def _extend(self, new: list) -> None:
         if len(self._toks) + len(new) > MAX_INDEX_TOKENS:
             raise OverflowError(
                 f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
@@ -403,10 +504,14 @@ class NgramIndex:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
         k = self._k if max_k is None else check_count(max_k, "max_k")
-        end = self._end()
-        if end < 0 or k == 0:
-            return []
-        return self._toks[end : end + k]
+        self._begin_read()
+        try:
+            end = self._end()
+            if end < 0 or k == 0:
+                return []
+            return self._toks[end : end + k]
+        finally:
+            self._end_read()
 
     def _end(self) -> int:
         for j in range(self._hi - self._lo, -1, -1):
@@ -416,27 +521,33 @@ class NgramIndex:
 
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
-        for j in range(self._hi - self._lo, -1, -1):
-            if self._ans[j] >= 0:
-                return self._lo + j
-        return 0
+        self._begin_read()
+        try:
+            for j in range(self._hi - self._lo, -1, -1):
+                if self._ans[j] >= 0:
+                    return self._lo + j
+            return 0
+        finally:
+            self._end_read()
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed: object, accepted: object) -> int:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
         p, a = _check_record(proposed, accepted)
-        self._steps += 1
-        self._drafted += p
-        self._accepted += a
-        if p > 0 and a == p:
-            self._full += 1
-        if self._adaptive and p > 0:
-            if a == p:
-                self._k = min(self._k + GROW_STEP, self._kmax)
-            else:
-                self._k = max(self._k - SHRINK_STEP, self._kmin)
-        return self._k
+        with self._lock:  # records from several threads are serialised, never refused
+            _check_total(self._drafted, p)
+            self._steps += 1
+            self._drafted += p
+            self._accepted += a
+            if p > 0 and a == p:
+                self._full += 1
+            if self._adaptive and p > 0:
+                if a == p:
+                    self._k = min(self._k + GROW_STEP, self._kmax)
+                else:
+                    self._k = max(self._k - SHRINK_STEP, self._kmin)
+            return self._k
 
     @property
     def stats(self) -> dict:
@@ -457,6 +568,35 @@ class NgramIndex:
             f"len={len(self._toks)})"
         )
 
+    def __reduce__(self):
+        # pickled (and copied by copy.copy / copy.deepcopy) as its settings, tokens and
+        # statistics; unpickling re-indexes the tokens into a new, independent index
+        self._begin_read()
+        try:
+            toks = np.asarray(self._toks, dtype=np.int64)
+        finally:
+            self._end_read()
+        return (
+            _rebuild,
+            (type(self), self._lo, self._hi, self.prefer, self._k, self._adaptive,
+             self._kmin, self._kmax, toks,
+             (self._steps, self._drafted, self._accepted, self._full)),
+        )
+
+    def _restore_stats(self, stats: object) -> None:
+        self._steps, self._drafted, self._accepted, self._full = _check_stats(stats)
+
+
+def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
+    """The unpickler: a new index of class ``cls`` built from checked settings, tokens
+    and statistics (made-up statistics are refused)."""
+    if not (isinstance(cls, type) and issubclass(cls, NgramIndex)):
+        raise TypeError(f"cannot rebuild an NgramIndex as {cls!r}")
+    ix = cls(lo, hi, prefer, draft_len=k, adaptive=adaptive, min_draft=kmin, max_draft=kmax)
+    ix.extend(tokens)
+    ix._restore_stats(stats)
+    return ix
+
 
 def propose_batch(indexes: object, max_k: object = None):
     """``propose`` for B indexes in one call.
@@ -470,12 +610,20 @@ def propose_batch(indexes: object, max_k: object = None):
     ks = _check_batch_k(max_k, b, [ix._k for ix in ixs])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
-    for i, ix in enumerate(ixs):
-        end = ix._end()
-        if end >= 0 and ks[i] > 0:
-            piece = ix._toks[end : end + int(ks[i])]
-            pieces.extend(piece)
-            lengths[i] = len(piece)
+    marked = 0
+    try:
+        for ix in ixs:  # every index marked as read before any is read
+            ix._begin_read()
+            marked += 1
+        for i, ix in enumerate(ixs):
+            end = ix._end()
+            if end >= 0 and ks[i] > 0:
+                piece = ix._toks[end : end + int(ks[i])]
+                pieces.extend(piece)
+                lengths[i] = len(piece)
+    finally:
+        for ix in ixs[:marked]:
+            ix._end_read()
     off = np.zeros(b + 1, dtype=np.int64)
     np.cumsum(lengths, out=off[1:])
     return np.asarray(pieces, dtype=np.int64), off, lengths
@@ -495,3 +643,48 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
     for i, ix in enumerate(ixs):
         out[i] = ix.record(int(p[i]), int(a[i]))
     return out
+
+
+def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
+    """``extend`` for B indexes in one call: index ``i`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
+    boundaries). All or nothing: refuses the whole batch, changing no index, when an
+    index appears twice (ValueError) or is in use by another call (RuntimeError), or
+    when one would exceed its capacity.
+    """
+    ixs = _index_list(indexes, NgramIndex)
+    b = len(ixs)
+    src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = _own_offsets(offsets)
+    if off.shape[0] != b + 1:
+        raise ValueError(
+            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
+        )
+    _validate_offsets(off, src.shape[0])
+    marked: list = []
+    seen: set = set()
+    try:
+        for i, ix in enumerate(ixs):
+            if id(ix) in seen:
+                raise ValueError(
+                    f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                    "index once"
+                )
+            try:
+                ix._begin_write()
+            except RuntimeError as exc:
+                raise RuntimeError(f"indexes[{i}]: {exc}") from None
+            marked.append(ix)
+            seen.add(id(ix))
+        for i, ix in enumerate(ixs):
+            m = int(off[i + 1] - off[i])
+            if len(ix._toks) + m > MAX_INDEX_TOKENS:
+                raise OverflowError(
+                    f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                    f"indexes[{i}] has {len(ix._toks)} + {m}, too many"
+                )
+        for i, ix in enumerate(ixs):
+            ix._extend(src[off[i] : off[i + 1]].tolist())
+    finally:
+        for ix in marked:
+            ix._end_write()
