@@ -808,6 +808,23 @@ def test_threads_rewriting_the_index_during_place_rows(kind):
     assert run_isolated(_PLACE_RACE_BODY, kind).startswith("calls")
 
 
+def test_settle_index_int64_arrays_refusals_and_copies(impl):
+    """Plain int64 arrays (the compiled core's memcpy path) give the same answers and
+    errors as lists, and the result never aliases the inputs."""
+    k = impl.module("place")
+    a = np.array([1, 4, 0, 3], np.int64)
+    d = np.array([3, 4, 0, 5], np.int64)
+    out = k.settle_index(a, d)
+    assert out.tolist() == [1, 3, -1, 3] and not np.shares_memory(out, a)
+    with pytest.raises(ValueError, match=r"accepted\[1\]=5 is beyond the draft's 4 rows"):
+        k.settle_index(np.array([1, 5], np.int64), np.array([3, 4], np.int64))
+    with pytest.raises(ValueError, match=rf"draft_lens\[1\]={-(2**63)} is negative"):
+        k.settle_index(np.array([1, 2], np.int64), np.array([3, -(2**63)], np.int64))
+    with pytest.raises(ValueError, match="accepted has 2 entries and draft_lens 3"):
+        k.settle_index(np.zeros(2, np.int64), np.zeros(3, np.int64))
+    assert k.settle_index(np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
+
+
 def test_index_conversion_runs_before_any_check(impl):
     """A sequence index runs Python code while it is converted; the arrays are checked
     after that, and the copy loop reads the converted copy, not the caller's list."""
