@@ -1186,12 +1186,12 @@ def propose_batch(indexes, max_k=None):
     try:
         # the read guard on every index, before anything can release the GIL or run
         # Python code (numpy allocations below may run a collection, hence finalizers)
-        for i in range(b):
-            (<NgramIndex>ixs[i])._check_ready()
-            (<NgramIndex>ixs[i])._readers += 1
-            marked += 1
+        # (no Python code runs in this loop: each index is marked, then its view taken)
         for i in range(b):
             ix = <NgramIndex>ixs[i]
+            ix._check_ready()
+            ix._readers += 1
+            marked += 1
             if max_k is None:
                 k = ix._k
             elif one_k >= 0:
