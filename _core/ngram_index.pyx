@@ -1409,6 +1409,15 @@ def extend_batch(indexes, tokens, offsets):
             NGI_PREFETCH(ix._ans)
             if ix._len > 0:
                 NGI_PREFETCH(&ix._tok[ix._len - 1])
+        total = ov[b] - ov[0]
+        base = ov[0]
+        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
+        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
+        ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
+        if jobs == NULL or pjob == NULL or ring == NULL:
+            raise MemoryError()
+        # capacities checked and made (no index's content changes before the nogil pass,
+        # so a refusal here leaves every index as it was)
         for i in range(b):
             ix = <NgramIndex>ixs[i]
             m = ov[i + 1] - ov[i]
@@ -1417,21 +1426,12 @@ def extend_batch(indexes, tokens, offsets):
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"
                 )
-        total = ov[b] - ov[0]
-        base = ov[0]
-        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
-        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
-        ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
-        if jobs == NULL or pjob == NULL or ring == NULL:
-            raise MemoryError()
-        for i in range(b):
-            ix = <NgramIndex>ixs[i]
-            m = ov[i + 1] - ov[i]
             if ix._len + m > ix._cap:
                 ix._grow_buffer(ix._len + m)
             for j in range(ix._nlev):
-                if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
-                    raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
+                if (ix._levels[j].count + m) * 3 > ix._levels[j].cap * 2:
+                    if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
+                        raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
             jobs[i].tok = ix._tok
             jobs[i].levels = ix._levels
             jobs[i].ans = ix._ans
