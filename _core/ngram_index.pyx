@@ -145,6 +145,16 @@ cdef extern from *:
         return p;
     }
 
+    static size_t ngi_round(size_t n)
+    {
+        int k = NGI_MIN_CLASS;
+        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
+            k++;
+        if (k > NGI_MAX_CLASS)
+            return (n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1);
+        return (size_t)1 << k;
+    }
+
     static void ngi_table_free(void *p, size_t n)
     {
         if (p == NULL)
@@ -162,6 +172,51 @@ cdef extern from *:
     """
     void* ngi_table_alloc(size_t n) nogil
     void ngi_table_free(void* p, size_t n) nogil
+    size_t ngi_round(size_t n) nogil
+
+
+cdef class _Block:
+    """Arena memory lent to a numpy array (the token buffer), given back when the last
+    array over it goes away."""
+    cdef void* ptr
+    cdef size_t nbytes
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __dealloc__(self):
+        ngi_table_free(self.ptr, self.nbytes)
+        self.ptr = NULL
+
+    def __getbuffer__(self, Py_buffer* buf, int flags):
+        self.shape[0] = <Py_ssize_t>(self.nbytes // 8)
+        self.strides[0] = 8
+        buf.buf = self.ptr
+        buf.obj = self
+        buf.len = <Py_ssize_t>self.nbytes
+        buf.readonly = 0
+        buf.itemsize = 8
+        buf.format = b"q"
+        buf.ndim = 1
+        buf.shape = self.shape
+        buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* buf):
+        pass
+
+
+cdef object _token_array(int64_t* cap):
+    """An int64 array of at least cap[0] entries in arena memory (cap[0] is raised to
+    what the block holds)."""
+    cdef size_t n = ngi_round(<size_t>cap[0] * 8)
+    cdef _Block blk = _Block.__new__(_Block)
+    blk.ptr = ngi_table_alloc(n)
+    if blk.ptr == NULL:
+        raise MemoryError()
+    blk.nbytes = n
+    cap[0] = <int64_t>(n // 8)
+    return np.frombuffer(blk, dtype=np.int64)
 
 __all__ = [
     "extend_batch",
@@ -740,7 +795,7 @@ cdef class NgramIndex:
         self._steps = self._drafted = self._accepted = self._full = 0
         self._len = 0
         self._cap = 64
-        self._buf = np.zeros(self._cap, dtype=np.int64)
+        self._buf = _token_array(&self._cap)
         cdef int64_t[::1] bv = self._buf
         self._tok = &bv[0]
         self._levels = <level_t*>malloc(self._nlev * sizeof(level_t))
@@ -856,7 +911,7 @@ cdef class NgramIndex:
             cap = cap + (cap >> 1) + 16
         if cap > MAX_INDEX_TOKENS + 1:
             cap = MAX_INDEX_TOKENS + 1
-        new = np.empty(cap, dtype=np.int64)
+        new = _token_array(&cap)
         new[: self._len] = self._buf[: self._len]
         cdef int64_t[::1] nv = new
         self._buf = new              # views handed out keep the old buffer alive
@@ -1131,12 +1186,12 @@ def propose_batch(indexes, max_k=None):
     try:
         # the read guard on every index, before anything can release the GIL or run
         # Python code (numpy allocations below may run a collection, hence finalizers)
-        for i in range(b):
-            (<NgramIndex>ixs[i])._check_ready()
-            (<NgramIndex>ixs[i])._readers += 1
-            marked += 1
+        # (no Python code runs in this loop: each index is marked, then its view taken)
         for i in range(b):
             ix = <NgramIndex>ixs[i]
+            ix._check_ready()
+            ix._readers += 1
+            marked += 1
             if max_k is None:
                 k = ix._k
             elif one_k >= 0:
@@ -1354,6 +1409,15 @@ def extend_batch(indexes, tokens, offsets):
             NGI_PREFETCH(ix._ans)
             if ix._len > 0:
                 NGI_PREFETCH(&ix._tok[ix._len - 1])
+        total = ov[b] - ov[0]
+        base = ov[0]
+        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
+        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
+        ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
+        if jobs == NULL or pjob == NULL or ring == NULL:
+            raise MemoryError()
+        # capacities checked and made (no index's content changes before the nogil pass,
+        # so a refusal here leaves every index as it was)
         for i in range(b):
             ix = <NgramIndex>ixs[i]
             m = ov[i + 1] - ov[i]
@@ -1362,21 +1426,12 @@ def extend_batch(indexes, tokens, offsets):
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"
                 )
-        total = ov[b] - ov[0]
-        base = ov[0]
-        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
-        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
-        ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
-        if jobs == NULL or pjob == NULL or ring == NULL:
-            raise MemoryError()
-        for i in range(b):
-            ix = <NgramIndex>ixs[i]
-            m = ov[i + 1] - ov[i]
             if ix._len + m > ix._cap:
                 ix._grow_buffer(ix._len + m)
             for j in range(ix._nlev):
-                if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
-                    raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
+                if (ix._levels[j].count + m) * 3 > ix._levels[j].cap * 2:
+                    if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
+                        raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
             jobs[i].tok = ix._tok
             jobs[i].levels = ix._levels
             jobs[i].ans = ix._ans
