@@ -274,7 +274,7 @@ def test_adaptive_generator_measures_cost_once(model):
     gen.generate(_prompts()[:2], 4)
     first = gen.cost
     assert first is not None and gen.last_run.calibrate_s > 0
-    assert first.rows == [2, 4, 6, 8]  # 2 requests x widths 1..4 (k_max)
+    assert first.rows == [2, 4, 8]  # 2 requests x widths 1, 2, 4 (up to k_max)
     gen.generate(_prompts()[:2], 4)
     assert gen.cost is first and gen.last_run.calibrate_s == 0
 

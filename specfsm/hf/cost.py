@@ -64,16 +64,25 @@ class AcceptanceStats:
     prior (another ``AcceptanceStats``'s estimate, or a constant) worth ``weight``
     observations."""
 
-    __slots__ = ("drafted", "accepted")
+    __slots__ = ("drafted", "accepted", "decay")
 
-    def __init__(self) -> None:
-        self.drafted: list[int] = []
-        self.accepted: list[int] = []
+    def __init__(self, decay: float = 1.0) -> None:
+        if not 0 < decay <= 1:
+            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
+        self.drafted: list[float] = []
+        self.accepted: list[float] = []
+        self.decay = decay
 
     def record(self, proposed: int, accepted: int) -> None:
-        """One verify: ``proposed`` draft tokens, of which the first ``accepted`` kept."""
+        """One verify: ``proposed`` draft tokens, of which the first ``accepted`` kept.
+        Earlier counts are first multiplied by ``decay`` (1: plain counts), so that a
+        request's recent drafts weigh most."""
         if not 0 <= accepted <= proposed:
             raise ValueError(f"accepted must be in 0..proposed={proposed}, got {accepted}")
+        if self.decay != 1.0:
+            f = self.decay
+            self.drafted = [x * f for x in self.drafted]
+            self.accepted = [x * f for x in self.accepted]
         while len(self.drafted) < proposed:
             self.drafted.append(0)
             self.accepted.append(0)

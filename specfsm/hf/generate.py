@@ -164,16 +164,17 @@ class RunStats:
 
 
 class _Request:
-    __slots__ = ("prompt", "state", "index", "history", "out", "budget", "done", "valid", "pos")
+    __slots__ = ("prompt", "state", "index", "out", "budget", "done", "valid", "idle")
 
     def __init__(self, prompt: list[int], budget: int, index: Any) -> None:
         self.prompt = prompt
         self.state: ServingState = ServingState.start(prompt, cache=0)
         self.index = index
-        self.out = RequestOutput([], len(prompt))
+        self.out = RequestOutput([], len(prompt), stats=AcceptanceStats(decay=0.8))
         self.budget = budget
         self.done = False
         self.valid = 0  # columns of the cache this request consumed (== its position)
+        self.idle = 0  # steps since this request last verified a draft
 
 
 def _identity(cache: Any) -> Any:
@@ -218,6 +219,7 @@ class SpeculativeGenerator:
         compact_fraction: float = 0.5,
         index_cls: Any = None,
         periodic: bool = True,
+        probe_every: int = 8,
     ) -> None:
         check_model(model)
         self.model = model
@@ -237,6 +239,7 @@ class SpeculativeGenerator:
             from ..ngram_index import NgramIndex as index_cls
         self.index_cls = index_cls
         self.periodic = bool(periodic)
+        self.probe_every = probe_every
         if k == "adaptive":
             self.adaptive = True
             self.k = k_max
@@ -355,7 +358,7 @@ class SpeculativeGenerator:
         import torch
 
         if widths is None:
-            widths = [w for w in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32) if w <= max(self.k_max, 1)]
+            widths = [w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= max(self.k_max, 1)]
         vocab = int(self.model.config.vocab_size)
         limit = _max_positions(self.model.config)
         if limit is not None:
@@ -410,7 +413,7 @@ class SpeculativeGenerator:
         self.last_run = run = RunStats()
         t_start = time.perf_counter()
         if self.adaptive and self.cost is None:
-            ctx = min(max(len(r.prompt) for r in reqs), 2048)
+            ctx = min(max(len(r.prompt) for r in reqs), 512)
             self.calibrate(batch=min(len(reqs), 8), context=ctx)
         run = self.last_run
 
@@ -462,7 +465,12 @@ class SpeculativeGenerator:
                 prior = self.global_stats.conditional(self.k_max, prior=0.8, weight=2.0)
                 conds = [r.out.stats.conditional(self.k_max, prior=prior, weight=4.0) for r in active]
                 w = choose_width(conds, [len(d) for d in drafts], self.cost, self.k_max)  # type: ignore[arg-type]
-                drafts = [d[:w] if w >= 2 else [] for d in drafts]
+                if w == 0 and any(r.idle >= self.probe_every and len(d) >= 2 for r, d in zip(active, drafts)):
+                    # a request that stopped drafting is probed now and then: acceptance
+                    # changes along a request (copying a block, then writing new text)
+                    drafts = [d[:4] if r.idle >= self.probe_every else [] for r, d in zip(active, drafts)]
+                else:
+                    drafts = [d[:w] if w >= 2 else [] for d in drafts]
             run.widths.append(max((len(d) for d in drafts), default=0))
             # 2. one forward of W columns for the whole batch
             rows = [max(len(d), 1) for d in drafts]
@@ -474,17 +482,17 @@ class SpeculativeGenerator:
                 nb[:, :width] = buf[:, :width]
                 buf = nb
             buf[:, width : width + w] = 0
-            feeds = []
             for i, r in enumerate(active):
                 st = r.state
                 d = drafts[i]
                 last = st.last  # type: ignore[attr-defined]
                 if d:
+                    r.idle = 0
                     r.state = st.enter_verify(d, clone=_identity)
                     feed = [last] + d[:-1]
                 else:
+                    r.idle += 1
                     feed = [last]
-                feeds.append(feed)
                 n = len(feed)
                 ids[i, :n] = torch.tensor(feed)
                 ids[i, n:] = feed[-1]
