@@ -371,3 +371,91 @@ def test_processed_probabilities_match_transformers_warpers(small_model):
     scaled = torch.softmax(logits / 0.7, -1).numpy()
     top = np.argmax(scaled, 1)
     assert (p[np.arange(4), top] >= scaled[np.arange(4), top]).all()  # mass moved to the top
+
+
+# -- the command line -----------------------------------------------------------------------
+def _run_cli(argv):
+    import argparse
+
+    from specfsm.hf import cli
+
+    p = argparse.ArgumentParser(prog="specfsm")
+    sub = p.add_subparsers(dest="command")
+    cli.add_parsers(sub)
+    args = p.parse_args(argv)
+    return args.hf_main(args)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny Llama saved as a local checkpoint (no tokenizer: prompts are token ids)."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = _llama()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    model.save_pretrained(path)
+    return str(path)
+
+
+def _prompts_file(tmp_path, lines):
+    f = tmp_path / "prompts.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    return str(f)
+
+
+def test_cli_generate_side_by_side_and_identical(checkpoint, tmp_path, capsys):
+    import json
+
+    prompts = _prompts()[:3]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p, "name": f"p{i}"}) for i, p in enumerate(prompts)])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "8",
+                   "--k", "3", "--pld-k", "3", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["identical"]
+    assert set(out["methods"]) == {"greedy", "pld", "specfsm"}
+    model = MODELS["llama"]()
+    for p, rec in zip(prompts, out["outputs"]["specfsm"]):
+        assert rec["output"] == _reference(model, p, 8)
+    assert out["methods"]["greedy"]["forwards"] == 3 * 8
+    assert out["methods"]["specfsm"]["forwards"] < 3 * 8
+    # the table, batched
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6",
+                   "--batch", "3", "--methods", "greedy,specfsm"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "tokens/s" in text and "identity: all 3" in text
+
+
+def test_cli_bad_prompts_are_reported_by_line(checkpoint, tmp_path, capsys):
+    path = _prompts_file(tmp_path, ['{"prompt": [1, 2]}', "not json", '{"prompt": []}',
+                                    '{"prompt": [1, "x"]}', '{"text": "hi", "prompt": [1]}', ""])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    for line in (2, 3, 4, 5):
+        assert f"{path}:{line}:" in err
+    assert f"{path}:1:" not in err
+    # text needs a tokenizer, and the tiny checkpoint has none
+    path = _prompts_file(tmp_path, ['{"text": "def f(): pass"}'])
+    assert _run_cli(["generate", "--model", checkpoint, "--prompts", path]) == 2
+    assert f"{path}:1: a text prompt needs the model's tokenizer" in capsys.readouterr().err
+    path = _prompts_file(tmp_path, ['{"prompt": [1, 999]}'])
+    assert _run_cli(["generate", "--model", checkpoint, "--prompts", path]) == 2
+    assert "outside the model's vocabulary" in capsys.readouterr().err
+    assert _run_cli(["generate", "--model", str(tmp_path / "nowhere")]) == 2
+    assert "neither a checkpoint directory" in capsys.readouterr().err
+    assert _run_cli(["generate", "--model", checkpoint, "--prompts", str(tmp_path / "none.jsonl")]) == 2
+
+
+def test_cli_record_writes_a_replay_workload(checkpoint, tmp_path, capsys):
+    import json
+
+    from specfsm.workload import load_jsonl
+
+    prompts = _prompts()[:2]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p}) for p in prompts])
+    dest = tmp_path / "rec.jsonl"
+    assert _run_cli(["record", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "5", "-o", str(dest)]) == 0
+    wl = load_jsonl(dest)
+    model = MODELS["llama"]()
+    assert [t.prompt for t in wl.traces] == prompts
+    assert [t.output for t in wl.traces] == [_reference(model, p, 5) for p in prompts]
