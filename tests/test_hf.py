@@ -210,10 +210,12 @@ def test_refuses_bad_arguments(model):
     gen = SpeculativeGenerator(model, k=2)
     with pytest.raises(ValueError, match="max_new_tokens"):
         gen.generate([[1, 2]], 0)
-    with pytest.raises(ValueError, match=r"prompts\[1\] is empty"):
+    with pytest.raises(ValueError, match=r"prompts\[1\] must be a non-empty"):
         gen.generate([[1, 2], []], 3)
     with pytest.raises(ValueError, match=r"prompts\[0\] holds token id 64"):
         gen.generate([[1, 64]], 3)
+    with pytest.raises(TypeError, match="integer token ids"):
+        gen.generate([[1.5, 2.0]], 3)
 
 
 # -- the draft-length chooser's arithmetic ------------------------------------------------

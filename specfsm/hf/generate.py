@@ -403,13 +403,15 @@ class SpeculativeGenerator:
         vocab = int(self.model.config.vocab_size)
         reqs = []
         for i, p in enumerate(prompts):
-            ids = [int(t) for t in p]
-            if not ids:
-                raise ValueError(f"prompts[{i}] is empty (prefill needs at least one token)")
-            bad = [t for t in ids if not 0 <= t < vocab]
-            if bad:
-                raise ValueError(f"prompts[{i}] holds token id {bad[0]} outside the vocabulary 0..{vocab - 1}")
-            reqs.append(_Request(ids, max_new_tokens, self._new_index()))
+            arr = np.asarray(p)
+            if arr.ndim != 1 or not arr.size:
+                raise ValueError(f"prompts[{i}] must be a non-empty 1-D sequence of token ids (prefill needs at least one token)")
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"prompts[{i}] must hold integer token ids, got dtype {arr.dtype}")
+            bad = np.flatnonzero((arr < 0) | (arr >= vocab))
+            if bad.size:
+                raise ValueError(f"prompts[{i}] holds token id {arr[bad[0]]} outside the vocabulary 0..{vocab - 1}")
+            reqs.append(_Request(arr.astype(np.int64).tolist(), max_new_tokens, self._new_index()))
         self.last_run = run = RunStats()
         t_start = time.perf_counter()
         if self.adaptive and self.cost is None:
