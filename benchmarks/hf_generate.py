@@ -85,9 +85,14 @@ def repetitive(length: int, vocab: int, seed: int = 0) -> np.ndarray:
 
 
 def outside(lengths: list[int], new: int, repeat: int, vocab: int = 256) -> list[dict[str, Any]]:
+    """Per decoding step, outside the model: each decoder runs ``new // 4`` and ``new``
+    tokens, and the difference of the time outside the model is divided by the
+    difference of forwards, so one-time costs (the prompt's conversion, the prefill's
+    setup) cancel and what remains is the cost of a step at that history length."""
     import torch
 
     from specfsm.hf.cli import ForwardMeter
+    from specfsm.hf.cost import CostModel
     from specfsm.hf.generate import SpeculativeGenerator
 
     torch.set_num_threads(1)
@@ -99,28 +104,27 @@ def outside(lengths: list[int], new: int, repeat: int, vocab: int = 256) -> list
         prompt = seq[:length].tolist()
         ids = torch.tensor([prompt])
         meter = ForwardMeter(model)
-        res: dict[str, list[float]] = {"transformers_pld10": [], "specfsm_k10": [], "specfsm_adaptive": []}
-        for _ in range(repeat):
+
+        def run(name: str, n: int) -> tuple[float, int]:
             meter.reset()
             t0 = time.perf_counter()
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False,
-                                 prompt_lookup_num_tokens=10, pad_token_id=0)
+            if name == "transformers_pld10":
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                                     prompt_lookup_num_tokens=10, pad_token_id=0)[0, length:].tolist()
+            else:
+                gen = SpeculativeGenerator(model, k=10 if name == "specfsm_k10" else "adaptive", eos_token_id=None)
+                gen.cost = CostModel({1: 1.0, 2: 2.0, 11: 2.8})  # SmolLM2's shape; the stub costs nothing
+                out = gen.generate([prompt], n)[0].tokens
             wall = time.perf_counter() - t0
-            toks = out.shape[1] - length
-            res["transformers_pld10"].append((wall - meter.seconds) / meter.forwards * 1e6)
-            assert out[0, length:].tolist() == seq[length:length + toks].tolist()
-            for name, k in (("specfsm_k10", 10), ("specfsm_adaptive", "adaptive")):
-                gen = SpeculativeGenerator(model, k=k, eos_token_id=None)
-                if k == "adaptive":
-                    from specfsm.hf.cost import CostModel
+            assert out == seq[length:length + len(out)].tolist()
+            return wall - meter.seconds, meter.forwards
 
-                    gen.cost = CostModel({1: 1.0, 2: 2.0, 11: 2.8})  # SmolLM2's shape; the stub costs nothing
-                meter.reset()
-                t0 = time.perf_counter()
-                o = gen.generate([prompt], new)[0]
-                wall = time.perf_counter() - t0
-                assert o.tokens == seq[length:length + len(o.tokens)].tolist()
-                res[name].append((wall - meter.seconds) / meter.forwards * 1e6)
+        res: dict[str, list[float]] = {"transformers_pld10": [], "specfsm_k10": [], "specfsm_adaptive": []}
+        for _ in range(repeat):
+            for name in res:
+                o1, f1 = run(name, new // 4)
+                o2, f2 = run(name, new)
+                res[name].append((o2 - o1) / max(f2 - f1, 1) * 1e6)
         meter.close()
         row = {"history": length, **{k: statistics.median(v) for k, v in res.items()}}
         rows.append(row)

@@ -164,10 +164,11 @@ class RunStats:
 
 
 class _Request:
-    __slots__ = ("prompt", "state", "index", "out", "budget", "done", "valid", "idle")
+    __slots__ = ("prompt", "array", "state", "index", "out", "budget", "done", "valid", "idle")
 
-    def __init__(self, prompt: list[int], budget: int, index: Any) -> None:
+    def __init__(self, prompt: list[int], budget: int, index: Any, array: np.ndarray) -> None:
         self.prompt = prompt
+        self.array = array
         self.state: ServingState = ServingState.start(prompt, cache=0)
         self.index = index
         self.out = RequestOutput([], len(prompt), stats=AcceptanceStats(decay=0.8))
@@ -411,7 +412,8 @@ class SpeculativeGenerator:
             bad = np.flatnonzero((arr < 0) | (arr >= vocab))
             if bad.size:
                 raise ValueError(f"prompts[{i}] holds token id {arr[bad[0]]} outside the vocabulary 0..{vocab - 1}")
-            reqs.append(_Request(arr.astype(np.int64).tolist(), max_new_tokens, self._new_index()))
+            arr = arr.astype(np.int64, copy=False)
+            reqs.append(_Request(arr.tolist(), max_new_tokens, self._new_index(), arr))
         self.last_run = run = RunStats()
         t_start = time.perf_counter()
         if self.adaptive and self.cost is None:
@@ -427,7 +429,7 @@ class SpeculativeGenerator:
         pos = torch.zeros((b, t), dtype=torch.long)
         for i, r in enumerate(reqs):
             n = len(r.prompt)
-            ids[i, t - n :] = torch.tensor(r.prompt)
+            ids[i, t - n :] = torch.from_numpy(r.array)
             mask[i, t - n :] = 1
             pos[i, t - n :] = torch.arange(n)
         cache = _new_cache(self.model)
@@ -439,7 +441,7 @@ class SpeculativeGenerator:
             tok = self._sample(probs[i]) if probs is not None else choice[i]
             r.state = r.state.advance_prefill(tok, cache=r.valid)
             if r.index is not None:
-                r.index.extend(r.prompt)
+                r.index.extend(r.array)
             r.out.forwards += 1
             self._emit(r, [tok])
 

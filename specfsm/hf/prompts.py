@@ -75,10 +75,11 @@ def edit_prompts(count: int = DEFAULT_PROMPTS, root: str | None = None, max_char
     for name, head, mapping in usable:
         renames = ", ".join(f"`{a}` to `{b}`" for a, b in mapping.items())
         user = (
-            f"Rename {renames} everywhere in this Python code from {name}. "
-            f"Reply with the complete edited code only.\n\n```python\n{head}```"
+            f"```python\n{head}```\n\nCopy this code from {name} exactly, line by line, "
+            f"changing only one thing: rename {renames}. Reply with the code only."
         )
-        out.append(EditPrompt(name, mapping, [{"role": "user", "content": user}]))
+        system = "You are a careful code editor. You reproduce code exactly and change only what you are asked to."
+        out.append(EditPrompt(name, mapping, [{"role": "system", "content": system}, {"role": "user", "content": user}]))
     return out
 
 
