@@ -148,30 +148,38 @@ def smollm2(requests: int, new: int, pld_ks: list[int], spec_ks: list[Any], repe
     prompts = _token_ids(_embedded(requests), tok, int(model.config.vocab_size), "embedded")
     meter = ForwardMeter(model)
     bar = _Progress(1, sys.stderr, False)
-    runs: dict[str, dict[str, Any]] = {}
-
-    def measure(name: str, fn) -> None:
-        walls, outs = [], None
-        for _ in range(repeat):
-            meter.reset()
-            t0 = time.perf_counter()
-            outs = fn()
-            walls.append(time.perf_counter() - t0)
-        toks = sum(len(o) for o in outs)
-        wall = statistics.median(walls)
-        runs[name] = {"tokens": toks, "seconds": wall, "tokens_per_s": toks / wall, "forwards": meter.forwards,
-                      "outside_us_per_token": (walls[-1] - meter.seconds) / toks * 1e6, "outputs": outs}
-        print(f"{name:<28} {toks / wall:7.2f} tokens/s  {meter.forwards:5d} forwards  "
-              f"{runs[name]['outside_us_per_token']:8.0f} µs/token outside", flush=True)
-
-    measure("greedy", lambda: _hf_generate(model, prompts, new, 1, None, bar))
-    for k in pld_ks:
-        measure(f"transformers_pld_k{k}", lambda k=k: _hf_generate(model, prompts, new, 1, k, bar))
     gen_ad = SpeculativeGenerator(model)
     gen_ad.calibrate(batch=1, context=512)  # measured once, outside the timed runs
+    methods: dict[str, Any] = {"greedy": lambda p: _hf_generate(model, [p], new, 1, None, bar)[0]}
+    for k in pld_ks:
+        methods[f"transformers_pld_k{k}"] = lambda p, k=k: _hf_generate(model, [p], new, 1, k, bar)[0]
     for k in spec_ks:
         gen = gen_ad if k == "adaptive" else SpeculativeGenerator(model, k=k)
-        measure(f"specfsm_{k}", lambda gen=gen: [gen.generate([p], new)[0].tokens for p in prompts])
+        methods[f"specfsm_{k}"] = lambda p, gen=gen: gen.generate([p], new)[0].tokens
+    # the methods take turns on each prompt, so a change in the machine's load falls on
+    # all of them alike; each repeat's totals are kept and the median reported
+    walls: dict[str, list[float]] = {m: [] for m in methods}
+    fwds: dict[str, int] = {m: 0 for m in methods}
+    outs: dict[str, list[list[int]]] = {}
+    for _ in range(repeat):
+        total = {m: 0.0 for m in methods}
+        outs = {m: [] for m in methods}
+        for p in prompts:
+            for m, fn in methods.items():
+                meter.reset()
+                t0 = time.perf_counter()
+                outs[m].append(fn(p))
+                total[m] += time.perf_counter() - t0
+                fwds[m] = meter.forwards if not outs[m][:-1] else fwds[m] + meter.forwards
+        for m in methods:
+            walls[m].append(total[m])
+    runs: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        toks = sum(len(o) for o in outs[m])
+        wall = statistics.median(walls[m])
+        runs[m] = {"tokens": toks, "seconds": wall, "tokens_per_s": toks / wall, "forwards": fwds[m],
+                   "tokens_per_forward": toks / fwds[m], "outputs": outs[m]}
+        print(f"{m:<28} {toks / wall:7.2f} tokens/s  {fwds[m]:5d} forwards  {toks / fwds[m]:5.2f} tokens/forward", flush=True)
     greedy = runs["greedy"]
     pld = {k: v for k, v in runs.items() if k.startswith("transformers")}
     best_pld = max(pld, key=lambda k: pld[k]["tokens_per_s"]) if pld else None

@@ -239,6 +239,7 @@ class SpeculativeGenerator:
         if index_cls is None:
             from ..ngram_index import NgramIndex as index_cls
         self.index_cls = index_cls
+        self._vocab = int(model.config.vocab_size)
         self.periodic = bool(periodic)
         self.probe_every = probe_every
         if k == "adaptive":
@@ -330,6 +331,9 @@ class SpeculativeGenerator:
                         break
             else:
                 d = [int(t) for t in self.drafter(history, k)][:k]  # type: ignore[operator]
+                bad = [t for t in d if not 0 <= t < self._vocab]
+                if bad:
+                    raise ValueError(f"the drafter proposed token id {bad[0]}, outside the vocabulary 0..{self._vocab - 1}")
         if self.periodic and 0 < len(d) < k:
             # the match's continuation ran into the end of the history: the history is
             # periodic with period len(d) from the match on, so continue the period
@@ -570,7 +574,6 @@ class SpeculativeGenerator:
                 if width > 32 and live < (1 - self.compact_fraction) * b * width:
                     width = self._compact(cache, buf, width)
                     run.compactions += 1
-                # left columns that are holes in every row: drop them too
             elif b == 1 and active[0].valid < width:
                 width = self._compact(cache, buf, width)
                 run.compactions += 1
