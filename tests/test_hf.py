@@ -464,3 +464,16 @@ def test_cli_record_writes_a_replay_workload(checkpoint, tmp_path, capsys):
     model = MODELS["llama"]()
     assert [t.prompt for t in wl.traces] == prompts
     assert [t.output for t in wl.traces] == [_reference(model, p, 5) for p in prompts]
+
+
+def test_shipped_smollm2_recording_is_a_replay_workload():
+    """The recorded SmolLM2 outputs shipped with the package load as a replay workload."""
+    import os
+
+    import specfsm
+    from specfsm.workload import load_jsonl
+
+    path = os.path.join(os.path.dirname(specfsm.__file__), "data", "smollm2_edits.jsonl")
+    wl = load_jsonl(path)
+    assert len(wl) == 4 and all(len(t.output) == 128 for t in wl.traces)
+    assert [t.name for t in wl.traces] == ["abc.py", "genericpath.py", "operator.py", "sndhdr.py"]
