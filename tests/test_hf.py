@@ -477,3 +477,14 @@ def test_shipped_smollm2_recording_is_a_replay_workload():
     wl = load_jsonl(path)
     assert len(wl) == 4 and all(len(t.output) == 128 for t in wl.traces)
     assert [t.name for t in wl.traces] == ["abc.py", "genericpath.py", "operator.py", "sndhdr.py"]
+
+
+def test_hf_package_and_cli_import_without_torch():
+    """``specfsm.hf`` and its command-line wiring import lazily: no torch, no transformers."""
+    import subprocess
+    import sys
+
+    code = ("import sys, specfsm, specfsm.hf, specfsm.hf.cli; "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
