@@ -488,3 +488,28 @@ def test_hf_package_and_cli_import_without_torch():
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_padded_request_left_alone_after_prefill(model):
+    """The longer request ends at its first token: the padded shorter one goes on alone
+    (no mask), so its padding must be compacted away first."""
+    short, long_ = _prompts()[0], _prompts()[2]
+    eos = _reference(model, long_, 1)[0]
+    want = _reference(model, short, 10, eos=eos)
+    if eos in want:
+        want = want[: want.index(eos) + 1]
+    gen = SpeculativeGenerator(model, k=3, eos_token_id=eos)
+    forward = gen._forward
+    seen = []
+
+    def checked(ids, pos, mask, cache, keep=None):
+        if mask is None:  # no holes allowed: the cache holds exactly the request's tokens
+            seen.append((cache.get_seq_length(), int(pos[0, 0])))
+        return forward(ids, pos, mask, cache, keep)
+
+    gen._forward = checked
+    outs = gen.generate([short, long_], 10)
+    assert seen and all(length == first for length, first in seen), seen
+    assert outs[1].tokens == [eos] and outs[1].finished_by_eos
+    _check_equal(model, short, outs[0].tokens, want)
+    assert len(want) > 1 and gen.last_run.compactions >= 1

@@ -455,11 +455,14 @@ class SpeculativeGenerator:
             if keep_rows:
                 cache.batch_select_indices(torch.tensor(keep_rows))
             mask = mask[keep_rows]
-        # the attention mask lives in a buffer with room to grow; mask_view is its live part
+        # the attention mask lives in a buffer with room to grow; buf[:, :width] is live
         cap = max(64, 2 * mask.shape[1])
         buf = torch.zeros((mask.shape[0], cap), dtype=torch.long)
         buf[:, : mask.shape[1]] = mask
         width = mask.shape[1]
+        if len(active) == 1 and active[0].valid < width:  # a lone request decodes without a mask
+            width = self._compact(cache, buf, width)
+            run.compactions += 1
 
         while active:
             b = len(active)
