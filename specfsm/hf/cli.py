@@ -402,6 +402,9 @@ def format_generate(s: dict[str, Any]) -> str:
             f"  {labels[m]:<34} {r['tokens_per_s']:>9.2f} {sp:>8} {r['forwards']:>9,} "
             f"{r['tokens_per_forward']:>8.2f} {r['outside_us_per_token']:>15,.0f}"
         )
+    cal = s["methods"].get("specfsm", {}).get("calibrate_s")
+    if cal:
+        lines.append(f"  (specfsm's time includes {cal:.1f} s measuring forward cost by rows, once: {s['methods']['specfsm']['cost_model']})")
     lines.append("")
     if not s["identity"]:
         lines.append("identity: not checked (plain greedy was not run)")
