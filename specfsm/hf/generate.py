@@ -375,15 +375,18 @@ class SpeculativeGenerator:
         saved = self.last_run
         self.last_run = RunStats()
         t0 = time.perf_counter()
-        self._forward(ids, pos, None, cache, keep=1)
+        # a batch decodes with an explicit mask (holes), so its cost is measured with one
+        ones = torch.ones((batch, context + max(widths)), dtype=torch.long) if batch > 1 else None
+        self._forward(ids, pos, None if ones is None else ones[:, :context], cache, keep=1)
         costs: dict[int, float] = {}
         for w in widths:
             best = float("inf")
             x = torch.randint(0, vocab, (batch, w), generator=g)
             p = torch.arange(context, context + w).expand(batch, w)
+            m = None if ones is None else ones[:, : context + w]
             for _ in range(repeat):
                 s = time.perf_counter()
-                self._forward(x, p, None, cache)
+                self._forward(x, p, m, cache)
                 best = min(best, time.perf_counter() - s)
                 cache.crop(-w)
             costs[batch * w] = best
