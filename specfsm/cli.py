@@ -553,12 +553,17 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the summary as JSON instead of the table")
     r.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
     r.add_argument("--plot", metavar="FILE.png", help="write acceptance by draft position as a PNG (needs matplotlib)")
+    from .hf import cli as hf_cli  # imports neither torch nor transformers until it runs
+
+    hf_cli.add_parsers(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command in ("generate", "record"):
+        return args.hf_main(args)
     if args.command != "replay":
         parser.print_help(sys.stderr)
         return 2
