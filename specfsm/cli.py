@@ -127,6 +127,12 @@ def _index_cls(kind: str | None, module: str, name: str) -> Any:
     return getattr(_impl.module(kind, module) if kind is not None else _impl.load(module), name)
 
 
+#: workloads that ship with the package, by name: SmolLM2-135M-Instruct's greedy outputs
+#: on embedded edit prompts (recorded with ``specfsm record``)
+SHIPPED_WORKLOADS = {
+    "smollm2": os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "smollm2_edits.jsonl"),
+}
+
 DRAFTERS = ("suffix", "suffix-shared", "ngram", "prompt", "arctic")
 DEFAULT_DRAFTER = "suffix"
 _DRAFTER_LABELS = {
@@ -531,7 +537,8 @@ def _parser() -> argparse.ArgumentParser:
         "--workload",
         metavar="FILE.jsonl",
         help=(
-            "one JSON object per line: {\"prompt\": [ids], \"output\": [ids]} (optional \"eos\", "
+            "'smollm2' (SmolLM2-135M-Instruct's recorded greedy outputs, shipped with the package) or "
+            "a file: one JSON object per line: {\"prompt\": [ids], \"output\": [ids]} (optional \"eos\", "
             f"\"name\"); at most {MAX_LINE_BYTES >> 20} MiB per line. A file with an unreadable "
             "line (not UTF-8, not JSON, too deeply nested, an integer too long, a line over "
             "the limit, a bad request) is refused with its file:line and exit status 2"
@@ -583,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.bonus and args.drafter != "ngram":
             raise UsageError("--bonus runs on the batch API, which drafts with an index per request: use it with --drafter ngram")
         if args.workload:
-            workload = load_jsonl(args.workload)
+            workload = load_jsonl(SHIPPED_WORKLOADS.get(args.workload, args.workload))
             if args.requests is not None and args.requests < len(workload):
                 total = len(workload)
                 workload.traces = workload.traces[: args.requests]

@@ -542,3 +542,12 @@ def test_suffix_drafter_takes_a_minimum_and_ngram_needs_a_bound(tmp_path, capsys
     assert json.loads(capsys.readouterr().out)["settings"]["ngram"] == [4, 4]
     assert cli.main(["replay", "--workload", path, "--repeat", "1"]) == 0
     assert "drafter suffix index (n-gram 1..)" in capsys.readouterr().out
+
+
+def test_the_shipped_smollm2_workload_replays_by_name(capsys):
+    """The recorded SmolLM2 outputs ship as package data and replay by name, exactly."""
+    assert cli.main(["replay", "--workload", "smollm2", "--json", "--repeat", "1", "--impl", "python"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["identical"] is True and s["requests"] >= 1
+    assert s["evaluations_speculative"] < s["evaluations_greedy"]
+    assert s["workload"]["source"].endswith("smollm2_edits.jsonl")
