@@ -550,4 +550,4 @@ def test_the_shipped_smollm2_workload_replays_by_name(capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["identical"] is True and s["requests"] >= 1
     assert s["evaluations_speculative"] < s["evaluations_greedy"]
-    assert s["workload"]["source"].endswith("smollm2_edits.jsonl")
+    assert "smollm2_edits.jsonl" in s["workload"]["source"]
