@@ -11,8 +11,10 @@ from ._impl import USE_EXTENSIONS, extensions
 from .accept_rule import AcceptRule, Exact, MinRun, SpeculativeSampling, TypicalAcceptance, accept_with
 from .drafting import common_prefix, prompt_lookup
 from .errors import IllegalTransition, ServingFsmError
-from .ngram_index import NgramIndex, longest_match, longest_match_batch, propose_batch, record_batch
+from .batch import BatchState, StepResult
+from .ngram_index import NgramIndex, extend_batch, longest_match, longest_match_batch, propose_batch, record_batch
 from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+from .suffix_index import SharedSuffixCache, SuffixDrafter, SuffixIndex
 
 __version__ = "0.1.0"
 
@@ -35,6 +37,12 @@ __all__ = [
     "longest_match_batch",
     "propose_batch",
     "record_batch",
+    "extend_batch",
+    "SuffixIndex",
+    "SuffixDrafter",
+    "SharedSuffixCache",
+    "BatchState",
+    "StepResult",
     "AcceptRule",
     "Exact",
     "MinRun",
