@@ -22,24 +22,13 @@ import sys
 import time
 from typing import Any, TextIO
 
+# one option parser and one exit-2 error for every command of the CLI
+from ..cli import UsageError, _positive
+
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
 
 COMMANDS = ("generate", "record")
 _INT64_MAX = 2**63 - 1
-
-
-class UsageError(Exception):
-    """A bad option, prompts file or missing dependency; exit status 2."""
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def _k(text: str) -> Any:
