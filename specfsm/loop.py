@@ -5,8 +5,8 @@ call per prefill, decode or verify evaluation. ``inputs`` holds one token per ro
 ``row_tokens[i]`` is the target's greedy choice having consumed ``inputs[i]`` and
 ``row_caches[i]`` the cache it produced at that row. A prefill passes the prompt, a
 decode ``[last]``, a verify ``[last, draft[0], ..., draft[K-2]]`` (row 0 follows
-``last``, row ``i`` follows ``draft[i-1]``, the seed's convention). Prefill and decode
-read the last row; a verify needs one row per draft token. A target with
+``last``, row ``i`` follows ``draft[i-1]``, ``specfsm.state``'s convention). Prefill and
+decode read the last row; a verify needs one row per draft token. A target with
 ``evaluate_batch(inputs_list, caches_list) -> [(row_tokens, row_caches), ...]`` is called
 once per step when requests run as a batch.
 
@@ -642,7 +642,8 @@ class SpeculativeLoop:
         request per step (``evaluate``, or ``evaluate_probs`` for the sampling rules).
         Needs integer token ids and an ``NgramDrafter`` (or no drafter). ``bonus=True``
         verifies a K-token draft with K + 1 rows (a fully accepted draft emits K + 1
-        tokens); the default is the seed's K rows, whose results equal ``run_batch``'s.
+        tokens); the default is K rows (``specfsm.state``'s convention), whose results equal
+        ``run_batch``'s.
         """
         drafter, k, rule = self.drafter, self.k, self.rule
         if drafter is not None and k and not isinstance(drafter, NgramDrafter):
