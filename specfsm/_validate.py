@@ -26,7 +26,7 @@ def check_count(value: object, name: str) -> int:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a non-negative integer, got bool {value!r}")
     try:
-        count = operator.index(value)
+        count = operator.index(value)  # type: ignore[arg-type]  # refusal handled below
     except TypeError:
         raise TypeError(
             f"{name} must be a non-negative integer, got {type(value).__name__} {value!r}"

@@ -105,6 +105,7 @@ class MinRun:
     non-integer ``m``."""
 
     __slots__ = ("m",)
+    m: int
 
     def __init__(self, m: int) -> None:
         object.__setattr__(self, "m", check_count(m, "m"))

@@ -18,7 +18,13 @@ class IllegalTransition(ServingFsmError):
     wrong-state call (the original Rust design's message, kept word for word), and
     ``serving fsm: <attempted> is not legal: <reason>`` otherwise, e.g.
     ``serving fsm: accept is not legal: row_caches has 3 entries for a 4-token draft``.
+
+    ``BatchState`` refuses a whole call at once and also sets ``slots`` (the slots it
+    refused) and ``states`` (the state each was in); they are None on other refusals.
     """
+
+    slots: list[int] | None = None
+    states: list[str] | None = None
 
     def __init__(self, attempted: str, reason: str | None = None) -> None:
         if not isinstance(attempted, str):

@@ -147,7 +147,7 @@ class _PromptLookupSession:
 
     def propose(self, max_k: int) -> Any:
         # through _impl at call time, so a caller can route it to either implementation
-        h = self.history
+        h: Any = self.history
         if h is None:
             h = self.buf[: self.n]
         return _impl.prompt_lookup(h, self.ngram, max_k)
@@ -397,7 +397,7 @@ class _Run:
             row_tokens = list(row_tokens)
             row_tokens[-1] = _decode_choice(self.rule, probs[-1], row_tokens[-1])
         if type(st) is Verify:
-            draft = st.draft
+            draft: Any = st.draft  # a list: pending() enters lists only
             rule = self.rule
             if rule is None:  # greedy exact: what Verify.accept computes
                 n = _impl.common_prefix(draft, row_tokens)
@@ -414,7 +414,7 @@ class _Run:
             self._dpos[k - 1] += 1
             if n:
                 self._apos[n - 1] += 1
-            if type(nxt) is Accept:
+            if isinstance(nxt, Accept):
                 self.state = nxt.resume()
                 self._emit(draft)
             else:
@@ -591,9 +591,10 @@ class SpeculativeLoop:
                 pending = None if run.done else run.pending()
                 run.stats.control_ns += clock() - t
                 if pending is None:
-                    results[i] = run.result()
+                    result = run.result()
+                    results[i] = result
                     if on_done is not None:
-                        on_done(i, results[i])
+                        on_done(i, result)
                 else:
                     step.append((i, pending))
                     still.append(i)

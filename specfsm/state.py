@@ -218,6 +218,7 @@ class Decode(ServingState[Entry, Cache]):
         a callable ``clone`` makes it whatever ``clone(cache)`` returns. Refuses any
         other ``clone`` (TypeError)."""
         cache = self.cache
+        snapshot: Any
         if clone is None or clone is False:
             snapshot = cache
         elif clone is True:
@@ -372,19 +373,19 @@ class Done(ServingState[Entry, Cache]):
 # already validated (or need no validation), and skipping __init__ and
 # object.__setattr__ takes about a third off each transition's cost.
 _new = object.__new__
-_decode_last, _decode_cache = Decode.last.__set__, Decode.cache.__set__  # type: ignore[attr-defined]
+_decode_last, _decode_cache = Decode.__dict__["last"].__set__, Decode.__dict__["cache"].__set__
 _verify_draft, _verify_snapshot, _verify_cache = (
-    Verify.draft.__set__,  # type: ignore[attr-defined]
-    Verify.snapshot.__set__,  # type: ignore[attr-defined]
-    Verify.cache.__set__,  # type: ignore[attr-defined]
+    Verify.__dict__["draft"].__set__,
+    Verify.__dict__["snapshot"].__set__,
+    Verify.__dict__["cache"].__set__,
 )
 _accept_n, _accept_next, _accept_cache = (
-    Accept.n.__set__,  # type: ignore[attr-defined]
-    Accept.next.__set__,  # type: ignore[attr-defined]
-    Accept.cache.__set__,  # type: ignore[attr-defined]
+    Accept.__dict__["n"].__set__,
+    Accept.__dict__["next"].__set__,
+    Accept.__dict__["cache"].__set__,
 )
-_rollback_snapshot, _rollback_to = Rollback.snapshot.__set__, Rollback.to.__set__  # type: ignore[attr-defined]
-_done_cache = Done.cache.__set__  # type: ignore[attr-defined]
+_rollback_snapshot, _rollback_to = Rollback.__dict__["snapshot"].__set__, Rollback.__dict__["to"].__set__
+_done_cache = Done.__dict__["cache"].__set__
 
 
 def _decode(last: Any, cache: Any) -> Decode:
