@@ -62,13 +62,6 @@ def _check_tokens(tokens: Any, name: str, needed_by: str) -> Any:
     raise ValueError(f"{name} is empty: {needed_by} needs at least one row")
 
 
-def _token(token: Any) -> Any:
-    """A numpy integer as a Python int; any other token as it is."""
-    if type(token) is int or not isinstance(token, np.integer):
-        return token
-    return int(token)
-
-
 def _length(x: object, name: str) -> int:
     try:
         return len(x)  # type: ignore[arg-type]
@@ -309,8 +302,14 @@ def _settled(
     )
     cache = row_caches[idx]
     if idx + 1 == k and idx != accepted:  # every draft row accepted
-        return _accept(k, _token(draft[idx]), cache)
-    return _rollback(cache, _token(row_tokens[idx]))
+        token = draft[idx]
+        if type(token) is not int and isinstance(token, np.integer):
+            token = int(token)  # a numpy scalar as a Python int (see Verify.accept)
+        return _accept(k, token, cache)
+    token = row_tokens[idx]
+    if type(token) is not int and isinstance(token, np.integer):
+        token = int(token)
+    return _rollback(cache, token)
 
 
 class Accept(ServingState[Entry, Cache]):
