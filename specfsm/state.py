@@ -226,8 +226,8 @@ class Decode(ServingState[Entry, Cache]):
 
 
 class Verify(ServingState[Entry, Cache]):
-    """``draft``: the speculator's tokens, scored in one K-row evaluation; ``snapshot``: the
-    pre-draft cache.
+    """``draft``: the speculator's tokens (at least one), scored in one K-row evaluation;
+    ``snapshot``: the pre-draft cache.
 
     ``snapshot`` is what the cache was when the draft was entered. By default it is the
     same handle as ``cache`` (the original design clones a handle: a block table, a row
@@ -313,7 +313,10 @@ def _settled(
 
 
 class Accept(ServingState[Entry, Cache]):
-    """``n`` draft tokens accepted (all of them); decoding resumes from ``next``."""
+    """``n`` draft tokens accepted (all of them); decoding resumes from ``next``.
+
+    From ``Verify.accept``/``accept_rows``, ``next`` is the draft's last token, a Python
+    int when the draft held numpy integers (an array or a list of them)."""
 
     __slots__ = ("n", "next", "cache")
     __match_args__ = ("n", "next", "cache")
@@ -335,7 +338,10 @@ class Accept(ServingState[Entry, Cache]):
 
 
 class Rollback(ServingState[Entry, Cache]):
-    """Resume from ``to`` after ``snapshot`` replaces a rejected draft's advanced cache."""
+    """Resume from ``to`` after ``snapshot`` replaces a rejected draft's advanced cache.
+
+    From ``Verify.accept``/``accept_rows``, ``to`` is the target's token at the rejected
+    row, a Python int when ``row_tokens`` held numpy integers."""
 
     __slots__ = ("snapshot", "to")
     __match_args__ = ("snapshot", "to")
