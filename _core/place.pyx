@@ -148,7 +148,7 @@ def settle_index(accepted, draft_lens):
 
     For request ``b`` with ``draft_lens[b]`` rows of which ``accepted[b]`` were accepted:
     row ``accepted[b]`` when a row was rejected, row ``accepted[b] - 1`` when every row
-    was accepted (the seed's placement rule), and -1 (leave the cache alone) when the
+    was accepted (``Verify.accept``'s placement rule), and -1 (leave the cache alone) when the
     request drafted nothing. Refuses (ValueError naming the first bad request) a negative
     count and ``accepted[b] > draft_lens[b]``; non-integer or non-1-D input raises
     TypeError/ValueError.

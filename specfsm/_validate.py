@@ -26,7 +26,7 @@ def check_count(value: object, name: str) -> int:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a non-negative integer, got bool {value!r}")
     try:
-        count = operator.index(value)
+        count = operator.index(value)  # type: ignore[arg-type]  # refusal handled below
     except TypeError:
         raise TypeError(
             f"{name} must be a non-negative integer, got {type(value).__name__} {value!r}"
@@ -64,16 +64,27 @@ def as_token_array(arr: np.ndarray, name: str) -> np.ndarray:
 
 
 def settle_reason(draft_len: int, accepted: int, n_row_tokens: int, n_row_caches: int) -> str | None:
-    """Why the seed's ``settle`` refuses these rows, or None when it accepts them."""
+    """Why settling a verify (``Verify.accept``/``accept_rows`` and the batch's settle)
+    refuses these rows, or None when it accepts them.
+
+    The text completes ``serving fsm: <transition> is not legal: ...``.
+    """
     if draft_len == 0:
         return "the draft is empty: there is no row to settle"
     if accepted > draft_len:
-        return f"accepted={accepted} is beyond the draft's {draft_len} rows"
+        return f"accepted={accepted} is beyond the {draft_len}-token draft"
     if n_row_caches != draft_len:
-        return f"row_caches holds {n_row_caches} entries; it needs one per draft row ({draft_len})"
+        return (
+            f"row_caches holds {n_row_caches} {_entries(n_row_caches)} for a {draft_len}-token "
+            "draft; it needs one per draft row"
+        )
     if accepted < draft_len and n_row_tokens <= accepted:
         return (
-            f"row_tokens holds {n_row_tokens} entries; rejecting at row {accepted} "
-            f"needs row_tokens[{accepted}]"
+            f"row_tokens holds {n_row_tokens} {_entries(n_row_tokens)}; rejecting at row "
+            f"{accepted} needs row_tokens[{accepted}]"
         )
     return None
+
+
+def _entries(n: int) -> str:
+    return "entry" if n == 1 else "entries"

@@ -43,7 +43,7 @@ def value_eq(a: object, b: object) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return _array_eq(a, b)
     if ta in (list, tuple) and tb in (list, tuple):
-        return len(a) == len(b) and all(value_eq(x, y) for x, y in zip(a, b))  # type: ignore[arg-type]
+        return len(a) == len(b) and all(value_eq(x, y) for x, y in zip(a, b))  # type: ignore[arg-type,call-overload]
     if ta is dict and tb is dict:
         return a.keys() == b.keys() and all(value_eq(a[k], b[k]) for k in a)  # type: ignore[attr-defined,index]
     try:
@@ -96,7 +96,7 @@ def default_clone(cache: object) -> object:
         items = [default_clone(x) for x in cache]
         if all(x is y for x, y in zip(items, cache)):
             return cache
-        return t._make(items) if hasattr(t, "_make") else t(items)  # type: ignore[attr-defined]
+        return t._make(items) if hasattr(t, "_make") else t(items)  # type: ignore[attr-defined,call-arg]
     if isinstance(cache, np.ndarray):
         return cache.copy()
     module = t.__module__.partition(".")[0]
@@ -107,7 +107,7 @@ def default_clone(cache: object) -> object:
     if module == "torch" and hasattr(cache, "clone"):
         return cache.clone()  # type: ignore[attr-defined]
     if t in (set, bytearray):
-        return t(cache)  # type: ignore[call-arg]
+        return t(cache)  # type: ignore[call-arg,call-overload]
     return cache
 
 

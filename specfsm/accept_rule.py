@@ -1,7 +1,8 @@
 """Acceptance rules: how many drafted rows a verify evaluation keeps.
 
-The seed's ``accept_rows`` takes the accepted count from the caller; the rules here
-decide it. Row convention (the seed's): a K-token draft is verified in one K-row
+``Verify.accept_rows`` takes the accepted count from the caller; the rules here
+decide it. Row convention (the one ``specfsm.state`` uses throughout): a K-token draft is
+verified in one K-row
 evaluation; row 0 follows ``last`` and row ``i > 0`` follows ``draft[i - 1]``, so
 ``choices[i]`` (or ``target_probs[i]``) is the target's view of position ``draft[i]``.
 
@@ -20,7 +21,7 @@ GIL released (see ``specfsm._py.accept`` for the flat-array-plus-offsets layout;
 
 There is no bonus row: a K-row verify yields K probability rows, so when all K rows are
 accepted ``row_tokens`` is the K draft tokens and decoding resumes from ``draft[-1]``
-exactly as the seed's ``Accept`` does.
+exactly as ``Verify.accept`` builds its ``Accept``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def pack_ragged(seqs: Any, dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarra
 
 class Exact:
     """Greedy exact match: the number of leading rows where draft and choice agree
-    (the seed's equality and verifier-exact policies)."""
+    (the equality and verifier-exact policies of the Rust design specfsm was ported from)."""
 
     __slots__ = ()
 
@@ -99,10 +100,12 @@ class Exact:
 
 
 class MinRun:
-    """The exact-match count when it is at least ``m``, else 0 (the seed's anchor-macro
-    policy is ``MinRun(3)``). Refuses a negative or non-integer ``m``."""
+    """The exact-match count when it is at least ``m``, else 0 (the anchor-macro policy of
+    the Rust design specfsm was ported from is ``MinRun(3)``). Refuses a negative or
+    non-integer ``m``."""
 
     __slots__ = ("m",)
+    m: int
 
     def __init__(self, m: int) -> None:
         object.__setattr__(self, "m", check_count(m, "m"))

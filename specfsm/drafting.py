@@ -11,7 +11,8 @@ __all__ = ["prompt_lookup", "common_prefix"]
 
 def prompt_lookup(history: Any, ngram: int, max_k: int) -> Any:
     """Draft up to ``max_k`` tokens that followed the most recent earlier occurrence of
-    ``history``'s last ``ngram`` tokens (the seed's ``draft_prompt_lookup``).
+    ``history``'s last ``ngram`` tokens (``draft_prompt_lookup`` of the Rust design specfsm
+    was ported from).
 
     ``history`` is a list or tuple of any values with ``==`` (integer lists take the
     compiled path), or a 1-D integer numpy array (int32 or int64; narrower integer

@@ -5,8 +5,8 @@ call per prefill, decode or verify evaluation. ``inputs`` holds one token per ro
 ``row_tokens[i]`` is the target's greedy choice having consumed ``inputs[i]`` and
 ``row_caches[i]`` the cache it produced at that row. A prefill passes the prompt, a
 decode ``[last]``, a verify ``[last, draft[0], ..., draft[K-2]]`` (row 0 follows
-``last``, row ``i`` follows ``draft[i-1]``, the seed's convention). Prefill and decode
-read the last row; a verify needs one row per draft token. A target with
+``last``, row ``i`` follows ``draft[i-1]``, ``specfsm.state``'s convention). Prefill and
+decode read the last row; a verify needs one row per draft token. A target with
 ``evaluate_batch(inputs_list, caches_list) -> [(row_tokens, row_caches), ...]`` is called
 once per step when requests run as a batch.
 
@@ -147,7 +147,7 @@ class _PromptLookupSession:
 
     def propose(self, max_k: int) -> Any:
         # through _impl at call time, so a caller can route it to either implementation
-        h = self.history
+        h: Any = self.history
         if h is None:
             h = self.buf[: self.n]
         return _impl.prompt_lookup(h, self.ngram, max_k)
@@ -397,7 +397,7 @@ class _Run:
             row_tokens = list(row_tokens)
             row_tokens[-1] = _decode_choice(self.rule, probs[-1], row_tokens[-1])
         if type(st) is Verify:
-            draft = st.draft
+            draft: Any = st.draft  # a list: pending() enters lists only
             rule = self.rule
             if rule is None:  # greedy exact: what Verify.accept computes
                 n = _impl.common_prefix(draft, row_tokens)
@@ -414,7 +414,7 @@ class _Run:
             self._dpos[k - 1] += 1
             if n:
                 self._apos[n - 1] += 1
-            if type(nxt) is Accept:
+            if isinstance(nxt, Accept):
                 self.state = nxt.resume()
                 self._emit(draft)
             else:
@@ -591,9 +591,10 @@ class SpeculativeLoop:
                 pending = None if run.done else run.pending()
                 run.stats.control_ns += clock() - t
                 if pending is None:
-                    results[i] = run.result()
+                    result = run.result()
+                    results[i] = result
                     if on_done is not None:
-                        on_done(i, results[i])
+                        on_done(i, result)
                 else:
                     step.append((i, pending))
                     still.append(i)
@@ -642,7 +643,8 @@ class SpeculativeLoop:
         request per step (``evaluate``, or ``evaluate_probs`` for the sampling rules).
         Needs integer token ids and an ``NgramDrafter`` (or no drafter). ``bonus=True``
         verifies a K-token draft with K + 1 rows (a fully accepted draft emits K + 1
-        tokens); the default is the seed's K rows, whose results equal ``run_batch``'s.
+        tokens); the default is K rows (``specfsm.state``'s convention), whose results equal
+        ``run_batch``'s.
         """
         drafter, k, rule = self.drafter, self.k, self.rule
         if drafter is not None and k and not isinstance(drafter, NgramDrafter):

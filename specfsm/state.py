@@ -2,14 +2,25 @@
 
 ``ServingState`` is the base of six immutable variants. Each transition is a method on
 every state: it returns a new state, never changes the one it was called on, and raises
-``IllegalTransition`` from a state it does not apply to. The semantics follow the seed
-design (a Rust enum whose transitions consume ``self``) one for one.
+``IllegalTransition`` from a state it does not apply to. The semantics follow, one for one,
+the Rust design specfsm was ported from (an enum ``ServingState<Entry, Cache>`` whose
+transitions consume ``self``).
+
+``ServingState[Entry, Cache]`` is generic, for type checkers only: ``Entry`` is the token
+type (``positions`` and ``draft`` are sequences of it; ``last``, ``next`` and ``to`` are
+one), ``Cache`` is the cache handle's type (a length, a block table, a tensor row...).
+Nothing is checked at run time beyond what the docstrings say.
+
+Empty input is refused with ValueError, as ``BatchState`` and the replay CLI refuse it:
+``start([])`` (prefill needs at least one row) and ``enter_verify([])`` (a verify needs at
+least one row; a ``Verify`` without rows could never be left by ``accept``).
 """
 
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -20,24 +31,35 @@ from .errors import IllegalTransition
 
 __all__ = ["ServingState", "Prefill", "Decode", "Verify", "Accept", "Rollback", "Done"]
 
+Entry = TypeVar("Entry")
+Cache = TypeVar("Cache")
+
 _set = object.__setattr__
 
 
-def _check_tokens(tokens: object, name: str) -> object:
-    """Accept a list, tuple, 1-D integer array or other sequence; refuse anything else."""
+def _check_tokens(tokens: Any, name: str, needed_by: str) -> Any:
+    """Accept a non-empty list, tuple, 1-D integer array or other sequence.
+
+    Refuses anything else (TypeError, or ValueError for a 2-D array) and an empty
+    sequence (ValueError: ``needed_by`` needs at least one row).
+    """
     t = type(tokens)
     if t is list or t is tuple:
-        return tokens
-    if isinstance(tokens, np.ndarray):
+        if tokens:
+            return tokens
+    elif isinstance(tokens, np.ndarray):
         as_token_array(tokens, name)  # raises on 2-D arrays and unsupported dtypes
-        return tokens
-    if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__") or not hasattr(
+        if tokens.shape[0]:
+            return tokens
+    elif isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__") or not hasattr(
         tokens, "__getitem__"
     ):
         raise TypeError(
             f"{name} must be a list, tuple or 1-D integer numpy array, got {t.__name__}"
         )
-    return tokens
+    elif len(tokens):
+        return tokens
+    raise ValueError(f"{name} is empty: {needed_by} needs at least one row")
 
 
 def _length(x: object, name: str) -> int:
@@ -47,10 +69,11 @@ def _length(x: object, name: str) -> int:
         raise TypeError(f"{name} must be a sized sequence, got {type(x).__name__}") from None
 
 
-class ServingState:
+class ServingState(Generic[Entry, Cache]):
     """Base of the six states; every transition is defined here and refused by default.
 
-    Construct a machine with ``ServingState.start(positions, cache)``.
+    Construct a machine with ``ServingState.start(positions, cache)``. Generic in the token
+    type ``Entry`` and the cache handle type ``Cache`` (for type checkers; no run-time cost).
     """
 
     __slots__ = ()
@@ -59,45 +82,54 @@ class ServingState:
 
     # -- entry ---------------------------------------------------------------------
     @staticmethod
-    def start(positions: Any, cache: Any) -> Prefill:
-        """Enter the state machine at ``Prefill`` with an empty ``cache``."""
+    def start(positions: Sequence[Entry], cache: Cache) -> Prefill[Entry, Cache]:
+        """Enter the state machine at ``Prefill`` with an empty ``cache``.
+
+        Refuses an empty ``positions`` (ValueError: prefill needs at least one row).
+        """
         return Prefill(positions, cache)
 
     # -- transitions (refused unless a variant overrides them) -----------------------
-    def advance_prefill(self, next_token: Any, cache: Any) -> ServingState:
+    def advance_prefill(self, next_token: Entry, cache: Cache) -> ServingState[Entry, Cache]:
         """``Prefill -> Decode``: the one M-row prefill evaluation produced ``next_token``."""
         raise IllegalTransition("advance_prefill")
 
-    def advance_decode(self, next_token: Any, cache: Any) -> ServingState:
+    def advance_decode(self, next_token: Entry, cache: Cache) -> ServingState[Entry, Cache]:
         """``Decode -> Decode``: one single-row evaluation."""
         raise IllegalTransition("advance_decode")
 
-    def enter_verify(self, draft: Any, clone: Clone | bool | None = None) -> ServingState:
+    def enter_verify(
+        self, draft: Sequence[Entry], clone: Clone | bool | None = None
+    ) -> ServingState[Entry, Cache]:
         """``Decode -> Verify``: the current cache becomes the snapshot."""
         raise IllegalTransition("enter_verify")
 
-    def accept(self, row_tokens: Any, row_caches: Any) -> ServingState:
+    def accept(
+        self, row_tokens: Sequence[Entry], row_caches: Sequence[Cache]
+    ) -> ServingState[Entry, Cache]:
         """``Verify -> Accept | Rollback``: score the verify rows against the draft."""
         raise IllegalTransition("accept")
 
-    def accept_rows(self, accepted: int, row_tokens: Any, row_caches: Any) -> ServingState:
+    def accept_rows(
+        self, accepted: int, row_tokens: Sequence[Entry], row_caches: Sequence[Cache]
+    ) -> ServingState[Entry, Cache]:
         """``Verify -> Accept | Rollback`` with the accepted count supplied by the caller."""
         raise IllegalTransition("accept_rows")
 
-    def accept_with(self, rule: Any, *args: Any, **kwargs: Any) -> ServingState:
+    def accept_with(self, rule: Any, *args: Any, **kwargs: Any) -> ServingState[Entry, Cache]:
         """``Verify -> Accept | Rollback`` with the accepted count decided by an acceptance
         rule (see ``specfsm.accept_rule.accept_with`` for the arguments)."""
         raise IllegalTransition("accept_with")
 
-    def resume(self) -> ServingState:
+    def resume(self) -> ServingState[Entry, Cache]:
         """``Accept -> Decode``: no evaluation, just the placement ``accept`` chose."""
         raise IllegalTransition("resume")
 
-    def rollback(self) -> ServingState:
+    def rollback(self) -> ServingState[Entry, Cache]:
         """``Rollback -> Decode``: placement copy only, no evaluation."""
         raise IllegalTransition("rollback")
 
-    def finish(self) -> Done:
+    def finish(self) -> Done[Entry, Cache]:
         """Any state ``-> Done``: the caller stops requesting evaluations."""
         return _done(self.cache)  # type: ignore[attr-defined]
 
@@ -125,42 +157,53 @@ class ServingState:
         fields = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
         return f"{type(self).__name__}({fields})"
 
-    def __reduce__(self) -> tuple[type, tuple]:
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return (type(self), tuple(getattr(self, f) for f in self._fields))
 
 
-class Prefill(ServingState):
-    """``positions``: the prompt token ids for one M-row evaluation; ``cache`` starts empty."""
+class Prefill(ServingState[Entry, Cache]):
+    """``positions``: the prompt token ids for one M-row evaluation (at least one);
+    ``cache`` starts empty."""
 
     __slots__ = ("positions", "cache")
     __match_args__ = ("positions", "cache")
     _fields = __match_args__
     _seq_fields = frozenset({"positions"})
+    positions: Sequence[Entry]
+    cache: Cache
 
-    def __init__(self, positions: Any, cache: Any) -> None:
-        _set(self, "positions", _check_tokens(positions, "positions"))
+    def __init__(self, positions: Sequence[Entry], cache: Cache) -> None:
+        _set(self, "positions", _check_tokens(positions, "positions", "prefill"))
         _set(self, "cache", cache)
 
-    def advance_prefill(self, next_token: Any, cache: Any) -> Decode:
+    def advance_prefill(self, next_token: Entry, cache: Cache) -> Decode[Entry, Cache]:
         return _decode(next_token, cache)
 
 
-class Decode(ServingState):
+class Decode(ServingState[Entry, Cache]):
     """``last``: the most recently accepted token, the next single-row evaluation's input."""
 
     __slots__ = ("last", "cache")
     __match_args__ = ("last", "cache")
     _fields = __match_args__
+    last: Entry
+    cache: Cache
 
-    def __init__(self, last: Any, cache: Any) -> None:
+    def __init__(self, last: Entry, cache: Cache) -> None:
         _set(self, "last", last)
         _set(self, "cache", cache)
 
-    def advance_decode(self, next_token: Any, cache: Any) -> Decode:
+    def advance_decode(self, next_token: Entry, cache: Cache) -> Decode[Entry, Cache]:
         return _decode(next_token, cache)
 
-    def enter_verify(self, draft: Any, clone: Clone | bool | None = None) -> Verify:
+    def enter_verify(
+        self, draft: Sequence[Entry], clone: Clone | bool | None = None
+    ) -> Verify[Entry, Cache]:
         """The current cache becomes ``snapshot`` (see ``Verify``).
+
+        Refuses an empty ``draft`` (ValueError: a verify needs at least one row; decode
+        instead), as ``BatchState.enter_verify`` does, and a draft that is not a token
+        sequence (TypeError; ValueError for an array that is not 1-D).
 
         By default (``clone=None`` or ``False``) ``snapshot`` is the cache handle itself,
         at a cost independent of the cache's size. ``clone=True`` makes it an independent
@@ -168,6 +211,7 @@ class Decode(ServingState):
         a callable ``clone`` makes it whatever ``clone(cache)`` returns. Refuses any
         other ``clone`` (TypeError)."""
         cache = self.cache
+        snapshot: Any
         if clone is None or clone is False:
             snapshot = cache
         elif clone is True:
@@ -178,16 +222,16 @@ class Decode(ServingState):
             raise TypeError(
                 f"clone must be None, a bool or a callable, got {type(clone).__name__} {clone!r}"
             )
-        return _verify(_check_tokens(draft, "draft"), snapshot, cache)
+        return _verify(_check_tokens(draft, "draft", "a verify"), snapshot, cache)
 
 
-class Verify(ServingState):
-    """``draft``: the speculator's tokens, scored in one K-row evaluation; ``snapshot``: the
-    pre-draft cache.
+class Verify(ServingState[Entry, Cache]):
+    """``draft``: the speculator's tokens (at least one), scored in one K-row evaluation;
+    ``snapshot``: the pre-draft cache.
 
     ``snapshot`` is what the cache was when the draft was entered. By default it is the
-    same handle as ``cache`` (the seed clones a handle: a block table, a row index, a
-    tensor the backend owns), so it costs nothing whatever the cache's size, and it
+    same handle as ``cache`` (the original design clones a handle: a block table, a row
+    index, a tensor the backend owns), so it costs nothing whatever the cache's size, and it
     stays the pre-draft state only as long as nothing writes the cache in place.
     Nothing in specfsm reads it: ``accept`` resumes from the verify's ``row_caches``.
     Ask ``enter_verify(draft, clone=True)`` (or a callable) for an independent copy
@@ -198,42 +242,58 @@ class Verify(ServingState):
     __match_args__ = ("draft", "snapshot", "cache")
     _fields = __match_args__
     _seq_fields = frozenset({"draft"})
+    draft: Sequence[Entry]
+    snapshot: Cache
+    cache: Cache
 
-    def __init__(self, draft: Any, snapshot: Any, cache: Any) -> None:
-        _set(self, "draft", _check_tokens(draft, "draft"))
+    def __init__(self, draft: Sequence[Entry], snapshot: Cache, cache: Cache) -> None:
+        _set(self, "draft", _check_tokens(draft, "draft", "a verify"))
         _set(self, "snapshot", snapshot)
         _set(self, "cache", cache)
 
-    def accept(self, row_tokens: Any, row_caches: Any) -> Accept | Rollback:
+    def accept(
+        self, row_tokens: Sequence[Entry], row_caches: Sequence[Cache]
+    ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
         """Score the verify rows' greedy choices against the draft.
 
         ``row_tokens[i]`` is the target's choice having consumed input row ``i`` (row 0
         follows ``last``, row ``i > 0`` follows ``draft[i - 1]``); ``row_caches[i]`` is the
         cache that evaluation produced at row ``i``, one per draft row. All rows accepted:
         ``Accept`` resuming from ``row_caches[-1]``; rejected at row ``n``: ``Rollback`` to
-        ``row_tokens[n]`` from ``row_caches[n]``. Refuses an empty draft and rows of the
-        wrong length.
+        ``row_tokens[n]`` from ``row_caches[n]``. Refuses (``IllegalTransition`` with a
+        reason) rows of the wrong length.
+
+        ``Accept.next`` and ``Rollback.to`` are elements of ``draft`` and ``row_tokens``:
+        a numpy integer (an element of an array, or inside a list) comes back as a Python
+        int; any other token comes back as it is.
         """
         draft = self.draft
         n = _impl.common_prefix(draft, row_tokens)
         return _settled(draft, n, row_tokens, row_caches, "accept")
 
-    def accept_rows(self, accepted: int, row_tokens: Any, row_caches: Any) -> Accept | Rollback:
+    def accept_rows(
+        self, accepted: int, row_tokens: Sequence[Entry], row_caches: Sequence[Cache]
+    ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
         """``accept`` with the accepted count supplied by the caller (an acceptance rule).
 
         ``row_tokens`` must reach row ``accepted`` unless every draft row was accepted;
         ``row_caches`` always holds one entry per draft row. Refuses ``accepted`` beyond
-        the draft; a float, bool or negative ``accepted`` raises TypeError/ValueError.
+        the draft (``IllegalTransition`` with a reason); a float, bool or negative
+        ``accepted`` raises TypeError/ValueError. Tokens come back as for ``accept``.
         """
         return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows")
 
-    def accept_with(self, rule: Any, *args: Any, **kwargs: Any) -> Accept | Rollback:
+    def accept_with(
+        self, rule: Any, *args: Any, **kwargs: Any
+    ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
         from .accept_rule import accept_with
 
         return accept_with(self, rule, *args, **kwargs)
 
 
-def _settled(draft: Any, accepted: Any, row_tokens: Any, row_caches: Any, attempted: str):
+def _settled(
+    draft: Any, accepted: Any, row_tokens: Any, row_caches: Any, attempted: str
+) -> Accept[Any, Any] | Rollback[Any, Any]:
     k = len(draft)
     if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
         as_token_array(row_tokens, "row_tokens")  # refuses 2-D arrays and non-integer dtypes
@@ -242,55 +302,74 @@ def _settled(draft: Any, accepted: Any, row_tokens: Any, row_caches: Any, attemp
     )
     cache = row_caches[idx]
     if idx + 1 == k and idx != accepted:  # every draft row accepted
-        return _accept(k, draft[idx], cache)
-    return _rollback(cache, row_tokens[idx])
+        token = draft[idx]
+        if type(token) is not int and isinstance(token, np.integer):
+            token = int(token)  # a numpy scalar as a Python int (see Verify.accept)
+        return _accept(k, token, cache)
+    token = row_tokens[idx]
+    if type(token) is not int and isinstance(token, np.integer):
+        token = int(token)
+    return _rollback(cache, token)
 
 
-class Accept(ServingState):
-    """``n`` draft tokens accepted (all of them); decoding resumes from ``next``."""
+class Accept(ServingState[Entry, Cache]):
+    """``n`` draft tokens accepted (all of them); decoding resumes from ``next``.
+
+    From ``Verify.accept``/``accept_rows``, ``next`` is the draft's last token, a Python
+    int when the draft held numpy integers (an array or a list of them)."""
 
     __slots__ = ("n", "next", "cache")
     __match_args__ = ("n", "next", "cache")
     _fields = __match_args__
+    n: int
+    next: Entry
+    cache: Cache
 
-    def __init__(self, n: int, next: Any, cache: Any) -> None:  # noqa: A002 (seed's field name)
+    # ``next`` shadows the builtin: it is the original design's field name
+    def __init__(self, n: int, next: Entry, cache: Cache) -> None:  # noqa: A002
         if type(n) is not int or n < 0:
             n = check_count(n, "n")
         _set(self, "n", n)
         _set(self, "next", next)
         _set(self, "cache", cache)
 
-    def resume(self) -> Decode:
+    def resume(self) -> Decode[Entry, Cache]:
         return _decode(self.next, self.cache)
 
 
-class Rollback(ServingState):
-    """Resume from ``to`` after ``snapshot`` replaces a rejected draft's advanced cache."""
+class Rollback(ServingState[Entry, Cache]):
+    """Resume from ``to`` after ``snapshot`` replaces a rejected draft's advanced cache.
+
+    From ``Verify.accept``/``accept_rows``, ``to`` is the target's token at the rejected
+    row, a Python int when ``row_tokens`` held numpy integers."""
 
     __slots__ = ("snapshot", "to")
     __match_args__ = ("snapshot", "to")
     _fields = __match_args__
+    snapshot: Cache
+    to: Entry
 
-    def __init__(self, snapshot: Any, to: Any) -> None:
+    def __init__(self, snapshot: Cache, to: Entry) -> None:
         _set(self, "snapshot", snapshot)
         _set(self, "to", to)
 
-    def rollback(self) -> Decode:
+    def rollback(self) -> Decode[Entry, Cache]:
         return _decode(self.to, self.snapshot)
 
-    def finish(self) -> Done:
+    def finish(self) -> Done[Entry, Cache]:
         """``Rollback -> Done`` keeps ``snapshot`` as the cache."""
         return _done(self.snapshot)
 
 
-class Done(ServingState):
+class Done(ServingState[Entry, Cache]):
     """Terminal: no further evaluation is legal."""
 
     __slots__ = ("cache",)
     __match_args__ = ("cache",)
     _fields = __match_args__
+    cache: Cache
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Cache) -> None:
         _set(self, "cache", cache)
 
 
@@ -299,19 +378,19 @@ class Done(ServingState):
 # already validated (or need no validation), and skipping __init__ and
 # object.__setattr__ takes about a third off each transition's cost.
 _new = object.__new__
-_decode_last, _decode_cache = Decode.last.__set__, Decode.cache.__set__  # type: ignore[attr-defined]
+_decode_last, _decode_cache = Decode.__dict__["last"].__set__, Decode.__dict__["cache"].__set__
 _verify_draft, _verify_snapshot, _verify_cache = (
-    Verify.draft.__set__,  # type: ignore[attr-defined]
-    Verify.snapshot.__set__,  # type: ignore[attr-defined]
-    Verify.cache.__set__,  # type: ignore[attr-defined]
+    Verify.__dict__["draft"].__set__,
+    Verify.__dict__["snapshot"].__set__,
+    Verify.__dict__["cache"].__set__,
 )
 _accept_n, _accept_next, _accept_cache = (
-    Accept.n.__set__,  # type: ignore[attr-defined]
-    Accept.next.__set__,  # type: ignore[attr-defined]
-    Accept.cache.__set__,  # type: ignore[attr-defined]
+    Accept.__dict__["n"].__set__,
+    Accept.__dict__["next"].__set__,
+    Accept.__dict__["cache"].__set__,
 )
-_rollback_snapshot, _rollback_to = Rollback.snapshot.__set__, Rollback.to.__set__  # type: ignore[attr-defined]
-_done_cache = Done.cache.__set__  # type: ignore[attr-defined]
+_rollback_snapshot, _rollback_to = Rollback.__dict__["snapshot"].__set__, Rollback.__dict__["to"].__set__
+_done_cache = Done.__dict__["cache"].__set__
 
 
 def _decode(last: Any, cache: Any) -> Decode:

@@ -123,10 +123,17 @@ def test_serving_state_accept_rejects_mismatched_or_empty_draft():
     assert err.value == IllegalTransition("accept")
     assert state == Verify([3, 4], cache, cache)
 
-    empty_draft = ServingState.start([1], cache).advance_prefill(2, cache).enter_verify([])
-    with pytest.raises(IllegalTransition) as err:
-        empty_draft.accept([], [])
-    assert err.value == IllegalTransition("accept")
+    assert str(err.value) == (
+        "serving fsm: accept is not legal: row_caches holds 1 entry for a 2-token draft; "
+        "it needs one per draft row"
+    )
+
+    # The original design refused an empty draft only at ``accept``, leaving a Verify
+    # that no accept could leave; here ``enter_verify`` refuses it (ValueError, as
+    # BatchState.enter_verify does).
+    decoding = ServingState.start([1], cache).advance_prefill(2, cache)
+    with pytest.raises(ValueError, match="draft is empty"):
+        decoding.enter_verify([])
 
 
 def test_serving_state_draft_prompt_lookup_finds_the_earlier_occurrence():

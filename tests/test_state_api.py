@@ -210,22 +210,115 @@ def test_accept_rows_accepts_numpy_integer_counts():
     assert v.accept_rows(np.int32(0), [7], ["a", "b"]) == Rollback("a", 7)
 
 
-@pytest.mark.parametrize(
-    "accepted, row_tokens, row_caches, reason",
-    [
-        (3, [1, 2], [0, 0], "beyond the draft"),
-        (1, [1, 2], [0], "row_caches holds 1"),
-        (1, [1, 2], [0, 0, 0], "row_caches holds 3"),
-        (1, [1], [0, 0], "row_tokens holds 1"),
-    ],
-)
-def test_settle_refusals_are_illegal_transitions_with_a_reason(accepted, row_tokens, row_caches, reason):
+SETTLE_REFUSALS = [
+    (3, [1, 2], [0, 0], "accepted=3 is beyond the 2-token draft"),
+    (1, [1, 2], [0], "row_caches holds 1 entry for a 2-token draft; it needs one per draft row"),
+    (1, [1, 2], [0, 0, 0], "row_caches holds 3 entries for a 2-token draft; it needs one per draft row"),
+    (1, [1], [0, 0], "row_tokens holds 1 entry; rejecting at row 1 needs row_tokens[1]"),
+    (0, [], [0, 0], "row_tokens holds 0 entries; rejecting at row 0 needs row_tokens[0]"),
+]
+
+
+@pytest.mark.parametrize("accepted, row_tokens, row_caches, reason", SETTLE_REFUSALS)
+def test_settle_refusals_are_illegal_transitions_that_say_why(accepted, row_tokens, row_caches, reason):
     v = Decode(0, 0).enter_verify([1, 2])
     with pytest.raises(IllegalTransition) as err:
         v.accept_rows(accepted, row_tokens, row_caches)
     assert err.value.attempted == "accept_rows"
-    assert reason in err.value.reason
-    assert str(err.value) == "serving fsm: accept_rows is not legal from the current state"
+    assert err.value.reason == reason
+    assert str(err.value) == f"serving fsm: accept_rows is not legal: {reason}"
+
+
+def test_accept_row_count_mismatch_says_why_in_the_message():
+    v = Decode(0, 0).enter_verify([1, 2, 3, 4])
+    with pytest.raises(IllegalTransition) as err:
+        v.accept([1, 2, 3, 4], ["a", "b", "c"])
+    assert str(err.value) == (
+        "serving fsm: accept is not legal: row_caches holds 3 entries for a 4-token draft; "
+        "it needs one per draft row"
+    )
+    assert err.value == IllegalTransition("accept")  # identity is the transition, not the reason
+
+
+@pytest.mark.parametrize("accepted, row_tokens, row_caches, reason", SETTLE_REFUSALS)
+def test_compiled_and_twin_settle_refuse_with_identical_messages(impl, accepted, row_tokens, row_caches, reason):
+    if impl.name != "compiled":
+        pytest.skip("compares the compiled settle with the twin; nothing to compare on the twin run")
+    from specfsm._py.settle import settle as twin_settle
+
+    errors = []
+    for settle in (impl.settle, twin_settle):
+        with pytest.raises(IllegalTransition) as err:
+            settle(2, accepted, len(row_tokens), len(row_caches), "accept")
+        errors.append((type(err.value), str(err.value), err.value.reason, err.value.attempted))
+    assert errors[0] == errors[1]
+    assert errors[0][1] == f"serving fsm: accept is not legal: {reason}"
+
+
+def test_settle_refuses_an_empty_draft_with_a_reason(impl):
+    with pytest.raises(IllegalTransition) as err:
+        impl.settle(0, 0, 0, 0, "accept")
+    assert str(err.value) == "serving fsm: accept is not legal: the draft is empty: there is no row to settle"
+
+
+def test_illegal_transition_keeps_its_reason_through_pickle_and_repr():
+    err = IllegalTransition("accept", "row_caches holds 1 entry for a 2-token draft")
+    back = pickle.loads(pickle.dumps(err))
+    assert str(back) == str(err) and back.reason == err.reason
+    assert repr(err) == "IllegalTransition('accept', 'row_caches holds 1 entry for a 2-token draft')"
+    assert repr(IllegalTransition("resume")) == "IllegalTransition('resume')"
+    with pytest.raises(TypeError, match="reason must be a str"):
+        IllegalTransition("accept", 3)
+
+
+@pytest.mark.parametrize("draft", [[], (), np.array([], dtype=np.int64), np.array([], dtype=np.int32)])
+def test_enter_verify_refuses_an_empty_draft(draft):
+    with pytest.raises(ValueError, match="draft is empty: a verify needs at least one row"):
+        Decode(0, "c").enter_verify(draft)
+    with pytest.raises(ValueError, match="draft is empty"):
+        Verify(draft, "s", "c")
+
+
+@pytest.mark.parametrize("positions", [[], (), np.array([], dtype=np.int64)])
+def test_start_refuses_an_empty_prompt_as_the_cli_and_the_batch_do(positions):
+    with pytest.raises(ValueError, match="positions is empty: prefill needs at least one row"):
+        ServingState.start(positions, None)
+    with pytest.raises(ValueError, match="positions is empty"):
+        Prefill(positions, None)
+
+
+def test_empty_refusals_match_the_batch_state_in_kind():
+    from specfsm.batch import BatchState
+
+    batch = BatchState(2, 4)
+    with pytest.raises(ValueError, match="empty"):
+        batch.admit([0], [], [0, 0], [0])
+    with pytest.raises(ValueError, match="empty"):
+        ServingState.start([], 0)
+
+
+def test_accept_next_and_rollback_to_are_python_ints_for_numpy_tokens():
+    for draft in (np.array([5, 6, 7], dtype=np.int32), [np.int64(5), np.int64(6), np.int64(7)]):
+        v = Decode(0, "c").enter_verify(draft)
+        out = v.accept(np.array([5, 6, 7], dtype=np.int64), ["a", "b", "c"])
+        assert out == Accept(3, 7, "c") and type(out.next) is int
+        out = v.accept(np.array([5, 9, 7], dtype=np.int32), ["a", "b", "c"])
+        assert out == Rollback("b", 9) and type(out.to) is int
+        out = v.accept_rows(3, [np.uint64(5)], ["a", "b", "c"])
+        assert type(out.next) is int
+        out = v.accept_rows(0, np.array([8], dtype=np.uint16), ["a", "b", "c"])
+        assert out == Rollback("a", 8) and type(out.to) is int
+    v = Decode("a", 0).enter_verify(["b", "c"])  # tokens that are not integers stay as they are
+    assert v.accept(["b", "c"], [1, 2]).next == "c"
+
+
+def test_serving_state_is_generic_without_changing_instances():
+    assert ServingState[int, str] is not None
+    d = Decode[int, str](1, "a")
+    assert type(d) is Decode and d == Decode(1, "a")
+    assert not hasattr(d, "__dict__")
+    with pytest.raises(FrozenInstanceError):
+        d.last = 2
 
 
 def test_bad_arrays_are_refused_with_clear_errors():

@@ -7,8 +7,8 @@ probability rows) use the same offsets. Every kernel returns ``(tokens, accepted
 ``tokens`` an int32 ``[B, K_max + 1]`` array padded with -1 whose row ``b`` holds the
 ``accepted[b]`` accepted draft tokens followed, when a row was rejected, by the token
 emitted at that row (exactly the ``row_tokens`` that ``ServingState.accept_rows``
-needs); ``accepted`` an int32 ``[B]`` array. With the seed's convention (a K-row verify,
-no bonus row) a row never fills column ``K_max``: it stays -1.
+needs); ``accepted`` an int32 ``[B]`` array. With ``specfsm.state``'s convention (a K-row
+verify, no bonus row) a row never fills column ``K_max``: it stays -1.
 
 The private ``_prepare_*`` / ``_prob_error`` helpers below are the argument checks and
 messages shared with the compiled module (``specfsm._core.accept`` imports them), so

@@ -320,7 +320,7 @@ def longest_match_batch(tokens: object, offsets: object, min_n: object, max_n: o
     b = off.shape[0] - 1
     ks = _check_batch_k(max_k, b, None)
     flat = arr.tolist()
-    pieces = []
+    pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     for i in range(b):
         h = flat[off[i] : off[i + 1]]

@@ -14,9 +14,10 @@ def settle(
     """Index of the row cache to resume from after accepting ``accepted`` of ``draft_len`` rows.
 
     That is ``accepted`` when a draft row was rejected, ``accepted - 1`` when every row
-    was accepted. Refuses (``IllegalTransition(attempted)``) an empty draft, ``accepted``
-    beyond the draft, a ``row_caches`` that is not one entry per draft row, and a
-    ``row_tokens`` that does not reach row ``accepted`` when a row was rejected.
+    was accepted. Refuses (``IllegalTransition(attempted, reason)``, the reason from
+    ``specfsm._validate.settle_reason``, the same text in both implementations) an empty
+    draft, ``accepted`` beyond the draft, a ``row_caches`` that is not one entry per draft
+    row, and a ``row_tokens`` that does not reach row ``accepted`` when a row was rejected.
     ``accepted`` that is not a non-negative integer raises TypeError/ValueError.
     """
     if type(accepted) is not int or accepted < 0:

@@ -1,0 +1,45 @@
+"""Checked by mypy (``.ci/typecheck``), never run: what a type checker sees of the state
+machine's generics and of the compiled core through its stubs. ``assert_type`` fails the
+check when an inferred type changes."""
+
+from __future__ import annotations
+
+import numpy as np
+from typing_extensions import assert_type
+
+from specfsm import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+from specfsm._core import accept as compiled_accept
+from specfsm._core import ngram_index as compiled_ngram_index
+from specfsm._core import settle as compiled_settle
+
+
+class BlockTable:
+    """A paged-KV cache handle."""
+
+
+def walk(table: BlockTable, other: BlockTable) -> None:
+    prefill = ServingState.start([1, 2, 3], table)
+    assert_type(prefill, Prefill[int, BlockTable])
+    decode = prefill.advance_prefill(4, table)
+    assert_type(decode, Decode[int, BlockTable])
+    assert_type(decode.last, int)
+    verify = decode.enter_verify([5, 6])
+    assert_type(verify, Verify[int, BlockTable])
+    assert_type(verify.snapshot, BlockTable)
+    settled = verify.accept([5, 7], [table, other])
+    assert_type(settled, Accept[int, BlockTable] | Rollback[int, BlockTable])
+    if isinstance(settled, Accept):
+        assert_type(settled.next, int)
+        assert_type(settled.resume(), Decode[int, BlockTable])
+    else:
+        assert_type(settled.to, int)
+        assert_type(settled.snapshot, BlockTable)
+    assert_type(decode.finish(), Done[int, BlockTable])
+
+
+def compiled_core() -> None:
+    assert_type(compiled_settle.settle(2, 1, 2, 2, "accept"), int)
+    tokens, accepted = compiled_accept.exact_batch(np.array([1]), np.array([1]), np.array([0, 1]))
+    assert_type(accepted, np.ndarray)
+    index = compiled_ngram_index.NgramIndex(1, 3)
+    assert_type(index.propose(4), list[int])
