@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from isolated import TESTS, child_env
 from test_ngram_index import reference
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -43,10 +44,9 @@ def _isolated(impl, body: str, timeout: float = 240) -> str:
         ngi = _impl.module({impl.name!r}, "ngram_index")
         """
     ) + textwrap.dedent(body)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+        cwd=str(TESTS), env=child_env(),
     )
     assert proc.returncode == 0, (
         f"child exited with {proc.returncode} (negative: killed by signal)\n"
