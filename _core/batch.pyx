@@ -47,6 +47,8 @@ _ni = _load("ngram_index")
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
 from libc.string cimport memset
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
 
 from _arrays cimport plain_int_width, array_data, array_len
 
@@ -773,7 +775,7 @@ cdef class BatchState:
                 for t in range(hi):
                     dfv[pov[q] + t] = dd[t]   # propose returned ints: converted here
         elif nlive:
-            ixs = [self._index[av[lvv[q]]] for q in range(nlive)]
+            ixs = _pick(self._index, av, lvv, nlive)
             if _HAS_EXTEND_BATCH:
                 if nlive == a:
                     _ni.extend_batch(ixs, emitted[:w], eoff)
@@ -787,10 +789,20 @@ cdef class BatchState:
                 for q in range(nlive):
                     jj = lvv[q]
                     ixs[q].extend(em_list[eov[jj] : eov[jj + 1]])
-            limits = _new(nlive)
+            # one count when every slot may draft k_max tokens (the usual case: no array
+            # for propose_batch to copy and check), else one count per slot
             for q in range(nlive):
-                lim = self._budget[av[lvv[q]]]
-                _ptr(limits)[q] = lim if lim < self._k else self._k
+                if self._budget[av[lvv[q]]] < self._k:
+                    break
+            else:
+                q = nlive
+            if q == nlive:
+                limits = self._k
+            else:
+                limits = _new(nlive)
+                for q in range(nlive):
+                    lim = self._budget[av[lvv[q]]]
+                    _ptr(limits)[q] = lim if lim < self._k else self._k
             dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
             dflat = np.ascontiguousarray(dflat, dtype=np.int64)
             doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
@@ -828,6 +840,18 @@ cdef class BatchState:
 _SMALL = 4
 #: whether the index module offers a batched extend (another module's optional feature)
 _HAS_EXTEND_BATCH = hasattr(_ni, "extend_batch")
+
+
+cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive):
+    """``[index[av[lvv[q]]] for q in range(nlive)]`` without the per-item append."""
+    cdef list out = PyList_New(nlive)
+    cdef Py_ssize_t q
+    cdef object ix
+    for q in range(nlive):
+        ix = index[av[lvv[q]]]
+        Py_INCREF(ix)
+        PyList_SET_ITEM(out, q, ix)
+    return out
 
 
 cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,

@@ -99,7 +99,8 @@ def greedy_stream(n, vocab, seed):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
-    seeds=st.lists(st.integers(0, 10_000), min_size=1, max_size=5),
+    # up to 8 requests: more than 4 drafting slots take the batched extend/propose path
+    seeds=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
     k=st.integers(1, 6),
     vocab=st.integers(2, 9),
     prefer=st.sampled_from(["latest", "earliest"]),
@@ -342,3 +343,17 @@ def test_step_result_is_read_only(bm):
     assert res.emitted.tolist() == [4] and res.slots.tolist() == [0]
     with pytest.raises(AttributeError):
         res.emitted = None
+
+
+@pytest.mark.parametrize("budget", [3, 40])
+def test_many_slots_draft_as_their_own_loops_with_short_and_long_budgets(bm, ni, budget):
+    """Eight requests (the batched index calls), all with budgets above k_max (one
+    count for every slot) or some below it (a count per slot): same decisions as the
+    per-request loop."""
+    recs = []
+    for s in range(8):
+        seq = greedy_stream(70, 5, 31 + s)
+        recs.append((seq[:6], seq[6:], budget + s % 3 if budget > 3 else 1 + s % 4))
+    got = run_batch(bm, ni, recs, 4, prefer="earliest")
+    want = run_loop(ni, recs, 4, prefer="earliest")
+    assert got == want
