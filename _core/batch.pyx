@@ -868,7 +868,8 @@ cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, cons
 
 cdef class StepResult:
     """What ``BatchState.step`` did, as arrays aligned with ``slots`` (see the twin's
-    ``StepResult``: same attributes and methods)."""
+    ``StepResult``: same attributes and methods). Every array is fresh memory of that
+    step (or a shared read-only empty array): a later step never writes into it."""
 
     cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows
     cdef readonly object finished, drafts, draft_offsets
