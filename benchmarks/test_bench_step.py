@@ -381,3 +381,29 @@ def test_stage_settle_and_transitions(benchmark, recorded_step):
         return (rows,), {}
 
     benchmark.pedantic(bs.step, setup=setup, rounds=50, warmup_rounds=2, iterations=1)
+
+
+def test_stage_extend_fresh(benchmark):
+    """``extend_batch`` as the step meets it: every round appends new tokens (4 per
+    index, the stream's continuation) to 256 indexes of 32k tokens, so the hash-table
+    lines it touches are cold. (``test_stage_extend`` appends the same tokens every
+    round: its lines stay cached, a lower bound.)"""
+    _, ni = _need_compiled()
+    eb = getattr(ni, "extend_batch", None)
+    if eb is None:
+        pytest.skip("the index module has no extend_batch")
+    benchmark.group = "stage B=256 K=8 L=32k"
+    b, length, per = 256, 32768, 4
+    seq = [streams(length)[j % N_STREAMS] for j in range(b)]
+    ixs = build_indexes(ni, [s[:length] for s in seq])
+    off = np.arange(0, b * per + 1, per, dtype=np.int64)
+    at = [length]
+
+    def setup():
+        p = at[0]
+        at[0] += per
+        return (ixs, np.concatenate([s[p : p + per] for s in seq]), off), {}
+
+    benchmark.pedantic(eb, setup=setup, rounds=20, warmup_rounds=1, iterations=1)
+    benchmark.extra_info["tokens_appended"] = b * per
+    benchmark.extra_info["ns_per_token"] = benchmark.stats.stats.median * 1e9 / (b * per)
