@@ -13,8 +13,10 @@ the first L tokens indexed as history, the rest the target's greedy continuation
 Every case's three runs record what they emitted at every step; the second and third
 assert they made exactly the first's decisions. The ``stage`` group splits the
 compiled step at B=256, K=8, 32k: the index update alone (``extend`` per appended
-token, or ``extend_batch`` where the index module has it) and ``propose_batch`` alone;
-the rest of the step is acceptance, settle and the transitions.
+token, or ``extend_batch`` where the index module has it; ``extend_fresh`` appends new
+tokens every round, as the step does, while ``extend`` re-appends the same ones, so its
+table lines stay cached), ``propose_batch`` alone, and acceptance, settle and the
+transitions without indexes.
 """
 
 from __future__ import annotations
