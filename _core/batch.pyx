@@ -47,6 +47,8 @@ _ni = _load("ngram_index")
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
 from libc.string cimport memset
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
 
 from _arrays cimport plain_int_width, array_data, array_len
 
@@ -662,7 +664,7 @@ cdef class BatchState:
         eov[0] = 0
         memset(drv, 0, a * sizeof(int64_t))
         cdef int64_t* lvv = sc    # positions j of live slots with an index (scratch)
-        cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0
+        cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0, npre = 0
         cdef int code
         cdef int64_t r0, r1, t, bonus = self._bonus
         cdef bint stop
@@ -674,6 +676,7 @@ cdef class BatchState:
                     r0 = ov[j]
                     r1 = ov[j + 1]
                     e0 = w
+                    npre += code == C_PREFILL
                     rsv[j] = -1
                     if code == C_VERIFY:
                         k = self._dlen[i]
@@ -727,9 +730,10 @@ cdef class BatchState:
                         if self._has_ix[i]:
                             lvv[nlive] = j
                             nlive += 1
-        for j in range(a):
-            if self._positions[av[j]] is not None:
-                self._positions[av[j]] = None
+        if npre:     # the prompts of the slots that left Prefill are dropped
+            for j in range(a):
+                if self._positions[av[j]] is not None:
+                    self._positions[av[j]] = None
         # index update and next drafts (each batched call releases the GIL for its loop)
         dr_off = _new(a + 1)
         drafts = _EMPTY
@@ -741,9 +745,9 @@ cdef class BatchState:
         cdef Py_ssize_t jj, lo, hi
         cdef int64_t lim
         cdef list ixs, pieces
-        if nlive and nlive <= _SMALL and not _HAS_EXTEND_BATCH:
+        if nlive and nlive <= _SMALL:
             # a few indexes: their own extend and propose cost less than the batched
-            # calls' argument checks
+            # calls' argument checks (about 8 µs for extend_batch + propose_batch)
             pieces = []
             lo = 0
             for q in range(nlive):
@@ -771,7 +775,7 @@ cdef class BatchState:
                 for t in range(hi):
                     dfv[pov[q] + t] = dd[t]   # propose returned ints: converted here
         elif nlive:
-            ixs = [self._index[av[lvv[q]]] for q in range(nlive)]
+            ixs = _pick(self._index, av, lvv, nlive)
             if _HAS_EXTEND_BATCH:
                 if nlive == a:
                     _ni.extend_batch(ixs, emitted[:w], eoff)
@@ -785,10 +789,20 @@ cdef class BatchState:
                 for q in range(nlive):
                     jj = lvv[q]
                     ixs[q].extend(em_list[eov[jj] : eov[jj + 1]])
-            limits = _new(nlive)
+            # one count when every slot may draft k_max tokens (the usual case: no array
+            # for propose_batch to copy and check), else one count per slot
             for q in range(nlive):
-                lim = self._budget[av[lvv[q]]]
-                _ptr(limits)[q] = lim if lim < self._k else self._k
+                if self._budget[av[lvv[q]]] < self._k:
+                    break
+            else:
+                q = nlive
+            if q == nlive:
+                limits = self._k
+            else:
+                limits = _new(nlive)
+                for q in range(nlive):
+                    lim = self._budget[av[lvv[q]]]
+                    _ptr(limits)[q] = lim if lim < self._k else self._k
             dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
             dflat = np.ascontiguousarray(dflat, dtype=np.int64)
             doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
@@ -828,6 +842,18 @@ _SMALL = 4
 _HAS_EXTEND_BATCH = hasattr(_ni, "extend_batch")
 
 
+cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive):
+    """``[index[av[lvv[q]]] for q in range(nlive)]`` without the per-item append."""
+    cdef list out = PyList_New(nlive)
+    cdef Py_ssize_t q
+    cdef object ix
+    for q in range(nlive):
+        ix = index[av[lvv[q]]]
+        Py_INCREF(ix)
+        PyList_SET_ITEM(out, q, ix)
+    return out
+
+
 cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,
                   int64_t* loff, int64_t* toks) noexcept:
     cdef Py_ssize_t q, jj, x, w = 0
@@ -842,7 +868,8 @@ cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, cons
 
 cdef class StepResult:
     """What ``BatchState.step`` did, as arrays aligned with ``slots`` (see the twin's
-    ``StepResult``: same attributes and methods)."""
+    ``StepResult``: same attributes and methods). Every array is fresh memory of that
+    step (or a shared read-only empty array): a later step never writes into it."""
 
     cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows
     cdef readonly object finished, drafts, draft_offsets

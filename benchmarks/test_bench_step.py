@@ -13,8 +13,10 @@ the first L tokens indexed as history, the rest the target's greedy continuation
 Every case's three runs record what they emitted at every step; the second and third
 assert they made exactly the first's decisions. The ``stage`` group splits the
 compiled step at B=256, K=8, 32k: the index update alone (``extend`` per appended
-token, or ``extend_batch`` where the index module has it) and ``propose_batch`` alone;
-the rest of the step is acceptance, settle and the transitions.
+token, or ``extend_batch`` where the index module has it; ``extend_fresh`` appends new
+tokens every round, as the step does, while ``extend`` re-appends the same ones, so its
+table lines stay cached), ``propose_batch`` alone, and acceptance, settle and the
+transitions without indexes.
 """
 
 from __future__ import annotations
@@ -381,3 +383,29 @@ def test_stage_settle_and_transitions(benchmark, recorded_step):
         return (rows,), {}
 
     benchmark.pedantic(bs.step, setup=setup, rounds=50, warmup_rounds=2, iterations=1)
+
+
+def test_stage_extend_fresh(benchmark):
+    """``extend_batch`` as the step meets it: every round appends new tokens (4 per
+    index, the stream's continuation) to 256 indexes of 32k tokens, so the hash-table
+    lines it touches are cold. (``test_stage_extend`` appends the same tokens every
+    round: its lines stay cached, a lower bound.)"""
+    _, ni = _need_compiled()
+    eb = getattr(ni, "extend_batch", None)
+    if eb is None:
+        pytest.skip("the index module has no extend_batch")
+    benchmark.group = "stage B=256 K=8 L=32k"
+    b, length, per = 256, 32768, 4
+    seq = [streams(length)[j % N_STREAMS] for j in range(b)]
+    ixs = build_indexes(ni, [s[:length] for s in seq])
+    off = np.arange(0, b * per + 1, per, dtype=np.int64)
+    at = [length]
+
+    def setup():
+        p = at[0]
+        at[0] += per
+        return (ixs, np.concatenate([s[p : p + per] for s in seq]), off), {}
+
+    benchmark.pedantic(eb, setup=setup, rounds=20, warmup_rounds=1, iterations=1)
+    benchmark.extra_info["tokens_appended"] = b * per
+    benchmark.extra_info["ns_per_token"] = benchmark.stats.stats.median * 1e9 / (b * per)

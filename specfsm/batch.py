@@ -22,6 +22,12 @@ accepted draft emits its K tokens and resumes from the last). ``bonus=True`` ver
 with K + 1 rows, the last following the whole draft, so a fully accepted draft emits
 K + 1 tokens, as vLLM and transformers do.
 
+Every array of a ``StepResult`` is the caller's: fresh memory that step allocated
+(or a shared read-only empty array), never a view of the batch's own buffers, so a
+later step cannot overwrite an earlier result and the caller may keep or modify it.
+(Buffers owned and reused by the batch would save the step's nine small allocations,
+well under 1 µs; not worth a result that silently changes under its holder.)
+
 Runs on the compiled core (``specfsm._core.batch``: transitions and the step's settle
 loop without the GIL) or on its pure-Python twin (``specfsm._py.batch``).
 """

@@ -99,7 +99,8 @@ def greedy_stream(n, vocab, seed):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
-    seeds=st.lists(st.integers(0, 10_000), min_size=1, max_size=5),
+    # up to 8 requests: more than 4 drafting slots take the batched extend/propose path
+    seeds=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
     k=st.integers(1, 6),
     vocab=st.integers(2, 9),
     prefer=st.sampled_from(["latest", "earliest"]),
@@ -342,3 +343,105 @@ def test_step_result_is_read_only(bm):
     assert res.emitted.tolist() == [4] and res.slots.tolist() == [0]
     with pytest.raises(AttributeError):
         res.emitted = None
+
+
+@pytest.mark.parametrize("budget", [3, 40])
+def test_many_slots_draft_as_their_own_loops_with_short_and_long_budgets(bm, ni, budget):
+    """Eight requests (the batched index calls), all with budgets above k_max (one
+    count for every slot) or some below it (a count per slot): same decisions as the
+    per-request loop."""
+    recs = []
+    for s in range(8):
+        seq = greedy_stream(70, 5, 31 + s)
+        recs.append((seq[:6], seq[6:], budget + s % 3 if budget > 3 else 1 + s % 4))
+    got = run_batch(bm, ni, recs, 4, prefer="earliest")
+    want = run_loop(ni, recs, 4, prefer="earliest")
+    assert got == want
+
+
+def test_a_later_step_leaves_earlier_results_alone(bm, ni):
+    """Results are the caller's: the next steps write nothing into them."""
+    ixs = []
+    for s in range(6):
+        ix = ni.NgramIndex(1, 3)
+        ix.extend([1, 2, 3, 1, 2, 3, s])
+        ixs.append(ix)
+    b = bm.BatchState(6, 3)
+    b.admit(np.arange(6), [1, 2] * 6, np.arange(0, 13, 2), np.arange(6), indexes=ixs)
+    results = []
+    for step in range(5):
+        _, _, offs = b.pending()
+        res = b.step(np.full(int(offs[-1]), 7 + step, dtype=np.int64))
+        fields = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
+                  "finished", "drafts", "draft_offsets")
+        results.append((res, {f: getattr(res, f).copy() for f in fields}))
+    for res, copies in results:
+        for f, want in copies.items():
+            assert np.array_equal(getattr(res, f), want), f
+
+
+#: The README's "One call per serving step" example, verbatim (public names, the
+#: default implementation): keep the two identical.
+README_EXAMPLE = '''
+import numpy as np
+from specfsm import NgramIndex
+from specfsm.batch import BatchState
+
+def target(inputs):            # a stand-in greedy model: each row's choice is input + 1
+    return (inputs + 1) % 11
+
+prompts = [[3, 4, 5, 6], [7, 8]]
+indexes = [NgramIndex(1, 3) for _ in prompts]
+for ix, p in zip(indexes, prompts):
+    ix.extend(p)
+batch = BatchState(capacity=2, k_max=4)             # bonus=True: K + 1 verify rows
+batch.admit([0, 1], np.concatenate(prompts), [0, 4, 6], caches=[0, 1],
+            max_tokens=[30, 20], indexes=indexes)
+out = {0: [], 1: []}
+while True:
+    slots, inputs, offsets = batch.pending()        # the rows the target evaluates
+    if len(slots) == 0:
+        break
+    res = batch.step(target(inputs))                # accept, settle, emit, index, draft
+    for slot, tokens in res.emitted_by_slot().items():
+        out[slot] += tokens
+    batch.release(res.finished)                     # Done -> FREE: reusable slots
+assert out[0] == [(6 + i) % 11 for i in range(1, 31)]
+assert out[1] == [(8 + i) % 11 for i in range(1, 21)]
+'''
+
+
+def test_the_readme_step_example_runs_as_written():
+    scope: dict = {}
+    exec(compile(README_EXAMPLE, "README.md", "exec"), scope)
+    assert scope["batch"].states.tolist() == [0, 0]     # both released
+    assert len(scope["out"][0]) == 30
+
+
+def test_the_readme_step_example_speculates(bm, ni):
+    """The README example's loop with this implementation's modules: the drafts are
+    verified and mostly accepted (the stand-in target repeats every 11 tokens)."""
+    prompts = [[3, 4, 5, 6], [7, 8]]
+    ixs = []
+    for p in prompts:
+        ix = ni.NgramIndex(1, 3)
+        ix.extend(p)
+        ixs.append(ix)
+    batch = bm.BatchState(2, 4)
+    batch.admit([0, 1], np.concatenate(prompts), [0, 4, 6], caches=[0, 1], max_tokens=[30, 20],
+                indexes=ixs)
+    drafted = accepted = steps = 0
+    out = {0: [], 1: []}
+    while True:
+        slots, inputs, _ = batch.pending()
+        if len(slots) == 0:
+            break
+        res = batch.step((inputs + 1) % 11)
+        steps += 1
+        drafted += int(res.drafted.sum())
+        accepted += int(res.accepted.sum())
+        for slot, tokens in res.emitted_by_slot().items():
+            out[slot] += tokens
+        batch.release(res.finished)
+    assert out == {0: [(6 + i) % 11 for i in range(1, 31)], 1: [(8 + i) % 11 for i in range(1, 21)]}
+    assert steps < 30 and accepted > drafted // 2
