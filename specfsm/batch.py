@@ -5,7 +5,7 @@ arrays (state code, last token, cache handle, draft, accepted count, budget). It
 transitions (``admit``, ``advance_prefill``, ``advance_decode``, ``enter_verify``,
 ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``) take
 ``slots`` and one entry per slot (ragged tokens as a flat array plus offsets) and apply
-the seed's ``ServingState`` transition to each slot; an illegal transition for any slot
+``ServingState``'s transition to each slot; an illegal transition for any slot
 refuses the whole call with ``IllegalTransition`` (``err.slots``, ``err.states``) and
 changes nothing. Cache handles are int64 (a row index, a block-table id).
 
@@ -17,7 +17,7 @@ exact, ``MinRun``, ``SpeculativeSampling``, ``TypicalAcceptance`` or any rule wi
 (``resume_rows``, ``settle_index`` semantics) and the next drafts; it returns a
 ``StepResult`` of arrays.
 
-The default verify has K rows for a K-token draft (the seed's convention: a fully
+The default verify has K rows for a K-token draft (``ServingState``'s convention: a fully
 accepted draft emits its K tokens and resumes from the last). ``bonus=True`` verifies
 with K + 1 rows, the last following the whole draft, so a fully accepted draft emits
 K + 1 tokens, as vLLM and transformers do.

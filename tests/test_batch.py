@@ -91,7 +91,8 @@ def test_an_illegal_slot_refuses_the_whole_call_and_names_it(bm):
         b.advance_decode([0, 1, 2, 3], [1, 1, 1, 1], [2, 2, 2, 2])
     assert e.value.attempted == "advance_decode"
     assert e.value.slots == [1, 3] and e.value.states == ["prefill", "free"]
-    assert "slot 1 (prefill)" in e.value.reason
+    assert "slot 1 is in prefill" in e.value.reason and "slot 3 is in free" in e.value.reason
+    assert str(e.value) == "serving fsm: advance_decode is not legal: slot 1 is in prefill; slot 3 is in free"
     assert [b.state_of(i) for i in range(4)] == before
 
 

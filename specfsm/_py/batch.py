@@ -3,14 +3,14 @@
 The compiled module ``specfsm._core.batch`` has the same names and behaviour and imports
 its argument checks from here, so both raise the same errors.
 
-Each slot holds one request's state as the seed's ``ServingState`` would, coded as a
+Each slot holds one request's state as ``specfsm.ServingState`` would, coded as a
 small integer (``FREE`` for an unused slot, then ``PREFILL`` .. ``DONE``), with the
 fields the variants carry in parallel arrays: ``token`` (``Decode.last``,
 ``Accept.next``, ``Rollback.to``), ``cache`` (the cache handle, an int64: a row index, a
 block-table id; ``Rollback.snapshot`` lives here too), ``snapshot`` (``Verify.snapshot``:
 the handle the draft was entered with), ``n`` (``Accept.n``) and the draft (at most
 ``k_max`` tokens per slot). Every transition takes ``slots`` (distinct slot numbers) and
-applies the seed's transition to each; if it is illegal for any of them the whole call
+applies ``ServingState``'s transition to each; if it is illegal for any of them the whole call
 raises ``IllegalTransition`` naming those slots (``err.slots``) and the state each was
 in (``err.states``), and the batch is left unchanged.
 """
@@ -238,11 +238,12 @@ class StepResult:
 def _illegal(attempted: str, slots: list[int], states: list[int], reasons: list[str] | None = None):
     """``IllegalTransition(attempted)`` naming the slots and the state each was in."""
     names = [STATE_NAMES[s] for s in states]
-    shown = ", ".join(f"slot {s} ({n})" for s, n in zip(slots[:8], names[:8]))
-    more = f" and {len(slots) - 8} more" if len(slots) > 8 else ""
-    reason = f"{attempted} is not legal for {shown}{more}"
-    if reasons:
-        reason += "; " + "; ".join(f"slot {s}: {r}" for s, r in zip(slots[:8], reasons[:8]) if r)
+    rs = list(reasons) if reasons else [None] * len(slots)
+    shown = "; ".join(
+        f"slot {s} ({n}): {r}" if r else f"slot {s} is in {n}" for s, n, r in zip(slots[:8], names[:8], rs[:8])
+    )
+    more = f"; and {len(slots) - 8} more slots" if len(slots) > 8 else ""
+    reason = shown + more
     err = IllegalTransition(attempted, reason)
     err.slots = list(slots)
     err.states = names
@@ -271,7 +272,7 @@ def _check_drafts(doff: np.ndarray, s: np.ndarray, k_max: int) -> None:
 
 
 def _settle_one(k: int, n: int, n_rows: int, n_caches: int) -> tuple[int, str | None]:
-    """The seed's settle for one slot: (placement row, None) or (-1, reason)."""
+    """``ServingState``'s settle for one slot: (placement row, None) or (-1, reason)."""
     reason = settle_reason(k, n, n_rows, n_caches)
     if reason is not None:
         return -1, reason

@@ -89,8 +89,8 @@ def load_model(path: str | None = None, *, use_cache: bool = True) -> tuple[Any,
             path = conv
         else:
             d, f = os.path.split(gguf)
-            model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
-            tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+            model: Any = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+            tok: Any = AutoTokenizer.from_pretrained(d, gguf_file=f)
             info["source"] = f"GGUF {gguf}"
             if use_cache:
                 # the weights are dequantised to float32 already: the GGUF marker is all
@@ -108,6 +108,7 @@ def load_model(path: str | None = None, *, use_cache: bool = True) -> tuple[Any,
                 os.replace(tmp, conv)
                 info["cached_to"] = conv
             return model.eval(), tok, info
+    assert path is not None  # a GGUF without a cached copy returned above
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     try:
         tok = AutoTokenizer.from_pretrained(path)
