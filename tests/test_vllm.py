@@ -389,11 +389,15 @@ def test_uses_extend_batch_when_the_index_module_has_one(impl):
             for i, ix in enumerate(indexes):
                 ix.extend(tokens[offsets[i] : offsets[i + 1]])
 
-    p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
     tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
-    assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
-    assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
-    assert calls == [2, 2]
+    for threshold, want_calls in ((1, [2, 2]), (None, [])):  # a batch below BATCH_EXTEND appends per row
+        calls.clear()
+        p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
+        if threshold is not None:
+            p.BATCH_EXTEND = threshold
+        assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+        assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
+        assert calls == want_calls
 
 
 def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_steps(impl):
