@@ -211,7 +211,7 @@ class RowTrackingProposer:
         self._clear()
         self._tail_off = np.arange(-self.TAIL, 0, dtype=np.int64)
         self._spread_mul = np.arange(1, self.SPREAD + 1, dtype=np.int64)
-        self.stats = {"steps": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+        self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
 
     def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
@@ -419,6 +419,7 @@ class RowTrackingProposer:
                 deep.append(r)
         # every row confirmed: commit
         self.stats["steps"] = step + 1
+        self.stats["steady"] += 1
         ixs = self._ix[:b]
         grown = 0
         for r in range(b):
@@ -481,6 +482,7 @@ class RowTrackingProposer:
             return None
         # every row confirmed: commit
         self.stats["steps"] = step + 1
+        self.stats["steady"] += 1
         ixs = self._ix[:b]
         if dmax == 1 and dmin == 1:  # one token per row
             self._extend_indexes(ixs, win[:, T].astype(np.int64), self._arange[: b + 1], True)

@@ -148,8 +148,9 @@ class Engine:
     returned draft with ``expected(history, k)``."""
 
     def __init__(self, proposer, rng: random.Random, *, max_num_reqs: int, max_model_len: int,
-                 vocab: int, k: int, long_prompts: bool = False, expected=None) -> None:
+                 vocab: int, k: int, long_prompts: bool = False, expected=None, calm: float = 0.0) -> None:
         self.p = proposer
+        self.calm = calm
         self._expected = expected
         self.rng = rng
         self.batch = InputBatchModel(max_num_reqs, max_model_len)
@@ -188,6 +189,14 @@ class Engine:
                        target_len=r.randint(len(prompt) + 1, cap))
 
     def step(self) -> None:
+        """One scheduler step: row movements (skipped with probability ``calm``: a step
+        where nothing moves, as most steps of a busy server are), then the forward pass's
+        bookkeeping and the drafter call."""
+        if not (self.calm > 0 and self.rng.random() < self.calm):
+            self._move()
+        self._forward()
+
+    def _move(self) -> None:
         r, b = self.rng, self.batch
         # 1. finished requests
         for rid in list(self.running):
@@ -249,6 +258,9 @@ class Engine:
         for rid, idx in b.req_id_to_index.items():
             if r.random() < 0.5:
                 b.write_spec_tokens(idx, self._tokens(self.k))
+
+    def _forward(self) -> None:
+        r, b = self.rng, self.batch
         # 8. forward + bookkeeping: sampled tokens per row
         sampled: list[list[int]] = []
         for idx in range(b.num_reqs):
