@@ -221,7 +221,9 @@ class RowTrackingProposer:
         self._spread = np.zeros((0, self.SPREAD), dtype=np.int64)  # tokens there
         self._arange = np.zeros(1, dtype=np.int64)
         self._base = np.zeros(0, dtype=np.int64)  # row * width of token_ids_cpu
+        self._base_t = self._base
         self._base_width = -1
+        self._long = False  # every row's index is past SHORT (set by a steady step)
         self._cols = np.zeros(0, dtype=np.int64)  # 0, 1, 2, ...
         self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
         self._used = 0  # rows that may hold an index
@@ -453,7 +455,8 @@ class RowTrackingProposer:
         n_old = self._len[:b]
         d = L - n_old
         dmin = int(d.min())
-        if dmin < 0 or int(n_old.min()) <= self.SHORT:
+        # (after a steady step every row's index is past SHORT: no need to look again)
+        if dmin < 0 or not (self._long or int(n_old.min()) > self.SHORT):
             return None
         lmax = int(L.max())
         if lmax > width or lmax >= cap:
@@ -461,6 +464,7 @@ class RowTrackingProposer:
         flat = tok.reshape(-1)
         if self._base_width != width or self._base.shape[0] < b:
             self._base = self._arange[:-1] * width
+            self._base_t = self._base - T
             self._base_width = width
         base = self._base[:b]
         # one gather per step: each row's window from TAIL before its indexed length to
@@ -469,8 +473,8 @@ class RowTrackingProposer:
         W = T + dmax
         if self._cols.shape[0] < W:
             self._cols = np.arange(W, dtype=np.int64)
-        pos = (n_old + (base - T)).reshape(-1, 1) + self._cols[:W]
-        if int(n_old.max()) + dmax > width:  # a short row's window would run past the row
+        pos = np.add.outer(n_old + self._base_t[:b], self._cols[:W])
+        if lmax + dmax > width:  # a window might run past its row (n_old + dmax > width)
             np.minimum(pos, (base + (width - 1)).reshape(-1, 1), out=pos)
         win = flat.take(pos)
         if not (win[:, :T] == self._tail[:b]).all():
@@ -484,8 +488,9 @@ class RowTrackingProposer:
         self.stats["steps"] = step + 1
         self.stats["steady"] += 1
         ixs = self._ix[:b]
+        self._long = True
         if dmax == 1 and dmin == 1:  # one token per row
-            self._extend_indexes(ixs, win[:, T].astype(np.int64), self._arange[: b + 1], True)
+            self._extend_indexes(ixs, win[:, T], self._arange[: b + 1], True)
             self._tail[:b] = win[:, 1:]
             self.stats["extended"] += b
         else:
@@ -494,7 +499,7 @@ class RowTrackingProposer:
             total = int(offsets[-1])
             if total:
                 new = win[:, T:][self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
-                self._extend_indexes(ixs, new.astype(np.int64), offsets)
+                self._extend_indexes(ixs, new, offsets)
             self._tail[:b] = np.take_along_axis(win, d.reshape(-1, 1) + self._cols[:T], axis=1)
             self.stats["extended"] += total
         self._len[:b] = L
@@ -511,6 +516,7 @@ class RowTrackingProposer:
 
     # -- the general step ----------------------------------------------------------------
     def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
+        self._long = False
         b, ns, L, tok = self._check_args(sampled, num_tokens, token_ids)
         K = self.num_speculative_tokens
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
