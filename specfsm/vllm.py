@@ -211,20 +211,24 @@ class RowTrackingProposer:
         self._clear()
         self._tail_off = np.arange(-self.TAIL, 0, dtype=np.int64)
         self._spread_mul = np.arange(1, self.SPREAD + 1, dtype=np.int64)
+        self._spread_mulv = self._spread_mul.reshape(-1, 1)
         self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
 
     def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
         self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
-        self._tail = np.zeros((0, self.TAIL), dtype=np.int64)  # its last TAIL tokens
+        # (the per-row token blocks are stored position-major, ``[TAIL, rows]``, and
+        # used through their transposes: whole-batch numpy calls then run along rows)
+        self._tail = np.zeros((self.TAIL, 0), dtype=np.int64).T  # its last TAIL tokens
         self._anc = np.zeros(0, dtype=np.int64)  # a length the spread positions derive from
-        self._spread = np.zeros((0, self.SPREAD), dtype=np.int64)  # tokens there
+        self._spread = np.zeros((self.SPREAD, 0), dtype=np.int64).T  # tokens there
         self._arange = np.zeros(1, dtype=np.int64)
         self._base = np.zeros(0, dtype=np.int64)  # row * width of token_ids_cpu
         self._base_t = self._base
         self._base_width = -1
         self._long = False  # every row's index is past SHORT (set by a steady step)
         self._cols = np.zeros(0, dtype=np.int64)  # 0, 1, 2, ...
+        self._colv = self._cols.reshape(-1, 1)  # the same as a column
         self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
         self._used = 0  # rows that may hold an index
 
@@ -321,9 +325,9 @@ class RowTrackingProposer:
         self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
         self._ix.extend([None] * more)
         self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
-        self._tail = np.concatenate([self._tail, np.zeros((more, self.TAIL), dtype=np.int64)])
+        self._tail = np.concatenate([self._tail.T, np.zeros((self.TAIL, more), dtype=np.int64)], axis=1).T
         self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
-        self._spread = np.concatenate([self._spread, np.zeros((more, self.SPREAD), dtype=np.int64)])
+        self._spread = np.concatenate([self._spread.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
 
     def _release(self, r: int) -> None:
         """Move row ``r``'s index into the pool of indexes no row holds."""
@@ -473,16 +477,20 @@ class RowTrackingProposer:
         W = T + dmax
         if self._cols.shape[0] < W:
             self._cols = np.arange(W, dtype=np.int64)
-        pos = np.add.outer(n_old + self._base_t[:b], self._cols[:W])
+            self._colv = self._cols.reshape(-1, 1)
+        # (position-major: win[j, i] is row i's token at n_old[i] - TAIL + j)
+        pos = self._colv[:W] + (n_old + self._base_t[:b])
         if lmax + dmax > width:  # a window might run past its row (n_old + dmax > width)
-            np.minimum(pos, (base + (width - 1)).reshape(-1, 1), out=pos)
+            np.minimum(pos, base + (width - 1), out=pos)
         win = flat.take(pos)
-        if not (win[:, :T] == self._tail[:b]).all():
+        if not (win[:T] == self._tail.T[:, :b]).all():
             return None
         step = self.stats["steps"]
         sl = slice((-step) % self.DEEP, b, self.DEEP)
         anc = self._anc[sl]
-        if anc.shape[0] and not (flat.take(self._spread_pos(anc) + base[sl].reshape(-1, 1)) == self._spread[sl]).all():
+        if anc.shape[0] and not (
+            flat.take(self._spread_mulv * anc // (self.SPREAD + 1) + base[sl]) == self._spread.T[:, sl]
+        ).all():
             return None
         # every row confirmed: commit
         self.stats["steps"] = step + 1
@@ -490,17 +498,17 @@ class RowTrackingProposer:
         ixs = self._ix[:b]
         self._long = True
         if dmax == 1 and dmin == 1:  # one token per row
-            self._extend_indexes(ixs, win[:, T], self._arange[: b + 1], True)
-            self._tail[:b] = win[:, 1:]
+            self._extend_indexes(ixs, win[T], self._arange[: b + 1], True)
+            self._tail.T[:, :b] = win[1:]
             self.stats["extended"] += b
         else:
             offsets = np.zeros(b + 1, dtype=np.int64)
             np.cumsum(d, out=offsets[1:])
             total = int(offsets[-1])
             if total:
-                new = win[:, T:][self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
+                new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
                 self._extend_indexes(ixs, new, offsets)
-            self._tail[:b] = np.take_along_axis(win, d.reshape(-1, 1) + self._cols[:T], axis=1)
+            self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
             self.stats["extended"] += total
         self._len[:b] = L
         Ld = L[sl]
