@@ -222,6 +222,7 @@ class RowTrackingProposer:
         self._tail = np.zeros((self.TAIL, 0), dtype=np.int64).T  # its last TAIL tokens
         self._anc = np.zeros(0, dtype=np.int64)  # a length the spread positions derive from
         self._spread = np.zeros((self.SPREAD, 0), dtype=np.int64).T  # tokens there
+        self._spos = np.zeros((self.SPREAD, 0), dtype=np.int64).T  # the positions (from the anchor)
         self._arange = np.zeros(1, dtype=np.int64)
         self._base = np.zeros(0, dtype=np.int64)  # row * width of token_ids_cpu
         self._base_t = self._base
@@ -328,6 +329,7 @@ class RowTrackingProposer:
         self._tail = np.concatenate([self._tail.T, np.zeros((self.TAIL, more), dtype=np.int64)], axis=1).T
         self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
         self._spread = np.concatenate([self._spread.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
+        self._spos = np.concatenate([self._spos.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
 
     def _release(self, r: int) -> None:
         """Move row ``r``'s index into the pool of indexes no row holds."""
@@ -419,8 +421,7 @@ class RowTrackingProposer:
             if row[n0 - T : n0].tolist() != self._tail[r].tolist():
                 return None
             if (r + step) % D == 0:
-                anc = int(self._anc[r])
-                if row[[anc * j // (S + 1) for j in range(1, S + 1)]].tolist() != self._spread[r].tolist():
+                if row[self._spos[r]].tolist() != self._spread[r].tolist():
                     return None
                 deep.append(r)
         # every row confirmed: commit
@@ -440,8 +441,10 @@ class RowTrackingProposer:
         for r in deep:
             n = Ls[r]
             if n >= 2 * int(self._anc[r]):
+                at = [n * j // (S + 1) for j in range(1, S + 1)]
                 self._anc[r] = n
-                self._spread[r] = tok[r, [n * j // (S + 1) for j in range(1, S + 1)]]
+                self._spos[r] = at
+                self._spread[r] = tok[r, at]
         K = self.num_speculative_tokens
         return self._propose_few(ixs, [K if cap - n >= K else cap - n for n in Ls])
 
@@ -488,9 +491,7 @@ class RowTrackingProposer:
         step = self.stats["steps"]
         sl = slice((-step) % self.DEEP, b, self.DEEP)
         anc = self._anc[sl]
-        if anc.shape[0] and not (
-            flat.take(self._spread_mulv * anc // (self.SPREAD + 1) + base[sl]) == self._spread.T[:, sl]
-        ).all():
+        if anc.shape[0] and not (flat.take(self._spos.T[:, sl] + base[sl]) == self._spread.T[:, sl]).all():
             return None
         # every row confirmed: commit
         self.stats["steps"] = step + 1
@@ -516,7 +517,8 @@ class RowTrackingProposer:
         if renew.any():
             rn = self._arange[sl][renew]
             self._anc[rn] = Ld[renew]
-            self._spread[rn] = self._gather(tok, rn, self._spread_pos(Ld[renew]))
+            self._spos[rn] = at = self._spread_pos(Ld[renew])
+            self._spread[rn] = self._gather(tok, rn, at)
         K = self.num_speculative_tokens
         ks = K if cap - lmax >= K else np.minimum(K, cap - L)
         drafts, doff, lengths = self._propose_indexes(ixs, ks)
@@ -622,7 +624,8 @@ class RowTrackingProposer:
         if len(renew):
             rn = rows[renew]
             self._anc[rn] = Lr[renew]
-            self._spread[rn] = self._gather(tok, rn, self._spread_pos(Lr[renew]))
+            self._spos[rn] = at = self._spread_pos(Lr[renew])
+            self._spread[rn] = self._gather(tok, rn, at)
 
         # 3. one batched proposal for every drafting row
         ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
@@ -684,6 +687,7 @@ class RowTrackingProposer:
                     start[j] = n
                     self._ix[r] = ix
                     self._anc[r], self._spread[r] = anc, spread
+                    self._spos[r] = self._spread_pos(np.asarray([anc]))[0]
                     continue
             self._ix[r] = self._new_index()
             self.stats["rebuilt"] += 1

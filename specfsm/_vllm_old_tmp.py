@@ -1,0 +1,872 @@
+"""specfsm drafters inside vLLM, through its custom proposer extension point.
+
+vLLM (the V1 engine, releases that ship ``vllm/v1/spec_decode/custom_class_proposer.py``)
+loads a user class named by ``speculative_config.model`` when
+``speculative_config.method == "custom_class"``, constructs it with the ``VllmConfig``
+and, after every step's bookkeeping, calls::
+
+    proposer.propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=...)
+
+``sampled_token_ids`` holds one list per batch row (the tokens appended this step; empty
+for a row that only ran part of its prefill), ``num_tokens_no_spec[i]`` is the length of
+row ``i``'s verified history and ``token_ids_cpu[i, :num_tokens_no_spec[i]]`` that
+history (an int32 ``[max_num_reqs, max_model_len]`` array; only the first
+``len(sampled_token_ids)`` rows are in the batch). The return value is one draft per row.
+
+Usage (the class path is the whole configuration vLLM needs)::
+
+    LLM(model=..., speculative_config={
+        "method": "custom_class",
+        "model": "specfsm.vllm.SpecfsmNgramProposer",
+        "num_speculative_tokens": 4,
+    })
+
+In the vLLM source read, asynchronous scheduling hands the CPU drafters an empty row list
+(``valid_sampled_token_ids = []``), so this proposer, like vLLM's own ``ngram`` method,
+drafts only with ``async_scheduling=False``.
+
+vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for ``custom_class``, so
+the n-gram range comes from positive values there when a vLLM version keeps them, else
+from the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
+``SPECFSM_VLLM_PREFER``, ``SPECFSM_VLLM_VERIFY``, read in every worker process), else
+from class attributes (subclass to change them), else vLLM's n-gram defaults
+(``5..5``, ``prefer="earliest"``, so the drafts equal vLLM's own ``ngram`` method).
+
+The proposer keeps one incremental index per batch row. vLLM moves requests between rows
+(a finished request's row is reused, rows are condensed and swapped, a preempted request
+is removed and later re-added, a request's verified history can be cut back), and the
+call carries rows, not request ids. Every call therefore checks each drafting row against
+what its index holds before extending it: the row must be at least as long as the index
+and hold the index's last ``TAIL`` (8) tokens at the same positions; every ``DEEP`` (8)th
+row per step (rotating) is also compared at ``SPREAD`` (7) positions spread over its
+history; rows of at most ``SHORT`` (128) tokens are compared in full. A row that fails
+takes the index that moved there with its request (found by length and tail among the
+indexes no row confirmed, checked at its spread positions), else a new index built from
+the row's tokens. ``verify="full"`` compares every indexed token of every row every
+step instead (exact, O(history) per step). The sparse check can be fooled only by two
+histories of which one is at least as long, which agree at the last ``TAIL`` positions
+and at the spread positions but differ elsewhere; drafts are verified by the target
+model, so such a mix-up costs acceptance, never output. The driver in
+``tests/vllm_batch_driver.py`` replays vLLM's row movements and checks every proposal
+against a fresh rescan.
+
+Importing this module does not import vLLM (or torch); a ``torch.Tensor`` argument is
+read through its ``.numpy()`` view.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import ngram_index as _public_ngram
+from ._validate import check_count
+
+__all__ = ["RowTrackingProposer", "SpecfsmNgramProposer", "SpecfsmSuffixProposer", "ProposerConfig"]
+
+#: ``verify`` modes: ``"sparse"`` checks a row's length and a fingerprint of
+#: ``TAIL + SPREAD`` token positions (every token when the history is at most ``SHORT``
+#: long); ``"full"`` compares every indexed token of every row, every step.
+VERIFY_MODES = ("sparse", "full")
+
+_NO_CAP = 2**62
+
+
+class ProposerConfig:
+    """A stand-in for the two parts of a ``VllmConfig`` the proposers read.
+
+    ``ProposerConfig(num_speculative_tokens=4, max_model_len=4096, prompt_lookup_min=2,
+    prompt_lookup_max=4)`` has ``.speculative_config`` and ``.model_config`` like vLLM's,
+    for tests and for use without vLLM.
+    """
+
+    class _Spec:
+        def __init__(self, k: Any, lo: Any, hi: Any) -> None:
+            self.method = "custom_class"
+            self.num_speculative_tokens = k
+            self.prompt_lookup_min = lo
+            self.prompt_lookup_max = hi
+
+    class _Model:
+        def __init__(self, max_model_len: Any) -> None:
+            self.max_model_len = max_model_len
+
+    def __init__(
+        self,
+        num_speculative_tokens: Any = 4,
+        max_model_len: Any = None,
+        prompt_lookup_min: Any = None,
+        prompt_lookup_max: Any = None,
+    ) -> None:
+        self.speculative_config = self._Spec(num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)
+        self.model_config = self._Model(max_model_len)
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _env_count(name: str) -> int | None:
+    value = _env(name)
+    if value is None:
+        return None
+    try:
+        return check_count(int(value), name)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a non-negative integer, got {value!r}") from None
+
+
+def _positive(value: Any) -> int | None:
+    """``value`` as an int when it is a positive integer (vLLM's "set"), else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 else None
+
+
+def _as_numpy(value: Any, name: str) -> np.ndarray:
+    """A numpy view of ``value`` (a numpy array, a CPU ``torch.Tensor`` or a sequence)."""
+    if isinstance(value, np.ndarray):
+        return value
+    to_numpy = getattr(value, "numpy", None)
+    if callable(to_numpy):  # torch.Tensor on the CPU (vLLM's token_ids_cpu_tensor)
+        try:
+            return np.asarray(to_numpy())
+        except Exception as exc:  # a CUDA tensor, a tensor that needs grad, ...
+            raise TypeError(f"{name} must be a CPU array, got {type(value).__name__} ({exc})") from None
+    try:
+        return np.asarray(value)
+    except Exception as exc:
+        raise TypeError(f"{name} must be an integer array, got {type(value).__name__} ({exc})") from None
+
+
+class RowTrackingProposer:
+    """Base of the vLLM proposers: one index per batch row, kept right across vLLM's
+    row movements, and one batched proposal per step.
+
+    A subclass supplies the index type through three hooks: ``_new_index()`` (a fresh,
+    empty index), ``_propose_indexes(indexes, ks)`` (``(drafts, offsets, lengths)`` for
+    a list of indexes, the GIL released where the index type has a batched call) and,
+    optionally, ``_extend_indexes(indexes, tokens, offsets, one_each)`` (append
+    ``tokens[offsets[i]:offsets[i + 1]]`` to ``indexes[i]``, ``one_each`` saying that
+    every slice is one token; the default calls each index's ``extend``). An index
+    needs ``extend(tokens)`` and ``tokens`` (its contents, for the exact checks). Configuration: ``num_speculative_tokens`` (K) and
+    ``max_model_len`` from the ``VllmConfig`` unless given as keywords; ``verify`` is
+    ``"sparse"`` (default) or ``"full"``.
+
+    Not thread-safe: a second concurrent ``propose`` raises RuntimeError.
+    """
+
+    #: tokens at the end of a row's indexed history compared every step
+    TAIL = 8
+    #: positions spread over the history (at fixed fractions of an anchor length)
+    #: compared for one row in ``DEEP`` each step, and for every moved row
+    SPREAD = 7
+    DEEP = 8
+    #: histories up to this many tokens are compared in full every step
+    SHORT = 128
+    #: indexes kept for requests that left the batch (preempted ones come back), LRU
+    POOL = 64
+    #: batches of at most this many rows take the per-row steady path (Python ints)
+    FEW = 4
+    #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
+    verify_default = "sparse"
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+    ) -> None:
+        spec = getattr(vllm_config, "speculative_config", None)
+        model = getattr(vllm_config, "model_config", None)
+        if num_speculative_tokens is None:
+            num_speculative_tokens = getattr(spec, "num_speculative_tokens", None)
+        if num_speculative_tokens is None:
+            raise ValueError(
+                "num_speculative_tokens is not set: pass a VllmConfig whose "
+                "speculative_config has it, or num_speculative_tokens=K"
+            )
+        self.num_speculative_tokens = check_count(num_speculative_tokens, "num_speculative_tokens")
+        if max_model_len is None:
+            max_model_len = getattr(model, "max_model_len", None)
+        self.max_model_len = None if max_model_len is None else check_count(max_model_len, "max_model_len")
+        if verify is None:
+            verify = _env("SPECFSM_VLLM_VERIFY") or self.verify_default
+        if verify not in VERIFY_MODES:
+            raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+        self.verify = verify
+        self._guard = threading.Lock()
+        self._clear()
+        self._tail_off = np.arange(-self.TAIL, 0, dtype=np.int64)
+        self._spread_mul = np.arange(1, self.SPREAD + 1, dtype=np.int64)
+        self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+
+    def _clear(self) -> None:
+        self._ix: list[Any] = []  # per row: its index or None
+        self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
+        self._tail = np.zeros((0, self.TAIL), dtype=np.int64)  # its last TAIL tokens
+        self._anc = np.zeros(0, dtype=np.int64)  # a length the spread positions derive from
+        self._spread = np.zeros((0, self.SPREAD), dtype=np.int64)  # tokens there
+        self._arange = np.zeros(1, dtype=np.int64)
+        self._base = np.zeros(0, dtype=np.int64)  # row * width of token_ids_cpu
+        self._base_width = -1
+        self._cols = np.zeros(0, dtype=np.int64)  # 0, 1, 2, ...
+        self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
+        self._used = 0  # rows that may hold an index
+
+    # -- hooks for the index type ---------------------------------------------------------
+    def _new_index(self) -> Any:
+        raise NotImplementedError
+
+    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
+        for i, ix in enumerate(indexes):
+            a, b = int(offsets[i]), int(offsets[i + 1])
+            if b > a:
+                ix.extend(tokens[a:b])
+
+    def rescan(self, history: Any, max_k: int) -> list:
+        """The draft a fresh index over ``history`` would give (for tests and checks)."""
+        ix = self._new_index()
+        ix.extend(np.asarray(history, dtype=np.int64))
+        return self._propose_indexes([ix], np.asarray([max_k], dtype=np.int64))[0].tolist()
+
+    # -- vLLM's interface ----------------------------------------------------------------
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """vLLM calls this once; there is no model to load."""
+
+    def reset(self) -> None:
+        """Forget every row's index (the next call rebuilds what it needs)."""
+        with self._guard:
+            self._clear()
+
+    def propose(
+        self,
+        sampled_token_ids: Sequence[Sequence[int]],
+        num_tokens_no_spec: Any,
+        token_ids_cpu: Any,
+        slot_mappings: Any = None,
+    ) -> list[list[int]]:
+        """One draft per batch row, as vLLM's n-gram proposer gives them: ``[]`` for a
+        row with no sampled tokens this step or whose history has reached
+        ``max_model_len``; otherwise up to ``min(K, max_model_len - length)`` tokens.
+        ``slot_mappings`` is ignored. Refuses rows, lengths or arrays that do not fit
+        one another (ValueError / TypeError naming the argument)."""
+        if not self._guard.acquire(blocking=False):
+            raise RuntimeError("propose was called while another propose call on this proposer is running")
+        try:
+            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        finally:
+            self._guard.release()
+
+    # -- the step ------------------------------------------------------------------------
+    def _check_args(self, sampled: Any, num_tokens: Any, token_ids: Any) -> tuple[int, Any, np.ndarray, np.ndarray]:
+        if not isinstance(sampled, (list, tuple)) and (
+            isinstance(sampled, (str, bytes)) or not isinstance(sampled, Sequence)
+        ):
+            raise TypeError(f"sampled_token_ids must be a list of lists, got {type(sampled).__name__}")
+        b = len(sampled)
+        try:
+            # the steady state (every row sampled something) needs no per-row counts
+            ns = None if all(map(len, sampled)) else np.fromiter(map(len, sampled), dtype=np.int64, count=b)
+        except TypeError:
+            bad = next(i for i, s in enumerate(sampled) if not hasattr(s, "__len__"))
+            raise TypeError(
+                f"sampled_token_ids[{bad}] must be a list of token ids, got {type(sampled[bad]).__name__}"
+            ) from None
+        tok = _as_numpy(token_ids, "token_ids_cpu")
+        if tok.ndim != 2:
+            raise ValueError(f"token_ids_cpu must be 2-D [rows, max_model_len], got shape {tok.shape}")
+        if tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
+            raise TypeError(f"token_ids_cpu must hold integer token ids, got dtype {tok.dtype}")
+        if tok.shape[0] < b:
+            raise ValueError(f"token_ids_cpu has {tok.shape[0]} rows for {b} batch rows")
+        lens = _as_numpy(num_tokens, "num_tokens_no_spec")
+        if lens.ndim != 1:
+            raise ValueError(f"num_tokens_no_spec must be 1-D, got shape {lens.shape}")
+        if lens.dtype.kind not in "iu":
+            raise TypeError(f"num_tokens_no_spec must hold integer lengths, got dtype {lens.dtype}")
+        if lens.shape[0] < b:
+            raise ValueError(f"num_tokens_no_spec has {lens.shape[0]} entries for {b} batch rows")
+        L = lens[:b].astype(np.int64)  # a copy the call owns
+        if b and (int(L.min()) < 0 or int(L.max()) > tok.shape[1]):
+            i = int(np.flatnonzero((L < 0) | (L > tok.shape[1]))[0])
+            raise ValueError(
+                f"num_tokens_no_spec[{i}]={int(L[i])} is outside [0, {tok.shape[1]}] "
+                "(token_ids_cpu's width)"
+            )
+        return b, ns, L, tok
+
+    def _reserve(self, rows: int) -> None:
+        have = self._len.shape[0]
+        if rows <= have:
+            return
+        more = rows - have
+        self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
+        self._ix.extend([None] * more)
+        self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
+        self._tail = np.concatenate([self._tail, np.zeros((more, self.TAIL), dtype=np.int64)])
+        self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
+        self._spread = np.concatenate([self._spread, np.zeros((more, self.SPREAD), dtype=np.int64)])
+
+    def _release(self, r: int) -> None:
+        """Move row ``r``'s index into the pool of indexes no row holds."""
+        ix = self._ix[r]
+        if ix is None:
+            return
+        key = (int(self._len[r]), self._tail[r].tobytes())
+        self._pool[key] = (ix, int(self._anc[r]), self._spread[r].copy())
+        self._pool.move_to_end(key)
+        self._ix[r] = None
+        self._len[r] = -1
+
+    def _trim_pool(self) -> None:
+        while len(self._pool) > self.POOL:
+            self._pool.popitem(last=False)
+
+    def _tail_pos(self, n: np.ndarray) -> np.ndarray:
+        """Positions n - TAIL .. n - 1 of each history (clamped into [0, n - 1])."""
+        pos = n.reshape(-1, 1) + self._tail_off
+        if n.shape[0] and int(n.min()) < self.TAIL:
+            np.maximum(pos, 0, out=pos)
+            np.minimum(pos, np.maximum(n - 1, 0).reshape(-1, 1), out=pos)
+        return pos
+
+    def _spread_pos(self, anc: np.ndarray) -> np.ndarray:
+        """Positions anc * j / (SPREAD + 1), j = 1 .. SPREAD (all below anc when anc > 0)."""
+        return (anc.reshape(-1, 1) * self._spread_mul) // (self.SPREAD + 1)
+
+    def _gather(self, tok: np.ndarray, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """``tok[rows[i], pos[i, j]]`` (int64), through one flat ``take`` when it can."""
+        if tok.flags.c_contiguous:
+            flat = pos + (rows * tok.shape[1]).reshape(-1, 1)
+            return tok.reshape(-1).take(flat).astype(np.int64, copy=False)
+        return tok[rows.reshape(-1, 1), pos].astype(np.int64, copy=False)
+
+    def _holds(self, tok: np.ndarray, r: int, ix: Any, n: int) -> bool:
+        """Exact check: row ``r``'s first ``n`` tokens are the ``n`` tokens of ``ix``."""
+        return bool(np.array_equal(tok[r, :n], ix.tokens))
+
+    def _propose(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
+        if self.verify == "sparse":
+            out = self._steady(sampled, num_tokens, token_ids)
+            if out is not None:
+                return out
+        return self._general(sampled, num_tokens, token_ids)
+
+    # -- the steady state: every row kept its request and only grew --------------------
+    def _steady(self, sampled: Any, num_tokens: Any, tok: Any) -> list[list[int]] | None:
+        """The step when nothing moved: the same rows as last step, every row sampled,
+        every history past ``SHORT``, longer than its index and below ``max_model_len``,
+        and every check passes. Returns None, having changed nothing, when any of that
+        does not hold (or an argument looks odd): the general step then decides, checks
+        and raises. When it answers, the answer and the state it leaves are those of
+        the general step (the same checks, in fewer numpy calls)."""
+        if type(sampled) is not list or type(tok) is not np.ndarray or type(num_tokens) is not np.ndarray:
+            return None
+        b = len(sampled)
+        if b == 0 or b != self._used or self.num_speculative_tokens == 0:
+            return None
+        if tok.ndim != 2 or tok.shape[0] < b or tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
+            return None
+        if num_tokens.ndim != 1 or num_tokens.shape[0] < b or num_tokens.dtype.kind not in "iu":
+            return None
+        if not tok.flags.c_contiguous:
+            return None
+        try:
+            if not all(map(len, sampled)):
+                return None
+        except TypeError:
+            return None
+        if b <= self.FEW:
+            return self._steady_few(b, num_tokens, tok)
+        return self._steady_many(b, num_tokens, tok)
+
+    def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+        """The steady step for a few rows: Python ints, no batch temporaries."""
+        width = tok.shape[1]
+        cap = _NO_CAP if self.max_model_len is None else self.max_model_len
+        T, S, D, short = self.TAIL, self.SPREAD, self.DEEP, self.SHORT
+        Ls = num_tokens[:b].tolist()
+        olds = self._len[:b].tolist()
+        step = self.stats["steps"]
+        deep = []
+        for r in range(b):
+            n0, n = olds[r], Ls[r]
+            if n0 <= short or n < n0 or n > width or n >= cap:
+                return None
+            row = tok[r]
+            if row[n0 - T : n0].tolist() != self._tail[r].tolist():
+                return None
+            if (r + step) % D == 0:
+                anc = int(self._anc[r])
+                if row[[anc * j // (S + 1) for j in range(1, S + 1)]].tolist() != self._spread[r].tolist():
+                    return None
+                deep.append(r)
+        # every row confirmed: commit
+        self.stats["steps"] = step + 1
+        self.stats["steady"] += 1
+        ixs = self._ix[:b]
+        grown = 0
+        for r in range(b):
+            n0, n = olds[r], Ls[r]
+            if n > n0:
+                row = tok[r]
+                ixs[r].extend(row[n0:n].tolist())
+                self._len[r] = n
+                self._tail[r] = row[n - T : n]
+                grown += n - n0
+        self.stats["extended"] += grown
+        for r in deep:
+            n = Ls[r]
+            if n >= 2 * int(self._anc[r]):
+                self._anc[r] = n
+                self._spread[r] = tok[r, [n * j // (S + 1) for j in range(1, S + 1)]]
+        K = self.num_speculative_tokens
+        return self._propose_few(ixs, [K if cap - n >= K else cap - n for n in Ls])
+
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        """One draft list per index (few indexes); the default goes through the batch hook."""
+        drafts, offsets, lengths = self._propose_indexes(indexes, np.asarray(ks, dtype=np.int64))
+        return self._as_lists(drafts, offsets, lengths, max(ks))
+
+    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+        """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
+        width = tok.shape[1]
+        cap = _NO_CAP if self.max_model_len is None else self.max_model_len
+        T = self.TAIL
+        L = num_tokens[:b].astype(np.int64)  # a copy the call owns
+        n_old = self._len[:b]
+        d = L - n_old
+        dmin = int(d.min())
+        if dmin < 0 or int(n_old.min()) <= self.SHORT:
+            return None
+        lmax = int(L.max())
+        if lmax > width or lmax >= cap:
+            return None
+        flat = tok.reshape(-1)
+        if self._base_width != width or self._base.shape[0] < b:
+            self._base = self._arange[:-1] * width
+            self._base_width = width
+        base = self._base[:b]
+        # one gather per step: each row's window from TAIL before its indexed length to
+        # its new length (the old tail to check, then the new tokens)
+        dmax = int(d.max())
+        W = T + dmax
+        if self._cols.shape[0] < W:
+            self._cols = np.arange(W, dtype=np.int64)
+        pos = (n_old + (base - T)).reshape(-1, 1) + self._cols[:W]
+        if int(n_old.max()) + dmax > width:  # a short row's window would run past the row
+            np.minimum(pos, (base + (width - 1)).reshape(-1, 1), out=pos)
+        win = flat.take(pos)
+        if not (win[:, :T] == self._tail[:b]).all():
+            return None
+        step = self.stats["steps"]
+        sl = slice((-step) % self.DEEP, b, self.DEEP)
+        anc = self._anc[sl]
+        if anc.shape[0] and not (flat.take(self._spread_pos(anc) + base[sl].reshape(-1, 1)) == self._spread[sl]).all():
+            return None
+        # every row confirmed: commit
+        self.stats["steps"] = step + 1
+        self.stats["steady"] += 1
+        ixs = self._ix[:b]
+        if dmax == 1 and dmin == 1:  # one token per row
+            self._extend_indexes(ixs, win[:, T].astype(np.int64), self._arange[: b + 1], True)
+            self._tail[:b] = win[:, 1:]
+            self.stats["extended"] += b
+        else:
+            offsets = np.zeros(b + 1, dtype=np.int64)
+            np.cumsum(d, out=offsets[1:])
+            total = int(offsets[-1])
+            if total:
+                new = win[:, T:][self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
+                self._extend_indexes(ixs, new.astype(np.int64), offsets)
+            self._tail[:b] = np.take_along_axis(win, d.reshape(-1, 1) + self._cols[:T], axis=1)
+            self.stats["extended"] += total
+        self._len[:b] = L
+        Ld = L[sl]
+        renew = Ld >= 2 * anc
+        if renew.any():
+            rn = self._arange[sl][renew]
+            self._anc[rn] = Ld[renew]
+            self._spread[rn] = self._gather(tok, rn, self._spread_pos(Ld[renew]))
+        K = self.num_speculative_tokens
+        ks = K if cap - lmax >= K else np.minimum(K, cap - L)
+        drafts, doff, lengths = self._propose_indexes(ixs, ks)
+        return self._as_lists(drafts, doff, lengths, K)
+
+    # -- the general step ----------------------------------------------------------------
+    def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
+        b, ns, L, tok = self._check_args(sampled, num_tokens, token_ids)
+        K = self.num_speculative_tokens
+        cap = _NO_CAP if self.max_model_len is None else self.max_model_len
+        if b == 0 or K == 0:
+            return [[] for _ in range(b)]
+        self._reserve(max(b, tok.shape[0]))
+        step = self.stats["steps"]
+        self.stats["steps"] = step + 1
+        if self._used > b:  # rows past the batch hold no request now
+            for r in range(b, self._used):
+                self._release(r)
+            self._trim_pool()
+        self._used = b
+        lmin, lmax = int(L.min()), int(L.max())
+        # every row drafts (the steady state), or only those vLLM would draft for
+        every = ns is None and lmin > 0 and lmax < cap
+        if every:
+            rows = self._arange[:b]
+            sel: Any = slice(0, b)  # rows as a slice: views and slice assignment
+            Lr = L
+        else:
+            act = (L > 0) & (L < cap)
+            rows = np.flatnonzero(act if ns is None else act & (ns > 0))
+            if rows.size == 0:
+                return [[] for _ in range(b)]
+            sel = rows
+            Lr = L[rows]
+            lmax = int(Lr.max())
+        n_old = self._len[sel].copy()
+        T = self.TAIL
+        # the last TAIL tokens at each row's indexed length and at its new length: one gather
+        if tok.flags.c_contiguous and int(n_old.min()) >= T and lmin >= T:
+            # no clamping needed: flat positions straight from the row starts
+            base = rows * tok.shape[1]
+            flat = np.empty((rows.size, 2 * T), dtype=np.int64)
+            np.add((n_old + base).reshape(-1, 1), self._tail_off, out=flat[:, :T])
+            np.add((Lr + base).reshape(-1, 1), self._tail_off, out=flat[:, T:])
+            got = tok.reshape(-1).take(flat).astype(np.int64, copy=False)
+        else:
+            got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_old), self._tail_pos(Lr)], axis=1))
+        tail_new = got[:, T:]
+
+        # 1. rows whose index still describes the row's prefix (the common case)
+        ok = (got[:, :T] == self._tail[sel]).all(axis=1)
+        ok &= n_old >= 0
+        ok &= n_old <= Lr
+        if self.verify == "full":
+            exact = np.flatnonzero(ok).tolist()
+        else:
+            # the spread check, for the rows whose turn it is (one in DEEP, rotating)
+            if every:  # the rows r with (r + step) % DEEP == 0
+                deep = self._arange[(-step) % self.DEEP : b : self.DEEP]
+            else:
+                deep = np.flatnonzero((rows + step) % self.DEEP == 0)
+            deep = deep[ok[deep] & (n_old[deep] > self.SHORT)]
+            if deep.size:
+                rd = rows[deep]
+                ok[deep] = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)
+            exact = np.flatnonzero(ok & (n_old <= self.SHORT)).tolist() if int(n_old.min()) <= self.SHORT else []
+        for j in exact:
+            r = int(rows[j])
+            ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
+        fresh = None
+        if ok.all():
+            start = n_old
+        else:
+            start = np.where(ok, n_old, 0)
+            fresh = self._relocate(tok, rows, Lr, sampled, np.flatnonzero(~ok), start)
+        ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
+
+        # 2. append each row's new tokens (one batched call where the index type has one)
+        counts = Lr - start
+        cmin, cmax = int(counts.min()), int(counts.max())
+        if cmin == 1 and cmax == 1:  # one token per row (a step without accepted drafts)
+            self._extend_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]), self._arange[: rows.size + 1], True)
+            self.stats["extended"] += rows.size
+        elif cmax > 0:
+            offsets = np.zeros(rows.size + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            total = int(offsets[-1])
+            row_of = np.repeat(rows, counts)
+            col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
+            self._extend_indexes(ixs, tok[row_of, col], offsets)
+            self.stats["extended"] += total
+        self._len[sel] = Lr
+        self._tail[sel] = tail_new
+        # (re)anchor the spread positions of new indexes, and of histories that doubled
+        # since their anchor when their turn for the spread check comes
+        if fresh is not None:
+            renew = fresh
+        elif self.verify == "full":
+            renew = np.flatnonzero(Lr >= 2 * self._anc[sel])
+        else:
+            renew = deep[Lr[deep] >= 2 * self._anc[rows[deep]]] if deep.size else deep
+        if len(renew):
+            rn = rows[renew]
+            self._anc[rn] = Lr[renew]
+            self._spread[rn] = self._gather(tok, rn, self._spread_pos(Lr[renew]))
+
+        # 3. one batched proposal for every drafting row
+        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
+        drafts, doff, lengths = self._propose_indexes(ixs, ks)
+        drafts_rows = self._as_lists(drafts, doff, lengths, K)
+        if every:
+            return drafts_rows
+        out: list[list[int]] = [[] for _ in range(b)]
+        for j, r in enumerate(rows.tolist()):
+            out[r] = drafts_rows[j]
+        return out
+
+    @staticmethod
+    def _as_lists(drafts: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, width: int) -> list[list[int]]:
+        """The ragged drafts as one list per row (one ``tolist`` of a padded block; only
+        rows shorter than ``width`` are cut)."""
+        n = lengths.shape[0]
+        if n == 0:
+            return []
+        if drafts.shape[0] == n * width:
+            return drafts.reshape(n, width).tolist()
+        block = np.zeros((n, max(width, 1)), dtype=drafts.dtype)
+        if drafts.shape[0]:
+            row_of = np.repeat(np.arange(n), lengths)
+            col = np.arange(drafts.shape[0]) - np.repeat(offsets[:-1], lengths)
+            block[row_of, col] = drafts
+        out = block.tolist()
+        for j in np.flatnonzero(lengths < width).tolist():
+            out[j] = out[j][: int(lengths[j])]
+        return out
+
+    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, sampled: Any,
+                  bad: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """Give every row in ``rows[bad]`` an index: one that moved here with its request
+        from another row (or from the pool of indexes no row holds), else a new one.
+        Returns the positions (into ``rows``) whose spread anchor must be renewed."""
+        confirmed = set(rows.tolist()) - set(rows[bad].tolist())
+        # every index not confirmed in place this step may be the one that moved
+        for r, ix in enumerate(self._ix):
+            if ix is not None and r not in confirmed:
+                self._release(r)
+        renew = []
+        for j in bad.tolist():
+            r = int(rows[j])
+            hit = None
+            n = int(Lr[j]) - len(sampled[r])  # its length when last proposed for, if it moved here
+            if n > 0:
+                key = (n, self._gather(tok, rows[j : j + 1], self._tail_pos(np.asarray([n]))).tobytes())
+                hit = self._pool.pop(key, None)
+            if hit is not None:
+                ix, anc, spread = hit
+                if self.verify == "full" or n <= self.SHORT:
+                    good = self._holds(tok, r, ix, n)
+                else:
+                    pos = self._spread_pos(np.asarray([anc]))
+                    good = bool((self._gather(tok, rows[j : j + 1], pos)[0] == spread).all())
+                if good:
+                    self.stats["adopted"] += 1
+                    start[j] = n
+                    self._ix[r] = ix
+                    self._anc[r], self._spread[r] = anc, spread
+                    continue
+            self._ix[r] = self._new_index()
+            self.stats["rebuilt"] += 1
+            self.stats["rebuilt_tokens"] += int(Lr[j])
+            start[j] = 0
+            renew.append(j)
+        self._trim_pool()
+        anc = self._anc[rows]
+        return np.union1d(np.asarray(renew, dtype=np.int64), np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)))
+
+class SpecfsmNgramProposer(RowTrackingProposer):
+    """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.
+
+    The n-gram range is ``min_n..max_n`` and ``prefer`` picks that n's first occurrence
+    (``"earliest"``, vLLM's rule and the default) or its latest; draft length K is
+    ``num_speculative_tokens``, capped at ``max_model_len - length`` like vLLM's. Each
+    setting comes from, in order: the keyword; ``prompt_lookup_min`` /
+    ``prompt_lookup_max`` of the ``speculative_config`` when positive; the environment
+    (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class
+    attributes ``min_n`` / ``max_n`` / ``prefer`` (subclass to change them). As in vLLM,
+    one given end of the range sets the other. ``kernels`` picks an implementation
+    module (``specfsm._impl.module(kind, "ngram_index")``) for tests; by default the
+    active one.
+    """
+
+    min_n: int | None = None
+    max_n: int | None = None
+    prefer: str = "earliest"
+    #: vLLM's own default range when none is configured
+    DEFAULT_N = 5
+    #: batches of at least this many rows are extended through ``extend_batch`` (one
+    #: nogil call); fewer through each index's own ``append`` / ``extend``
+    BATCH_EXTEND = 16
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        min_n: Any = None,
+        max_n: Any = None,
+        prefer: Any = None,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+        kernels: Any = None,
+    ) -> None:
+        super().__init__(
+            vllm_config,
+            num_speculative_tokens=num_speculative_tokens,
+            max_model_len=max_model_len,
+            verify=verify,
+        )
+        spec = getattr(vllm_config, "speculative_config", None)
+        lo = min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None))
+        hi = max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None))
+        if lo is None and hi is None:
+            lo, hi = _env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")
+        if lo is None and hi is None:
+            lo, hi = type(self).min_n, type(self).max_n
+        if lo is None and hi is None:
+            lo = hi = self.DEFAULT_N
+        lo = hi if lo is None else lo
+        hi = lo if hi is None else hi
+        if prefer is None:
+            prefer = _env("SPECFSM_VLLM_PREFER") or type(self).prefer
+        self._kern = kernels if kernels is not None else _public_ngram
+        self._extend_batch: Callable | None = getattr(self._kern, "extend_batch", None)
+        probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+
+    def _new_index(self) -> Any:
+        return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
+
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+
+    def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._kern.propose_batch(indexes, ks)
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
+        if self._extend_batch is not None and len(indexes) >= self.BATCH_EXTEND:
+            self._extend_batch(indexes, tokens, offsets)
+            return
+        # one call per index: a decode step appends 1 to K+1 tokens per row, which the
+        # index takes fastest as Python ints; a rebuilt row's history goes in as an array
+        if one_each and indexes:
+            # one token per row (a decode step without accepted drafts): a C-level loop
+            # (every index here came from _new_index, so they share one type)
+            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
+                pass
+            return
+        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
+        o = offsets.tolist()
+        for i, ix in enumerate(indexes):
+            a, b = o[i], o[i + 1]
+            if b - a == 1 and vals is not None:
+                ix.append(vals[a])
+            elif 0 < b - a <= 16 and vals is not None:
+                ix.extend(vals[a:b])
+            elif b > a:
+                ix.extend(tokens[a:b])
+
+    def __repr__(self) -> str:
+        return (
+            f"SpecfsmNgramProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+            f"verify={self.verify!r})"
+        )
+
+
+class SpecfsmSuffixProposer(RowTrackingProposer):
+    """vLLM proposer over ``specfsm.SuffixIndex``: unbounded longest-match drafts (the
+    longest earlier occurrence of the row's current suffix, of any length) at amortised
+    O(1) per token, with the same row tracking as ``SpecfsmNgramProposer``.
+
+    Settings: ``min_n`` (shortest suffix worth drafting from, default 1), ``max_n``
+    (longest suffix looked at; default None, unbounded) and ``prefer`` (``"earliest"``,
+    the default, or ``"latest"`` occurrence of that suffix); draft length K is
+    ``num_speculative_tokens``, capped at ``max_model_len - length``. Each comes from, in
+    order: the keyword; ``prompt_lookup_min`` / ``prompt_lookup_max`` of the
+    ``speculative_config`` when positive; the environment (``SPECFSM_VLLM_MIN_N``,
+    ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class attributes. ``kernels``
+    picks an implementation module (``specfsm._impl.module(kind, "suffix_index")``) for
+    tests; by default the active one.
+    """
+
+    min_n: int = 1
+    max_n: int | None = None
+    prefer: str = "earliest"
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        min_n: Any = None,
+        max_n: Any = None,
+        prefer: Any = None,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+        kernels: Any = None,
+    ) -> None:
+        super().__init__(
+            vllm_config,
+            num_speculative_tokens=num_speculative_tokens,
+            max_model_len=max_model_len,
+            verify=verify,
+        )
+        spec = getattr(vllm_config, "speculative_config", None)
+        lo = min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None))
+        hi = max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None))
+        if lo is None:
+            lo = _env_count("SPECFSM_VLLM_MIN_N")
+        if hi is None:
+            hi = _env_count("SPECFSM_VLLM_MAX_N")
+        if lo is None:
+            lo = type(self).min_n
+        if hi is None:
+            hi = type(self).max_n
+        if prefer is None:
+            prefer = _env("SPECFSM_VLLM_PREFER") or type(self).prefer
+        if kernels is None:
+            from . import suffix_index as kernels
+        self._kern = kernels
+        probe = self._kern.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+
+    def _new_index(self) -> Any:
+        return self._kern.SuffixIndex(self.min_n, self.max_n, self.prefer)
+
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+
+    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._kern.propose_batch(indexes, ks)
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
+        if not indexes:
+            return
+        if one_each:  # one token per row: a C-level loop over the indexes' append
+            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
+                pass
+            return
+        o = offsets.tolist()
+        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
+        for i, ix in enumerate(indexes):
+            a, b = o[i], o[i + 1]
+            if b <= a:
+                continue
+            if vals is not None and b - a <= 64:
+                ix.extend(vals[a:b])
+            else:
+                ix.extend(tokens[a:b])
+
+    def __repr__(self) -> str:
+        return (
+            f"SpecfsmSuffixProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+            f"verify={self.verify!r})"
+        )
