@@ -640,22 +640,16 @@ class RowTrackingProposer:
 
     @staticmethod
     def _as_lists(drafts: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, width: int) -> list[list[int]]:
-        """The ragged drafts as one list per row (one ``tolist`` of a padded block; only
-        rows shorter than ``width`` are cut)."""
+        """The ragged drafts as one list per row: one ``tolist`` of the block when every
+        row has ``width`` tokens, else slices of one flat list."""
         n = lengths.shape[0]
         if n == 0:
             return []
         if drafts.shape[0] == n * width:
             return drafts.reshape(n, width).tolist()
-        block = np.zeros((n, max(width, 1)), dtype=drafts.dtype)
-        if drafts.shape[0]:
-            row_of = np.repeat(np.arange(n), lengths)
-            col = np.arange(drafts.shape[0]) - np.repeat(offsets[:-1], lengths)
-            block[row_of, col] = drafts
-        out = block.tolist()
-        for j in np.flatnonzero(lengths < width).tolist():
-            out[j] = out[j][: int(lengths[j])]
-        return out
+        flat = drafts.tolist()
+        o = offsets.tolist()
+        return list(map(flat.__getitem__, map(slice, o[:-1], o[1:])))
 
     def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, sampled: Any,
                   bad: np.ndarray, start: np.ndarray) -> np.ndarray:
