@@ -17,7 +17,8 @@ Usage (the class path is the whole configuration vLLM needs)::
 
     LLM(model=..., speculative_config={
         "method": "custom_class",
-        "model": "specfsm.vllm.SpecfsmNgramProposer",
+        "model": "specfsm.vllm.SpecfsmNgramProposer",   # vLLM's n-gram drafts
+        # or "specfsm.vllm.SpecfsmSuffixProposer":        unbounded longest match
         "num_speculative_tokens": 4,
     })
 
@@ -43,7 +44,10 @@ history; rows of at most ``SHORT`` (128) tokens are compared in full. A row that
 takes the index that moved there with its request (found by length and tail among the
 indexes no row confirmed, checked at its spread positions), else a new index built from
 the row's tokens. ``verify="full"`` compares every indexed token of every row every
-step instead (exact, O(history) per step). The sparse check can be fooled only by two
+step instead (exact, O(history) per step). A step where nothing moved (the same rows as
+the last call, every row sampled, every history past ``SHORT``) runs these same checks
+in a few whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to
+the general step, which relocates and rebuilds, as soon as one fails. The sparse check can be fooled only by two
 histories of which one is at least as long, which agree at the last ``TAIL`` positions
 and at the spread positions but differ elsewhere; drafts are verified by the target
 model, so such a mix-up costs acceptance, never output. The driver in
