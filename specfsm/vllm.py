@@ -22,6 +22,10 @@ Usage (the class path is the whole configuration vLLM needs)::
         "num_speculative_tokens": 4,
     })
 
+(The first vLLM builds with the extension point, from PR #39487, read the class path from
+``speculative_config.custom_proposer_backend`` instead: ``{"custom_proposer_backend":
+"specfsm.vllm.SpecfsmNgramProposer", "num_speculative_tokens": 4}``.)
+
 In the vLLM source read, asynchronous scheduling hands the CPU drafters an empty row list
 (``valid_sampled_token_ids = []``), so this proposer, like vLLM's own ``ngram`` method,
 drafts only with ``async_scheduling=False``.
@@ -388,8 +392,14 @@ class RowTrackingProposer:
         does not hold (or an argument looks odd): the general step then decides, checks
         and raises. When it answers, the answer and the state it leaves are those of
         the general step (the same checks, in fewer numpy calls)."""
-        if type(sampled) is not list or type(tok) is not np.ndarray or type(num_tokens) is not np.ndarray:
+        if type(sampled) is not list:
             return None
+        if type(tok) is not np.ndarray or type(num_tokens) is not np.ndarray:
+            try:  # a CPU torch.Tensor (vLLM's token_ids_cpu_tensor) through its numpy view
+                tok = _as_numpy(tok, "token_ids_cpu")
+                num_tokens = _as_numpy(num_tokens, "num_tokens_no_spec")
+            except TypeError:
+                return None
         b = len(sampled)
         if b == 0 or b != self._used or self.num_speculative_tokens == 0:
             return None

@@ -352,6 +352,18 @@ def test_accepts_cpu_tensors_through_their_numpy_view(impl):
 
     p = make(impl, min_n=1, max_n=1)
     assert p.propose([[5]], Tensor(np.array([3], np.int32)), Tensor(np.array([[5, 6, 5, 0]], np.int32))) == [[6, 5]]
+    # long histories: the steady step takes tensors too
+    kern = impl.module("ngram_index")
+    for rows in (2, 20):
+        p = make(impl, min_n=1, max_n=2, max_model_len=1000)
+        tok = np.random.default_rng(rows).integers(0, 30, size=(rows, 1000)).astype(np.int32)
+        lens = np.full(rows, 300, dtype=np.int32)
+        for _ in range(4):
+            out = p.propose([[1]] * rows, Tensor(lens), Tensor(tok))
+            for r in range(rows):
+                assert out[r] == kern.longest_match(tok[r, :300 + _].astype(np.int64), 1, 2, 2, "earliest").tolist()
+            lens += 1
+        assert p.stats["steady"] == 3
 
 
 def test_concurrent_calls_are_refused(impl):
