@@ -185,7 +185,7 @@ class RowTrackingProposer:
     #: indexes kept for requests that left the batch (preempted ones come back), LRU
     POOL = 64
     #: batches of at most this many rows take the per-row steady path (Python ints)
-    FEW = 4
+    FEW = 10
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
     verify_default = "sparse"
 
