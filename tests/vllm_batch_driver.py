@@ -21,7 +21,9 @@ operations in ``GPUModelRunner._update_states`` / ``_bookkeeping_sync`` /
 - a streaming-session update removes the request and re-adds it with the previous
   outputs folded into its prompt;
 - a step whose input does not fit the drafter appends tokens but calls no ``propose``;
-- a request stops at ``max_model_len``.
+- a request stops at ``max_model_len``;
+- with ``calm > 0``, steps where nothing moves (as most steps of a busy server are),
+  which the proposers serve on their steady path.
 """
 
 from __future__ import annotations
