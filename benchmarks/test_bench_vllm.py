@@ -1,6 +1,7 @@
 """specfsm inside vLLM (issue 14): one ``propose`` step of ``specfsm.vllm.SpecfsmNgramProposer``
-through vLLM's exact call, against a re-implementation of vLLM's own n-gram proposer
-(its numba KMP rescan of every row, every step) on the same arrays.
+(and of ``SpecfsmSuffixProposer``, the unbounded longest-match drafter) through vLLM's
+exact call, against a re-implementation of vLLM's own n-gram proposer (its numba KMP
+rescan of every row, every step) on the same arrays.
 
 Run: pytest benchmarks/test_bench_vllm.py -c benchmarks/pytest.ini
 Target: B=256 rows of 32k tokens under 100 µs per step, bookkeeping included.
@@ -10,7 +11,9 @@ Layout as vLLM's runner passes it: ``token_ids_cpu`` int32 ``[B, max_model_len]`
 step appends one sampled token to every row (written by the untimed setup, as vLLM's
 bookkeeping does before it calls the drafter), so the adapter's per-row checks and index
 extension are inside the timing. Settings: vLLM's documented n-gram example
-(``num_speculative_tokens=5``, ``prompt_lookup_max=4``, so ``prompt_lookup_min=4``).
+(``num_speculative_tokens=5``, ``prompt_lookup_max=4``, so ``prompt_lookup_min=4``); the
+suffix proposer runs with its defaults (``min_n=1``, unbounded, earliest), so its drafts
+are checked against a fresh ``SuffixIndex`` per row instead of vLLM's rule.
 Streams: random ids (32k vocabulary) whose tail keeps copying a span from one eighth of
 the way in, so every row drafts K tokens. The drafts of both are compared before and
 after timing.
@@ -35,6 +38,7 @@ VOCAB = 32_000
 EXTRA = 512  # room for the timed steps
 CASES = [(b, h) for h in (4096, 32768) for b in (1, 64, 256, 512)]
 TWIN_CASES = {(1, 4096), (1, 32768), (64, 4096)}
+SUFFIX_TWIN_CASES = {(1, 4096)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -135,9 +139,13 @@ def _stepper(tok: np.ndarray, h: int):
     return first, setup, lens
 
 
-def _adapter(kind: str, b: int, h: int):
+def _adapter(kind: str, b: int, h: int, suffix: bool = False):
     if kind == "compiled" and _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
+    if suffix:
+        return sv.SpecfsmSuffixProposer(
+            num_speculative_tokens=K, max_model_len=h + EXTRA, kernels=_impl.module(kind, "suffix_index"),
+        )
     return sv.SpecfsmNgramProposer(
         num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest",
         max_model_len=h + EXTRA, kernels=_impl.module(kind, "ngram_index"),
@@ -146,8 +154,10 @@ def _adapter(kind: str, b: int, h: int):
 
 PARAMS = []
 for _b, _h in CASES:
-    for _who in ("specfsm-compiled", "specfsm-twin", "vllm-numba"):
+    for _who in ("specfsm-compiled", "specfsm-twin", "suffix-compiled", "suffix-twin", "vllm-numba"):
         if _who == "specfsm-twin" and (_b, _h) not in TWIN_CASES:
+            continue
+        if _who == "suffix-twin" and (_b, _h) not in SUFFIX_TWIN_CASES:
             continue
         PARAMS.append(pytest.param(_b, _h, _who, id=f"B{_b}-L{_h // 1024}k-{_who}"))
 
@@ -167,18 +177,27 @@ def test_propose_step(benchmark, b, h, who):
         p = baseline_cls(K, MIN_N, MAX_N, h + EXTRA, b)
         rounds, warm = (5, 1) if b * h >= 4_000_000 else (20, 2)
     else:
-        p = _adapter("compiled" if who.endswith("compiled") else "python", b, h)
+        suffix = who.startswith("suffix")
+        p = _adapter("compiled" if who.endswith("compiled") else "python", b, h, suffix)
         rounds, warm = (200, 10) if who.endswith("compiled") else (20, 2)
+    suffix = who.startswith("suffix")
+
+    def check(args, out):
+        if suffix:  # a fresh index per row (a few rows: building one costs the whole history)
+            for r in sorted({0, b // 2, b - 1}):
+                fresh = p._new_index()
+                fresh.extend(args[2][r, : int(args[1][r])].astype(np.int64))
+                assert out[r] == fresh.propose(K), f"row {r} differs from a fresh SuffixIndex"
+        elif baseline_cls is not None:
+            assert out == baseline_cls(K, MIN_N, MAX_N, h + EXTRA, b).propose(*args), "the drafts differ from vLLM's rule"
+
     out = p.propose(*first)  # the adapter indexes every row here (untimed)
     assert all(len(d) == K for d in out)
-    if baseline_cls is not None:
-        ref = baseline_cls(K, MIN_N, MAX_N, h + EXTRA, b)
-        assert out == ref.propose(*first), "the drafts differ from vLLM's rule"
+    check(first, out)
     benchmark.pedantic(p.propose, setup=setup, rounds=rounds, warmup_rounds=warm, iterations=1)
     args, _ = setup()
     out = p.propose(*args)
-    if baseline_cls is not None:
-        assert out == baseline_cls(K, MIN_N, MAX_N, h + EXTRA, b).propose(*args)
-    if who.startswith("specfsm"):
+    check(args, out)
+    if who != "vllm-numba":
         assert p.stats["rebuilt"] == b  # once per row, at the first call
         benchmark.extra_info["rows"] = b

@@ -17,9 +17,14 @@ Usage (the class path is the whole configuration vLLM needs)::
 
     LLM(model=..., speculative_config={
         "method": "custom_class",
-        "model": "specfsm.vllm.SpecfsmNgramProposer",
+        "model": "specfsm.vllm.SpecfsmNgramProposer",   # vLLM's n-gram drafts
+        # or "specfsm.vllm.SpecfsmSuffixProposer":        unbounded longest match
         "num_speculative_tokens": 4,
     })
+
+(The first vLLM builds with the extension point, from PR #39487, read the class path from
+``speculative_config.custom_proposer_backend`` instead: ``{"custom_proposer_backend":
+"specfsm.vllm.SpecfsmNgramProposer", "num_speculative_tokens": 4}``.)
 
 In the vLLM source read, asynchronous scheduling hands the CPU drafters an empty row list
 (``valid_sampled_token_ids = []``), so this proposer, like vLLM's own ``ngram`` method,
@@ -43,7 +48,10 @@ history; rows of at most ``SHORT`` (128) tokens are compared in full. A row that
 takes the index that moved there with its request (found by length and tail among the
 indexes no row confirmed, checked at its spread positions), else a new index built from
 the row's tokens. ``verify="full"`` compares every indexed token of every row every
-step instead (exact, O(history) per step). The sparse check can be fooled only by two
+step instead (exact, O(history) per step). A step where nothing moved (the same rows as
+the last call, every row sampled, every history past ``SHORT``) runs these same checks
+in a few whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to
+the general step, which relocates and rebuilds, as soon as one fails. The sparse check can be fooled only by two
 histories of which one is at least as long, which agree at the last ``TAIL`` positions
 and at the spread positions but differ elsewhere; drafts are verified by the target
 model, so such a mix-up costs acceptance, never output. The driver in
@@ -67,7 +75,7 @@ import numpy as np
 from . import ngram_index as _public_ngram
 from ._validate import check_count
 
-__all__ = ["RowTrackingProposer", "SpecfsmNgramProposer", "ProposerConfig"]
+__all__ = ["RowTrackingProposer", "SpecfsmNgramProposer", "SpecfsmSuffixProposer", "ProposerConfig"]
 
 #: ``verify`` modes: ``"sparse"`` checks a row's length and a fingerprint of
 #: ``TAIL + SPREAD`` token positions (every token when the history is at most ``SHORT``
@@ -176,6 +184,8 @@ class RowTrackingProposer:
     SHORT = 128
     #: indexes kept for requests that left the batch (preempted ones come back), LRU
     POOL = 64
+    #: batches of at most this many rows take the per-row steady path (Python ints)
+    FEW = 10
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
     verify_default = "sparse"
 
@@ -209,15 +219,25 @@ class RowTrackingProposer:
         self._clear()
         self._tail_off = np.arange(-self.TAIL, 0, dtype=np.int64)
         self._spread_mul = np.arange(1, self.SPREAD + 1, dtype=np.int64)
-        self.stats = {"steps": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+        self._spread_mulv = self._spread_mul.reshape(-1, 1)
+        self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
 
     def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
         self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
-        self._tail = np.zeros((0, self.TAIL), dtype=np.int64)  # its last TAIL tokens
+        # (the per-row token blocks are stored position-major, ``[TAIL, rows]``, and
+        # used through their transposes: whole-batch numpy calls then run along rows)
+        self._tail = np.zeros((self.TAIL, 0), dtype=np.int64).T  # its last TAIL tokens
         self._anc = np.zeros(0, dtype=np.int64)  # a length the spread positions derive from
-        self._spread = np.zeros((0, self.SPREAD), dtype=np.int64)  # tokens there
-        self._arange = np.zeros(0, dtype=np.int64)
+        self._spread = np.zeros((self.SPREAD, 0), dtype=np.int64).T  # tokens there
+        self._spos = np.zeros((self.SPREAD, 0), dtype=np.int64).T  # the positions (from the anchor)
+        self._arange = np.zeros(1, dtype=np.int64)
+        self._base = np.zeros(0, dtype=np.int64)  # row * width of token_ids_cpu
+        self._base_t = self._base
+        self._base_width = -1
+        self._long = False  # every row's index is past SHORT (set by a steady step)
+        self._cols = np.zeros(0, dtype=np.int64)  # 0, 1, 2, ...
+        self._colv = self._cols.reshape(-1, 1)  # the same as a column
         self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
         self._used = 0  # rows that may hold an index
 
@@ -314,9 +334,10 @@ class RowTrackingProposer:
         self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
         self._ix.extend([None] * more)
         self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
-        self._tail = np.concatenate([self._tail, np.zeros((more, self.TAIL), dtype=np.int64)])
+        self._tail = np.concatenate([self._tail.T, np.zeros((self.TAIL, more), dtype=np.int64)], axis=1).T
         self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
-        self._spread = np.concatenate([self._spread, np.zeros((more, self.SPREAD), dtype=np.int64)])
+        self._spread = np.concatenate([self._spread.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
+        self._spos = np.concatenate([self._spos.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
 
     def _release(self, r: int) -> None:
         """Move row ``r``'s index into the pool of indexes no row holds."""
@@ -357,6 +378,169 @@ class RowTrackingProposer:
         return bool(np.array_equal(tok[r, :n], ix.tokens))
 
     def _propose(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
+        if self.verify == "sparse":
+            out = self._steady(sampled, num_tokens, token_ids)
+            if out is not None:
+                return out
+        return self._general(sampled, num_tokens, token_ids)
+
+    # -- the steady state: every row kept its request and only grew --------------------
+    def _steady(self, sampled: Any, num_tokens: Any, tok: Any) -> list[list[int]] | None:
+        """The step when nothing moved: the same rows as last step, every row sampled,
+        every history past ``SHORT``, longer than its index and below ``max_model_len``,
+        and every check passes. Returns None, having changed nothing, when any of that
+        does not hold (or an argument looks odd): the general step then decides, checks
+        and raises. When it answers, the answer and the state it leaves are those of
+        the general step (the same checks, in fewer numpy calls)."""
+        if type(sampled) is not list:
+            return None
+        if type(tok) is not np.ndarray or type(num_tokens) is not np.ndarray:
+            try:  # a CPU torch.Tensor (vLLM's token_ids_cpu_tensor) through its numpy view
+                tok = _as_numpy(tok, "token_ids_cpu")
+                num_tokens = _as_numpy(num_tokens, "num_tokens_no_spec")
+            except TypeError:
+                return None
+        b = len(sampled)
+        if b == 0 or b != self._used or self.num_speculative_tokens == 0:
+            return None
+        if tok.ndim != 2 or tok.shape[0] < b or tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
+            return None
+        if num_tokens.ndim != 1 or num_tokens.shape[0] < b or num_tokens.dtype.kind not in "iu":
+            return None
+        if not tok.flags.c_contiguous:
+            return None
+        try:
+            if not all(map(len, sampled)):
+                return None
+        except TypeError:
+            return None
+        if b <= self.FEW:
+            return self._steady_few(b, num_tokens, tok)
+        return self._steady_many(b, num_tokens, tok)
+
+    def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+        """The steady step for a few rows: Python ints, no batch temporaries."""
+        width = tok.shape[1]
+        cap = _NO_CAP if self.max_model_len is None else self.max_model_len
+        T, S, D, short = self.TAIL, self.SPREAD, self.DEEP, self.SHORT
+        Ls = num_tokens[:b].tolist()
+        olds = self._len[:b].tolist()
+        step = self.stats["steps"]
+        deep = []
+        for r in range(b):
+            n0, n = olds[r], Ls[r]
+            if n0 <= short or n < n0 or n > width or n >= cap:
+                return None
+            row = tok[r]
+            if row[n0 - T : n0].tolist() != self._tail[r].tolist():
+                return None
+            if (r + step) % D == 0:
+                if row[self._spos[r]].tolist() != self._spread[r].tolist():
+                    return None
+                deep.append(r)
+        # every row confirmed: commit
+        self.stats["steps"] = step + 1
+        self.stats["steady"] += 1
+        ixs = self._ix[:b]
+        grown = 0
+        for r in range(b):
+            n0, n = olds[r], Ls[r]
+            if n > n0:
+                row = tok[r]
+                ixs[r].extend(row[n0:n].tolist())
+                self._len[r] = n
+                self._tail[r] = row[n - T : n]
+                grown += n - n0
+        self.stats["extended"] += grown
+        for r in deep:
+            n = Ls[r]
+            if n >= 2 * int(self._anc[r]):
+                at = [n * j // (S + 1) for j in range(1, S + 1)]
+                self._anc[r] = n
+                self._spos[r] = at
+                self._spread[r] = tok[r, at]
+        K = self.num_speculative_tokens
+        return self._propose_few(ixs, [K if cap - n >= K else cap - n for n in Ls])
+
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        """One draft list per index (few indexes); the default goes through the batch hook."""
+        drafts, offsets, lengths = self._propose_indexes(indexes, np.asarray(ks, dtype=np.int64))
+        return self._as_lists(drafts, offsets, lengths, max(ks))
+
+    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+        """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
+        width = tok.shape[1]
+        cap = _NO_CAP if self.max_model_len is None else self.max_model_len
+        T = self.TAIL
+        L = num_tokens[:b].astype(np.int64)  # a copy the call owns
+        n_old = self._len[:b]
+        d = L - n_old
+        dmin = int(d.min())
+        # (after a steady step every row's index is past SHORT: no need to look again)
+        if dmin < 0 or not (self._long or int(n_old.min()) > self.SHORT):
+            return None
+        lmax = int(L.max())
+        if lmax > width or lmax >= cap:
+            return None
+        flat = tok.reshape(-1)
+        if self._base_width != width or self._base.shape[0] < b:
+            self._base = self._arange[:-1] * width
+            self._base_t = self._base - T
+            self._base_width = width
+        base = self._base[:b]
+        # one gather per step: each row's window from TAIL before its indexed length to
+        # its new length (the old tail to check, then the new tokens)
+        dmax = int(d.max())
+        W = T + dmax
+        if self._cols.shape[0] < W:
+            self._cols = np.arange(W, dtype=np.int64)
+            self._colv = self._cols.reshape(-1, 1)
+        # (position-major: win[j, i] is row i's token at n_old[i] - TAIL + j)
+        pos = self._colv[:W] + (n_old + self._base_t[:b])
+        if lmax + dmax > width:  # a window might run past its row (n_old + dmax > width)
+            np.minimum(pos, base + (width - 1), out=pos)
+        win = flat.take(pos)
+        if not (win[:T] == self._tail.T[:, :b]).all():
+            return None
+        step = self.stats["steps"]
+        sl = slice((-step) % self.DEEP, b, self.DEEP)
+        anc = self._anc[sl]
+        if anc.shape[0] and not (flat.take(self._spos.T[:, sl] + base[sl]) == self._spread.T[:, sl]).all():
+            return None
+        # every row confirmed: commit
+        self.stats["steps"] = step + 1
+        self.stats["steady"] += 1
+        ixs = self._ix[:b]
+        self._long = True
+        if dmax == 1 and dmin == 1:  # one token per row
+            self._extend_indexes(ixs, win[T], self._arange[: b + 1], True)
+            self._tail.T[:, :b] = win[1:]
+            self.stats["extended"] += b
+        else:
+            offsets = np.zeros(b + 1, dtype=np.int64)
+            np.cumsum(d, out=offsets[1:])
+            total = int(offsets[-1])
+            if total:
+                new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
+                self._extend_indexes(ixs, new, offsets)
+            self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
+            self.stats["extended"] += total
+        self._len[:b] = L
+        Ld = L[sl]
+        renew = Ld >= 2 * anc
+        if renew.any():
+            rn = self._arange[sl][renew]
+            self._anc[rn] = Ld[renew]
+            self._spos[rn] = at = self._spread_pos(Ld[renew])
+            self._spread[rn] = self._gather(tok, rn, at)
+        K = self.num_speculative_tokens
+        ks = K if cap - lmax >= K else np.minimum(K, cap - L)
+        drafts, doff, lengths = self._propose_indexes(ixs, ks)
+        return self._as_lists(drafts, doff, lengths, K)
+
+    # -- the general step ----------------------------------------------------------------
+    def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
+        self._long = False
         b, ns, L, tok = self._check_args(sampled, num_tokens, token_ids)
         K = self.num_speculative_tokens
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
@@ -454,7 +638,8 @@ class RowTrackingProposer:
         if len(renew):
             rn = rows[renew]
             self._anc[rn] = Lr[renew]
-            self._spread[rn] = self._gather(tok, rn, self._spread_pos(Lr[renew]))
+            self._spos[rn] = at = self._spread_pos(Lr[renew])
+            self._spread[rn] = self._gather(tok, rn, at)
 
         # 3. one batched proposal for every drafting row
         ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
@@ -469,22 +654,16 @@ class RowTrackingProposer:
 
     @staticmethod
     def _as_lists(drafts: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, width: int) -> list[list[int]]:
-        """The ragged drafts as one list per row (one ``tolist`` of a padded block; only
-        rows shorter than ``width`` are cut)."""
+        """The ragged drafts as one list per row: one ``tolist`` of the block when every
+        row has ``width`` tokens, else slices of one flat list."""
         n = lengths.shape[0]
         if n == 0:
             return []
         if drafts.shape[0] == n * width:
             return drafts.reshape(n, width).tolist()
-        block = np.zeros((n, max(width, 1)), dtype=drafts.dtype)
-        if drafts.shape[0]:
-            row_of = np.repeat(np.arange(n), lengths)
-            col = np.arange(drafts.shape[0]) - np.repeat(offsets[:-1], lengths)
-            block[row_of, col] = drafts
-        out = block.tolist()
-        for j in np.flatnonzero(lengths < width).tolist():
-            out[j] = out[j][: int(lengths[j])]
-        return out
+        flat = drafts.tolist()
+        o = offsets.tolist()
+        return list(map(flat.__getitem__, map(slice, o[:-1], o[1:])))
 
     def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, sampled: Any,
                   bad: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -516,6 +695,7 @@ class RowTrackingProposer:
                     start[j] = n
                     self._ix[r] = ix
                     self._anc[r], self._spread[r] = anc, spread
+                    self._spos[r] = self._spread_pos(np.asarray([anc]))[0]
                     continue
             self._ix[r] = self._new_index()
             self.stats["rebuilt"] += 1
@@ -546,6 +726,9 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     prefer: str = "earliest"
     #: vLLM's own default range when none is configured
     DEFAULT_N = 5
+    #: batches of at least this many rows are extended through ``extend_batch`` (one
+    #: nogil call); fewer through each index's own ``append`` / ``extend``
+    BATCH_EXTEND = 16
 
     def __init__(
         self,
@@ -586,11 +769,14 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     def _new_index(self) -> Any:
         return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
 
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+
     def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self._kern.propose_batch(indexes, ks)
 
     def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
-        if self._extend_batch is not None:
+        if self._extend_batch is not None and len(indexes) >= self.BATCH_EXTEND:
             self._extend_batch(indexes, tokens, offsets)
             return
         # one call per index: a decode step appends 1 to K+1 tokens per row, which the
@@ -615,6 +801,98 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     def __repr__(self) -> str:
         return (
             f"SpecfsmNgramProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+            f"verify={self.verify!r})"
+        )
+
+
+class SpecfsmSuffixProposer(RowTrackingProposer):
+    """vLLM proposer over ``specfsm.SuffixIndex``: unbounded longest-match drafts (the
+    longest earlier occurrence of the row's current suffix, of any length) at amortised
+    O(1) per token, with the same row tracking as ``SpecfsmNgramProposer``.
+
+    Settings: ``min_n`` (shortest suffix worth drafting from, default 1), ``max_n``
+    (longest suffix looked at; default None, unbounded) and ``prefer`` (``"earliest"``,
+    the default, or ``"latest"`` occurrence of that suffix); draft length K is
+    ``num_speculative_tokens``, capped at ``max_model_len - length``. Each comes from, in
+    order: the keyword; ``prompt_lookup_min`` / ``prompt_lookup_max`` of the
+    ``speculative_config`` when positive; the environment (``SPECFSM_VLLM_MIN_N``,
+    ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class attributes. ``kernels``
+    picks an implementation module (``specfsm._impl.module(kind, "suffix_index")``) for
+    tests; by default the active one.
+    """
+
+    min_n: int = 1
+    max_n: int | None = None
+    prefer: str = "earliest"
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        min_n: Any = None,
+        max_n: Any = None,
+        prefer: Any = None,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+        kernels: Any = None,
+    ) -> None:
+        super().__init__(
+            vllm_config,
+            num_speculative_tokens=num_speculative_tokens,
+            max_model_len=max_model_len,
+            verify=verify,
+        )
+        spec = getattr(vllm_config, "speculative_config", None)
+        lo = min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None))
+        hi = max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None))
+        if lo is None:
+            lo = _env_count("SPECFSM_VLLM_MIN_N")
+        if hi is None:
+            hi = _env_count("SPECFSM_VLLM_MAX_N")
+        if lo is None:
+            lo = type(self).min_n
+        if hi is None:
+            hi = type(self).max_n
+        if prefer is None:
+            prefer = _env("SPECFSM_VLLM_PREFER") or type(self).prefer
+        if kernels is None:
+            from . import suffix_index as kernels
+        self._kern = kernels
+        probe = self._kern.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+
+    def _new_index(self) -> Any:
+        return self._kern.SuffixIndex(self.min_n, self.max_n, self.prefer)
+
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+
+    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._kern.propose_batch(indexes, ks)
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
+        if not indexes:
+            return
+        if one_each:  # one token per row: a C-level loop over the indexes' append
+            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
+                pass
+            return
+        o = offsets.tolist()
+        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
+        for i, ix in enumerate(indexes):
+            a, b = o[i], o[i + 1]
+            if b <= a:
+                continue
+            if vals is not None and b - a <= 64:
+                ix.extend(vals[a:b])
+            else:
+                ix.extend(tokens[a:b])
+
+    def __repr__(self) -> str:
+        return (
+            f"SpecfsmSuffixProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
             f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
             f"verify={self.verify!r})"
         )

@@ -238,7 +238,7 @@ def test_same_drafts_as_vllm_rule(impl, history, lo, extra, k, slack):
 
 
 # -- state that survives vLLM's row movements ---------------------------------------------
-def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False):
+def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False, calm=0.0):
     kern = impl.module("ngram_index")
     p = make(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
@@ -246,7 +246,7 @@ def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verif
         return kern.longest_match(history.astype(np.int64), lo, hi, kk, prefer).tolist()
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan), p
+                  long_prompts=long, expected=rescan, calm=calm), p
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -352,6 +352,18 @@ def test_accepts_cpu_tensors_through_their_numpy_view(impl):
 
     p = make(impl, min_n=1, max_n=1)
     assert p.propose([[5]], Tensor(np.array([3], np.int32)), Tensor(np.array([[5, 6, 5, 0]], np.int32))) == [[6, 5]]
+    # long histories: the steady step takes tensors too
+    kern = impl.module("ngram_index")
+    for rows in (2, 20):
+        p = make(impl, min_n=1, max_n=2, max_model_len=1000)
+        tok = np.random.default_rng(rows).integers(0, 30, size=(rows, 1000)).astype(np.int32)
+        lens = np.full(rows, 300, dtype=np.int32)
+        for _ in range(4):
+            out = p.propose([[1]] * rows, Tensor(lens), Tensor(tok))
+            for r in range(rows):
+                assert out[r] == kern.longest_match(tok[r, :300 + _].astype(np.int64), 1, 2, 2, "earliest").tolist()
+            lens += 1
+        assert p.stats["steady"] == 3
 
 
 def test_concurrent_calls_are_refused(impl):
@@ -389,11 +401,15 @@ def test_uses_extend_batch_when_the_index_module_has_one(impl):
             for i, ix in enumerate(indexes):
                 ix.extend(tokens[offsets[i] : offsets[i + 1]])
 
-    p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
     tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
-    assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
-    assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
-    assert calls == [2, 2]
+    for threshold, want_calls in ((1, [2, 2]), (None, [])):  # a batch below BATCH_EXTEND appends per row
+        calls.clear()
+        p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
+        if threshold is not None:
+            p.BATCH_EXTEND = threshold
+        assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+        assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
+        assert calls == want_calls
 
 
 def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_steps(impl):
@@ -487,3 +503,132 @@ def test_indexes_of_requests_that_left_are_bounded(impl):
     tok[0, :5] = [1, 2, 3, 1, 2]
     p.propose([[2]], np.array([5]), tok)
     assert sum(ix is not None for ix in p._ix) == 1
+
+
+# -- the steady-state step (same rows, every row sampled, histories past SHORT) --------------
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.sampled_from([1, 3, 5, 20]),
+    cap=st.integers(300, 700),
+    k=st.integers(1, 5),
+    prefer=st.sampled_from(["earliest", "latest"]),
+)
+def test_steady_steps_equal_a_fresh_rescan(impl, seed, rows, cap, k, prefer):
+    """Long histories, so steps take the steady path (few rows and many rows) between
+    vLLM's row movements; every proposal still equals a fresh rescan."""
+    eng, p = _engine(impl, seed, vocab=50, rows=rows, cap=cap, k=k, lo=1, hi=3, prefer=prefer, long=True, calm=0.8)
+    for _ in range(25):
+        eng.step()
+
+
+@pytest.mark.parametrize("rows", [2, 20])
+def test_steady_path_is_taken_and_agrees(impl, rows):
+    eng, p = _engine(impl, 11, vocab=50, rows=rows, cap=900, k=3, lo=1, hi=3, long=True, calm=0.8)
+    for _ in range(60):
+        eng.step()
+    assert p.stats["steady"] > 0 and p.stats["steady"] < p.stats["steps"]
+
+
+@pytest.mark.parametrize("rows", [2, 20])
+def test_steady_path_leaves_a_changed_row_to_the_general_step(impl, rows):
+    """A row whose tail (or, on its DEEP turn, a spread position) changed under the index
+    is not extended by the steady path: the general step rebuilds it."""
+    p = make(impl, min_n=1, max_n=2, num_speculative_tokens=2, max_model_len=2000)
+    rng = np.random.default_rng(rows)
+    tok = rng.integers(0, 40, size=(rows, 2000)).astype(np.int32)
+    lens = np.full(rows, 500, dtype=np.int32)
+    kern = impl.module("ngram_index")
+    p.propose([[1]] * rows, lens, tok)
+    for step in range(3 * p.DEEP):
+        lens += 1 + step % 2
+        if step == 3:
+            tok[rows - 1, int(lens[-1]) - 4] += 1  # inside the indexed tail (TAIL tokens before the old length)
+            rebuilt = p.stats["rebuilt"]
+        if step == 9:
+            tok[0, : int(lens[0]) - 30] += 1  # everything but the tail: found on row 0's DEEP turn
+            rebuilt = p.stats["rebuilt"]
+        out = p.propose([[1]] * rows, lens, tok)
+        if step == 3:
+            assert p.stats["rebuilt"] == rebuilt + 1  # at once
+        for r in range(rows):
+            if r == 0 and 9 <= step < 9 + p.DEEP and p.stats["rebuilt"] == rebuilt:
+                continue  # the sparse check has not reached row 0 yet
+            assert out[r] == kern.longest_match(tok[r, : lens[r]].astype(np.int64), 1, 2, 2, "earliest").tolist()
+    assert p.stats["steady"] > 2 * p.DEEP
+    assert p.stats["rebuilt"] == rows + 2
+
+
+# -- the suffix-index proposer --------------------------------------------------------------
+def make_suffix(impl, **kw):
+    kw.setdefault("num_speculative_tokens", 2)
+    return sv.SpecfsmSuffixProposer(kernels=impl.module("suffix_index"), **kw)
+
+
+def test_suffix_proposer_settings(impl, monkeypatch):
+    p = make_suffix(impl)
+    assert (p.min_n, p.max_n, p.prefer) == (1, None, "earliest")
+    cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64, prompt_lookup_min=2, prompt_lookup_max=0)
+    p = sv.SpecfsmSuffixProposer(cfg, kernels=impl.module("suffix_index"))
+    assert (p.min_n, p.max_n, p.num_speculative_tokens, p.max_model_len) == (2, None, 3, 64)
+    monkeypatch.setenv("SPECFSM_VLLM_MAX_N", "6")
+    monkeypatch.setenv("SPECFSM_VLLM_PREFER", "latest")
+    p = make_suffix(impl)
+    assert (p.min_n, p.max_n, p.prefer) == (1, 6, "latest")
+    with pytest.raises(ValueError, match="prefer"):
+        make_suffix(impl, prefer="middle")
+    assert "SpecfsmSuffixProposer" in repr(p)
+
+
+def test_suffix_proposer_drafts_the_longest_match(impl):
+    p = make_suffix(impl, num_speculative_tokens=3)
+    # the suffix [1, 2, 3] occurs earlier once (followed by 9, 9); [3] alone would pick 4
+    hist = [3, 4, 1, 2, 3, 9, 9, 5, 1, 2, 3]
+    assert one_step(p, [hist]) == [[9, 9, 5]]
+    nl = impl.module("ngram_index")
+    want = nl.longest_match(np.asarray(hist, dtype=np.int64), 1, len(hist), 3, "earliest").tolist()
+    assert want == [9, 9, 5]
+
+
+def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="sparse", long=False, calm=0.0):
+    sk = impl.module("suffix_index")
+    nk = impl.module("ngram_index")
+    p = make_suffix(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
+
+    def rescan(history, kk):
+        fresh = sk.SuffixIndex(lo, hi, prefer)
+        fresh.extend(history.astype(np.int64))
+        got = fresh.propose(kk)
+        if len(history) <= 200:  # and a brute-force scan agrees
+            assert got == nk.longest_match(history.astype(np.int64), lo, hi or max(len(history), lo), kk, prefer).tolist()
+        return got
+
+    return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
+                  long_prompts=long, expected=rescan, calm=calm), p
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    vocab=st.sampled_from([2, 3, 5, 50]),
+    rows=st.integers(1, 6),
+    cap=st.integers(8, 120),
+    k=st.integers(1, 5),
+    lo=st.integers(1, 3),
+    hi=st.sampled_from([None, 4]),
+    prefer=st.sampled_from(["earliest", "latest"]),
+    verify=st.sampled_from(["sparse", "full"]),
+)
+def test_suffix_proposals_equal_a_fresh_index_after_any_row_movements(impl, seed, vocab, rows, cap, k, lo, hi, prefer, verify):
+    eng, _ = _suffix_engine(impl, seed, vocab=vocab, rows=rows, cap=cap, k=k, lo=lo, hi=hi, prefer=prefer, verify=verify)
+    for _ in range(30):
+        eng.step()
+
+
+@pytest.mark.parametrize("rows, seed", [(3, 0), (20, 1), (20, 2)])
+def test_suffix_long_histories_and_steady_steps(impl, rows, seed):
+    eng, p = _suffix_engine(impl, seed, vocab=50, rows=rows, cap=900, k=4, lo=1, hi=None, prefer="earliest", long=True, calm=0.8)
+    for _ in range(60):
+        eng.step()
+    assert eng.checked_rows > 60
+    assert p.stats["steady"] > 0 and p.stats["adopted"] > 0

@@ -21,7 +21,9 @@ operations in ``GPUModelRunner._update_states`` / ``_bookkeeping_sync`` /
 - a streaming-session update removes the request and re-adds it with the previous
   outputs folded into its prompt;
 - a step whose input does not fit the drafter appends tokens but calls no ``propose``;
-- a request stops at ``max_model_len``.
+- a request stops at ``max_model_len``;
+- with ``calm > 0``, steps where nothing moves (as most steps of a busy server are),
+  which the proposers serve on their steady path.
 """
 
 from __future__ import annotations
@@ -148,8 +150,9 @@ class Engine:
     returned draft with ``expected(history, k)``."""
 
     def __init__(self, proposer, rng: random.Random, *, max_num_reqs: int, max_model_len: int,
-                 vocab: int, k: int, long_prompts: bool = False, expected=None) -> None:
+                 vocab: int, k: int, long_prompts: bool = False, expected=None, calm: float = 0.0) -> None:
         self.p = proposer
+        self.calm = calm
         self._expected = expected
         self.rng = rng
         self.batch = InputBatchModel(max_num_reqs, max_model_len)
@@ -188,6 +191,14 @@ class Engine:
                        target_len=r.randint(len(prompt) + 1, cap))
 
     def step(self) -> None:
+        """One scheduler step: row movements (skipped with probability ``calm``: a step
+        where nothing moves, as most steps of a busy server are), then the forward pass's
+        bookkeeping and the drafter call."""
+        if not (self.calm > 0 and self.rng.random() < self.calm):
+            self._move()
+        self._forward()
+
+    def _move(self) -> None:
         r, b = self.rng, self.batch
         # 1. finished requests
         for rid in list(self.running):
@@ -249,6 +260,9 @@ class Engine:
         for rid, idx in b.req_id_to_index.items():
             if r.random() < 0.5:
                 b.write_spec_tokens(idx, self._tokens(self.k))
+
+    def _forward(self) -> None:
+        r, b = self.rng, self.batch
         # 8. forward + bookkeeping: sampled tokens per row
         sampled: list[list[int]] = []
         for idx in range(b.num_reqs):
