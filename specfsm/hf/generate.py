@@ -225,6 +225,7 @@ class SpeculativeGenerator:
         check_model(model)
         self.model = model
         # transformers 5.2x renamed forward's past_key_values to cache; take what it has
+        params: Any
         try:
             params = inspect.signature(model.forward).parameters
         except (TypeError, ValueError):
