@@ -71,8 +71,8 @@ def default_ngram(drafter: str) -> tuple[int, int | None]:
 
 def make_drafter(name: str, ngram: tuple[int, int | None], kind: str | None = None) -> Any:
     """The drafter for ``--drafter``/``--ngram``; ``kind`` picks one implementation's
-    kernels (None: the active ones). A fresh drafter
-    per call: the shared suffix cache must not carry one run's outputs into the next."""
+    kernels (None: the active ones). A fresh drafter per call: the shared suffix cache
+    must not carry one run's outputs into the next."""
     lo, hi = ngram
     if name == "prompt":
         if lo != hi:
@@ -127,7 +127,6 @@ def available_kinds() -> tuple[list[str], dict[str, str]]:
     return kinds, skipped
 
 
-# --------------------------------------------------------------------------------------
 def _requests(workload: Workload) -> list[Request]:
     return [
         Request(
