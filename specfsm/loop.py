@@ -342,7 +342,7 @@ class RequestResult:
 # --------------------------------------------------------------------------------------
 # one request's progress through the state machine
 # --------------------------------------------------------------------------------------
-class _Run:
+class _RequestRun:
     """Steps one request: ``pending()`` says what to evaluate next (None when done),
     ``absorb()`` takes the target's rows and moves the state machine on."""
 
@@ -585,7 +585,7 @@ class SpeculativeLoop:
     def run(self, request: Request, check: bool = False) -> RequestResult:
         """Run one request to ``Done``. ``check=True`` also runs plain greedy decoding and
         raises ``SpeculationMismatch`` if the outputs differ."""
-        run = _Run(request, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels)
+        run = _RequestRun(request, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels)
         t_target = 0
         t0 = perf_counter_ns()
         while not run.done:
@@ -614,7 +614,7 @@ class SpeculativeLoop:
         request (one ``evaluate_batch`` call when they share a target that has it). The
         results equal running each request alone. ``on_done(index, result)`` is called as
         each request finishes."""
-        runs = [_Run(r, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels) for r in requests]
+        runs = [_RequestRun(r, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels) for r in requests]
         results: list[RequestResult | None] = [None] * len(runs)
         active = list(range(len(runs)))
         shared = self.target
@@ -667,7 +667,6 @@ class SpeculativeLoop:
             _raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out
 
-
     def run_batched(
         self,
         requests: Sequence[Request],
@@ -689,10 +688,10 @@ class SpeculativeLoop:
             raise TypeError(
                 f"run_batched drafts with an NgramDrafter (an index per request), got {type(drafter).__name__}"
             )
-        use_ix = drafter is not None and k > 0
+        use_indexes = drafter is not None and k > 0
         kind = self.impl
         if kind is None:  # the drafter's index names its implementation
-            mod = getattr(drafter, "_cls", None).__module__ if use_ix else ""
+            mod = getattr(drafter, "_cls", None).__module__ if use_indexes else ""
             kind = "python" if mod.startswith("specfsm._py.") else ("compiled" if mod.startswith("specfsm._core.") else None)
         bm = _impl.module(kind, "batch") if kind else _impl.load("batch")
         n = len(requests)
@@ -715,11 +714,11 @@ class SpeculativeLoop:
             prompts = [list(requests[i].prompt) for i in group]
             offs = np.zeros(len(group) + 1, dtype=np.int64)
             np.cumsum([len(p) for p in prompts], out=offs[1:])
-            ixs = [drafter.session(requests[i].prompt).index for i in group] if use_ix else None
+            request_indexes = [drafter.session(requests[i].prompt).index for i in group] if use_indexes else None
             bs.admit(
                 group, [t for p in prompts for t in p], offs, group,
                 max_tokens=[requests[i].max_tokens for i in group],
-                eos=[requests[i].eos for i in group] if with_eos else None, indexes=ixs,
+                eos=[requests[i].eos for i in group] if with_eos else None, indexes=request_indexes,
             )
         clock = perf_counter_ns
         needs = needs_probs(rule)
