@@ -14,7 +14,7 @@ A *drafter* makes one session per request: ``drafter.session(prompt)`` returns a
 with ``extend(tokens)`` (tokens the target confirmed, never drafts) and
 ``propose(max_k)`` (a draft of at most ``max_k`` tokens, possibly empty).
 ``PromptLookupDrafter`` uses ``specfsm.prompt_lookup``; ``NgramDrafter`` uses
-``specfsm.ngram_index.NgramIndex`` where that module is installed.
+``specfsm.ngram_index.NgramIndex``.
 
 A *rule* is ``None`` (greedy exact match, what ``Verify.accept`` does) or any object with
 ``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). The sampling rules
@@ -29,6 +29,11 @@ running plain greedy too.
 ``SpeculativeLoop.run_batched`` runs requests on the batch API (``specfsm.batch``: one
 ``BatchState.step`` per serving step for every request), optionally with the bonus row.
 The teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
+
+Kernels come from ``specfsm._impl`` (the active implementation) unless the caller names
+one: ``SpeculativeLoop(..., impl="python")`` and ``PromptLookupDrafter(n, impl=...)``
+run on that implementation's kernels without touching any module's globals, so the
+compiled core and the twin can run side by side in one process.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import _impl
-from ._validate import check_count
+from ._validate import as_token_array, check_count
 from . import state as _state
 from .state import Accept, Decode, Prefill, ServingState, Verify
 
@@ -54,7 +59,6 @@ __all__ = [
     "DraftSession",
     "PromptLookupDrafter",
     "NgramDrafter",
-    "ngram_available",
     "Request",
     "RequestStats",
     "RequestResult",
@@ -109,10 +113,11 @@ class _PromptLookupSession:
     """Keeps integer histories in a growable int64 buffer (the compiled kernel scans a
     typed view of it); any other entries in a list."""
 
-    __slots__ = ("buf", "n", "history", "ngram")
+    __slots__ = ("buf", "n", "history", "ngram", "lookup")
 
-    def __init__(self, prompt: Sequence[Any], ngram: int) -> None:
+    def __init__(self, prompt: Sequence[Any], ngram: int, lookup: Callable[..., Any] | None = None) -> None:
         self.ngram = ngram
+        self.lookup = lookup
         self.history: list[Any] | None = None
         self.n = n = len(prompt)
         self.buf = np.empty(max(1024, 2 * n), dtype=np.int64)
@@ -146,28 +151,33 @@ class _PromptLookupSession:
         self.n = m
 
     def propose(self, max_k: int) -> Any:
-        # through _impl at call time, so a caller can route it to either implementation
         h: Any = self.history
         if h is None:
             h = self.buf[: self.n]
-        return _impl.prompt_lookup(h, self.ngram, max_k)
+        lookup = self.lookup
+        if lookup is None:  # the active implementation, looked up at call time
+            return _impl.prompt_lookup(h, self.ngram, max_k)
+        return lookup(h, self.ngram, max_k)
 
 
 class PromptLookupDrafter:
     """Drafts with ``specfsm.prompt_lookup``: the tokens that followed the most recent
     earlier occurrence of the history's last ``ngram`` tokens (prompt and output alike).
-    Refuses an ``ngram`` that is not a positive integer."""
+    Refuses an ``ngram`` that is not a positive integer. ``impl`` (``"compiled"`` or
+    ``"python"``) drafts with that implementation's kernel; None: the active one."""
 
     name = "prompt"
 
-    def __init__(self, ngram: int = 3) -> None:
+    def __init__(self, ngram: int = 3, impl: str | None = None) -> None:
         ngram = check_count(ngram, "ngram")
         if ngram < 1:
             raise ValueError(f"ngram must be at least 1, got {ngram}")
         self.ngram = ngram
+        self.impl = impl
+        self._lookup = None if impl is None else _impl.module(impl, "ngram").prompt_lookup
 
     def session(self, prompt: Sequence[Any]) -> _PromptLookupSession:
-        return _PromptLookupSession(prompt, self.ngram)
+        return _PromptLookupSession(prompt, self.ngram, self._lookup)
 
     def __repr__(self) -> str:
         return f"PromptLookupDrafter(ngram={self.ngram})"
@@ -193,8 +203,7 @@ class NgramDrafter:
     longest suffix match from ``max_n`` down to ``min_n``, in time independent of the
     history length (``min_n == max_n`` with ``prefer="latest"`` drafts exactly what
     ``PromptLookupDrafter(min_n)`` does). ``index_cls`` substitutes another class with the
-    same interface (one implementation's kernel). Raises ImportError when
-    ``specfsm.ngram_index`` is not available and no ``index_cls`` is given."""
+    same interface (one implementation's kernel)."""
 
     name = "ngram"
 
@@ -202,7 +211,7 @@ class NgramDrafter:
         self, min_n: int = 1, max_n: int | None = None, prefer: str = "latest", index_cls: Any = None
     ) -> None:
         if index_cls is None:
-            from .ngram_index import NgramIndex as index_cls  # ImportError when absent
+            from .ngram_index import NgramIndex as index_cls
 
         self._cls = index_cls
         self.min_n = min_n
@@ -215,15 +224,6 @@ class NgramDrafter:
 
     def __repr__(self) -> str:
         return f"NgramDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r})"
-
-
-def ngram_available() -> bool:
-    """Whether ``specfsm.ngram_index`` imports (so ``NgramDrafter`` can be built)."""
-    try:
-        from . import ngram_index  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------------------
@@ -342,16 +342,19 @@ class RequestResult:
 # --------------------------------------------------------------------------------------
 # one request's progress through the state machine
 # --------------------------------------------------------------------------------------
-class _Run:
+class _RequestRun:
     """Steps one request: ``pending()`` says what to evaluate next (None when done),
     ``absorb()`` takes the target's rows and moves the state machine on."""
 
     __slots__ = (
         "state", "output", "target", "session", "k", "rule", "clone", "max_tokens", "eos",
-        "stats", "done", "_dpos", "_apos",
+        "stats", "done", "_dpos", "_apos", "kernels",
     )
 
-    def __init__(self, request: Request, target: Any, drafter: Any, k: int, rule: Any, clone: Any):
+    def __init__(
+        self, request: Request, target: Any, drafter: Any, k: int, rule: Any, clone: Any, kernels: Any = None
+    ):
+        self.kernels = kernels  # (common_prefix, settle) of one implementation; None: _impl's
         self.state: ServingState = ServingState.start(request.prompt, request.cache)
         self.output: list[Any] = []
         self.target = request.target if request.target is not None else target
@@ -399,13 +402,18 @@ class _Run:
         if type(st) is Verify:
             draft: Any = st.draft  # a list: pending() enters lists only
             rule = self.rule
+            kernels = self.kernels
             if rule is None:  # greedy exact: what Verify.accept computes
-                n = _impl.common_prefix(draft, row_tokens)
+                prefix = _impl.common_prefix if kernels is None else kernels[0]
+                n = prefix(draft, row_tokens)
             elif probs is not None:  # a sampling rule: its own row tokens
                 n, row_tokens = rule.select(draft, probs[: len(draft)])
             else:
                 n = rule.accepted_rows(draft, row_tokens)
-            nxt = st.accept_rows(n, row_tokens, row_caches)
+            if kernels is None:
+                nxt = st.accept_rows(n, row_tokens, row_caches)
+            else:
+                nxt = _settle_with(kernels[1], draft, n, row_tokens, row_caches)
             k = len(draft)
             stats.verifies += 1
             stats.drafted += k
@@ -466,6 +474,27 @@ class _Run:
         return RequestResult(self.output, stats, self.state)
 
 
+def _settle_with(
+    settle: Callable[..., int], draft: list[Any], accepted: int, row_tokens: Any, row_caches: Any
+) -> Accept | _state.Rollback:
+    """``Verify.accept_rows`` with one implementation's ``settle`` kernel: the same checks
+    and the same ``Accept``/``Rollback`` (``specfsm.state`` calls the active kernel)."""
+    k = len(draft)
+    if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
+        as_token_array(row_tokens, "row_tokens")
+    idx = settle(k, accepted, len(row_tokens), len(row_caches), "accept_rows")
+    cache = row_caches[idx]
+    if idx + 1 == k and idx != accepted:  # every draft row accepted
+        token = draft[idx]
+        if type(token) is not int and isinstance(token, np.integer):
+            token = int(token)
+        return Accept(k, token, cache)
+    token = row_tokens[idx]
+    if type(token) is not int and isinstance(token, np.integer):
+        token = int(token)
+    return _state.Rollback(cache, token)
+
+
 def needs_probs(rule: Any) -> bool:
     """Whether ``rule`` decides from probability rows (``SpeculativeSampling``,
     ``TypicalAcceptance``): the loop then asks the target's ``evaluate_probs``."""
@@ -515,7 +544,10 @@ class SpeculativeLoop:
     ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
     the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
     ``clone`` is passed to ``enter_verify`` (None: the snapshot is the cache handle;
-    True or a callable: an independent copy, for backends that write caches in place).
+    True or a callable: an independent copy, for backends that write caches in place);
+    ``impl`` (``"compiled"`` or ``"python"``) runs the loop's kernels (acceptance, settle,
+    the batch API) on that implementation without rebinding any module's globals; None
+    (the default): the active implementation, ``specfsm._impl``'s.
     """
 
     def __init__(
@@ -525,8 +557,14 @@ class SpeculativeLoop:
         k: int = 5,
         rule: Any = None,
         clone: Callable[[Any], Any] | None = None,
+        impl: str | None = None,
     ) -> None:
         self.k = check_count(k, "k")
+        if impl is None:
+            self._kernels = None
+        else:
+            self._kernels = (_impl.module(impl, "prefix").common_prefix, _impl.module(impl, "settle").settle)
+        self.impl = impl
         if drafter is not None and not callable(getattr(drafter, "session", None)):
             raise TypeError(
                 f"drafter must have a session(prompt) method, got {type(drafter).__name__}"
@@ -542,12 +580,12 @@ class SpeculativeLoop:
 
     def greedy(self) -> SpeculativeLoop:
         """The same loop with speculation switched off: plain greedy decoding."""
-        return SpeculativeLoop(self.target, None, 0, None, self.clone)
+        return SpeculativeLoop(self.target, None, 0, None, self.clone, self.impl)
 
     def run(self, request: Request, check: bool = False) -> RequestResult:
         """Run one request to ``Done``. ``check=True`` also runs plain greedy decoding and
         raises ``SpeculationMismatch`` if the outputs differ."""
-        run = _Run(request, self.target, self.drafter, self.k, self.rule, self.clone)
+        run = _RequestRun(request, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels)
         t_target = 0
         t0 = perf_counter_ns()
         while not run.done:
@@ -576,7 +614,7 @@ class SpeculativeLoop:
         request (one ``evaluate_batch`` call when they share a target that has it). The
         results equal running each request alone. ``on_done(index, result)`` is called as
         each request finishes."""
-        runs = [_Run(r, self.target, self.drafter, self.k, self.rule, self.clone) for r in requests]
+        runs = [_RequestRun(r, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels) for r in requests]
         results: list[RequestResult | None] = [None] * len(runs)
         active = list(range(len(runs)))
         shared = self.target
@@ -629,7 +667,6 @@ class SpeculativeLoop:
             _raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out
 
-
     def run_batched(
         self,
         requests: Sequence[Request],
@@ -651,12 +688,12 @@ class SpeculativeLoop:
             raise TypeError(
                 f"run_batched drafts with an NgramDrafter (an index per request), got {type(drafter).__name__}"
             )
-        use_ix = drafter is not None and k > 0
-        from . import _impl as impl
-
-        mod = getattr(drafter, "_cls", None).__module__ if use_ix else ""
-        kind = "python" if mod.startswith("specfsm._py.") else ("compiled" if mod.startswith("specfsm._core.") else None)
-        bm = impl.module(kind, "batch") if kind else impl.load("batch")
+        use_indexes = drafter is not None and k > 0
+        kind = self.impl
+        if kind is None:  # the drafter's index names its implementation
+            mod = getattr(drafter, "_cls", None).__module__ if use_indexes else ""
+            kind = "python" if mod.startswith("specfsm._py.") else ("compiled" if mod.startswith("specfsm._core.") else None)
+        bm = _impl.module(kind, "batch") if kind else _impl.load("batch")
         n = len(requests)
         out: list[RequestResult | None] = [None] * n
         if n == 0:
@@ -677,11 +714,11 @@ class SpeculativeLoop:
             prompts = [list(requests[i].prompt) for i in group]
             offs = np.zeros(len(group) + 1, dtype=np.int64)
             np.cumsum([len(p) for p in prompts], out=offs[1:])
-            ixs = [drafter.session(requests[i].prompt).index for i in group] if use_ix else None
+            request_indexes = [drafter.session(requests[i].prompt).index for i in group] if use_indexes else None
             bs.admit(
                 group, [t for p in prompts for t in p], offs, group,
                 max_tokens=[requests[i].max_tokens for i in group],
-                eos=[requests[i].eos for i in group] if with_eos else None, indexes=ixs,
+                eos=[requests[i].eos for i in group] if with_eos else None, indexes=request_indexes,
             )
         clock = perf_counter_ns
         needs = needs_probs(rule)

@@ -181,7 +181,7 @@ def stdlib_workload(requests: int | None = None, root: str | None = None) -> Wor
     ]
     return Workload(
         traces,
-        source=f"embedded: code edits of {len(traces)} CPython standard-library modules",
+        source=f"embedded: code edits of {len(traces)} CPython standard-library module{'' if len(traces) == 1 else 's'}",
         details={
             "stdlib": root,
             "files": [u[0] for u in usable],
@@ -335,7 +335,7 @@ def load_jsonl(
         )
     if not traces:
         raise WorkloadError(f"workload {path!r} holds no requests (every line is blank)")
-    return Workload(traces, source=f"file: {path} ({len(traces)} requests)", details={"path": path})
+    return Workload(traces, source=f"file: {path} ({len(traces)} request{'' if len(traces) == 1 else 's'})", details={"path": path})
 
 
 # --------------------------------------------------------------------------------------

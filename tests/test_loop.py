@@ -23,17 +23,9 @@ from specfsm.loop import (
     compare_outputs,
 )
 
+from specfsm import _impl, accept_rule
+
 from reference import OverAcceptingRule
-
-try:
-    from specfsm import accept_rule
-except ImportError:  # the acceptance-rule module has not landed: the built-in rules only
-    accept_rule = None
-
-try:
-    from specfsm import ngram_index
-except ImportError:
-    ngram_index = None
 
 
 # --------------------------------------------------------------------------------------
@@ -133,17 +125,17 @@ class FirstRunAtLeast:
 
 
 def drafters():
-    out = [PromptLookupDrafter(1), PromptLookupDrafter(2), PromptLookupDrafter(3)]
-    if ngram_index is not None:
-        out += [NgramDrafter(2, 2), NgramDrafter(1, 3), NgramDrafter(1, 4, "earliest")]
-    return out
+    return [
+        PromptLookupDrafter(1), PromptLookupDrafter(2), PromptLookupDrafter(3),
+        NgramDrafter(2, 2), NgramDrafter(1, 3), NgramDrafter(1, 4, "earliest"),
+    ]
 
 
 def rules():
-    out = [None, FirstRunAtLeast(1), FirstRunAtLeast(3)]
-    if accept_rule is not None:
-        out += [accept_rule.Exact(), accept_rule.MinRun(2), accept_rule.MinRun(3)]
-    return out
+    return [
+        None, FirstRunAtLeast(1), FirstRunAtLeast(3),
+        accept_rule.Exact(), accept_rule.MinRun(2), accept_rule.MinRun(3),
+    ]
 
 
 DRAFTERS = drafters()
@@ -419,7 +411,6 @@ def test_prompt_lookup_drafter_takes_non_integer_and_numpy_entries(fsm):
     assert res.output == [(6 + i) % 11 for i in range(32)]
 
 
-@pytest.mark.skipif(ngram_index is None, reason="specfsm.ngram_index is not available")
 def test_ngram_drafter_with_one_length_equals_prompt_lookup(fsm):
     target = HistoryTarget(7)
     for n in (1, 2, 3):
@@ -479,3 +470,55 @@ def test_a_drafter_that_ignores_max_k_is_cut_to_it(fsm):
     res = SpeculativeLoop(SuccessorTarget(20), Greedy(), k=3).run(Request([19], 30), check=True)
     assert res.output == [(i % 20) for i in range(30)]
     assert len(res.stats.drafted_by_position) == 3 and res.stats.accepted > 0
+
+
+# --------------------------------------------------------------------------------------
+# one implementation per loop, chosen by passing it
+# --------------------------------------------------------------------------------------
+def _unreachable(*_args, **_kwargs):
+    raise AssertionError("the loop reached a kernel through specfsm._impl's globals")
+
+
+@pytest.mark.parametrize("rule", [None, FirstRunAtLeast(2)], ids=["exact", "minrun"])
+def test_a_loop_given_an_implementation_uses_its_kernels_only(impl, monkeypatch, rule):
+    """``SpeculativeLoop(..., impl=name)`` and ``PromptLookupDrafter(n, impl=name)`` run on
+    that implementation's kernels without reading (or rebinding) ``specfsm._impl``'s
+    globals, and reproduce plain greedy decoding with rollbacks taken."""
+    impl.module("prefix")  # fails clearly when the compiled core is asked for and not built
+    for name in ("common_prefix", "prompt_lookup", "settle"):
+        monkeypatch.setattr(_impl, name, _unreachable)
+    target = HistoryTarget()
+    loop = SpeculativeLoop(target, PromptLookupDrafter(2, impl=impl.name), 4, rule, impl=impl.name)
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    result = loop.run(Request(prompt, 60))
+    assert result.output == plain_greedy(target, prompt, 60)
+    assert result.stats.verifies and result.stats.rollbacks
+    batch = loop.run_batch([Request(prompt, 40), Request(prompt[::-1], 30)])
+    assert [r.output for r in batch] == [plain_greedy(target, prompt, 40), plain_greedy(target, prompt[::-1], 30)]
+
+
+def test_a_loop_given_an_implementation_runs_the_batch_api_on_it(impl):
+    bm = impl.module("batch")
+    loop = SpeculativeLoop(HistoryTarget(), None, 0, impl=impl.name)
+    assert loop.greedy().impl == impl.name
+    seen = []
+    real = bm.BatchState
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a, **kw):
+            seen.append(1)
+            super().__init__(*a, **kw)
+
+    bm.BatchState = Spy
+    try:
+        out = loop.run_batched([Request([1, 2, 3], 10)])
+    finally:
+        bm.BatchState = real
+    assert seen and out[0].output == plain_greedy(HistoryTarget(), [1, 2, 3], 10)
+
+
+def test_an_unknown_implementation_is_refused():
+    with pytest.raises(ValueError, match="kind"):
+        SpeculativeLoop(None, impl="fast")
+    with pytest.raises(ValueError, match="kind"):
+        PromptLookupDrafter(2, impl="fast")

@@ -336,7 +336,7 @@ def test_a_target_that_breaks_identity_exits_1(tmp_path, capsys, monkeypatch):
     """The identity line can fail: an acceptance rule that keeps one row too many makes
     the speculative output differ, and replay says so with exit status 1."""
 
-    monkeypatch.setattr(cli, "make_rule", lambda spec: OverAcceptingRule())
+    monkeypatch.setattr(cli.orchestrate, "make_rule", lambda spec: OverAcceptingRule())
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
     assert cli.main(["replay", "--workload", path, "--impl", "python", "--drafter", "prompt"]) == 1
     err = capsys.readouterr().err

@@ -1,0 +1,151 @@
+"""Option parsing for the ``specfsm`` command: the argument types, the usage error, and
+the ``replay`` sub-command's parser (``generate`` and ``record`` add theirs from
+``specfsm.hf.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..workload import MAX_LINE_BYTES
+
+__all__ = ["UsageError", "build_parser", "check_plot_path", "rule_text"]
+
+DRAFTERS = ("suffix", "suffix-shared", "ngram", "prompt", "arctic")
+DEFAULT_DRAFTER = "suffix"
+
+
+class UsageError(Exception):
+    """A bad option value; reported with exit status 2."""
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _parse_ngram(text: str) -> tuple[int, int]:
+    parts = text.replace("-", ":").split(":")
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX, got {text!r}") from None
+    if len(nums) == 1:
+        nums = nums * 2
+    if len(nums) != 2 or nums[0] < 1 or nums[0] > nums[1]:
+        raise argparse.ArgumentTypeError(
+            f"expected N or MIN:MAX with 1 <= MIN <= MAX, got {text!r}"
+        )
+    return nums[0], nums[1]
+
+
+def _parse_rule(text: str) -> tuple[str, int]:
+    name, _, arg = text.partition(":")
+    name = name.strip().lower()
+    if name in ("exact", "typical") and not arg:
+        return name, 0
+    if name == "minrun":
+        try:
+            m = int(arg)
+        except ValueError:
+            m = -1
+        if m >= 1:
+            return "minrun", m
+        raise argparse.ArgumentTypeError(f"minrun needs a positive run length, as in minrun:3; got {text!r}")
+    if name == "speculative":
+        try:
+            seed = int(arg) if arg else 0
+        except ValueError:
+            seed = -1
+        if seed >= 0:
+            return "speculative", seed
+        raise argparse.ArgumentTypeError(f"speculative takes a non-negative seed, as in speculative:7; got {text!r}")
+    raise argparse.ArgumentTypeError(f"expected exact, minrun:M, speculative[:SEED] or typical; got {text!r}")
+
+
+def rule_text(spec: tuple[str, int]) -> str:
+    """A parsed ``--rule`` as the user would write it."""
+    name, arg = spec
+    if name == "minrun":
+        return f"minrun:{arg}"
+    if name == "speculative":
+        return f"speculative:{arg}"
+    return name
+
+
+def check_plot_path(path: str) -> None:
+    """Refuse a ``--plot`` path that cannot take the PNG (a directory, a missing parent
+    directory, another extension) or a missing matplotlib, before any replay work."""
+    if os.path.isdir(path):
+        raise UsageError(f"--plot {path}: is a directory; give a file name ending in .png")
+    if os.path.splitext(path)[1].lower() != ".png":
+        raise UsageError(f"--plot {path}: the plot is a PNG; give a file name ending in .png")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--plot {path}: the directory {parent} does not exist")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--plot needs matplotlib, which is not installed "
+            "(pip install 'specfsm[plot]' or pip install matplotlib)"
+        ) from None
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return f"specfsm {__version__}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``specfsm`` parser with every sub-command."""
+    p = argparse.ArgumentParser(prog="specfsm", description="specfsm: a control plane for speculative decoding.")
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    r = sub.add_parser(
+        "replay",
+        help="replay recorded requests through the speculative serving loop",
+        description=(
+            "Replay recorded requests through the speculative serving loop against a "
+            "teacher-forced target, and report target evaluations saved, acceptance and "
+            "control-plane time with the compiled core and the pure-Python twin. Without "
+            "--workload, uses code-editing requests built from this Python's standard library."
+        ),
+    )
+    r.add_argument(
+        "--workload",
+        metavar="FILE.jsonl",
+        help=(
+            "'smollm2' (SmolLM2-135M-Instruct's recorded greedy outputs, shipped with the package) or "
+            "a file: one JSON object per line: {\"prompt\": [ids], \"output\": [ids]} (optional \"eos\", "
+            f"\"name\"); at most {MAX_LINE_BYTES >> 20} MiB per line. A file with an unreadable "
+            "line (not UTF-8, not JSON, too deeply nested, an integer too long, a line over "
+            "the limit, a bad request) is refused with its file:line and exit status 2"
+        ),
+    )
+    r.add_argument("--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help=(
+        "suffix (default): the longest earlier match of the history's suffix, any length (SuffixIndex); "
+        "suffix-shared: the same, also drafting from earlier requests' outputs (SharedSuffixCache); "
+        "ngram: the incremental n-gram index; prompt: prompt lookup (a rescan per step); "
+        "arctic: Snowflake Arctic's suffix decoding, when arctic-inference is installed"))
+    r.add_argument("--k", type=_positive, default=5, help="most tokens per draft (default 5)")
+    r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length: for prompt one N (default 3); for ngram a MIN:MAX range, longest match first (default 2:4); for suffix a minimum match N or MIN:MAX (default 1, no maximum)")
+    r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="RULE", help="acceptance rule: exact (default), minrun:M, speculative[:SEED] (rejection sampling; the teacher-forced target gives one-hot rows) or typical")
+    r.add_argument("--bonus", action="store_true", help="verify a K-token draft with K + 1 rows, so a fully accepted draft emits K + 1 tokens (the batch API's option; needs --drafter ngram)")
+    r.add_argument("--requests", type=_positive, default=None, help="replay only this many requests (default: 24 embedded, or the whole file); more than the workload holds replays all of them, with a note")
+    r.add_argument("--batch", type=_positive, default=8, help="requests stepping together (default 8)")
+    r.add_argument("--repeat", type=_positive, default=3, help="runs per implementation, fewer once one has taken 2 s (default 3); the fastest control-plane time is reported")
+    r.add_argument("--impl", choices=("both", "compiled", "python"), default="both", help="implementations to measure (default both); compiled needs every kernel module compiled (see specfsm.extensions())")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON instead of the table")
+    r.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
+    r.add_argument("--plot", metavar="FILE.png", help="write acceptance by draft position as a PNG (needs matplotlib); the path is checked before the replay")
+    from ..hf import cli as hf_cli  # imports neither torch nor transformers until it runs
+
+    hf_cli.add_parsers(sub)
+    return p

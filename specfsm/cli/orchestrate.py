@@ -1,0 +1,283 @@
+"""Replay orchestration for ``specfsm replay``: the workload's requests driven through
+the speculative loop with plain greedy decoding and with speculation under each
+implementation (each run names its implementation; no module globals are rebound), and
+the summary those runs add up to (``specfsm.cli.summary`` formats it)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _impl
+from ..loop import (
+    NgramDrafter,
+    PromptLookupDrafter,
+    Request,
+    RequestResult,
+    SpeculativeLoop,
+    TeacherForcedTarget,
+    compare_outputs,
+)
+from ..workload import Workload
+from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, rule_text
+from .progress import Progress
+from .summary import LABELS
+
+__all__ = ["replay", "make_rule", "make_drafter", "available_kinds", "default_ngram", "SHIPPED_WORKLOADS"]
+
+_REPEAT_BUDGET_S = 2.0  # no further repeats once an implementation has run this long
+
+#: workloads that ship with the package, by name: SmolLM2-135M-Instruct's greedy outputs
+#: on embedded edit prompts (recorded with ``specfsm record``)
+SHIPPED_WORKLOADS = {
+    "smollm2": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "smollm2_edits.jsonl"),
+}
+
+
+def make_rule(spec: tuple[str, int]) -> Any:
+    """A fresh acceptance rule object for a parsed ``--rule`` (each run gets its own, so a
+    sampling rule's random stream starts from its seed every time)."""
+    from .. import accept_rule
+
+    name, arg = spec
+    if name == "exact":
+        return accept_rule.Exact()
+    if name == "minrun":
+        return accept_rule.MinRun(arg)
+    if name == "speculative":
+        return accept_rule.SpeculativeSampling(seed=arg)
+    if name == "typical":
+        return accept_rule.TypicalAcceptance()
+    raise ValueError(f"unknown rule {name!r}")
+
+
+def _index_cls(kind: str | None, module: str, name: str) -> Any:
+    """Class ``name`` of one implementation's kernel ``module``, or the active one."""
+    return getattr(_impl.module(kind, module) if kind is not None else _impl.load(module), name)
+
+
+def default_ngram(drafter: str) -> tuple[int, int | None]:
+    """``--ngram`` when it is not given: 3 for prompt lookup, 2:4 for the n-gram index,
+    and for the suffix drafters a minimum of 1 with no maximum (the longest match)."""
+    if drafter == "prompt":
+        return (3, 3)
+    if drafter == "ngram":
+        return (2, 4)
+    return (1, None)
+
+
+def make_drafter(name: str, ngram: tuple[int, int | None], kind: str | None = None) -> Any:
+    """The drafter for ``--drafter``/``--ngram``; ``kind`` picks one implementation's
+    kernels (None: the active ones). A fresh drafter per call: the shared suffix cache
+    must not carry one run's outputs into the next."""
+    lo, hi = ngram
+    if name == "prompt":
+        if lo != hi:
+            raise UsageError(
+                f"--drafter prompt takes one n-gram length, got --ngram {lo}:{hi} "
+                "(a range needs --drafter ngram or suffix)"
+            )
+        return PromptLookupDrafter(lo, impl=kind)
+    if name == "ngram":
+        if hi is None:
+            raise UsageError("--drafter ngram needs a bounded range, as in --ngram 2:4")
+        return NgramDrafter(lo, hi, "latest", index_cls=_index_cls(kind, "ngram_index", "NgramIndex"))
+    if name in ("suffix", "suffix-shared"):
+        from .. import suffix_index
+
+        cls = _index_cls(kind, "suffix_index", "SuffixIndex")
+        shared = suffix_index.SharedSuffixCache(index_cls=cls) if name == "suffix-shared" else None
+        return suffix_index.SuffixDrafter(lo, hi, index_cls=cls, shared=shared)
+    if name == "arctic":
+        from .. import suffix_index
+
+        if not suffix_index.arctic_available():
+            raise UsageError(
+                "--drafter arctic needs Snowflake's arctic-inference package "
+                "(pip install --no-deps arctic-inference)"
+            )
+        return suffix_index.ArcticDrafter()
+    raise UsageError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
+
+
+def available_kinds() -> tuple[list[str], dict[str, str]]:
+    """Implementations to measure, and why any is skipped.
+
+    The compiled core is measured only when every kernel module is compiled
+    (``specfsm.extensions()``): with some of them on the twin, its timings would be the
+    twin's, reported as compiled ones.
+    """
+    kinds, skipped = [], {}
+    if _impl.NO_EXTENSIONS:
+        skipped["compiled"] = "switched off (SPECFSM_NO_EXTENSIONS or a non-CPython interpreter)"
+    else:
+        missing = {name: st.error for name, st in _impl.extensions().items() if not st.compiled}
+        if not missing:
+            kinds.append("compiled")
+        elif len(missing) == len(_impl.KERNEL_MODULES):
+            skipped["compiled"] = "not built"
+        else:
+            skipped["compiled"] = "only partly built: " + "; ".join(
+                f"specfsm._core.{name} does not import ({err})" for name, err in missing.items()
+            )
+    kinds.append("python")
+    return kinds, skipped
+
+
+def _requests(workload: Workload) -> list[Request]:
+    return [
+        Request(
+            t.prompt,
+            len(t.output),
+            eos=t.eos,
+            target=TeacherForcedTarget(t.prompt, t.output),
+            name=t.name,
+        )
+        for t in workload.traces
+    ]
+
+
+def _run_batches(
+    loop: SpeculativeLoop, requests: list[Request], batch: int, progress: Progress, bonus: bool = False
+) -> list[RequestResult]:
+    """Run ``requests`` ``batch`` at a time: on the batch API (one ``BatchState.step`` per
+    serving step) when the loop drafts with an n-gram index or not at all, else request by
+    request (prompt lookup keeps a history per request)."""
+    batched = loop.drafter is None or isinstance(loop.drafter, NgramDrafter)
+    out: list[RequestResult] = []
+    for i in range(0, len(requests), batch):
+        chunk = requests[i : i + batch]
+        if batched:
+            out += loop.run_batched(chunk, on_done=progress.step, bonus=bonus)
+        else:
+            out += loop.run_batch(chunk, on_done=progress.step)
+    return out
+
+
+def replay(
+    workload: Workload,
+    drafter: str = DEFAULT_DRAFTER,
+    k: int = 5,
+    ngram: tuple[int, int | None] | None = None,
+    rule: tuple[str, int] = ("exact", 0),
+    batch: int = 8,
+    repeat: int = 3,
+    kinds: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    bonus: bool = False,
+) -> dict[str, Any]:
+    """Replay ``workload`` with speculation under each implementation in ``kinds`` and
+    with plain greedy decoding; return the summary ``specfsm replay --json`` prints."""
+    requests = _requests(workload)
+    if ngram is None:
+        ngram = default_ngram(drafter)
+    if kinds is None:
+        kinds, skipped = available_kinds()
+    else:
+        skipped = {}
+    make_rule(rule)
+    make_drafter(drafter, ngram)  # refuse bad combinations before any work
+    bar = progress or Progress(1, sys.stderr, False)
+
+    bar.phase("plain greedy")
+    greedy = _run_batches(SpeculativeLoop(None), requests, batch, bar)
+    recorded = compare_outputs(greedy, [t.output for t in workload.traces])
+    if recorded:  # the teacher-forced target is a greedy model of the recording
+        raise RuntimeError(f"plain greedy replay departs from the recording: {recorded[:5]}")
+
+    runs: dict[str, list[RequestResult]] = {}
+    control: dict[str, float | None] = {}
+    runs_done: dict[str, int] = {}
+    for kind in kinds:
+        bar.phase(f"speculative, {LABELS[kind]}")
+        best: float | None = None
+        started = time.monotonic()
+        for i in range(repeat):
+            if i and time.monotonic() - started > _REPEAT_BUDGET_S:
+                bar.skip((repeat - i) * len(requests))
+                break
+            runs_done[kind] = i + 1
+            loop = SpeculativeLoop(None, make_drafter(drafter, ngram, kind), k, make_rule(rule), impl=kind)
+            results = _run_batches(loop, requests, batch, bar, bonus)
+            ns = sum(r.stats.control_ns for r in results)
+            toks = sum(r.stats.output_tokens for r in results)
+            per = ns / 1e3 / toks if toks else None
+            if per is None or best is None or per < best:
+                best, runs[kind] = per, results
+        control[kind] = best
+    for kind in skipped:
+        control[kind] = None
+    bar.close()
+
+    first = runs[kinds[0]]
+    mismatches = {kind: compare_outputs(res, greedy) for kind, res in runs.items()}
+    counts_agree = all(
+        [r.stats.counts() for r in res] == [r.stats.counts() for r in first] for res in runs.values()
+    )
+    stats = [r.stats for r in first]
+    width = max((len(s.drafted_by_position) for s in stats), default=0)
+    dpos = [sum(s.drafted_by_position[i] for s in stats if i < len(s.drafted_by_position)) for i in range(width)]
+    apos = [sum(s.accepted_by_position[i] for s in stats if i < len(s.accepted_by_position)) for i in range(width)]
+    out_tokens = sum(s.output_tokens for s in stats)
+    ev_spec = sum(s.evaluations for s in stats)
+    ev_greedy = sum(r.stats.evaluations for r in greedy)
+    verifies = sum(s.verifies for s in stats)
+    drafted = sum(s.drafted for s in stats)
+    accepted = sum(s.accepted for s in stats)
+    identical = counts_agree and not any(mismatches.values())
+    return {
+        "workload": {"source": workload.source, **workload.details},
+        "settings": {
+            "drafter": drafter,
+            "ngram": list(ngram),
+            "k": k,
+            "rule": rule_text(rule),
+            "batch": batch,
+            "repeat": repeat,
+            "bonus": bonus,
+        },
+        "runs": runs_done,
+        "requests": len(requests),
+        "prompt_tokens": sum(s.prompt_tokens for s in stats),
+        "output_tokens": out_tokens,
+        "evaluations_greedy": ev_greedy,
+        "evaluations_speculative": ev_spec,
+        "evaluation_ratio": ev_greedy / ev_spec if ev_spec else None,
+        "tokens_per_evaluation": out_tokens / ev_spec if ev_spec else None,
+        "verifies": verifies,
+        "rollbacks": sum(s.rollbacks for s in stats),
+        "drafted": drafted,
+        "accepted": accepted,
+        "mean_accepted_length": accepted / verifies if verifies else None,
+        "mean_draft_length": drafted / verifies if verifies else None,
+        "drafted_by_position": dpos,
+        "accepted_by_position": apos,
+        "acceptance_by_position": [a / d if d else None for a, d in zip(apos, dpos)],
+        "control_us_per_token": control,
+        "skipped": skipped,
+        "identical": identical,
+        "implementations_agree": counts_agree,
+        "mismatches": {kind: [list(m) for m in bad] for kind, bad in mismatches.items()},
+        "per_request": [
+            {
+                "name": req.name,
+                "prompt_tokens": s.prompt_tokens,
+                "output_tokens": s.output_tokens,
+                "evaluations_greedy": g.stats.evaluations,
+                "evaluations_speculative": s.evaluations,
+                "tokens_per_evaluation": s.tokens_per_evaluation if s.evaluations else None,
+                "mean_accepted_length": s.mean_accepted if s.verifies else None,
+                "control_us_per_token": {kind: _per_token(runs[kind][i]) for kind in runs},
+                "identical": all(runs[kind][i].output == g.output for kind in runs),
+            }
+            for i, (req, s, g) in enumerate(zip(requests, stats, greedy))
+        ],
+    }
+
+
+def _per_token(result: RequestResult) -> float | None:
+    s = result.stats
+    return s.control_us_per_token if s.output_tokens else None

@@ -1,0 +1,186 @@
+"""``specfsm`` command line behaviour: ``--version``, the ``--plot`` path checks and
+errors, "n/a" for statistics with no data, ``--requests`` beyond the workload, the
+progress bar's redraws, singular and plural, and kernels picked per run without
+rebinding module globals."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import types
+
+import pytest
+
+import specfsm
+from specfsm import _impl, cli
+from specfsm.cli import orchestrate, summary as summary_mod
+from specfsm.cli.progress import Progress
+
+from test_replay import edit_traces, write_jsonl
+
+FAST = ["--impl", "python", "--repeat", "1"]
+
+
+def _workload(tmp_path, n=1):
+    return write_jsonl(tmp_path / "w.jsonl", edit_traces(n))
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specfsm {specfsm.__version__}"
+
+
+@pytest.fixture
+def spy_replay(monkeypatch):
+    """Records whether the replay ran."""
+    calls = []
+    real = orchestrate.replay
+
+    def spy(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cli, "replay", spy)
+    return calls
+
+
+@pytest.fixture
+def fake_matplotlib(monkeypatch):
+    """A matplotlib that imports but cannot draw (the real one is optional)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))
+
+
+@pytest.mark.parametrize("case", ["directory", "missing parent", "not png"])
+def test_plot_path_is_checked_before_the_replay(tmp_path, capsys, spy_replay, fake_matplotlib, case):
+    path = _workload(tmp_path)
+    target = {
+        "directory": tmp_path,
+        "missing parent": tmp_path / "nowhere" / "acc.png",
+        "not png": tmp_path / "acc.jpg",
+    }[case]
+    assert cli.main(["replay", "--workload", path, "--plot", str(target), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert f"--plot {target}" in err and "Traceback" not in err
+    assert not spy_replay  # refused before any replay work
+    assert not (tmp_path.parent / (tmp_path.name + ".png")).exists()  # no <dir>.png
+    assert not (tmp_path / "acc.jpg").exists()
+
+
+def test_plot_without_matplotlib_is_refused_before_the_replay(tmp_path, capsys, spy_replay, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    path = _workload(tmp_path)
+    assert cli.main(["replay", "--workload", path, "--plot", str(tmp_path / "a.png"), *FAST]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+    assert not spy_replay
+
+
+def test_a_plotting_error_keeps_the_printed_results(tmp_path, capsys, fake_matplotlib):
+    """The fake matplotlib passes the check and fails in the drawing: the table is printed
+    anyway, then the plot error, with exit status 2."""
+    path = _workload(tmp_path, 2)
+    png = tmp_path / "acc.png"
+    assert cli.main(["replay", "--workload", path, "--plot", str(png), *FAST]) == 2
+    out, err = capsys.readouterr()
+    assert "identity: all 2 speculative outputs" in out
+    assert f"--plot {png}: the plot was not written" in err and "Traceback" not in err
+    assert "written to" not in out
+    assert cli.main(["replay", "--workload", path, "--plot", str(png), "--json", *FAST]) == 2
+    assert json.loads(capsys.readouterr().out)["identical"] is True
+
+
+def _no_drafts_summary(tmp_path, capsys, *extra):
+    """--k 1 with a drafter that never drafts: no verify rounds, so no acceptance."""
+    path = write_jsonl(tmp_path / "w.jsonl", [{"prompt": [1, 2, 3], "output": [4, 5, 6]}])
+    assert cli.main(["replay", "--workload", path, "--drafter", "prompt", "--ngram", "3", *FAST, *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_statistics_without_data_are_null_in_json(tmp_path, capsys):
+    s = json.loads(_no_drafts_summary(tmp_path, capsys, "--json"))
+    assert s["verifies"] == 0
+    assert s["mean_accepted_length"] is None and s["mean_draft_length"] is None
+    assert s["per_request"][0]["mean_accepted_length"] is None
+
+
+def test_statistics_without_data_read_n_a(tmp_path, capsys):
+    out = _no_drafts_summary(tmp_path, capsys)
+    line = next(x for x in out.splitlines() if "mean accepted length" in x)
+    assert "n/a" in line and "0.00" not in line
+
+
+def test_acceptance_of_an_undrafted_position_reads_n_a():
+    s = {
+        "workload": {"source": "w"},
+        "settings": {"drafter": "ngram", "ngram": [2, 4], "k": 2, "rule": "exact", "batch": 1},
+        "requests": 1, "prompt_tokens": 1, "output_tokens": 1, "evaluations_greedy": 1,
+        "evaluations_speculative": 0, "evaluation_ratio": None, "tokens_per_evaluation": None,
+        "verifies": 1, "rollbacks": 0, "mean_accepted_length": 1.0, "mean_draft_length": 1.0,
+        "acceptance_by_position": [1.0, None], "control_us_per_token": {"python": 1.0},
+        "skipped": {}, "runs": {"python": 1}, "identical": True, "mismatches": {},
+    }
+    text = summary_mod.format_summary(s)
+    assert "1: 100%  2: n/a" in text
+    assert "n/a; n/a tokens per evaluation" in text
+
+
+def test_requests_beyond_the_workload_say_so(tmp_path, capsys):
+    path = _workload(tmp_path, 2)
+    assert cli.main(["replay", "--workload", path, "--requests", "5", *FAST]) == 0
+    out, err = capsys.readouterr()
+    note = "--requests 5: the workload holds 2 requests"
+    assert note in err and note in out
+    assert cli.main(["replay", "--workload", path, "--requests", "5", "--json", *FAST]) == 0
+    assert any(note in n for n in json.loads(capsys.readouterr().out)["notes"])
+    assert cli.main(["replay", "--workload", path, "--requests", "2", *FAST]) == 0
+    assert "note" not in capsys.readouterr().err
+
+
+def test_progress_bar_leaves_no_residue_of_a_longer_label():
+    stream = io.StringIO()
+    bar = Progress(4, stream, True)
+    bar.phase("a very long label that runs past the old padding")
+    bar.phase("short")
+    bar.close()
+    frames = stream.getvalue().split("\r")
+    long_frame = next(f for f in frames if "very long" in f)
+    short_frame = next(f for f in frames if "short" in f)
+    assert len(short_frame) >= len(long_frame)  # padded over the longer line
+    assert short_frame.rstrip().endswith("short")
+    assert frames[-2].strip() == "" and len(frames[-2]) >= len(long_frame)  # close clears it
+
+
+def test_one_request_is_singular(tmp_path, capsys):
+    path = _workload(tmp_path, 1)
+    assert cli.main(["replay", "--workload", path, "--batch", "1", *FAST]) == 0
+    out = capsys.readouterr().out
+    assert "batches of 1 request\n" in out
+    assert "identity: the speculative output equals its plain greedy output" in out
+    assert "1 requests" not in out and "all 1 " not in out
+
+
+def test_plural_forms():
+    assert summary_mod.plural(1, "request") == "1 request"
+    assert summary_mod.plural(2, "request") == "2 requests"
+    assert summary_mod.plural(1200, "request") == "1,200 requests"
+
+
+def test_replay_leaves_the_kernel_globals_alone(tmp_path, capsys, monkeypatch):
+    """Each run names its implementation: replay never rebinds ``specfsm._impl``'s
+    kernels (a rebinding would be seen by this spy's assignment)."""
+    seen = []
+    real_setattr = type(_impl).__setattr__
+
+    class Watch(types.ModuleType):
+        def __setattr__(self, name, value):
+            seen.append(name)
+            real_setattr(self, name, value)
+
+    monkeypatch.setattr(_impl, "__class__", Watch)
+    path = _workload(tmp_path, 2)
+    assert cli.main(["replay", "--workload", path, "--repeat", "1", "--drafter", "prompt"]) == 0
+    assert cli.main(["replay", "--workload", path, "--repeat", "1", "--drafter", "ngram"]) == 0
+    assert not [n for n in seen if n in ("common_prefix", "prompt_lookup", "settle")]
+    assert not hasattr(cli, "routed")
