@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import _impl
-from ._validate import as_token_array, check_count
+from ._validate import check_count
 from . import state as _state
 from .state import Accept, Decode, Prefill, ServingState, Verify
 
@@ -410,10 +410,7 @@ class _RequestRun:
                 n, row_tokens = rule.select(draft, probs[: len(draft)])
             else:
                 n = rule.accepted_rows(draft, row_tokens)
-            if kernels is None:
-                nxt = st.accept_rows(n, row_tokens, row_caches)
-            else:
-                nxt = _settle_with(kernels[1], draft, n, row_tokens, row_caches)
+            nxt = st.accept_rows(n, row_tokens, row_caches, settle=None if kernels is None else kernels[1])
             k = len(draft)
             stats.verifies += 1
             stats.drafted += k
@@ -472,27 +469,6 @@ class _RequestRun:
         stats.drafted_by_position = _at_least(self._dpos)
         stats.accepted_by_position = _at_least(self._apos)
         return RequestResult(self.output, stats, self.state)
-
-
-def _settle_with(
-    settle: Callable[..., int], draft: list[Any], accepted: int, row_tokens: Any, row_caches: Any
-) -> Accept | _state.Rollback:
-    """``Verify.accept_rows`` with one implementation's ``settle`` kernel: the same checks
-    and the same ``Accept``/``Rollback`` (``specfsm.state`` calls the active kernel)."""
-    k = len(draft)
-    if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
-        as_token_array(row_tokens, "row_tokens")
-    idx = settle(k, accepted, len(row_tokens), len(row_caches), "accept_rows")
-    cache = row_caches[idx]
-    if idx + 1 == k and idx != accepted:  # every draft row accepted
-        token = draft[idx]
-        if type(token) is not int and isinstance(token, np.integer):
-            token = int(token)
-        return Accept(k, token, cache)
-    token = row_tokens[idx]
-    if type(token) is not int and isinstance(token, np.integer):
-        token = int(token)
-    return _state.Rollback(cache, token)
 
 
 def needs_probs(rule: Any) -> bool:

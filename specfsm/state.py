@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
 from collections.abc import Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -272,7 +272,12 @@ class Verify(ServingState[Entry, Cache]):
         return _settled(draft, n, row_tokens, row_caches, "accept")
 
     def accept_rows(
-        self, accepted: int, row_tokens: Sequence[Entry], row_caches: Sequence[Cache]
+        self,
+        accepted: int,
+        row_tokens: Sequence[Entry],
+        row_caches: Sequence[Cache],
+        *,
+        settle: Callable[..., int] | None = None,
     ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
         """``accept`` with the accepted count supplied by the caller (an acceptance rule).
 
@@ -280,8 +285,10 @@ class Verify(ServingState[Entry, Cache]):
         ``row_caches`` always holds one entry per draft row. Refuses ``accepted`` beyond
         the draft (``IllegalTransition`` with a reason); a float, bool or negative
         ``accepted`` raises TypeError/ValueError. Tokens come back as for ``accept``.
+        ``settle`` picks one implementation's settle kernel (``specfsm._impl.module(kind,
+        "settle").settle``) instead of the active one, for running both side by side.
         """
-        return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows")
+        return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows", settle)
 
     def accept_with(
         self, rule: Any, *args: Any, **kwargs: Any
@@ -292,12 +299,17 @@ class Verify(ServingState[Entry, Cache]):
 
 
 def _settled(
-    draft: Any, accepted: Any, row_tokens: Any, row_caches: Any, attempted: str
+    draft: Any,
+    accepted: Any,
+    row_tokens: Any,
+    row_caches: Any,
+    attempted: str,
+    settle: Callable[..., int] | None = None,
 ) -> Accept[Any, Any] | Rollback[Any, Any]:
     k = len(draft)
     if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
         as_token_array(row_tokens, "row_tokens")  # refuses 2-D arrays and non-integer dtypes
-    idx = _impl.settle(
+    idx = (_impl.settle if settle is None else settle)(
         k, accepted, _length(row_tokens, "row_tokens"), _length(row_caches, "row_caches"), attempted
     )
     cache = row_caches[idx]
