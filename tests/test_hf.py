@@ -218,7 +218,7 @@ def test_refuses_bad_arguments(model):
         gen.generate([[1.5, 2.0]], 3)
     wild = SpeculativeGenerator(model, k=3, drafter=lambda history, k: [1, VOCAB + 5])
     with pytest.raises(ValueError, match="drafter proposed token id 69"):
-        wild.generate([[1, 2]], 3)
+        wild.generate([[1, 2]], 8)
 
 
 # -- the draft-length chooser's arithmetic ------------------------------------------------

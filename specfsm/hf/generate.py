@@ -221,6 +221,7 @@ class SpeculativeGenerator:
         index_cls: Any = None,
         periodic: bool = True,
         probe_every: int = 8,
+        bonus: bool = True,
     ) -> None:
         check_model(model)
         self.model = model
@@ -242,6 +243,7 @@ class SpeculativeGenerator:
         self._vocab = int(model.config.vocab_size)
         self.periodic = bool(periodic)
         self.probe_every = probe_every
+        self.bonus = 1 if bonus else 0
         if k == "adaptive":
             self.adaptive = True
             self.k = k_max
@@ -314,8 +316,10 @@ class SpeculativeGenerator:
             return self.index_cls(self.min_n, self.max_n)
         return None
 
-    def _propose(self, r: _Request, k: int) -> list[int]:
-        if k < 2:  # a one-token draft is worth exactly one decode
+    def _propose(self, r: _Request, k: int, least: int = 2) -> list[int]:
+        # ``least``: the shortest draft worth a verify (without the bonus row a one-token
+        # draft is worth exactly one decode)
+        if k < least:
             return []
         if self.drafter == "ngram":
             d = r.index.propose(k)
@@ -338,7 +342,7 @@ class SpeculativeGenerator:
             # the match's continuation ran into the end of the history: the history is
             # periodic with period len(d) from the match on, so continue the period
             d = [d[i % len(d)] for i in range(k)]
-        return d if len(d) >= 2 else []
+        return d if len(d) >= least else []
 
     # -- the model ----------------------------------------------------------------------
     def _forward(self, ids: Any, pos: Any, mask: Any, cache: Any, keep: int | None = None) -> Any:
@@ -427,6 +431,8 @@ class SpeculativeGenerator:
             ctx = min(max(len(r.prompt) for r in reqs), 512)
             self.calibrate(batch=min(len(reqs), 8), context=ctx)
         run = self.last_run
+        if not self.do_sample:
+            return self._generate_batched(reqs, max_new_tokens, run, t_start)
 
         # prefill: left-padded, holes masked, positions from 0 at each request's first token
         b = len(reqs)
@@ -585,6 +591,193 @@ class SpeculativeGenerator:
                 run.compactions += 1
         run.wall_s = time.perf_counter() - t_start
         return [r.out for r in reqs]
+
+    def _prefill(self, reqs: list[_Request]) -> tuple[Any, Any, Any]:
+        """One left-padded forward over every prompt (holes masked, positions from 0 at
+        each request's first token); returns ``(cache, mask, logits of the last column)``."""
+        import torch
+
+        b = len(reqs)
+        t = max(len(r.prompt) for r in reqs)
+        ids = torch.zeros((b, t), dtype=torch.long)
+        mask = torch.zeros((b, t), dtype=torch.long)
+        pos = torch.zeros((b, t), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            n = len(r.prompt)
+            ids[i, t - n :] = torch.from_numpy(r.array)
+            mask[i, t - n :] = 1
+            pos[i, t - n :] = torch.arange(n)
+        cache = _new_cache(self.model)
+        logits = self._forward(ids, pos, mask if b > 1 else None, cache, keep=1)[:, -1, :]
+        return cache, mask, logits
+
+    def _generate_batched(self, reqs: list[_Request], max_new_tokens: int, run: RunStats, t_start: float) -> list[RequestOutput]:
+        """Greedy decoding of the whole batch on ``specfsm.BatchState``: one ``pending()``
+        and one ``step()`` per serving step, the model forward in between (its argmax at
+        every evaluated row, flattened in ``pending()``'s order); the KV cache keeps
+        ``resume_rows + 1`` of each slot's fed columns, finished slots leave it. Drafts
+        (n-gram index, prompt lookup or a callable; the adaptive width) enter the batch
+        with ``enter_verify``."""
+        import torch
+
+        from ..batch import BatchState
+
+        b = len(reqs)
+        kcap = self.k_max if self.adaptive else self.k
+        bonus = self.bonus
+        batch = BatchState(b, k_max=max(kcap, 1), bonus=bonus)
+        lens = [len(r.prompt) for r in reqs]
+        poff = np.zeros(b + 1, dtype=np.int64)
+        np.cumsum(lens, out=poff[1:])
+        batch.admit(np.arange(b), np.concatenate([r.array for r in reqs]), poff, np.arange(b),
+                    max_tokens=max_new_tokens)
+        cache, mask, logits = self._prefill(reqs)
+        slots, _inputs, off = batch.pending()
+        rows = np.full(int(off[-1]), -1, dtype=np.int64)
+        rows[off[1:] - 1] = logits.argmax(-1).numpy()
+        for r in reqs:
+            r.valid = len(r.prompt)
+            if r.index is not None:
+                r.index.extend(r.array)
+            r.out.forwards += 1
+        res = batch.step(rows)
+        self._settle_batch(batch, res, reqs)
+
+        active = [i for i in range(b) if not reqs[i].done]  # slot numbers, ascending == cache rows
+        if len(active) < b:
+            if active:
+                cache.batch_select_indices(torch.tensor(active))
+            mask = mask[active]
+        cap = max(64, 2 * mask.shape[1])
+        buf = torch.zeros((mask.shape[0], cap), dtype=torch.long)
+        buf[:, : mask.shape[1]] = mask
+        width = mask.shape[1]
+        if len(active) == 1 and reqs[active[0]].valid < width:  # a lone request decodes without a mask
+            width = self._compact(cache, buf, width)
+            run.compactions += 1
+
+        while active:
+            b = len(active)
+            act = [reqs[i] for i in active]
+            # 1. drafts and the step's width, entered into the batch
+            remaining = batch.remaining
+            limit = [min(kcap, int(remaining[i]) - bonus) for i in active]
+            drafts = [self._propose(r, limit[j], 2 - bonus) for j, r in enumerate(act)]
+            if self.adaptive and any(drafts):
+                if self.cost is None:
+                    self.calibrate(batch=min(b, 8))
+                prior = self.global_stats.conditional(self.k_max + bonus, prior=0.8, weight=2.0)
+                conds = [r.out.stats.conditional(self.k_max + bonus, prior=prior, weight=4.0) for r in act]
+                # with the bonus row a K-token draft is worth a (K + 1)-token draft without
+                # it: K + 1 rows, the same expected tokens
+                avail = [len(d) + bonus if d else 0 for d in drafts]
+                w = choose_width(conds, avail, self.cost, self.k_max + bonus) - bonus  # type: ignore[arg-type]
+                least = 2 - bonus
+                if w < least and any(r.idle >= self.probe_every and d for r, d in zip(act, drafts)):
+                    drafts = [d[:4] if r.idle >= self.probe_every else [] for r, d in zip(act, drafts)]
+                else:
+                    drafts = [d[:w] if w >= least else [] for d in drafts]
+            run.widths.append(max((len(d) for d in drafts), default=0))
+            vslots = [s for s, d in zip(active, drafts) if d]
+            if vslots:
+                dl = [d for d in drafts if d]
+                doff = np.zeros(len(dl) + 1, dtype=np.int64)
+                np.cumsum([len(d) for d in dl], out=doff[1:])
+                batch.enter_verify(vslots, np.fromiter((t for d in dl for t in d), dtype=np.int64, count=int(doff[-1])), doff)
+            for r, d in zip(act, drafts):
+                r.idle = 0 if d else r.idle + 1
+            # 2. one forward of W columns for the whole batch, as pending() lays it out
+            slots, inputs, off = batch.pending()
+            n_in = np.diff(off)
+            w = int(n_in.max())
+            ids = torch.empty((b, w), dtype=torch.long)
+            pos = torch.empty((b, w), dtype=torch.long)
+            if width + w > buf.shape[1]:
+                nb = torch.zeros((b, 2 * (width + w)), dtype=torch.long)
+                nb[:, :width] = buf[:, :width]
+                buf = nb
+            buf[:, width : width + w] = 0
+            for j, r in enumerate(act):
+                n = int(n_in[j])
+                feed = torch.from_numpy(inputs[int(off[j]) : int(off[j + 1])])
+                ids[j, :n] = feed
+                ids[j, n:] = feed[-1]
+                pos[j] = torch.arange(r.valid, r.valid + w).clamp_(max=r.valid + n - 1)
+                buf[j, width : width + n] = 1
+            width += w
+            logits = self._forward(ids, pos, buf[:, :width] if b > 1 else None, cache)
+            choice = logits.argmax(-1).numpy()
+            rows = np.concatenate([choice[j, : int(n_in[j])] for j in range(b)])
+            # 3. the fused step: acceptance, settle, budgets
+            res = batch.step(rows)
+            # a verify keeps its fed columns up to its resume row, a decode (-1) its one column
+            consumed = np.where(res.resume_rows >= 0, res.resume_rows + 1, 1).tolist()
+            for j, r in enumerate(act):
+                used = consumed[j]
+                buf[j, width - w + used : width] = 0
+                r.valid += used
+                r.out.forwards += 1
+            self._settle_batch(batch, res, reqs)
+            # 4. crop trailing columns nobody kept; drop finished requests; compact holes
+            trailing = w - max(consumed)
+            if trailing:
+                cache.crop(-trailing)
+                width -= trailing
+            alive = [j for j, i in enumerate(active) if not reqs[i].done]
+            if len(alive) < b:
+                if not alive:
+                    break
+                sel = torch.tensor(alive)
+                cache.batch_select_indices(sel)
+                buf = buf[sel]
+                active = [active[j] for j in alive]
+                b = len(active)
+            if b > 1:
+                live = sum(reqs[i].valid for i in active)
+                if width > 32 and live < (1 - self.compact_fraction) * b * width:
+                    width = self._compact(cache, buf, width)
+                    run.compactions += 1
+            elif b == 1 and reqs[active[0]].valid < width:
+                width = self._compact(cache, buf, width)
+                run.compactions += 1
+        run.wall_s = time.perf_counter() - t_start
+        return [r.out for r in reqs]
+
+    def _settle_batch(self, batch: Any, res: Any, reqs: list[_Request]) -> None:
+        """A ``StepResult``'s emitted tokens into each request (cut after an eos of the
+        model's set; the slot then finishes) and its verify counts into the statistics."""
+        em = res.emitted.tolist()
+        eo = res.emitted_offsets.tolist()
+        drafted = res.drafted.tolist()
+        accepted = res.accepted.tolist()
+        done = set(res.finished.tolist())
+        cut = []
+        for j, s in enumerate(res.slots.tolist()):
+            r = reqs[s]
+            k = drafted[j]
+            if k:
+                n = accepted[j]
+                r.out.verifies += 1
+                r.out.drafted += k
+                r.out.accepted += n
+                r.out.rollbacks += n < k
+                r.out.stats.record(k, n)
+                self.global_stats.record(k, n)
+            out = r.out.tokens
+            start = len(out)
+            for tok in em[eo[j] : eo[j + 1]]:
+                out.append(tok)
+                if tok in self.eos:
+                    r.done = r.out.finished_by_eos = True
+                    break
+            if r.index is not None:
+                r.index.extend(out[start:])
+            if s in done:
+                r.done = True
+            elif r.done:
+                cut.append(s)
+        if cut:
+            batch.finish(cut)
 
     def _emit(self, r: _Request, tokens: list[int]) -> None:
         out = r.out.tokens
