@@ -151,6 +151,39 @@ def test_batch_adaptive_with_compaction_and_early_finishers(fsm, model):
     assert gen.last_run.compactions > 0
 
 
+def test_bonus_row_keeps_outputs_and_saves_forwards(fsm, model):
+    # the forward over last token + K drafts yields K + 1 rows: with the bonus row a fully
+    # accepted draft emits K + 1 tokens for the same forward
+    n = 2 * NEW
+    references = [_reference(model, p, n) for p in _prompts()]
+    forwards = {}
+    for bonus in (False, True):
+        gen = SpeculativeGenerator(model, k=4, eos_token_id=None, index_cls=_index_cls(fsm), bonus=bonus)
+        outs = gen.generate(_prompts(), n)
+        for prompt, out, want in zip(_prompts(), outs, references):
+            _check_equal(model, prompt, out.tokens, want)
+        forwards[bonus] = gen.last_run.forwards
+        if bonus:  # some verify emitted more tokens than it drafted
+            assert any(o.accepted == o.drafted and o.verifies for o in outs)
+    assert forwards[True] < forwards[False], forwards
+
+
+def test_several_eos_ids_end_requests_at_the_first(fsm, model):
+    prompts = _prompts(seed=3)
+    firsts = [_reference(model, p, NEW) for p in prompts]
+    eos = sorted({firsts[0][NEW // 2], firsts[1][NEW // 3]})
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=eos, index_cls=_index_cls(fsm))
+    outs = gen.generate(prompts, NEW)
+    ended = 0
+    for prompt, out, full in zip(prompts, outs, firsts):
+        cut = next((i for i, t in enumerate(full) if t in eos), None)
+        want = full if cut is None else full[: cut + 1]
+        assert out.tokens == want
+        assert out.finished_by_eos == (cut is not None)
+        ended += cut is not None
+    assert ended >= 2
+
+
 def test_max_new_tokens_one_and_budget_caps_the_draft(model):
     prompts = _prompts()
     gen = SpeculativeGenerator(model, k=8, eos_token_id=None)
