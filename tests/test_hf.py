@@ -371,14 +371,14 @@ def small_model():
     return _llama(vocab=SMALL_V)
 
 
-def _sampled_counts(small_model, rule=None, seed=5):
+def _sampled_counts(small_model, rule=None, seed=5, bonus=True):
     prompt = [1, 2, 3, 1, 2]
 
     def drafter(history, k):  # a fixed three-token draft: accepted sometimes, rejected others
         return [3, 1, 2][:k]
 
     gen = SpeculativeGenerator(small_model, drafter=drafter, k=3, do_sample=True, seed=seed, rule=rule,
-                               eos_token_id=None, **SAMPLING)
+                               eos_token_id=None, bonus=bonus, **SAMPLING)
     outs = gen.generate([prompt] * SAMPLES, 3)
     toks = np.array([o.tokens for o in outs])
     assert sum(o.verifies for o in outs) >= SAMPLES and 0 < sum(o.rollbacks for o in outs) < SAMPLES
@@ -387,14 +387,17 @@ def _sampled_counts(small_model, rule=None, seed=5):
     return gen, prompt, c2, c3
 
 
-def test_speculative_sampling_keeps_the_target_distribution(small_model):
-    gen, prompt, c2, c3 = _sampled_counts(small_model)
+@pytest.mark.parametrize("bonus", [True, False])
+def test_speculative_sampling_keeps_the_target_distribution(small_model, bonus):
+    # runs on BatchState (step with probs=), with and without the bonus row
+    gen, prompt, c2, c3 = _sampled_counts(small_model, bonus=bonus)
     p2, p3 = _exact_marginals(gen, prompt)
     assert chi2(c2, p2) < chi2_threshold(int((p2 > 0).sum()) - 1)
     assert chi2(c3, p3) < chi2_threshold(int((p3 > 0).sum()) - 1)
 
 
 def test_a_wrong_sampling_rule_fails_the_same_test(small_model):
+    # a rule BatchState does not know (``select``) settles through ServingState
     gen, prompt, c2, c3 = _sampled_counts(small_model, rule=ResampleFromTarget(5))
     p2, p3 = _exact_marginals(gen, prompt)
     assert chi2(c2, p2) > chi2_threshold(int((p2 > 0).sum()) - 1)

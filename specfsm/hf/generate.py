@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import _impl
-from ..accept_rule import Exact, SpeculativeSampling
+from ..accept_rule import Exact, SpeculativeSampling, TypicalAcceptance
 from ..state import Accept, Decode, Rollback, ServingState, Verify
 from .cost import AcceptanceStats, CostModel, choose_width
 
@@ -431,8 +431,9 @@ class SpeculativeGenerator:
             ctx = min(max(len(r.prompt) for r in reqs), 512)
             self.calibrate(batch=min(len(reqs), 8), context=ctx)
         run = self.last_run
-        if not self.do_sample:
+        if not self.do_sample or type(self.rule) in (SpeculativeSampling, TypicalAcceptance):
             return self._generate_batched(reqs, max_new_tokens, run, t_start)
+        # any other rule (``select``/``accept_with``) settles through ServingState
 
         # prefill: left-padded, holes masked, positions from 0 at each request's first token
         b = len(reqs)
@@ -634,7 +635,11 @@ class SpeculativeGenerator:
         cache, mask, logits = self._prefill(reqs)
         slots, _inputs, off = batch.pending()
         rows = np.full(int(off[-1]), -1, dtype=np.int64)
-        rows[off[1:] - 1] = logits.argmax(-1).numpy()
+        if self.do_sample:
+            probs = self.probabilities(logits)
+            rows[off[1:] - 1] = [self._sample(p) for p in probs]
+        else:
+            rows[off[1:] - 1] = logits.argmax(-1).numpy()
         for r in reqs:
             r.valid = len(r.prompt)
             if r.index is not None:
@@ -706,10 +711,19 @@ class SpeculativeGenerator:
                 buf[j, width : width + n] = 1
             width += w
             logits = self._forward(ids, pos, buf[:, :width] if b > 1 else None, cache)
-            choice = logits.argmax(-1).numpy()
-            rows = np.concatenate([choice[j, : int(n_in[j])] for j in range(b)])
             # 3. the fused step: acceptance, settle, budgets
-            res = batch.step(rows)
+            if self.do_sample:
+                # the processed distribution at every row; the rule accepts against it and
+                # a decode (or a fully accepted draft's bonus row) takes a sample of its last row
+                flat = torch.cat([logits[j, : int(n_in[j])] for j in range(b)])
+                probs = self.probabilities(flat)
+                rows = np.full(int(off[-1]), -1, dtype=np.int64)
+                rows[off[1:] - 1] = [self._sample(probs[i]) for i in (off[1:] - 1).tolist()]
+                res = batch.step(rows, rule=self.rule, probs=probs)
+            else:
+                choice = logits.argmax(-1).numpy()
+                rows = np.concatenate([choice[j, : int(n_in[j])] for j in range(b)])
+                res = batch.step(rows)
             # a verify keeps its fed columns up to its resume row, a decode (-1) its one column
             consumed = np.where(res.resume_rows >= 0, res.resume_rows + 1, 1).tolist()
             for j, r in enumerate(act):
