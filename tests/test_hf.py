@@ -264,6 +264,22 @@ def test_expected_tokens():
     assert e([1.0] * 10, 8) == pytest.approx(8.0)
 
 
+def test_cost_model_makes_noisy_measurements_monotone():
+    # a slow sample at 4 rows (load on a shared machine) and 8 rows dearer than 8 decodes
+    c = hfcost.CostModel({1: 1.0, 2: 1.6, 4: 3.5, 8: 9.0, 16: 3.0})
+    assert c.measured == [1.0, 1.6, 3.5, 9.0, 3.0]
+    assert c.costs == [1.0, 1.6, 3.0, 3.0, 3.0]
+    assert all(c(r) <= c(r + 1) for r in range(1, 40))
+    raw = hfcost.CostModel({1: 1.0, 2: 1.6, 4: 3.5, 8: 9.0, 16: 3.0}, monotone=False)
+    assert raw(4) == 3.5 and raw(8) == 9.0
+    # the noisy table makes long drafts look dear; the monotone one drafts all 8
+    conds = [[0.9] * 16]
+    assert hfcost.choose_width(conds, [8], raw, 8) == 2
+    assert hfcost.choose_width(conds, [8], c, 8) == 8
+    # a low cost at 1 row bounds the rest by r times it
+    assert hfcost.CostModel({1: 1.0, 4: 10.0, 8: 12.0}).costs == [1.0, 4.0, 8.0]
+
+
 def test_cost_model_interpolates_and_refuses_bad_tables():
     c = hfcost.CostModel({1: 1.0, 2: 2.0, 11: 2.8})
     assert c(1) == 1.0 and c(2) == 2.0 and c(11) == pytest.approx(2.8)
@@ -312,7 +328,7 @@ def test_adaptive_generator_measures_cost_once(model):
     gen.generate(_prompts()[:2], 4)
     first = gen.cost
     assert first is not None and gen.last_run.calibrate_s > 0
-    assert first.rows == [2, 4, 8]  # 2 requests x widths 1, 2, 4 (up to k_max)
+    assert first.rows == [2, 4, 8, 10]  # 2 requests x widths 1, 2, 4, 5 (k_max + the bonus row)
     gen.generate(_prompts()[:2], 4)
     assert gen.cost is first and gen.last_run.calibrate_s == 0
 

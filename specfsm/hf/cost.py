@@ -26,9 +26,18 @@ __all__ = ["CostModel", "AcceptanceStats", "expected_tokens", "choose_width"]
 class CostModel:
     """The cost of one model forward by the number of rows it evaluates (all requests
     of a batch together), interpolated linearly between measured sizes and extrapolated
-    linearly beyond the largest. Refuses an empty table and non-positive costs."""
+    linearly beyond the largest. Refuses an empty table and non-positive costs.
 
-    def __init__(self, costs: Mapping[int, float]) -> None:
+    ``monotone`` (the default) makes a noisy measurement physically sensible before it is
+    used: a forward of ``r`` rows costs at most ``r / r0`` times the smallest measured
+    forward (``r0`` rows; one batched forward is never slower than the forwards it
+    replaces), and no more than any larger forward (the cost of ``r`` rows becomes the
+    least measured at ``r`` or more rows), so costs never fall as rows grow. On a loaded
+    machine a slow sample at one size otherwise makes that width (or every draft) look
+    dear, and the chooser falls back to plain decodes. ``measured`` keeps the table as
+    given."""
+
+    def __init__(self, costs: Mapping[int, float], *, monotone: bool = True) -> None:
         if not costs:
             raise ValueError("costs must hold at least one (rows, seconds) entry")
         items = sorted((int(r), float(c)) for r, c in costs.items())
@@ -38,7 +47,14 @@ class CostModel:
             if not c > 0:
                 raise ValueError(f"costs: cost of {r} rows must be positive, got {c}")
         self.rows = [r for r, _ in items]
-        self.costs = [c for _, c in items]
+        self.measured = [c for _, c in items]
+        cs = list(self.measured)
+        if monotone:
+            r0, c0 = self.rows[0], cs[0]
+            cs = [min(c, c0 * r / r0) for r, c in zip(self.rows, cs)]
+            for i in range(len(cs) - 2, -1, -1):
+                cs[i] = min(cs[i], cs[i + 1])
+        self.costs = cs
 
     def __call__(self, rows: int) -> float:
         rs, cs = self.rows, self.costs

@@ -360,14 +360,17 @@ class SpeculativeGenerator:
         self.last_run.rows += int(ids.shape[0] * ids.shape[1])
         return out.logits
 
-    def calibrate(self, batch: int = 1, context: int = 512, widths: Sequence[int] | None = None, repeat: int = 2) -> CostModel:
+    def calibrate(self, batch: int = 1, context: int = 512, widths: Sequence[int] | None = None, repeat: int = 3) -> CostModel:
         """Measure one forward's cost by rows (``batch`` requests times each width, by
-        default 1..4, 6, 8, 12, 16 up to ``k_max``) on a ``context``-token cache, taking
-        the fastest of ``repeat`` runs; later ``generate`` calls use it."""
+        default 1, 2, 4, 8, 12, 16 .. up to ``k_max`` + 1) on a ``context``-token cache,
+        taking the fastest of ``repeat`` rounds (each round measures every width, so a
+        burst of load on a shared machine hits all widths alike, not one), made monotone
+        by ``CostModel``; later ``generate`` calls use it."""
         import torch
 
         if widths is None:
-            widths = [w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= max(self.k_max, 1)]
+            top = max(self.k_max + self.bonus, 1)
+            widths = sorted({w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= top} | {top})
         vocab = int(self.model.config.vocab_size)
         limit = _max_positions(self.model.config)
         if limit is not None:
@@ -382,18 +385,18 @@ class SpeculativeGenerator:
         # a batch decodes with an explicit mask (holes), so its cost is measured with one
         ones = torch.ones((batch, context + max(widths)), dtype=torch.long) if batch > 1 else None
         self._forward(ids, pos, None if ones is None else ones[:, :context], cache, keep=1)
-        costs: dict[int, float] = {}
+        costs = {batch * w: float("inf") for w in widths}
+        inputs = []
         for w in widths:
-            best = float("inf")
             x = torch.randint(0, vocab, (batch, w), generator=g)
             p = torch.arange(context, context + w).expand(batch, w)
-            m = None if ones is None else ones[:, : context + w]
-            for _ in range(repeat):
+            inputs.append((w, x, p, None if ones is None else ones[:, : context + w]))
+        for _ in range(max(1, repeat)):
+            for w, x, p, m in inputs:
                 s = time.perf_counter()
                 self._forward(x, p, m, cache)
-                best = min(best, time.perf_counter() - s)
+                costs[batch * w] = min(costs[batch * w], time.perf_counter() - s)
                 cache.crop(-w)
-            costs[batch * w] = best
         saved.calibrate_s += time.perf_counter() - t0
         self.last_run = saved
         self.cost = CostModel(costs)
