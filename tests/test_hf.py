@@ -323,8 +323,33 @@ def test_acceptance_stats_by_position():
         s.record(2, 3)
 
 
-def test_adaptive_generator_measures_cost_once(model):
+def test_online_cost_learns_from_the_run_s_own_forwards(model, references):
     gen = SpeculativeGenerator(model, eos_token_id=None, k_max=4)
+    outs = gen.generate(_prompts(), NEW)
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    assert gen.cost is None and gen.last_run.calibrate_s == 0  # no separate calibration
+    assert gen.online.best and all(r % 1 == 0 and c > 0 for r, c in gen.online.best.items())
+    m = gen.online.model()
+    assert all(m(r) <= m(r + 1) for r in range(1, 40))
+    for r, c in gen.online.best.items():
+        assert m(r) <= c  # measured sizes keep their (monotone-capped) timings
+
+
+def test_online_cost_scales_the_prior_to_measurements():
+    o = hfcost.OnlineCost(hfcost.CostModel({1: 1.0, 2: 2.0, 8: 4.0}))
+    assert o.model() is o.prior  # no evidence yet: the prior's shape
+    o.record(1, 0.5)
+    o.record(1, 0.9)  # slower samples of a size already measured are ignored
+    o.record(0, 1.0)
+    assert o.best == {1: 0.5}
+    assert o.model().costs == [0.5, 1.0, 2.0]
+    o.record(8, 1.0)  # 8 rows measured cheaper than the prior's shape says
+    assert o.model()(8) == 1.0 and o.model()(1) == 0.5
+
+
+def test_adaptive_generator_measures_cost_once(model):
+    gen = SpeculativeGenerator(model, eos_token_id=None, k_max=4, calibrate="upfront")
     gen.generate(_prompts()[:2], 4)
     first = gen.cost
     assert first is not None and gen.last_run.calibrate_s > 0

@@ -40,7 +40,7 @@ import numpy as np
 from .. import _impl
 from ..accept_rule import Exact, SpeculativeSampling, TypicalAcceptance
 from ..state import Accept, Decode, Rollback, ServingState, Verify
-from .cost import AcceptanceStats, CostModel, choose_width
+from .cost import AcceptanceStats, CostModel, OnlineCost, choose_width
 
 __all__ = [
     "SUPPORTED_TRANSFORMERS",
@@ -197,7 +197,15 @@ class SpeculativeGenerator:
     into it) is continued periodically, as the history repeats from the match on.
     ``index_cls``: the n-gram index class (default ``specfsm.NgramIndex``).
     ``eos_token_id``: an id (or ids, or None) that ends a request (default ``"model"``:
-    the model's generation config). Refuses what ``check_model`` refuses.
+    the model's generation config). ``bonus`` (default True): a K-token draft is verified
+    with K + 1 rows (the forward over the last token and the draft yields them anyway), so
+    a fully accepted draft emits K + 1 tokens. ``cost``: a fixed ``CostModel`` for the
+    adaptive width; without one, ``calibrate="online"`` (the default) learns it from the
+    run's own forwards (``OnlineCost``, starting from ``PRIOR_COST``'s shape), and
+    ``"upfront"`` measures it once before the first step (``calibrate()``).
+    Greedy decoding and the ``SpeculativeSampling``/``TypicalAcceptance`` rules run on
+    ``specfsm.BatchState``; other rules settle per request through ``ServingState``.
+    Refuses what ``check_model`` refuses.
     """
 
     def __init__(
@@ -222,6 +230,7 @@ class SpeculativeGenerator:
         periodic: bool = True,
         probe_every: int = 8,
         bonus: bool = True,
+        calibrate: str = "online",
     ) -> None:
         check_model(model)
         self.model = model
@@ -270,6 +279,11 @@ class SpeculativeGenerator:
         else:
             self.eos = frozenset(int(e) for e in eos_token_id)
         self.cost = cost
+        if calibrate not in ("online", "upfront"):
+            raise ValueError(f"calibrate must be 'online' or 'upfront', got {calibrate!r}")
+        self.calibration = calibrate
+        #: the greedy path's cost model learnt from its own forwards (``calibrate='online'``)
+        self.online = OnlineCost()
         self._cost_batch: int | None = None
         if not 0 < compact_fraction <= 1:
             raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction!r}")
@@ -430,11 +444,12 @@ class SpeculativeGenerator:
             reqs.append(_Request(arr.tolist(), max_new_tokens, self._new_index(), arr))
         self.last_run = run = RunStats()
         t_start = time.perf_counter()
-        if self.adaptive and self.cost is None:
+        batched = not self.do_sample or type(self.rule) in (SpeculativeSampling, TypicalAcceptance)
+        if self.adaptive and self.cost is None and (not batched or self.calibration == "upfront"):
             ctx = min(max(len(r.prompt) for r in reqs), 512)
             self.calibrate(batch=min(len(reqs), 8), context=ctx)
         run = self.last_run
-        if not self.do_sample or type(self.rule) in (SpeculativeSampling, TypicalAcceptance):
+        if batched:
             return self._generate_batched(reqs, max_new_tokens, run, t_start)
         # any other rule (``select``/``accept_with``) settles through ServingState
 
@@ -672,14 +687,18 @@ class SpeculativeGenerator:
             limit = [min(kcap, int(remaining[i]) - bonus) for i in active]
             drafts = [self._propose(r, limit[j], 2 - bonus) for j, r in enumerate(act)]
             if self.adaptive and any(drafts):
-                if self.cost is None:
-                    self.calibrate(batch=min(b, 8))
+                if self.cost is not None:
+                    cost = self.cost
+                elif self.calibration == "online":
+                    cost = self.online.model()
+                else:
+                    cost = self.calibrate(batch=min(b, 8))
                 prior = self.global_stats.conditional(self.k_max + bonus, prior=0.8, weight=2.0)
                 conds = [r.out.stats.conditional(self.k_max + bonus, prior=prior, weight=4.0) for r in act]
                 # with the bonus row a K-token draft is worth a (K + 1)-token draft without
                 # it: K + 1 rows, the same expected tokens
                 avail = [len(d) + bonus if d else 0 for d in drafts]
-                w = choose_width(conds, avail, self.cost, self.k_max + bonus) - bonus  # type: ignore[arg-type]
+                w = choose_width(conds, avail, cost, self.k_max + bonus) - bonus
                 least = 2 - bonus
                 if w < least and any(r.idle >= self.probe_every and d for r, d in zip(act, drafts)):
                     drafts = [d[:4] if r.idle >= self.probe_every else [] for r, d in zip(act, drafts)]
@@ -713,7 +732,9 @@ class SpeculativeGenerator:
                 pos[j] = torch.arange(r.valid, r.valid + w).clamp_(max=r.valid + n - 1)
                 buf[j, width : width + n] = 1
             width += w
+            t0 = self.last_run.model_s
             logits = self._forward(ids, pos, buf[:, :width] if b > 1 else None, cache)
+            self.online.record(b * w, self.last_run.model_s - t0)
             # 3. the fused step: acceptance, settle, budgets
             if self.do_sample:
                 # the processed distribution at every row; the rule accepts against it and
