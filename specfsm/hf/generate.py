@@ -1,11 +1,16 @@
 """Speculative decoding of a Hugging Face causal LM, driven by specfsm's state machine.
 
 ``SpeculativeGenerator(model).generate(prompts, max_new_tokens)`` decodes a batch of
-requests (lists of token ids) together: one model forward per step for the whole batch,
-each request in its own ``ServingState`` (``Prefill -> Decode -> Verify ->
-Accept | Rollback``), drafting with specfsm's n-gram index (or prompt lookup), accepting
-with an acceptance rule (``Exact`` for greedy decoding, ``SpeculativeSampling`` for
-sampling) and rolling the KV cache back with the cache's own ``crop``.
+requests (lists of token ids) together on ``specfsm.BatchState``: each serving step is
+one ``pending()`` (what every request feeds: its last token and its draft), one model
+forward for the whole batch, and one ``step()`` (acceptance for every request by the
+rule, ``Exact`` for greedy decoding, ``SpeculativeSampling`` or ``TypicalAcceptance``
+against the processed distribution for sampling; settle, budgets); the KV cache keeps
+each request's fed columns up to its ``resume_rows`` and rolls the rest back with the
+cache's own ``crop``. Drafts come from specfsm's n-gram index (or prompt lookup) and
+enter the batch with ``enter_verify`` at the step's adaptive width. With the bonus row
+(the default) a K-token draft is verified by the K + 1 rows the forward yields anyway.
+A rule the batch does not know settles each request through its own ``ServingState``.
 
 The ragged batch cache. All requests share one ``DynamicCache`` of ``T`` columns; a
 column of row ``b`` is either one of that request's consumed tokens or a hole. A 2-D
