@@ -151,6 +151,39 @@ def test_batch_adaptive_with_compaction_and_early_finishers(fsm, model):
     assert gen.last_run.compactions > 0
 
 
+def test_bonus_row_keeps_outputs_and_saves_forwards(fsm, model):
+    # the forward over last token + K drafts yields K + 1 rows: with the bonus row a fully
+    # accepted draft emits K + 1 tokens for the same forward
+    n = 2 * NEW
+    references = [_reference(model, p, n) for p in _prompts()]
+    forwards = {}
+    for bonus in (False, True):
+        gen = SpeculativeGenerator(model, k=4, eos_token_id=None, index_cls=_index_cls(fsm), bonus=bonus)
+        outs = gen.generate(_prompts(), n)
+        for prompt, out, want in zip(_prompts(), outs, references):
+            _check_equal(model, prompt, out.tokens, want)
+        forwards[bonus] = gen.last_run.forwards
+        if bonus:  # some verify emitted more tokens than it drafted
+            assert any(o.accepted == o.drafted and o.verifies for o in outs)
+    assert forwards[True] < forwards[False], forwards
+
+
+def test_several_eos_ids_end_requests_at_the_first(fsm, model):
+    prompts = _prompts(seed=3)
+    firsts = [_reference(model, p, NEW) for p in prompts]
+    eos = sorted({firsts[0][NEW // 2], firsts[1][NEW // 3]})
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=eos, index_cls=_index_cls(fsm))
+    outs = gen.generate(prompts, NEW)
+    ended = 0
+    for prompt, out, full in zip(prompts, outs, firsts):
+        cut = next((i for i, t in enumerate(full) if t in eos), None)
+        want = full if cut is None else full[: cut + 1]
+        assert out.tokens == want
+        assert out.finished_by_eos == (cut is not None)
+        ended += cut is not None
+    assert ended >= 2
+
+
 def test_max_new_tokens_one_and_budget_caps_the_draft(model):
     prompts = _prompts()
     gen = SpeculativeGenerator(model, k=8, eos_token_id=None)
@@ -218,7 +251,7 @@ def test_refuses_bad_arguments(model):
         gen.generate([[1.5, 2.0]], 3)
     wild = SpeculativeGenerator(model, k=3, drafter=lambda history, k: [1, VOCAB + 5])
     with pytest.raises(ValueError, match="drafter proposed token id 69"):
-        wild.generate([[1, 2]], 3)
+        wild.generate([[1, 2]], 8)
 
 
 # -- the draft-length chooser's arithmetic ------------------------------------------------
@@ -229,6 +262,22 @@ def test_expected_tokens():
     assert e([0.5, 0.5, 0.5], 3) == pytest.approx(1.75)
     assert e([0.9, 0.8], 3) == pytest.approx(1 + 0.9 + 0.72)
     assert e([1.0] * 10, 8) == pytest.approx(8.0)
+
+
+def test_cost_model_makes_noisy_measurements_monotone():
+    # a slow sample at 4 rows (load on a shared machine) and 8 rows dearer than 8 decodes
+    c = hfcost.CostModel({1: 1.0, 2: 1.6, 4: 3.5, 8: 9.0, 16: 3.0})
+    assert c.measured == [1.0, 1.6, 3.5, 9.0, 3.0]
+    assert c.costs == [1.0, 1.6, 3.0, 3.0, 3.0]
+    assert all(c(r) <= c(r + 1) for r in range(1, 40))
+    raw = hfcost.CostModel({1: 1.0, 2: 1.6, 4: 3.5, 8: 9.0, 16: 3.0}, monotone=False)
+    assert raw(4) == 3.5 and raw(8) == 9.0
+    # the noisy table makes long drafts look dear; the monotone one drafts all 8
+    conds = [[0.9] * 16]
+    assert hfcost.choose_width(conds, [8], raw, 8) == 2
+    assert hfcost.choose_width(conds, [8], c, 8) == 8
+    # a low cost at 1 row bounds the rest by r times it
+    assert hfcost.CostModel({1: 1.0, 4: 10.0, 8: 12.0}).costs == [1.0, 4.0, 8.0]
 
 
 def test_cost_model_interpolates_and_refuses_bad_tables():
@@ -274,12 +323,37 @@ def test_acceptance_stats_by_position():
         s.record(2, 3)
 
 
-def test_adaptive_generator_measures_cost_once(model):
+def test_online_cost_learns_from_the_run_s_own_forwards(model, references):
     gen = SpeculativeGenerator(model, eos_token_id=None, k_max=4)
+    outs = gen.generate(_prompts(), NEW)
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    assert gen.cost is None and gen.last_run.calibrate_s == 0  # no separate calibration
+    assert gen.online.best and all(r % 1 == 0 and c > 0 for r, c in gen.online.best.items())
+    m = gen.online.model()
+    assert all(m(r) <= m(r + 1) for r in range(1, 40))
+    for r, c in gen.online.best.items():
+        assert m(r) <= c  # measured sizes keep their (monotone-capped) timings
+
+
+def test_online_cost_scales_the_prior_to_measurements():
+    o = hfcost.OnlineCost(hfcost.CostModel({1: 1.0, 2: 2.0, 8: 4.0}))
+    assert o.model() is o.prior  # no evidence yet: the prior's shape
+    o.record(1, 0.5)
+    o.record(1, 0.9)  # slower samples of a size already measured are ignored
+    o.record(0, 1.0)
+    assert o.best == {1: 0.5}
+    assert o.model().costs == [0.5, 1.0, 2.0]
+    o.record(8, 1.0)  # 8 rows measured cheaper than the prior's shape says
+    assert o.model()(8) == 1.0 and o.model()(1) == 0.5
+
+
+def test_adaptive_generator_measures_cost_once(model):
+    gen = SpeculativeGenerator(model, eos_token_id=None, k_max=4, calibrate="upfront")
     gen.generate(_prompts()[:2], 4)
     first = gen.cost
     assert first is not None and gen.last_run.calibrate_s > 0
-    assert first.rows == [2, 4, 8]  # 2 requests x widths 1, 2, 4 (up to k_max)
+    assert first.rows == [2, 4, 8, 10]  # 2 requests x widths 1, 2, 4, 5 (k_max + the bonus row)
     gen.generate(_prompts()[:2], 4)
     assert gen.cost is first and gen.last_run.calibrate_s == 0
 
@@ -338,14 +412,14 @@ def small_model():
     return _llama(vocab=SMALL_V)
 
 
-def _sampled_counts(small_model, rule=None, seed=5):
+def _sampled_counts(small_model, rule=None, seed=5, bonus=True):
     prompt = [1, 2, 3, 1, 2]
 
     def drafter(history, k):  # a fixed three-token draft: accepted sometimes, rejected others
         return [3, 1, 2][:k]
 
     gen = SpeculativeGenerator(small_model, drafter=drafter, k=3, do_sample=True, seed=seed, rule=rule,
-                               eos_token_id=None, **SAMPLING)
+                               eos_token_id=None, bonus=bonus, **SAMPLING)
     outs = gen.generate([prompt] * SAMPLES, 3)
     toks = np.array([o.tokens for o in outs])
     assert sum(o.verifies for o in outs) >= SAMPLES and 0 < sum(o.rollbacks for o in outs) < SAMPLES
@@ -354,14 +428,17 @@ def _sampled_counts(small_model, rule=None, seed=5):
     return gen, prompt, c2, c3
 
 
-def test_speculative_sampling_keeps_the_target_distribution(small_model):
-    gen, prompt, c2, c3 = _sampled_counts(small_model)
+@pytest.mark.parametrize("bonus", [True, False])
+def test_speculative_sampling_keeps_the_target_distribution(small_model, bonus):
+    # runs on BatchState (step with probs=), with and without the bonus row
+    gen, prompt, c2, c3 = _sampled_counts(small_model, bonus=bonus)
     p2, p3 = _exact_marginals(gen, prompt)
     assert chi2(c2, p2) < chi2_threshold(int((p2 > 0).sum()) - 1)
     assert chi2(c3, p3) < chi2_threshold(int((p3 > 0).sum()) - 1)
 
 
 def test_a_wrong_sampling_rule_fails_the_same_test(small_model):
+    # a rule BatchState does not know (``select``) settles through ServingState
     gen, prompt, c2, c3 = _sampled_counts(small_model, rule=ResampleFromTarget(5))
     p2, p3 = _exact_marginals(gen, prompt)
     assert chi2(c2, p2) > chi2_threshold(int((p2 > 0).sum()) - 1)

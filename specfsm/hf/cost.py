@@ -20,15 +20,24 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CostModel", "AcceptanceStats", "expected_tokens", "choose_width"]
+__all__ = ["CostModel", "OnlineCost", "PRIOR_COST", "AcceptanceStats", "expected_tokens", "choose_width"]
 
 
 class CostModel:
     """The cost of one model forward by the number of rows it evaluates (all requests
     of a batch together), interpolated linearly between measured sizes and extrapolated
-    linearly beyond the largest. Refuses an empty table and non-positive costs."""
+    linearly beyond the largest. Refuses an empty table and non-positive costs.
 
-    def __init__(self, costs: Mapping[int, float]) -> None:
+    ``monotone`` (the default) makes a noisy measurement physically sensible before it is
+    used: a forward of ``r`` rows costs at most ``r / r0`` times the smallest measured
+    forward (``r0`` rows; one batched forward is never slower than the forwards it
+    replaces), and no more than any larger forward (the cost of ``r`` rows becomes the
+    least measured at ``r`` or more rows), so costs never fall as rows grow. On a loaded
+    machine a slow sample at one size otherwise makes that width (or every draft) look
+    dear, and the chooser falls back to plain decodes. ``measured`` keeps the table as
+    given."""
+
+    def __init__(self, costs: Mapping[int, float], *, monotone: bool = True) -> None:
         if not costs:
             raise ValueError("costs must hold at least one (rows, seconds) entry")
         items = sorted((int(r), float(c)) for r, c in costs.items())
@@ -38,7 +47,14 @@ class CostModel:
             if not c > 0:
                 raise ValueError(f"costs: cost of {r} rows must be positive, got {c}")
         self.rows = [r for r, _ in items]
-        self.costs = [c for _, c in items]
+        self.measured = [c for _, c in items]
+        cs = list(self.measured)
+        if monotone:
+            r0, c0 = self.rows[0], cs[0]
+            cs = [min(c, c0 * r / r0) for r, c in zip(self.rows, cs)]
+            for i in range(len(cs) - 2, -1, -1):
+                cs[i] = min(cs[i], cs[i + 1])
+        self.costs = cs
 
     def __call__(self, rows: int) -> float:
         rs, cs = self.rows, self.costs
@@ -54,6 +70,52 @@ class CostModel:
 
     def __repr__(self) -> str:
         return "CostModel({" + ", ".join(f"{r}: {c:.3g}" for r, c in zip(self.rows, self.costs)) + "})"
+
+
+#: the shape of a small model's forward cost on a CPU (SmolLM2-135M, one thread, 512
+#: tokens of context: 2 rows about twice one decode, 8 about 2x, 17 about 3.3x), in units
+#: of one decode: what ``OnlineCost`` assumes before it has measured anything
+PRIOR_COST = CostModel({1: 1.0, 2: 1.9, 4: 1.95, 8: 2.0, 12: 2.9, 16: 3.0, 32: 5.5})
+
+
+class OnlineCost:
+    """A cost model learnt from the forwards a generator runs anyway, in place of a
+    separate calibration (which on a short run costs more than it saves, and on a loaded
+    machine measures the load as much as the model).
+
+    ``record(rows, seconds)`` keeps the fastest forward seen for each row count (the
+    least disturbed by other work on the machine). ``model()`` is ``PRIOR_COST`` (or
+    ``prior``) scaled to the measurements (by the median ratio measured / prior) with the
+    measured row counts in place of the prior's, made monotone by ``CostModel``; before
+    any measurement it is the prior itself: a fixed cost shape until there is
+    evidence."""
+
+    __slots__ = ("prior", "best", "_model")
+
+    def __init__(self, prior: CostModel | None = None) -> None:
+        self.prior = PRIOR_COST if prior is None else prior
+        self.best: dict[int, float] = {}
+        self._model: CostModel | None = None
+
+    def record(self, rows: int, seconds: float) -> None:
+        if rows >= 1 and seconds > 0 and seconds < self.best.get(rows, float("inf")):
+            self.best[rows] = seconds
+            self._model = None
+
+    def model(self) -> CostModel:
+        if self._model is None:
+            if not self.best:
+                self._model = self.prior
+            else:
+                ratios = sorted(c / self.prior(r) for r, c in self.best.items())
+                scale = ratios[len(ratios) // 2]
+                table = {r: self.prior(r) * scale for r in self.prior.rows}
+                table.update(self.best)
+                self._model = CostModel(table)
+        return self._model
+
+    def __repr__(self) -> str:
+        return f"OnlineCost(measured={{{', '.join(f'{r}: {c:.3g}' for r, c in sorted(self.best.items()))}}})"
 
 
 class AcceptanceStats:

@@ -1,11 +1,16 @@
 """Speculative decoding of a Hugging Face causal LM, driven by specfsm's state machine.
 
 ``SpeculativeGenerator(model).generate(prompts, max_new_tokens)`` decodes a batch of
-requests (lists of token ids) together: one model forward per step for the whole batch,
-each request in its own ``ServingState`` (``Prefill -> Decode -> Verify ->
-Accept | Rollback``), drafting with specfsm's n-gram index (or prompt lookup), accepting
-with an acceptance rule (``Exact`` for greedy decoding, ``SpeculativeSampling`` for
-sampling) and rolling the KV cache back with the cache's own ``crop``.
+requests (lists of token ids) together on ``specfsm.BatchState``: each serving step is
+one ``pending()`` (what every request feeds: its last token and its draft), one model
+forward for the whole batch, and one ``step()`` (acceptance for every request by the
+rule, ``Exact`` for greedy decoding, ``SpeculativeSampling`` or ``TypicalAcceptance``
+against the processed distribution for sampling; settle, budgets); the KV cache keeps
+each request's fed columns up to its ``resume_rows`` and rolls the rest back with the
+cache's own ``crop``. Drafts come from specfsm's n-gram index (or prompt lookup) and
+enter the batch with ``enter_verify`` at the step's adaptive width. With the bonus row
+(the default) a K-token draft is verified by the K + 1 rows the forward yields anyway.
+A rule the batch does not know settles each request through its own ``ServingState``.
 
 The ragged batch cache. All requests share one ``DynamicCache`` of ``T`` columns; a
 column of row ``b`` is either one of that request's consumed tokens or a hole. A 2-D
@@ -38,9 +43,9 @@ from typing import Any
 import numpy as np
 
 from .. import _impl
-from ..accept_rule import Exact, SpeculativeSampling
+from ..accept_rule import Exact, SpeculativeSampling, TypicalAcceptance
 from ..state import Accept, Decode, Rollback, ServingState, Verify
-from .cost import AcceptanceStats, CostModel, choose_width
+from .cost import AcceptanceStats, CostModel, OnlineCost, choose_width
 
 __all__ = [
     "SUPPORTED_TRANSFORMERS",
@@ -197,7 +202,15 @@ class SpeculativeGenerator:
     into it) is continued periodically, as the history repeats from the match on.
     ``index_cls``: the n-gram index class (default ``specfsm.NgramIndex``).
     ``eos_token_id``: an id (or ids, or None) that ends a request (default ``"model"``:
-    the model's generation config). Refuses what ``check_model`` refuses.
+    the model's generation config). ``bonus`` (default True): a K-token draft is verified
+    with K + 1 rows (the forward over the last token and the draft yields them anyway), so
+    a fully accepted draft emits K + 1 tokens. ``cost``: a fixed ``CostModel`` for the
+    adaptive width; without one, ``calibrate="online"`` (the default) learns it from the
+    run's own forwards (``OnlineCost``, starting from ``PRIOR_COST``'s shape), and
+    ``"upfront"`` measures it once before the first step (``calibrate()``).
+    Greedy decoding and the ``SpeculativeSampling``/``TypicalAcceptance`` rules run on
+    ``specfsm.BatchState``; other rules settle per request through ``ServingState``.
+    Refuses what ``check_model`` refuses.
     """
 
     def __init__(
@@ -221,6 +234,8 @@ class SpeculativeGenerator:
         index_cls: Any = None,
         periodic: bool = True,
         probe_every: int = 8,
+        bonus: bool = True,
+        calibrate: str = "online",
     ) -> None:
         check_model(model)
         self.model = model
@@ -243,6 +258,7 @@ class SpeculativeGenerator:
         self._vocab = int(model.config.vocab_size)
         self.periodic = bool(periodic)
         self.probe_every = probe_every
+        self.bonus = 1 if bonus else 0
         if k == "adaptive":
             self.adaptive = True
             self.k = k_max
@@ -269,6 +285,11 @@ class SpeculativeGenerator:
         else:
             self.eos = frozenset(int(e) for e in eos_token_id)
         self.cost = cost
+        if calibrate not in ("online", "upfront"):
+            raise ValueError(f"calibrate must be 'online' or 'upfront', got {calibrate!r}")
+        self.calibration = calibrate
+        #: the greedy path's cost model learnt from its own forwards (``calibrate='online'``)
+        self.online = OnlineCost()
         self._cost_batch: int | None = None
         if not 0 < compact_fraction <= 1:
             raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction!r}")
@@ -315,8 +336,10 @@ class SpeculativeGenerator:
             return self.index_cls(self.min_n, self.max_n)
         return None
 
-    def _propose(self, r: _Request, k: int) -> list[int]:
-        if k < 2:  # a one-token draft is worth exactly one decode
+    def _propose(self, r: _Request, k: int, least: int = 2) -> list[int]:
+        # ``least``: the shortest draft worth a verify (without the bonus row a one-token
+        # draft is worth exactly one decode)
+        if k < least:
             return []
         if self.drafter == "ngram":
             d = r.index.propose(k)
@@ -339,7 +362,7 @@ class SpeculativeGenerator:
             # the match's continuation ran into the end of the history: the history is
             # periodic with period len(d) from the match on, so continue the period
             d = [d[i % len(d)] for i in range(k)]
-        return d if len(d) >= 2 else []
+        return d if len(d) >= least else []
 
     # -- the model ----------------------------------------------------------------------
     def _forward(self, ids: Any, pos: Any, mask: Any, cache: Any, keep: int | None = None) -> Any:
@@ -357,14 +380,17 @@ class SpeculativeGenerator:
         self.last_run.rows += int(ids.shape[0] * ids.shape[1])
         return out.logits
 
-    def calibrate(self, batch: int = 1, context: int = 512, widths: Sequence[int] | None = None, repeat: int = 2) -> CostModel:
+    def calibrate(self, batch: int = 1, context: int = 512, widths: Sequence[int] | None = None, repeat: int = 3) -> CostModel:
         """Measure one forward's cost by rows (``batch`` requests times each width, by
-        default 1..4, 6, 8, 12, 16 up to ``k_max``) on a ``context``-token cache, taking
-        the fastest of ``repeat`` runs; later ``generate`` calls use it."""
+        default 1, 2, 4, 8, 12, 16 .. up to ``k_max`` + 1) on a ``context``-token cache,
+        taking the fastest of ``repeat`` rounds (each round measures every width, so a
+        burst of load on a shared machine hits all widths alike, not one), made monotone
+        by ``CostModel``; later ``generate`` calls use it."""
         import torch
 
         if widths is None:
-            widths = [w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= max(self.k_max, 1)]
+            top = max(self.k_max + self.bonus, 1)
+            widths = sorted({w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= top} | {top})
         vocab = int(self.model.config.vocab_size)
         limit = _max_positions(self.model.config)
         if limit is not None:
@@ -379,18 +405,18 @@ class SpeculativeGenerator:
         # a batch decodes with an explicit mask (holes), so its cost is measured with one
         ones = torch.ones((batch, context + max(widths)), dtype=torch.long) if batch > 1 else None
         self._forward(ids, pos, None if ones is None else ones[:, :context], cache, keep=1)
-        costs: dict[int, float] = {}
+        costs = {batch * w: float("inf") for w in widths}
+        inputs = []
         for w in widths:
-            best = float("inf")
             x = torch.randint(0, vocab, (batch, w), generator=g)
             p = torch.arange(context, context + w).expand(batch, w)
-            m = None if ones is None else ones[:, : context + w]
-            for _ in range(repeat):
+            inputs.append((w, x, p, None if ones is None else ones[:, : context + w]))
+        for _ in range(max(1, repeat)):
+            for w, x, p, m in inputs:
                 s = time.perf_counter()
                 self._forward(x, p, m, cache)
-                best = min(best, time.perf_counter() - s)
+                costs[batch * w] = min(costs[batch * w], time.perf_counter() - s)
                 cache.crop(-w)
-            costs[batch * w] = best
         saved.calibrate_s += time.perf_counter() - t0
         self.last_run = saved
         self.cost = CostModel(costs)
@@ -424,10 +450,14 @@ class SpeculativeGenerator:
             reqs.append(_Request(arr.tolist(), max_new_tokens, self._new_index(), arr))
         self.last_run = run = RunStats()
         t_start = time.perf_counter()
-        if self.adaptive and self.cost is None:
+        batched = not self.do_sample or type(self.rule) in (SpeculativeSampling, TypicalAcceptance)
+        if self.adaptive and self.cost is None and (not batched or self.calibration == "upfront"):
             ctx = min(max(len(r.prompt) for r in reqs), 512)
             self.calibrate(batch=min(len(reqs), 8), context=ctx)
         run = self.last_run
+        if batched:
+            return self._generate_batched(reqs, max_new_tokens, run, t_start)
+        # any other rule (``select``/``accept_with``) settles through ServingState
 
         # prefill: left-padded, holes masked, positions from 0 at each request's first token
         b = len(reqs)
@@ -586,6 +616,212 @@ class SpeculativeGenerator:
                 run.compactions += 1
         run.wall_s = time.perf_counter() - t_start
         return [r.out for r in reqs]
+
+    def _prefill(self, reqs: list[_Request]) -> tuple[Any, Any, Any]:
+        """One left-padded forward over every prompt (holes masked, positions from 0 at
+        each request's first token); returns ``(cache, mask, logits of the last column)``."""
+        import torch
+
+        b = len(reqs)
+        t = max(len(r.prompt) for r in reqs)
+        ids = torch.zeros((b, t), dtype=torch.long)
+        mask = torch.zeros((b, t), dtype=torch.long)
+        pos = torch.zeros((b, t), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            n = len(r.prompt)
+            ids[i, t - n :] = torch.from_numpy(r.array)
+            mask[i, t - n :] = 1
+            pos[i, t - n :] = torch.arange(n)
+        cache = _new_cache(self.model)
+        logits = self._forward(ids, pos, mask if b > 1 else None, cache, keep=1)[:, -1, :]
+        return cache, mask, logits
+
+    def _generate_batched(self, reqs: list[_Request], max_new_tokens: int, run: RunStats, t_start: float) -> list[RequestOutput]:
+        """Greedy decoding of the whole batch on ``specfsm.BatchState``: one ``pending()``
+        and one ``step()`` per serving step, the model forward in between (its argmax at
+        every evaluated row, flattened in ``pending()``'s order); the KV cache keeps
+        ``resume_rows + 1`` of each slot's fed columns, finished slots leave it. Drafts
+        (n-gram index, prompt lookup or a callable; the adaptive width) enter the batch
+        with ``enter_verify``."""
+        import torch
+
+        from ..batch import BatchState
+
+        b = len(reqs)
+        kcap = self.k_max if self.adaptive else self.k
+        bonus = self.bonus
+        batch = BatchState(b, k_max=max(kcap, 1), bonus=bonus)
+        lens = [len(r.prompt) for r in reqs]
+        poff = np.zeros(b + 1, dtype=np.int64)
+        np.cumsum(lens, out=poff[1:])
+        batch.admit(np.arange(b), np.concatenate([r.array for r in reqs]), poff, np.arange(b),
+                    max_tokens=max_new_tokens)
+        cache, mask, logits = self._prefill(reqs)
+        slots, _inputs, off = batch.pending()
+        rows = np.full(int(off[-1]), -1, dtype=np.int64)
+        if self.do_sample:
+            probs = self.probabilities(logits)
+            rows[off[1:] - 1] = [self._sample(p) for p in probs]
+        else:
+            rows[off[1:] - 1] = logits.argmax(-1).numpy()
+        for r in reqs:
+            r.valid = len(r.prompt)
+            if r.index is not None:
+                r.index.extend(r.array)
+            r.out.forwards += 1
+        res = batch.step(rows)
+        self._settle_batch(batch, res, reqs)
+
+        active = [i for i in range(b) if not reqs[i].done]  # slot numbers, ascending == cache rows
+        if len(active) < b:
+            if active:
+                cache.batch_select_indices(torch.tensor(active))
+            mask = mask[active]
+        cap = max(64, 2 * mask.shape[1])
+        buf = torch.zeros((mask.shape[0], cap), dtype=torch.long)
+        buf[:, : mask.shape[1]] = mask
+        width = mask.shape[1]
+        if len(active) == 1 and reqs[active[0]].valid < width:  # a lone request decodes without a mask
+            width = self._compact(cache, buf, width)
+            run.compactions += 1
+
+        while active:
+            b = len(active)
+            act = [reqs[i] for i in active]
+            # 1. drafts and the step's width, entered into the batch
+            remaining = batch.remaining
+            limit = [min(kcap, int(remaining[i]) - bonus) for i in active]
+            drafts = [self._propose(r, limit[j], 2 - bonus) for j, r in enumerate(act)]
+            if self.adaptive and any(drafts):
+                if self.cost is not None:
+                    cost = self.cost
+                elif self.calibration == "online":
+                    cost = self.online.model()
+                else:
+                    cost = self.calibrate(batch=min(b, 8))
+                prior = self.global_stats.conditional(self.k_max + bonus, prior=0.8, weight=2.0)
+                conds = [r.out.stats.conditional(self.k_max + bonus, prior=prior, weight=4.0) for r in act]
+                # with the bonus row a K-token draft is worth a (K + 1)-token draft without
+                # it: K + 1 rows, the same expected tokens
+                avail = [len(d) + bonus if d else 0 for d in drafts]
+                w = choose_width(conds, avail, cost, self.k_max + bonus) - bonus
+                least = 2 - bonus
+                if w < least and any(r.idle >= self.probe_every and d for r, d in zip(act, drafts)):
+                    drafts = [d[:4] if r.idle >= self.probe_every else [] for r, d in zip(act, drafts)]
+                else:
+                    drafts = [d[:w] if w >= least else [] for d in drafts]
+            run.widths.append(max((len(d) for d in drafts), default=0))
+            vslots = [s for s, d in zip(active, drafts) if d]
+            if vslots:
+                dl = [d for d in drafts if d]
+                doff = np.zeros(len(dl) + 1, dtype=np.int64)
+                np.cumsum([len(d) for d in dl], out=doff[1:])
+                batch.enter_verify(vslots, np.fromiter((t for d in dl for t in d), dtype=np.int64, count=int(doff[-1])), doff)
+            for r, d in zip(act, drafts):
+                r.idle = 0 if d else r.idle + 1
+            # 2. one forward of W columns for the whole batch, as pending() lays it out
+            slots, inputs, off = batch.pending()
+            n_in = np.diff(off)
+            w = int(n_in.max())
+            ids = torch.empty((b, w), dtype=torch.long)
+            pos = torch.empty((b, w), dtype=torch.long)
+            if width + w > buf.shape[1]:
+                nb = torch.zeros((b, 2 * (width + w)), dtype=torch.long)
+                nb[:, :width] = buf[:, :width]
+                buf = nb
+            buf[:, width : width + w] = 0
+            for j, r in enumerate(act):
+                n = int(n_in[j])
+                feed = torch.from_numpy(inputs[int(off[j]) : int(off[j + 1])])
+                ids[j, :n] = feed
+                ids[j, n:] = feed[-1]
+                pos[j] = torch.arange(r.valid, r.valid + w).clamp_(max=r.valid + n - 1)
+                buf[j, width : width + n] = 1
+            width += w
+            t0 = self.last_run.model_s
+            logits = self._forward(ids, pos, buf[:, :width] if b > 1 else None, cache)
+            self.online.record(b * w, self.last_run.model_s - t0)
+            # 3. the fused step: acceptance, settle, budgets
+            if self.do_sample:
+                # the processed distribution at every row; the rule accepts against it and
+                # a decode (or a fully accepted draft's bonus row) takes a sample of its last row
+                flat = torch.cat([logits[j, : int(n_in[j])] for j in range(b)])
+                probs = self.probabilities(flat)
+                rows = np.full(int(off[-1]), -1, dtype=np.int64)
+                rows[off[1:] - 1] = [self._sample(probs[i]) for i in (off[1:] - 1).tolist()]
+                res = batch.step(rows, rule=self.rule, probs=probs)
+            else:
+                choice = logits.argmax(-1).numpy()
+                rows = np.concatenate([choice[j, : int(n_in[j])] for j in range(b)])
+                res = batch.step(rows)
+            # a verify keeps its fed columns up to its resume row, a decode (-1) its one column
+            consumed = np.where(res.resume_rows >= 0, res.resume_rows + 1, 1).tolist()
+            for j, r in enumerate(act):
+                used = consumed[j]
+                buf[j, width - w + used : width] = 0
+                r.valid += used
+                r.out.forwards += 1
+            self._settle_batch(batch, res, reqs)
+            # 4. crop trailing columns nobody kept; drop finished requests; compact holes
+            trailing = w - max(consumed)
+            if trailing:
+                cache.crop(-trailing)
+                width -= trailing
+            alive = [j for j, i in enumerate(active) if not reqs[i].done]
+            if len(alive) < b:
+                if not alive:
+                    break
+                sel = torch.tensor(alive)
+                cache.batch_select_indices(sel)
+                buf = buf[sel]
+                active = [active[j] for j in alive]
+                b = len(active)
+            if b > 1:
+                live = sum(reqs[i].valid for i in active)
+                if width > 32 and live < (1 - self.compact_fraction) * b * width:
+                    width = self._compact(cache, buf, width)
+                    run.compactions += 1
+            elif b == 1 and reqs[active[0]].valid < width:
+                width = self._compact(cache, buf, width)
+                run.compactions += 1
+        run.wall_s = time.perf_counter() - t_start
+        return [r.out for r in reqs]
+
+    def _settle_batch(self, batch: Any, res: Any, reqs: list[_Request]) -> None:
+        """A ``StepResult``'s emitted tokens into each request (cut after an eos of the
+        model's set; the slot then finishes) and its verify counts into the statistics."""
+        em = res.emitted.tolist()
+        eo = res.emitted_offsets.tolist()
+        drafted = res.drafted.tolist()
+        accepted = res.accepted.tolist()
+        done = set(res.finished.tolist())
+        cut = []
+        for j, s in enumerate(res.slots.tolist()):
+            r = reqs[s]
+            k = drafted[j]
+            if k:
+                n = accepted[j]
+                r.out.verifies += 1
+                r.out.drafted += k
+                r.out.accepted += n
+                r.out.rollbacks += n < k
+                r.out.stats.record(k, n)
+                self.global_stats.record(k, n)
+            out = r.out.tokens
+            start = len(out)
+            for tok in em[eo[j] : eo[j + 1]]:
+                out.append(tok)
+                if tok in self.eos:
+                    r.done = r.out.finished_by_eos = True
+                    break
+            if r.index is not None:
+                r.index.extend(out[start:])
+            if s in done:
+                r.done = True
+            elif r.done:
+                cut.append(s)
+        if cut:
+            batch.finish(cut)
 
     def _emit(self, r: _Request, tokens: list[int]) -> None:
         out = r.out.tokens
