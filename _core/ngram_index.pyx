@@ -242,6 +242,7 @@ __all__ = [
 ]
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
+cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
 
 cdef enum:
     NOGIL_MIN = 2048      # shorter work than this keeps the GIL (a release costs more)
@@ -1413,8 +1414,17 @@ def extend_batch(indexes, tokens, offsets):
         )
     cdef const int64_t[::1] sv = src
     n = sv.shape[0]
-    _validate_offsets(off, n)
     cdef const int64_t[::1] ov = off
+    # the owned copy checked in C (neighbours compared, never subtracted); only a bad
+    # one goes through the shared check, for the twin's exact error message
+    cdef bint bad = ov[0] < 0 or ov[b] > n
+    for i in range(b):
+        if ov[i] > ov[i + 1]:
+            bad = True
+            break
+    if bad:
+        _validate_offsets(off, n)
+        raise ValueError("offsets must be nondecreasing and within the tokens given")
     cdef NgramIndex ix
     cdef int64_t stamp
     cdef job_t* jobs = NULL
@@ -1458,7 +1468,7 @@ def extend_batch(indexes, tokens, offsets):
         for i in range(b):
             ix = <NgramIndex>ixs[i]
             m = ov[i + 1] - ov[i]
-            if ix._len + m > MAX_INDEX_TOKENS:
+            if ix._len + m > MAX_TOKENS_C:
                 raise OverflowError(
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"
