@@ -38,7 +38,7 @@ from specfsm._py.ngram_index import (
     _validate_offsets,
 )
 
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
@@ -54,9 +54,23 @@ cdef extern from *:
     #define NGI_PREFETCH(p) ((void)0)
     #define NGI_PREFETCH_W(p) ((void)0)
     #endif
+    /* A prefetch the compiler must keep: GCC treats __builtin_prefetch as free of side
+       effects and deletes a loop that does nothing else (the token prefetch stage of
+       extend_batch was compiled away). An asm volatile is never deleted. */
+    #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    #define NGI_PREFETCH_KEEP(p) __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)(p)))
+    #elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+    #define NGI_PREFETCH_KEEP(p) __asm__ __volatile__("prfm pldl1keep, %0" : : "Q"(*(const char *)(p)))
+    #elif defined(__GNUC__) || defined(__clang__)
+    #define NGI_PREFETCH_KEEP(p) do { __builtin_prefetch((const void *)(p)); \
+        __asm__ __volatile__("" : : "r"((const void *)(p))); } while (0)
+    #else
+    #define NGI_PREFETCH_KEEP(p) ((void)0)
+    #endif
     """
     void NGI_PREFETCH(const void* p) nogil
     void NGI_PREFETCH_W(const void* p) nogil
+    void NGI_PREFETCH_KEEP(const void* p) nogil
 
 # Slot tables come from an arena of 2 MiB chunks the kernel is asked to back with huge
 # pages (Linux, madvise): a batch update touches random slots of hundreds of tables,
@@ -228,6 +242,7 @@ __all__ = [
 ]
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
+cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
 
 cdef enum:
     NOGIL_MIN = 2048      # shorter work than this keeps the GIL (a release costs more)
@@ -241,6 +256,7 @@ cdef enum:
     PIPE_HASH = 24        # extend_batch hashes and prefetches slots this many positions ahead
     PIPE_VERIFY = 10      # ... and prefetches the tokens a tag match will compare this far
     PIPE_RING = 32        # a power of two above PIPE_HASH
+    PEEK_STEPS = 8        # slots of a probe chain the token prefetch follows at most
 
 ctypedef struct slot_t:
     uint32_t tag          # high 32 bits of the n-gram's hash
@@ -1295,15 +1311,37 @@ cdef inline void _job_tags(const job_t* jb, int64_t L, uint32_t* tag) noexcept n
 
 
 cdef inline void _job_peek(const job_t* jb, int64_t L, const uint32_t* tag) noexcept nogil:
-    """For each home slot whose tag matches, prefetch the tokens the match will compare."""
+    """For each level, find the slot a probe will stop at (the home slot's line was
+    prefetched PIPE_HASH - PIPE_VERIFY positions ago; linear probing puts about half the
+    matches past the home slot) and, where its tag matches, prefetch the history the
+    compare will read: tok[e - d:e], one or two cache lines, each line once."""
     cdef int64_t d, top = jb.hi if jb.hi < L else L
     cdef level_t* lv
     cdef slot_t* sl
+    cdef uint64_t idx, mask
+    cdef int steps
+    cdef int32_t e
+    cdef uintptr_t line, last = 0
     for d in range(jb.lo, top + 1):
         lv = &jb.levels[d - jb.lo]
-        sl = &lv.slots[(<uint64_t>tag[d - jb.lo]) >> lv.shift if lv.shift < 32 else 0]
-        if sl.end > 0 and sl.tag == tag[d - jb.lo]:
-            NGI_PREFETCH(&jb.tok[sl.end - 1])
+        mask = <uint64_t>(lv.cap - 1)
+        idx = (<uint64_t>tag[d - jb.lo]) >> lv.shift if lv.shift < 32 else 0
+        for steps in range(PEEK_STEPS):
+            sl = &lv.slots[idx]
+            e = sl.end
+            if e < 0:
+                break
+            if sl.tag == tag[d - jb.lo]:
+                if e >= d:
+                    line = (<uintptr_t>&jb.tok[e - 1]) >> 6
+                    if line != last:
+                        NGI_PREFETCH_KEEP(&jb.tok[e - 1])
+                        last = line
+                    line = (<uintptr_t>&jb.tok[e - d]) >> 6
+                    if line != last:
+                        NGI_PREFETCH_KEEP(&jb.tok[e - d])
+                break
+            idx = (idx + 1) & mask
 
 
 cdef inline void _job_probe(const job_t* jb, int64_t L, const uint32_t* tag,
@@ -1376,8 +1414,17 @@ def extend_batch(indexes, tokens, offsets):
         )
     cdef const int64_t[::1] sv = src
     n = sv.shape[0]
-    _validate_offsets(off, n)
     cdef const int64_t[::1] ov = off
+    # the owned copy checked in C (neighbours compared, never subtracted); only a bad
+    # one goes through the shared check, for the twin's exact error message
+    cdef bint bad = ov[0] < 0 or ov[b] > n
+    for i in range(b):
+        if ov[i] > ov[i + 1]:
+            bad = True
+            break
+    if bad:
+        _validate_offsets(off, n)
+        raise ValueError("offsets must be nondecreasing and within the tokens given")
     cdef NgramIndex ix
     cdef int64_t stamp
     cdef job_t* jobs = NULL
@@ -1421,7 +1468,7 @@ def extend_batch(indexes, tokens, offsets):
         for i in range(b):
             ix = <NgramIndex>ixs[i]
             m = ov[i + 1] - ov[i]
-            if ix._len + m > MAX_INDEX_TOKENS:
+            if ix._len + m > MAX_TOKENS_C:
                 raise OverflowError(
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"

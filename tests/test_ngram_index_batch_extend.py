@@ -85,6 +85,10 @@ def test_extend_batch_all_or_nothing(ngi):
         ngi.extend_batch([a, b], [1, 2, 3], [0, 2**63 - 1, -2])
     with pytest.raises(ValueError, match=r"offsets\[-1\]=4 is beyond the 3 tokens"):
         ngi.extend_batch([a, b], [1, 2, 3], [0, 1, 4])
+    with pytest.raises(ValueError, match=r"offsets must be non-negative, got offsets\[0\]=-1"):
+        ngi.extend_batch([a, b], [1, 2, 3], [-1, 1, 3])
+    with pytest.raises(ValueError, match=r"got offsets\[2\]=3 > offsets\[3\]=2"):
+        ngi.extend_batch([a, b, ngi.NgramIndex(1)], [1, 2, 3], [0, 1, 3, 2])
     with pytest.raises(TypeError, match="tokens must hold integer ids"):
         ngi.extend_batch([a, b], [1, 2.5, 3], [0, 1, 3])
     with pytest.raises(TypeError, match=r"indexes\[1\] must be an NgramIndex"):
