@@ -216,6 +216,15 @@ class StepResult:
 
     __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
                  "finished", "drafts", "draft_offsets")
+    slots: np.ndarray
+    emitted: np.ndarray
+    emitted_offsets: np.ndarray
+    accepted: np.ndarray
+    drafted: np.ndarray
+    resume_rows: np.ndarray
+    finished: np.ndarray
+    drafts: np.ndarray
+    draft_offsets: np.ndarray
 
     def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
                  finished, drafts, draft_offsets) -> None:

@@ -650,7 +650,7 @@ class SpeculativeGenerator:
         b = len(reqs)
         kcap = self.k_max if self.adaptive else self.k
         bonus = self.bonus
-        batch = BatchState(b, k_max=max(kcap, 1), bonus=bonus)
+        batch = BatchState(b, k_max=max(kcap, 1), bonus=bool(bonus))
         lens = [len(r.prompt) for r in reqs]
         poff = np.zeros(b + 1, dtype=np.int64)
         np.cumsum(lens, out=poff[1:])
