@@ -141,6 +141,29 @@ def _positive(value: Any) -> int | None:
     return v if v > 0 else None
 
 
+def _range_sources(vllm_config: Any, min_n: Any, max_n: Any, cls: type) -> list[tuple[Any, Any]]:
+    """The ``(min_n, max_n)`` each settings source gives, in priority order: the keyword
+    (else the ``speculative_config``'s positive ``prompt_lookup_min`` / ``max``), the
+    environment (``SPECFSM_VLLM_MIN_N`` / ``MAX_N``), the class attributes; None where a
+    source is silent. Each proposer combines them by its own rule."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    return [
+        (
+            min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None)),
+            max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None)),
+        ),
+        (_env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")),
+        (cls.min_n, cls.max_n),  # type: ignore[attr-defined]
+    ]
+
+
+def _prefer_setting(prefer: Any, cls: type) -> Any:
+    """``prefer`` from the keyword, else ``SPECFSM_VLLM_PREFER``, else the class attribute."""
+    if prefer is not None:
+        return prefer
+    return _env("SPECFSM_VLLM_PREFER") or cls.prefer  # type: ignore[attr-defined]
+
+
 def _as_numpy(value: Any, name: str) -> np.ndarray:
     """A numpy view of ``value`` (a numpy array, a CPU ``torch.Tensor`` or a sequence)."""
     if isinstance(value, np.ndarray):
@@ -748,19 +771,14 @@ class SpecfsmNgramProposer(RowTrackingProposer):
             max_model_len=max_model_len,
             verify=verify,
         )
-        spec = getattr(vllm_config, "speculative_config", None)
-        lo = min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None))
-        hi = max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None))
-        if lo is None and hi is None:
-            lo, hi = _env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")
-        if lo is None and hi is None:
-            lo, hi = type(self).min_n, type(self).max_n
-        if lo is None and hi is None:
-            lo = hi = self.DEFAULT_N
+        # the first source that sets either end sets the range (one end sets the other)
+        lo, hi = next(
+            ((a, b) for a, b in _range_sources(vllm_config, min_n, max_n, type(self)) if a is not None or b is not None),
+            (self.DEFAULT_N, self.DEFAULT_N),
+        )
         lo = hi if lo is None else lo
         hi = lo if hi is None else hi
-        if prefer is None:
-            prefer = _env("SPECFSM_VLLM_PREFER") or type(self).prefer
+        prefer = _prefer_setting(prefer, type(self))
         self._kern = kernels if kernels is not None else _public_ngram
         self._extend_batch: Callable | None = getattr(self._kern, "extend_batch", None)
         probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
@@ -844,19 +862,11 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
             max_model_len=max_model_len,
             verify=verify,
         )
-        spec = getattr(vllm_config, "speculative_config", None)
-        lo = min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None))
-        hi = max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None))
-        if lo is None:
-            lo = _env_count("SPECFSM_VLLM_MIN_N")
-        if hi is None:
-            hi = _env_count("SPECFSM_VLLM_MAX_N")
-        if lo is None:
-            lo = type(self).min_n
-        if hi is None:
-            hi = type(self).max_n
-        if prefer is None:
-            prefer = _env("SPECFSM_VLLM_PREFER") or type(self).prefer
+        # each end from the first source that sets it (max_n None: unbounded)
+        sources = _range_sources(vllm_config, min_n, max_n, type(self))
+        lo = next((a for a, _ in sources if a is not None), None)
+        hi = next((b for _, b in sources if b is not None), None)
+        prefer = _prefer_setting(prefer, type(self))
         if kernels is None:
             from . import suffix_index as kernels
         self._kern = kernels
