@@ -461,17 +461,7 @@ class SpeculativeGenerator:
 
         # prefill: left-padded, holes masked, positions from 0 at each request's first token
         b = len(reqs)
-        t = max(len(r.prompt) for r in reqs)
-        ids = torch.zeros((b, t), dtype=torch.long)
-        mask = torch.zeros((b, t), dtype=torch.long)
-        pos = torch.zeros((b, t), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            n = len(r.prompt)
-            ids[i, t - n :] = torch.from_numpy(r.array)
-            mask[i, t - n :] = 1
-            pos[i, t - n :] = torch.arange(n)
-        cache = _new_cache(self.model)
-        logits = self._forward(ids, pos, mask if b > 1 else None, cache, keep=1)[:, -1, :]
+        cache, mask, logits = self._prefill(reqs)
         probs = self.probabilities(logits) if self.do_sample else None
         choice = logits.argmax(-1).tolist()
         for i, r in enumerate(reqs):
