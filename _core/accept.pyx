@@ -3,24 +3,26 @@
 
 Same names, results and errors as the twin ``specfsm._py.accept`` (read its module
 docstring for the layout). Arguments are converted, copied (the small control arrays)
-and checked once in Python by the helpers shared with the twin; the probability-row
-check and the kernels then run over typed memoryviews with the GIL released, reading
-only the call's own copies and the probability rows.
+and checked once in Python by ``specfsm._validate`` (shared with the twin); the
+probability-row check and the kernels then run over typed memoryviews with the GIL
+released, reading only the call's own copies and the probability rows. The row check
+and the residual draw are C, in ``accept_kernels.h``.
 """
 
 import numpy as np
 
-from specfsm._py.accept import (
+from specfsm._validate import (
     PROB_ATOL,
-    _check_ids,
-    _check_offsets,
-    _draw_uniforms,
-    _prepare_exact,
-    _prepare_min_run,
-    _prepare_speculative,
-    _prepare_typical,
-    _prob_error,
-    _probs,
+    PROB_OK,
+    as_prob_rows,
+    check_count,
+    check_id_range,
+    check_offsets,
+    draw_uniforms,
+    prepare_exact,
+    prepare_speculative,
+    prepare_typical,
+    prob_error,
 )
 
 from libc.math cimport exp, log
@@ -41,185 +43,7 @@ __all__ = [
     "typical_batch",
 ]
 
-cdef extern from *:
-    """
-    /* Probability-row check and residual draw, written once for float and double.
-
-       Row check: the row is summed in 8 independent lanes (vectorisable, no
-       reassociation needed) and scanned for negatives; a row whose sum is not within
-       atol of 1 (NaN and inf make it so) or that holds a negative entry is rescanned
-       to name the first bad entry.
-
-       Residual draw: r_j = max(0, p_j - q_j) (q one-hot on x when q is NULL; p alone
-       when use_p). Groups of 8 entries are summed as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7))
-       (zeros past the end); the group sums are added in order; the token is the first
-       entry whose running sum, walked from the group start, exceeds u * total. The twin
-       performs the same float64 operations in the same order. */
-    #include <math.h>
-    #if defined(__SSE2__)
-    #include <emmintrin.h>
-    /* d > 0 ? d : 0 without a branch (MAXSD returns its second operand for NaN and
-       for equal zeros, exactly the conditional's result). */
-    static inline double specfsm_pos(double d) {
-        return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(d), _mm_setzero_pd()));
-    }
-    /* Eight running sums, lane l holding x[l], x[l + 8], ... (j < v8, a multiple of 8),
-       and whether any entry is negative; SSE2 vectors of two doubles where available. */
-    static inline void specfsm_lanes_f32(const float* x, Py_ssize_t v8, double* acc, int* neg) {
-        __m128d a0 = _mm_setzero_pd(), a1 = _mm_setzero_pd();
-        __m128d a2 = _mm_setzero_pd(), a3 = _mm_setzero_pd();
-        __m128 ng = _mm_setzero_ps();
-        const __m128 z = _mm_setzero_ps();
-        for (Py_ssize_t j = 0; j < v8; j += 8) {
-            __m128 x0 = _mm_loadu_ps(x + j), x1 = _mm_loadu_ps(x + j + 4);
-            a0 = _mm_add_pd(a0, _mm_cvtps_pd(x0));
-            a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(x0, x0)));
-            a2 = _mm_add_pd(a2, _mm_cvtps_pd(x1));
-            a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(x1, x1)));
-            ng = _mm_or_ps(ng, _mm_or_ps(_mm_cmplt_ps(x0, z), _mm_cmplt_ps(x1, z)));
-        }
-        _mm_storeu_pd(acc, a0); _mm_storeu_pd(acc + 2, a1);
-        _mm_storeu_pd(acc + 4, a2); _mm_storeu_pd(acc + 6, a3);
-        *neg = _mm_movemask_ps(ng) != 0;
-    }
-    static inline void specfsm_lanes_f64(const double* x, Py_ssize_t v8, double* acc, int* neg) {
-        __m128d a0 = _mm_setzero_pd(), a1 = _mm_setzero_pd();
-        __m128d a2 = _mm_setzero_pd(), a3 = _mm_setzero_pd();
-        __m128d ng = _mm_setzero_pd();
-        const __m128d z = _mm_setzero_pd();
-        for (Py_ssize_t j = 0; j < v8; j += 8) {
-            __m128d x0 = _mm_loadu_pd(x + j), x1 = _mm_loadu_pd(x + j + 2);
-            __m128d x2 = _mm_loadu_pd(x + j + 4), x3 = _mm_loadu_pd(x + j + 6);
-            a0 = _mm_add_pd(a0, x0); a1 = _mm_add_pd(a1, x1);
-            a2 = _mm_add_pd(a2, x2); a3 = _mm_add_pd(a3, x3);
-            ng = _mm_or_pd(ng, _mm_or_pd(_mm_or_pd(_mm_cmplt_pd(x0, z), _mm_cmplt_pd(x1, z)),
-                                         _mm_or_pd(_mm_cmplt_pd(x2, z), _mm_cmplt_pd(x3, z))));
-        }
-        _mm_storeu_pd(acc, a0); _mm_storeu_pd(acc + 2, a1);
-        _mm_storeu_pd(acc + 4, a2); _mm_storeu_pd(acc + 6, a3);
-        *neg = _mm_movemask_pd(ng) != 0;
-    }
-    #else
-    static inline double specfsm_pos(double d) { return d > 0.0 ? d : 0.0; }
-    #define SPECFSM_LANES(T, SUF)                                                        \
-    static inline void specfsm_lanes_##SUF(const T* x, Py_ssize_t v8, double* acc, int* neg) { \
-        int n = 0;                                                                        \
-        for (int l = 0; l < 8; l++) acc[l] = 0.0;                                         \
-        for (Py_ssize_t j = 0; j < v8; j += 8)                                            \
-            for (int l = 0; l < 8; l++) { double y = (double)x[j + l]; acc[l] += y; n |= (y < 0.0); } \
-        *neg = n;                                                                         \
-    }
-    SPECFSM_LANES(float, f32)
-    SPECFSM_LANES(double, f64)
-    #endif
-
-    #define SPECFSM_OK 0
-    #define SPECFSM_NONFINITE 1
-    #define SPECFSM_NEGATIVE 2
-    #define SPECFSM_BADSUM 3
-
-    #define SPECFSM_DEFINE(T, SUF)                                                       \
-    static int specfsm_check_rows_##SUF(const T* p, Py_ssize_t n, Py_ssize_t v,          \
-                                        double atol, Py_ssize_t* row, Py_ssize_t* col,   \
-                                        double* value) {                                  \
-        for (Py_ssize_t r = 0; r < n; r++) {                                              \
-            const T* x = p + r * v;                                                       \
-            double acc[8];                                                                \
-            int ng;                                                                       \
-            Py_ssize_t j = v - (v % 8);                                                   \
-            specfsm_lanes_##SUF(x, j, acc, &ng);                                          \
-            for (; j < v; j++) {                                                          \
-                double y = (double)x[j];                                                  \
-                acc[0] += y;                                                              \
-                ng |= (y < 0.0);                                                          \
-            }                                                                             \
-            double s = ((acc[0] + acc[1]) + (acc[2] + acc[3]))                            \
-                     + ((acc[4] + acc[5]) + (acc[6] + acc[7]));                           \
-            if (ng || !(fabs(s - 1.0) <= atol)) {                                         \
-                for (j = 0; j < v; j++) {                                                 \
-                    double y = (double)x[j];                                              \
-                    if (!(y >= 0.0 && y <= DBL_MAX)) {                                    \
-                        *row = r; *col = j; *value = y;                                   \
-                        return y < 0.0 ? SPECFSM_NEGATIVE : SPECFSM_NONFINITE;            \
-                    }                                                                     \
-                }                                                                         \
-                *row = r; *col = 0; *value = s;                                           \
-                return SPECFSM_BADSUM;                                                    \
-            }                                                                             \
-        }                                                                                 \
-        return SPECFSM_OK;                                                                \
-    }                                                                                     \
-                                                                                          \
-    static inline double specfsm_res_##SUF(const T* p, const T* q, Py_ssize_t j,          \
-                                           Py_ssize_t x, int use_p) {                     \
-        double d;                                                                         \
-        if (use_p) d = (double)p[j];                                                      \
-        else if (q) d = (double)p[j] - (double)q[j];                                      \
-        else if (j == x) d = (double)p[j] - 1.0;                                          \
-        else d = (double)p[j];                                                            \
-        return specfsm_pos(d);                                                            \
-    }                                                                                     \
-                                                                                          \
-    static double specfsm_group_##SUF(const T* p, const T* q, Py_ssize_t v, Py_ssize_t g, \
-                                      Py_ssize_t x, int use_p) {                          \
-        double r[8];                                                                      \
-        Py_ssize_t j0 = g * 8;                                                            \
-        if (j0 + 8 <= v && (use_p || q || x < j0 || x >= j0 + 8)) {                       \
-            if (q && !use_p) {                                                            \
-                for (int l = 0; l < 8; l++) {                                             \
-                    double d = (double)p[j0 + l] - (double)q[j0 + l];                     \
-                    r[l] = specfsm_pos(d);                                                \
-                }                                                                         \
-            } else {                                                                      \
-                for (int l = 0; l < 8; l++) {                                             \
-                    double d = (double)p[j0 + l];                                         \
-                    r[l] = specfsm_pos(d);                                                \
-                }                                                                         \
-            }                                                                             \
-        } else {                                                                          \
-            for (int l = 0; l < 8; l++)                                                   \
-                r[l] = (j0 + l < v) ? specfsm_res_##SUF(p, q, j0 + l, x, use_p) : 0.0;    \
-        }                                                                                 \
-        return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));         \
-    }                                                                                     \
-                                                                                          \
-    static Py_ssize_t specfsm_pick_##SUF(const T* p, const T* q, Py_ssize_t v,            \
-                                         Py_ssize_t x, double u, double* scratch) {       \
-        Py_ssize_t ng = (v + 7) / 8;                                                      \
-        for (int use_p = 0; use_p < 2; use_p++) {                                         \
-            double total = 0.0;                                                           \
-            for (Py_ssize_t g = 0; g < ng; g++) {                                         \
-                double gs = specfsm_group_##SUF(p, q, v, g, x, use_p);                    \
-                scratch[g] = gs;                                                          \
-                total += gs;                                                              \
-            }                                                                             \
-            if (!(total > 0.0)) continue;                                                 \
-            double t = u * total, run = 0.0;                                              \
-            for (Py_ssize_t g = 0; g < ng; g++) {                                         \
-                double next = run + scratch[g];                                           \
-                if (next > t) {                                                           \
-                    double a = run;                                                       \
-                    Py_ssize_t last = -1;                                                 \
-                    for (Py_ssize_t j = g * 8; j < g * 8 + 8 && j < v; j++) {             \
-                        double rj = specfsm_res_##SUF(p, q, j, x, use_p);                 \
-                        if (rj > 0.0) last = j;                                           \
-                        a += rj;                                                          \
-                        if (a > t) return j;                                              \
-                    }                                                                     \
-                    return last;                                                          \
-                }                                                                         \
-                run = next;                                                               \
-            }                                                                             \
-            for (Py_ssize_t j = v - 1; j >= 0; j--)                                       \
-                if (specfsm_res_##SUF(p, q, j, x, use_p) > 0.0) return j;                 \
-        }                                                                                 \
-        return x;                                                                         \
-    }
-
-    #include <float.h>
-    SPECFSM_DEFINE(float, f32)
-    SPECFSM_DEFINE(double, f64)
-    """
+cdef extern from "accept_kernels.h":
     int specfsm_check_rows_f32(const float* p, Py_ssize_t n, Py_ssize_t v, double atol,
                                Py_ssize_t* row, Py_ssize_t* col, double* value) noexcept nogil
     int specfsm_check_rows_f64(const double* p, Py_ssize_t n, Py_ssize_t v, double atol,
@@ -228,9 +52,6 @@ cdef extern from *:
                                 double u, double* scratch) noexcept nogil
     Py_ssize_t specfsm_pick_f64(const double* p, const double* q, Py_ssize_t v, Py_ssize_t x,
                                 double u, double* scratch) noexcept nogil
-
-cdef enum:
-    OK = 0
 
 cdef double _ATOL = PROB_ATOL
 
@@ -241,7 +62,7 @@ cdef object _first_bad(object arr):
     cdef const double[:, ::1] f64
     cdef Py_ssize_t r = 0, c = 0, n = arr.shape[0], v = arr.shape[1]
     cdef double val = 0.0
-    cdef int code = OK
+    cdef int code = 0  # SPECFSM_OK
     if n == 0:
         return code, r, c, val
     if arr.dtype.itemsize == 4:
@@ -257,20 +78,20 @@ cdef object _first_bad(object arr):
 
 cdef _raise_if_bad(object arr, str name):
     code, r, c, val = _first_bad(arr)
-    if code != OK:
-        raise _prob_error(name, code, r, c, val)
+    if code != PROB_OK:
+        raise prob_error(name, code, r, c, val)
 
 
 def check_probs(probs, name="probs"):
     """Return ``probs`` as a C-contiguous float32/float64 2-D array, refusing rows that
     hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``."""
-    p = _probs(probs, name)
+    p = as_prob_rows(probs, name)
     _raise_if_bad(p, name)
     return p
 
 
 # -- the shared checks, as C loops ------------------------------------------------------
-# Same results as the twin's ``_check_offsets`` / ``_check_ids``, which they call to raise
+# Same results as ``specfsm._validate.check_offsets`` / ``check_id_range``, which they call to raise
 # the very same error when something is wrong. Both read only the call's private copies
 # (C-contiguous, native int64 offsets; int32/int64 ids), with the GIL held.
 
@@ -281,15 +102,15 @@ def _fast_check_offsets(off, Py_ssize_t total, name="offsets"):
     cdef int64_t k_max = 0
     if (cnp.PyArray_TYPE(a) != cnp.NPY_INT64 or not cnp.PyArray_ISCARRAY_RO(a)
             or cnp.PyArray_NDIM(a) != 1):
-        return _check_offsets(off, total, name)
+        return check_offsets(off, total, name)
     o = <const int64_t*>cnp.PyArray_DATA(a)
     if n == 0 or o[0] != 0 or o[n - 1] != total:
-        return _check_offsets(off, total, name)  # raises
+        return check_offsets(off, total, name)  # raises
     for i in range(n - 1):
         # neighbours compared, never subtracted first: both are >= o[0] = 0 once in
         # order, so the step below cannot wrap
         if o[i] > o[i + 1]:
-            return _check_offsets(off, total, name)  # raises
+            return check_offsets(off, total, name)  # raises
         if o[i + 1] - o[i] > k_max:
             k_max = o[i + 1] - o[i]
     return k_max
@@ -309,7 +130,7 @@ def _fast_check_ids(arr, name, hi, what):
     cdef int t = cnp.PyArray_TYPE(a)
     cdef bint ok
     if hi > 2**62 or cnp.PyArray_NDIM(a) != 1 or not cnp.PyArray_ISCARRAY_RO(a):
-        return _check_ids(arr, name, hi, what)
+        return check_id_range(arr, name, hi, what)
     if t == cnp.NPY_INT32:
         ok = _ids_in_range(<const int32_t*>cnp.PyArray_DATA(a), n, <int64_t>hi)
     elif t == cnp.NPY_INT64:
@@ -317,7 +138,7 @@ def _fast_check_ids(arr, name, hi, what):
     else:
         ok = False
     if not ok:
-        return _check_ids(arr, name, hi, what)  # raises (or checks an unusual dtype)
+        return check_id_range(arr, name, hi, what)  # raises (or checks an unusual dtype)
 
 
 _FAST = (_fast_check_offsets, _fast_check_ids)
@@ -325,7 +146,7 @@ _FAST = (_fast_check_offsets, _fast_check_ids)
 
 # -- exact / min-run -----------------------------------------------------------------
 # The kernels read only arrays this call owns (private copies of the draft, choices,
-# offsets and uniforms made by the shared ``_prepare_*`` helpers) plus the probability
+# offsets and uniforms made by ``specfsm._validate.prepare_*``) plus the probability
 # rows in place. Every index they derive is still checked where it is used (a request's
 # rows against the draft and the output, a drafted id against the vocabulary): a check
 # that fails returns the request's number + 1 and the call raises RuntimeError, where
@@ -399,15 +220,15 @@ def exact_batch(draft, choices, offsets):
     ``choices`` is flat like ``draft`` (one target choice per draft row). Refuses ids
     that are negative or beyond int32, bad offsets and length mismatches.
     """
-    d, c, off, k_max = _prepare_exact(draft, choices, offsets, _FAST)
+    d, c, off, k_max = prepare_exact(draft, choices, offsets, _FAST)
     return _exact_run(d, c, off, k_max, 0)
 
 
 def min_run_batch(draft, choices, offsets, m):
     """``exact_batch`` where a request keeps its matched rows only when there are at
     least ``m`` of them (else it accepts 0 and emits its row-0 choice)."""
-    mm = _prepare_min_run(m)
-    d, c, off, k_max = _prepare_exact(draft, choices, offsets, _FAST)
+    mm = check_count(m, "m")
+    d, c, off, k_max = prepare_exact(draft, choices, offsets, _FAST)
     return _exact_run(d, c, off, k_max, mm)
 
 
@@ -424,7 +245,7 @@ cdef Py_ssize_t _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
                              const floating[:, ::1] p, const floating[:, ::1] q, bint has_q,
                              const double[::1] u, int32_t[:, ::1] out,
                              int32_t[::1] acc, double* scratch) noexcept nogil:
-    cdef Py_ssize_t b = off.shape[0] - 1, v = p.shape[1], i, lo, k, ub, n, x
+    cdef Py_ssize_t b = off.shape[0] - 1, v = p.shape[1], i, lo, k, u_base, n, x
     cdef Py_ssize_t n_rows = d.shape[0]
     cdef double pp, qq
     if b > acc.shape[0] or b > out.shape[0] or p.shape[0] < n_rows:
@@ -436,8 +257,8 @@ cdef Py_ssize_t _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
         if not _rows_ok(lo, off[i + 1], n_rows, out.shape[1]):
             return i + 1
         k = off[i + 1] - lo
-        ub = lo + i
-        if ub + k >= u.shape[0]:
+        u_base = lo + i
+        if u_base + k >= u.shape[0]:
             return i + 1
         n = 0
         while n < k:
@@ -447,14 +268,14 @@ cdef Py_ssize_t _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
             pp = <double>p[lo + n, x]
             qq = <double>q[lo + n, x] if has_q else 1.0
             # p(x) = 0 (a masked or greedy target) is never accepted, whatever u and q
-            if pp > 0.0 and u[ub + n] * qq <= pp:
+            if pp > 0.0 and u[u_base + n] * qq <= pp:
                 out[i, n] = <int32_t>x
                 n += 1
             else:
                 break
         acc[i] = <int32_t>n
         if n < k:
-            out[i, n] = <int32_t>_pick(p, q, has_q, lo + n, <Py_ssize_t>d[lo + n], u[ub + k], scratch)
+            out[i, n] = <int32_t>_pick(p, q, has_q, lo + n, <Py_ssize_t>d[lo + n], u[u_base + k], scratch)
     return 0
 
 
@@ -475,7 +296,7 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
     always checked.
     """
     check = bool(check)
-    d, off, p, q, u, k_max, gen = _prepare_speculative(
+    d, off, p, q, u, k_max, gen = prepare_speculative(
         draft, offsets, target_probs, draft_probs, uniforms, _FAST
     )
     if check:
@@ -484,7 +305,7 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
             _raise_if_bad(q, "draft_probs")
     cdef Py_ssize_t b = off.shape[0] - 1, bad
     if u is None:
-        u = _draw_uniforms(gen, d.shape[0] + b)
+        u = draw_uniforms(gen, d.shape[0] + b)
     cdef bint has_q = q is not None
     if not has_q:
         q = p  # never read: a same-typed placeholder for the memoryview
@@ -589,7 +410,7 @@ def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, poster
     the inputs ``speculative_batch`` refuses.
     """
     check = bool(check)
-    d, off, p, thr, alpha, k_max = _prepare_typical(
+    d, off, p, thr, alpha, k_max = prepare_typical(
         draft, offsets, target_probs, posterior_threshold, posterior_alpha, _FAST
     )
     if check:

@@ -3,17 +3,18 @@
 
 import numpy as np
 
-from specfsm._validate import as_token_array, check_count
+from specfsm._validate import as_entries, as_token_array, check_count, id_value
 
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 cimport numpy as cnp
 
 from _arrays cimport plain_int_width, array_data, array_len
 
 from _typedefs cimport token_t
 from cpython.object cimport PyObject
-from _seq cimport obj_eq, Py_SIZE, PySequence_Fast_GET_ITEM
+from _seq cimport Py_SIZE, PySequence_Fast_GET_ITEM
 
 __all__ = ["prompt_lookup"]
 
@@ -100,82 +101,94 @@ cdef extern from "Python.h":
     long long _as_longlong "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow)
 
 
-cdef inline Py_ssize_t _find_last_seq(object h, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n,
-                                      Py_ssize_t at) except -2:
-    """The largest e in [lo, hi] with h[e] == h[at], or -1 (h: a list or tuple of size n).
+cdef inline int _id_at(object h, Py_ssize_t i, Py_ssize_t n, int64_t* out) except -1:
+    """Entry i of the list or tuple h (n entries) as a token id, into out.
 
-    Exact ints are compared by value in C when h[at] is one that fits in int64; any other
-    entry goes through ==, after which the sequence's size is checked again (a
-    user-defined __eq__ may change it)."""
+    An exact int within int64 is read in C; anything else goes through
+    ``specfsm._validate.id_value`` (the twin's rule: it refuses non-ids), after which the
+    size is checked again (a numpy-integer subclass's ``__index__`` may change h)."""
+    cdef PyObject* x = PySequence_Fast_GET_ITEM(h, i)
+    cdef int overflow = 0
+    cdef long long v
+    if Py_TYPE(x) == &PyLong_Type:
+        v = _as_longlong(x, &overflow)
+        if not overflow:
+            out[0] = v
+            return 0
+    value = id_value(<object>x, "history", i)  # a strong reference while it runs
     if Py_SIZE(h) != n:
         raise RuntimeError("history changed size during prompt_lookup")
-    # a strong reference: a user-defined __eq__ may replace h[at] and free it
-    cdef object v_ref = <object>PySequence_Fast_GET_ITEM(h, at)
-    cdef PyObject* v = <PyObject*>v_ref
-    cdef PyObject* x
-    cdef long long vv = 0, xv
-    cdef int overflow = 1, r
-    cdef Py_ssize_t e
-    if Py_TYPE(v) == &PyLong_Type:
-        vv = _as_longlong(v, &overflow)
-    for e in range(hi, lo - 1, -1):
-        x = PySequence_Fast_GET_ITEM(h, e)
-        if x == v:
-            return e
-        if overflow == 0 and Py_TYPE(x) == &PyLong_Type:
-            xv = _as_longlong(x, &overflow)
-            if overflow:
-                overflow = 0   # x is beyond int64, so it is not v
-                continue
-            if xv == vv:
-                return e
-            continue
-        r = obj_eq(h, e, h, at)
-        # re-read the size after every comparison, whatever its result (as CPython's
-        # list.index does): __eq__ may have shrunk the list
-        if Py_SIZE(h) != n:
-            raise RuntimeError("history changed size during prompt_lookup")
-        if r:
-            return e
-    return -1
+    out[0] = value
+    return 0
 
 
-cdef Py_ssize_t _match_end_seq(object h, Py_ssize_t ngram) except -2:
-    """The same search over a list or tuple of arbitrary entries compared with ==."""
+cdef enum:
+    NEEDLE_ON_STACK = 16
+
+
+cdef Py_ssize_t _match_end_ids(object h, Py_ssize_t ngram) except -2:
+    """The same search over a list or tuple of token ids, reading its entries in the
+    twin's order (the needle first, then candidate ends newest first, then a candidate's
+    other entries from the front), so both refuse the same first bad entry."""
     cdef Py_ssize_t n = Py_SIZE(h)
     if ngram == 0 or n <= ngram:
         return -1
-    cdef Py_ssize_t base = n - ngram
-    cdef Py_ssize_t lo = ngram - 1
-    cdef Py_ssize_t e = n - 2, j, s
-    cdef int r
-    while True:
-        e = _find_last_seq(h, lo, e, n, n - 1)
-        if e < 0:
-            return -1
-        s = e - lo
-        j = 0
-        while j < lo:
-            r = obj_eq(h, s + j, h, base + j)
-            # the size is re-read after every comparison, equal or not (a __eq__ that
-            # shrinks the list must not send the next read past its end)
-            if Py_SIZE(h) != n:
-                raise RuntimeError("history changed size during prompt_lookup")
-            if not r:
-                break
-            j += 1
-        if j == lo:
-            return e + 1
-        e -= 1
+    cdef Py_ssize_t base = n - ngram, lo = ngram - 1, e, j, s
+    cdef int64_t on_stack[NEEDLE_ON_STACK]
+    cdef int64_t* needle = on_stack
+    cdef int64_t last, x
+    if ngram > NEEDLE_ON_STACK:
+        needle = <int64_t*>PyMem_Malloc(ngram * sizeof(int64_t))
+        if needle == NULL:
+            raise MemoryError()
+    try:
+        for j in range(ngram):
+            _id_at(h, base + j, n, &needle[j])
+        last = needle[lo]
+        for e in range(n - 2, lo - 1, -1):
+            _id_at(h, e, n, &x)
+            if x != last:
+                continue
+            s = e - lo
+            j = 0
+            while j < lo:
+                _id_at(h, s + j, n, &x)
+                if x != needle[j]:
+                    break
+                j += 1
+            if j == lo:
+                return e + 1
+        return -1
+    finally:
+        if needle != on_stack:
+            PyMem_Free(needle)
+
+
+cdef list _ids_from(object h, Py_ssize_t start, Py_ssize_t stop):
+    """Entries start..stop - 1 of h as Python ints (exact ints as they are)."""
+    cdef Py_ssize_t n = Py_SIZE(h), i
+    cdef int64_t x
+    cdef list out = []
+    for i in range(start, stop):
+        item = <object>PySequence_Fast_GET_ITEM(h, i)
+        if type(item) is int and -9223372036854775808 <= item <= 9223372036854775807:
+            out.append(item)
+        else:
+            _id_at(h, i, n, &x)
+            out.append(x)
+    return out
 
 
 def prompt_lookup(history, ngram, max_k):
-    """Draft up to ``max_k`` entries that followed the most recent earlier occurrence of
-    ``history``'s last ``ngram`` entries.
+    """Draft up to ``max_k`` ids that followed the most recent earlier occurrence of
+    ``history``'s last ``ngram`` ids.
 
-    Returns an empty draft when ``ngram`` or ``max_k`` is 0, when ``history`` is not
-    longer than ``ngram``, or when there is no earlier occurrence. A numpy ``history``
-    gives a numpy draft of the same dtype; anything else gives a list.
+    ``history`` holds token ids: a 1-D integer numpy array, or a list or tuple (or other
+    sequence) of Python ints or numpy integers. Returns an empty draft when ``ngram`` or
+    ``max_k`` is 0, when ``history`` is not longer than ``ngram``, or when there is no
+    earlier occurrence. A numpy ``history`` gives a numpy draft of the same dtype;
+    anything else gives a list of Python ints. A list entry that the search reads and
+    that is not a token id raises TypeError naming it (OverflowError beyond int64).
     """
     cdef Py_ssize_t g, k, end, n
     if type(ngram) is not int or ngram < 0:
@@ -214,12 +227,11 @@ def prompt_lookup(history, ngram, max_k):
             return history[:0].copy()
         return history[end : end + min(n - end, k)].copy()
     else:
-        from specfsm._py._seq import as_entries  # generic sequences: same rules as the twin
-        seq = as_entries(history, "history")
+        seq = as_entries(history, "history")  # other sequences: as a list, the twin's rule
     n = Py_SIZE(seq)
     g = min(<object>ngram, n)
     k = min(<object>max_k, n)
-    end = -1 if k == 0 else _match_end_seq(seq, g if g == ngram else n)
+    end = -1 if k == 0 else _match_end_ids(seq, g if g == ngram else n)
     if end < 0:
         return []
-    return list(seq[end : end + min(n - end, k)])
+    return _ids_from(seq, end, end + min(n - end, k))

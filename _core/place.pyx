@@ -3,7 +3,7 @@
 batched settle that chooses ``index`` (compiled).
 
 Arguments are converted (the index and the counts into private copies), then checked
-once at the Python boundary by ``specfsm.gpu._checks`` (shared with the twin and the
+once at the Python boundary by ``specfsm._validate`` (shared with the twin and the
 CuPy path, so every path raises the same errors); the loops then run with the GIL
 released over the private copies, the row index re-checked where a row is read.
 """
@@ -18,10 +18,10 @@ cimport numpy as cnp
 
 from _arrays cimport plain_int_width
 
-from specfsm.gpu._checks import (
+from specfsm._validate import (
     as_host_index,
     as_settle_arrays,
-    check_rows,
+    check_place_arrays,
     host_index_array,
     index_reason,
     overlap_message,
@@ -89,7 +89,7 @@ def place_rows(src, index, dst):
     try:
         if not w:
             i_obj = host_index_array(index)
-        B, K, row = check_rows(src, dst)
+        B, K, row = check_place_arrays(src, dst)
         if w:
             if n != B:
                 raise ValueError(f"index has {n} entries; it needs one per request (B={B})")

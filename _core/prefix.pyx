@@ -3,7 +3,7 @@
 
 import numpy as np
 
-from specfsm._validate import as_token_array
+from specfsm._validate import as_entries, as_token_array
 
 from libc.stdint cimport int32_t, int64_t
 cimport numpy as cnp
@@ -78,8 +78,7 @@ cdef object _as_seq(object x, str name):
         return x
     if isinstance(x, np.ndarray):
         return as_token_array(x, name).tolist()
-    from specfsm._py._seq import as_entries  # the rare generic path: same rules as the twin
-    return as_entries(x, name)
+    return as_entries(x, name)  # the rare generic path: the twin's rule
 
 
 def common_prefix(draft, row_tokens):

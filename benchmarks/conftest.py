@@ -10,13 +10,13 @@ from specfsm import _impl
 
 
 @pytest.fixture(params=["compiled", "python"])
-def kind(request, monkeypatch):
-    """Routes the state machine through one implementation's kernels; yields its name."""
+def kind(request):
+    """Runs the public layer on one implementation's kernels (``specfsm._impl.using``, a
+    context-local choice); yields its name."""
     if request.param == "compiled" and _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    for module, name in (("prefix", "common_prefix"), ("ngram", "prompt_lookup"), ("settle", "settle")):
-        monkeypatch.setattr(_impl, name, getattr(_impl.module(request.param, module), name))
-    return request.param
+    with _impl.using(request.param):
+        yield request.param
 
 
 def repetitive_stream(length: int, vocab: int = 32_000, seed: int = 0) -> np.ndarray:

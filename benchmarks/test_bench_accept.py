@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from specfsm import _impl
-from specfsm._py.accept import PROB_ATOL
+from specfsm._validate import PROB_ATOL
 from specfsm.accept_rule import Exact, SpeculativeSampling
 
 WHO = ["compiled", "twin", "numpy"]
@@ -26,10 +26,16 @@ KS = [4, 8]
 VS = [4096, 32768]
 
 
-def _kern(who: str):
+def _kind(who: str) -> str:
+    """The implementation ``who`` names ("compiled" or "python"; skips the compiled one
+    when it is switched off)."""
     if who == "compiled" and _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    return _impl.module("compiled" if who == "compiled" else "python", "accept")
+    return "compiled" if who == "compiled" else "python"
+
+
+def _kern(who: str):
+    return _impl.module(_kind(who), "accept")
 
 
 # -- the numpy baseline ------------------------------------------------------------------
@@ -159,15 +165,9 @@ def test_speculative_per_request(benchmark, who, k, v):
 
         benchmark(one)
         return
-    import specfsm.accept_rule as ar
-
     rule = SpeculativeSampling(seed=0)
-    saved = ar._k
-    ar._k = _kern(who)
-    try:
+    with _impl.using(_kind(who)):
         benchmark(rule.sample_rows, d, p, q)
-    finally:
-        ar._k = saved
 
 
 # -- typical acceptance ---------------------------------------------------------------------
@@ -268,9 +268,5 @@ def test_exact_per_request(benchmark, who, container):
         assert benchmark(one, a, c) == 5
         return
     rule = Exact()
-    saved = _impl.common_prefix
-    _impl.common_prefix = _impl.module("compiled" if who == "compiled" else "python", "prefix").common_prefix
-    try:
+    with _impl.using(_kind(who)):
         assert benchmark(rule.accepted_rows, draft, choices) == 5
-    finally:
-        _impl.common_prefix = saved

@@ -10,7 +10,16 @@ names and behaviour; everything else in the package reaches the kernels through
 The choice is made once per kernel module, at import time. ``USE_EXTENSIONS`` is true
 only when every kernel module in ``KERNEL_MODULES`` is compiled; ``extensions()`` says
 which are and why any is not. A partial fallback (some modules compiled, some not, for
-example one that failed to build or to load) warns once with a ``RuntimeWarning``.
+example one that failed to build or to load) warns once with a ``RuntimeWarning``; a
+source checkout that was never built (the ``.pyx`` sources beside the package, no
+compiled module) warns once too, saying how to build it or silence the warning.
+
+Running one implementation on purpose (tests and benchmarks compare the two): the
+public layer (``state``, ``accept_rule``, ``drafting``) reaches the kernels through
+``current()``, the ``Implementation`` of the running context, which is ``ACTIVE``
+unless a ``with using("python"):`` (or ``"compiled"``) block says otherwise. The choice
+is a ``contextvars.ContextVar``: it holds in that block, in that thread or task only,
+and nothing process-wide is rebound.
 """
 
 from __future__ import annotations
@@ -18,9 +27,13 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from importlib import import_module
+from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 __all__ = [
     "KERNEL_MODULES",
@@ -28,9 +41,14 @@ __all__ = [
     "USE_EXTENSIONS",
     "IMPORT_ERROR",
     "ModuleStatus",
+    "Implementation",
+    "ACTIVE",
     "extensions",
     "load",
     "module",
+    "implementation",
+    "current",
+    "using",
     "common_prefix",
     "prompt_lookup",
     "settle",
@@ -110,6 +128,14 @@ def extensions() -> dict[str, ModuleStatus]:
     return out
 
 
+def _never_built_checkout() -> bool:
+    """Whether this package is a source checkout whose compiled core was never built:
+    the ``.pyx`` sources sit in ``_core/`` beside the package directory and no kernel
+    module imported compiled."""
+    root = Path(__file__).resolve().parent.parent
+    return (root / "_core" / "prefix.pyx").is_file() and len(_ERRORS) == len(KERNEL_MODULES)
+
+
 for _name in KERNEL_MODULES:
     load(_name)
 
@@ -124,16 +150,85 @@ if not NO_EXTENSIONS and _ERRORS and len(_ERRORS) < len(KERNEL_MODULES):
         RuntimeWarning,
         stacklevel=1,
     )
+elif not NO_EXTENSIONS and _never_built_checkout():
+    warnings.warn(
+        "specfsm: running from a source checkout whose compiled core was never built, so "
+        "every kernel runs on the pure-Python twin (slow). Build it in place with "
+        "`python setup.py build_ext --inplace` (or `pip install -e .`), or set "
+        "SPECFSM_NO_EXTENSIONS=1 to use the twin on purpose.",
+        RuntimeWarning,
+        stacklevel=1,
+    )
+
+
+class Implementation:
+    """The kernels of one implementation, as the public layer calls them.
+
+    ``kind`` is ``"compiled"`` or ``"python"`` (``ACTIVE`` has the kind of its prefix
+    kernel); ``common_prefix``, ``prompt_lookup`` and ``settle`` are the kernel
+    functions; ``accept`` and ``place`` the kernel modules.
+    """
+
+    __slots__ = ("kind", "common_prefix", "prompt_lookup", "settle", "accept", "place")
+
+    def __init__(self, kind: str, modules: dict[str, ModuleType]) -> None:
+        self.kind = kind
+        self.common_prefix = modules["prefix"].common_prefix
+        self.prompt_lookup = modules["ngram"].prompt_lookup
+        self.settle = modules["settle"].settle
+        self.accept = modules["accept"]
+        self.place = modules["place"]
+
+    def __repr__(self) -> str:
+        return f"<specfsm kernels: {self.kind}>"
+
+
+_USED = ("prefix", "ngram", "settle", "accept", "place")
+ACTIVE: Implementation = Implementation(
+    "compiled" if load("prefix").__name__.startswith("specfsm._core.") else "python",
+    {name: load(name) for name in _USED},
+)
+_BY_KIND: dict[str, Implementation] = {}
+
+
+def implementation(kind: str) -> Implementation:
+    """The kernels of ``"compiled"`` or ``"python"`` (ImportError when the compiled core
+    is asked for and not built)."""
+    found = _BY_KIND.get(kind)
+    if found is None:
+        found = _BY_KIND[kind] = Implementation(kind, {name: module(kind, name) for name in _USED})
+    return found
+
+
+_CURRENT: ContextVar[Implementation] = ContextVar("specfsm_implementation", default=ACTIVE)
+current = _CURRENT.get
+"""``current()``: the kernels the public layer calls in the running context (``ACTIVE``
+outside any ``using`` block)."""
+
+
+@contextmanager
+def using(kind: str | Implementation) -> Iterator[Implementation]:
+    """Run the public layer on one implementation inside the ``with`` block, in this
+    context only (other threads and tasks keep theirs): ``with using("python"): ...``."""
+    chosen = kind if isinstance(kind, Implementation) else implementation(kind)
+    token = _CURRENT.set(chosen)
+    try:
+        yield chosen
+    finally:
+        _CURRENT.reset(token)
+
+
+_FOUNDATION = ("common_prefix", "prompt_lookup", "settle")
 
 if TYPE_CHECKING:  # type checkers read the twin: typed Python with the same names
-    from ._py import ngram as _ngram
-    from ._py import prefix as _prefix
-    from ._py import settle as _settle
+    from ._py.ngram import prompt_lookup
+    from ._py.prefix import common_prefix
+    from ._py.settle import settle
 else:
-    _prefix = load("prefix")
-    _ngram = load("ngram")
-    _settle = load("settle")
 
-common_prefix = _prefix.common_prefix
-prompt_lookup = _ngram.prompt_lookup
-settle = _settle.settle
+    def __getattr__(name: str) -> Any:
+        """``_impl.common_prefix``, ``_impl.prompt_lookup``, ``_impl.settle``: the running
+        context's kernel (``current()``), for callers outside the public layer."""
+        if name in _FOUNDATION:
+            return getattr(_CURRENT.get(), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

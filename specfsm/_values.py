@@ -100,10 +100,9 @@ def default_clone(cache: object) -> object:
     if isinstance(cache, np.ndarray):
         return cache.copy()
     module = t.__module__.partition(".")[0]
-    if module == "cupy":
-        from .gpu import snapshot
-
-        return snapshot(cache)
+    if module == "cupy":  # a device copy on the array's own device (no import of CuPy here)
+        with cache.device:  # type: ignore[attr-defined]
+            return cache.copy()  # type: ignore[attr-defined]
     if module == "torch" and hasattr(cache, "clone"):
         return cache.clone()  # type: ignore[attr-defined]
     if t in (set, bytearray):

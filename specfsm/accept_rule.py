@@ -26,13 +26,12 @@ exactly as ``Verify.accept`` builds its ``Accept``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from . import _impl
-from ._py.accept import _real, _tokens  # the shared argument checks
-from ._validate import check_count
+from ._validate import PROB_ATOL, as_id_array, check_count, nonnegative_real
 from .errors import IllegalTransition
 
 __all__ = [
@@ -42,15 +41,14 @@ __all__ = [
     "SpeculativeSampling",
     "TypicalAcceptance",
     "accept_with",
+    "select_rows",
     "pack_ragged",
     "PROB_ATOL",
 ]
 
-if TYPE_CHECKING:  # type checkers read the twin: typed Python with the same names
-    from ._py import accept as _k
-else:
-    _k = _impl.load("accept")
-PROB_ATOL: float = _k.PROB_ATOL
+# The kernels are those of the running context: ``specfsm._impl.current()`` is the active
+# implementation unless a ``with specfsm._impl.using(kind):`` block picks one.
+_current = _impl.current
 
 
 @runtime_checkable
@@ -78,16 +76,16 @@ class Exact:
     __slots__ = ()
 
     def accepted_rows(self, draft: Any, choices: Any) -> int:
-        return _impl.common_prefix(draft, choices)
+        return _current().common_prefix(draft, choices)
 
     def select(self, draft: Any, choices: Any) -> tuple[int, Any]:
         """``(accepted, row_tokens)``: the row tokens are the target's choices."""
-        return _impl.common_prefix(draft, choices), choices
+        return _current().common_prefix(draft, choices), choices
 
     def accept_batch(self, draft: Any, choices: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
         """B ragged drafts at once: ``(tokens int32 [B, K_max + 1] padded with -1,
         accepted int32 [B])``; ``choices`` is flat like ``draft``."""
-        return _k.exact_batch(draft, choices, offsets)
+        return _current().accept.exact_batch(draft, choices, offsets)
 
     def __repr__(self) -> str:
         return "Exact()"
@@ -114,7 +112,7 @@ class MinRun:
         raise AttributeError("MinRun is immutable")
 
     def accepted_rows(self, draft: Any, choices: Any) -> int:
-        n = _impl.common_prefix(draft, choices)
+        n = _current().common_prefix(draft, choices)
         return n if n >= self.m else 0
 
     def select(self, draft: Any, choices: Any) -> tuple[int, Any]:
@@ -122,7 +120,7 @@ class MinRun:
 
     def accept_batch(self, draft: Any, choices: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
         """Batched ``MinRun``; same layout as ``Exact.accept_batch``."""
-        return _k.min_run_batch(draft, choices, offsets, self.m)
+        return _current().accept.min_run_batch(draft, choices, offsets, self.m)
 
     def __repr__(self) -> str:
         return f"MinRun({self.m})"
@@ -135,7 +133,7 @@ class MinRun:
 
 
 def _single(draft: Any, name: str = "draft") -> np.ndarray:
-    d = _tokens(draft, name)
+    d = as_id_array(draft, name)
     if d.shape[0] == 0:
         raise ValueError("draft is empty: there is no row to accept")
     return d
@@ -178,7 +176,7 @@ class SpeculativeSampling:
         k = d.shape[0]
         # the kernel draws K + 1 uniforms from rng only once every argument is checked,
         # so a refused call leaves the stream where it was
-        out, acc = _k.speculative_batch(
+        out, acc = _current().accept.speculative_batch(
             d, np.array([0, k], dtype=np.int64), target_probs, draft_probs, self.rng, check
         )
         n = int(acc[0])
@@ -200,7 +198,7 @@ class SpeculativeSampling:
         V with one row per draft row): ``(tokens int32 [B, K_max + 1] padded with -1,
         accepted int32 [B])``. Draws N + B uniforms from ``rng``, after every argument
         has been checked (a refused call draws nothing)."""
-        return _k.speculative_batch(draft, offsets, target_probs, draft_probs, self.rng, check)
+        return _current().accept.speculative_batch(draft, offsets, target_probs, draft_probs, self.rng, check)
 
     def __repr__(self) -> str:
         return f"SpeculativeSampling(rng={self.rng!r})"
@@ -215,14 +213,14 @@ class TypicalAcceptance:
     __slots__ = ("posterior_threshold", "posterior_alpha")
 
     def __init__(self, posterior_threshold: float = 0.09, posterior_alpha: float = 0.3) -> None:
-        self.posterior_threshold = _real(posterior_threshold, "posterior_threshold")
-        self.posterior_alpha = _real(posterior_alpha, "posterior_alpha")
+        self.posterior_threshold = nonnegative_real(posterior_threshold, "posterior_threshold")
+        self.posterior_alpha = nonnegative_real(posterior_alpha, "posterior_alpha")
 
     def sample_rows(self, draft: Any, target_probs: Any, *, check: bool = True) -> tuple[int, list[int]]:
         """``(accepted, row_tokens)`` for one draft and its K x V target probabilities."""
         d = _single(draft)
         k = d.shape[0]
-        out, acc = _k.typical_batch(
+        out, acc = _current().accept.typical_batch(
             d, np.array([0, k], dtype=np.int64), target_probs,
             self.posterior_threshold, self.posterior_alpha, check,
         )
@@ -240,7 +238,7 @@ class TypicalAcceptance:
         self, draft: Any, offsets: Any, target_probs: Any, *, check: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         """B ragged drafts at once; same layout as ``SpeculativeSampling.sample_batch``."""
-        return _k.typical_batch(
+        return _current().accept.typical_batch(
             draft, offsets, target_probs, self.posterior_threshold, self.posterior_alpha, check
         )
 
@@ -251,30 +249,38 @@ class TypicalAcceptance:
         )
 
 
+def select_rows(rule: Any, draft: Any, choices: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """``(accepted, row_tokens)``: what ``rule`` keeps of ``draft`` given ``choices``.
+
+    A rule with ``select`` (the four here) decides both; any other ``AcceptRule`` gives
+    the count and ``choices`` are the row tokens (it takes no further arguments). Refuses
+    anything that is not a rule (TypeError)."""
+    select = getattr(rule, "select", None)
+    if select is not None:
+        return select(draft, choices, *args, **kwargs)
+    if isinstance(rule, AcceptRule):
+        if args or kwargs:
+            raise TypeError(f"{type(rule).__name__} takes (choices, row_caches) only")
+        return rule.accepted_rows(draft, choices), choices
+    raise TypeError(
+        f"rule must be an AcceptRule (with accepted_rows), got {type(rule).__name__}"
+    )
+
+
 def accept_with(state: Any, rule: Any, choices: Any, row_caches: Any, *args: Any, **kwargs: Any):
-    """``Verify -> Accept | Rollback`` with the count decided by ``rule``, in one call.
+    """``Verify -> Accept | Rollback`` with the count decided by ``rule``, in one call
+    (the same as ``state.accept_with(rule, choices, row_caches, ...)``).
 
     ``choices``: the target's per-row greedy choices for ``Exact``/``MinRun`` (and any
     ``AcceptRule`` that only has ``accepted_rows``), the K x V target probabilities for
     ``SpeculativeSampling`` (then ``draft_probs=`` may follow) and ``TypicalAcceptance``.
     ``row_caches``: one cache per draft row, as for ``accept_rows``. Raises
-    ``IllegalTransition("accept_with")`` from any state but ``Verify``.
+    ``IllegalTransition("accept_with")`` from any state but ``Verify`` (and for anything
+    that is not a state).
     """
-    from .state import Verify
-
-    if not isinstance(state, Verify):
+    # every ServingState has the method (refused but by Verify); this module does not
+    # import specfsm.state, which imports it
+    method = getattr(type(state), "accept_with", None)
+    if method is None:
         raise IllegalTransition("accept_with")
-    draft = state.draft
-    select = getattr(rule, "select", None)
-    if select is not None:
-        accepted, row_tokens = select(draft, choices, *args, **kwargs)
-    elif isinstance(rule, AcceptRule):
-        if args or kwargs:
-            raise TypeError(f"{type(rule).__name__} takes (choices, row_caches) only")
-        accepted = rule.accepted_rows(draft, choices)
-        row_tokens = choices
-    else:
-        raise TypeError(
-            f"rule must be an AcceptRule (with accepted_rows), got {type(rule).__name__}"
-        )
-    return state.accept_rows(accepted, row_tokens, row_caches)
+    return method(state, rule, choices, row_caches, *args, **kwargs)

@@ -21,10 +21,10 @@ def prompt_lookup(history: Any, ngram: int, max_k: int) -> Any:
     longer than ``ngram``, or nothing earlier matches. Refuses negative or non-integer
     ``ngram``/``max_k``, 2-D arrays and non-integer dtypes.
     """
-    return _impl.prompt_lookup(history, ngram, max_k)
+    return _impl.current().prompt_lookup(history, ngram, max_k)
 
 
 def common_prefix(draft: Any, row_tokens: Any) -> int:
     """How many leading entries of ``draft`` and ``row_tokens`` are equal (the greedy
     acceptance count ``ServingState.accept`` uses)."""
-    return _impl.common_prefix(draft, row_tokens)
+    return _impl.current().common_prefix(draft, row_tokens)

@@ -11,6 +11,9 @@ type (``positions`` and ``draft`` are sequences of it; ``last``, ``next`` and ``
 one), ``Cache`` is the cache handle's type (a length, a block table, a tensor row...).
 Nothing is checked at run time beyond what the docstrings say.
 
+The kernels (``common_prefix``, ``settle``) are those of ``specfsm._impl.current()``:
+the active implementation, or the one a ``with specfsm._impl.using(kind):`` block picks.
+
 Empty input is refused with ValueError, as ``BatchState`` and the replay CLI refuse it:
 ``start([])`` (prefill needs at least one row) and ``enter_verify([])`` (a verify needs at
 least one row; a ``Verify`` without rows could never be left by ``accept``).
@@ -25,6 +28,7 @@ from typing import Any, Callable, ClassVar, Generic, TypeVar
 import numpy as np
 
 from . import _impl
+from .accept_rule import select_rows
 from ._validate import as_token_array, check_count
 from ._values import Clone, default_clone, hash_key, seq_eq, value_eq
 from .errors import IllegalTransition
@@ -35,6 +39,7 @@ Entry = TypeVar("Entry")
 Cache = TypeVar("Cache")
 
 _set = object.__setattr__
+_current = _impl.current  # the running context's kernels (see specfsm._impl.using)
 
 
 def _check_tokens(tokens: Any, name: str, needed_by: str) -> Any:
@@ -116,7 +121,9 @@ class ServingState(Generic[Entry, Cache]):
         """``Verify -> Accept | Rollback`` with the accepted count supplied by the caller."""
         raise IllegalTransition("accept_rows")
 
-    def accept_with(self, rule: Any, *args: Any, **kwargs: Any) -> ServingState[Entry, Cache]:
+    def accept_with(
+        self, rule: Any, choices: Any, row_caches: Sequence[Cache], *args: Any, **kwargs: Any
+    ) -> ServingState[Entry, Cache]:
         """``Verify -> Accept | Rollback`` with the accepted count decided by an acceptance
         rule (see ``specfsm.accept_rule.accept_with`` for the arguments)."""
         raise IllegalTransition("accept_with")
@@ -268,7 +275,7 @@ class Verify(ServingState[Entry, Cache]):
         int; any other token comes back as it is.
         """
         draft = self.draft
-        n = _impl.common_prefix(draft, row_tokens)
+        n = _current().common_prefix(draft, row_tokens)
         return _settled(draft, n, row_tokens, row_caches, "accept")
 
     def accept_rows(
@@ -286,16 +293,18 @@ class Verify(ServingState[Entry, Cache]):
         the draft (``IllegalTransition`` with a reason); a float, bool or negative
         ``accepted`` raises TypeError/ValueError. Tokens come back as for ``accept``.
         ``settle`` picks one implementation's settle kernel (``specfsm._impl.module(kind,
-        "settle").settle``) instead of the active one, for running both side by side.
+        "settle").settle``) instead of the current one (``specfsm._impl.current()``).
         """
         return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows", settle)
 
     def accept_with(
-        self, rule: Any, *args: Any, **kwargs: Any
+        self, rule: Any, choices: Any, row_caches: Sequence[Cache], *args: Any, **kwargs: Any
     ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
-        from .accept_rule import accept_with
-
-        return accept_with(self, rule, *args, **kwargs)
+        """``accept_rows`` with the accepted count (and the row tokens) decided by ``rule``
+        (see ``specfsm.accept_rule.accept_with`` for the arguments)."""
+        draft = self.draft
+        accepted, row_tokens = select_rows(rule, draft, choices, *args, **kwargs)
+        return _settled(draft, accepted, row_tokens, row_caches, "accept_rows")
 
 
 def _settled(
@@ -309,7 +318,7 @@ def _settled(
     k = len(draft)
     if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
         as_token_array(row_tokens, "row_tokens")  # refuses 2-D arrays and non-integer dtypes
-    idx = (_impl.settle if settle is None else settle)(
+    idx = (_current().settle if settle is None else settle)(
         k, accepted, _length(row_tokens, "row_tokens"), _length(row_caches, "row_caches"), attempted
     )
     cache = row_caches[idx]

@@ -65,8 +65,9 @@ def impl(request):
 
 
 @pytest.fixture
-def fsm(impl, monkeypatch):
-    """Routes the state machine (and every public wrapper) through ``impl``'s kernels."""
-    for name in ("common_prefix", "prompt_lookup", "settle"):
-        monkeypatch.setattr(_impl, name, getattr(impl, name))
-    return impl
+def fsm(impl):
+    """Runs the state machine (and every public wrapper) on ``impl``'s kernels, through
+    ``specfsm._impl.using``: a context-local choice, nothing process-wide rebound."""
+    impl.module("prefix")  # a compiled core that does not import fails here, by name
+    with _impl.using(impl.name):
+        yield impl

@@ -134,7 +134,9 @@ def test_prompt_lookup_edges(impl):
     assert impl.prompt_lookup([1, 2, 1], 1, 0) == []
     assert impl.prompt_lookup([1, 2, 1], 10**30, 3) == []
     assert impl.prompt_lookup([1, 2, 1], 1, 10**30) == [2, 1]
-    assert impl.prompt_lookup(["x", "y", "x"], 1, 2) == ["y", "x"]
+    # list entries are token ids: numpy integers count by value and come back as ints
+    got = impl.prompt_lookup([np.int64(3), 4, np.int32(3)], 1, 2)
+    assert got == [4, 3] and all(type(x) is int for x in got)
     out = impl.prompt_lookup(np.array([], dtype=np.int32), 1, 1)
     assert out.dtype == np.int32 and out.size == 0
     assert impl.prompt_lookup(np.array([3, 4, 3], dtype=np.uint8), 1, 2).tolist() == [4, 3]
@@ -214,82 +216,120 @@ def test_compiled_and_twin_agree_on_error_messages(impl):
         assert type(mine.value) is type(theirs.value) and str(mine.value) == str(theirs.value)
 
 
+class IntSubclass(int):
+    """An int subclass whose own == must not be consulted: ids compare by value."""
+
+    def __eq__(self, other):  # pragma: no cover - must never run
+        raise AssertionError("a token id's own __eq__ ran")
+
+    __hash__ = int.__hash__
+
+
+BAD_IDS = [True, False, 1.0, 2.5, 2**64, -(2**70), "a", None, np.bool_(True), np.float64(1.0)]
 mixed_entries = st.one_of(
     st.integers(-2, 3),
-    st.sampled_from([True, False, 1.0, 2.5, 2**64, -(2**70), "a", None]),
     st.integers(-2, 3).map(np.int64),
+    st.integers(-2, 3).map(IntSubclass),
+    st.sampled_from(BAD_IDS),
 )
+
+
+def _is_id(x) -> bool:
+    return type(x) not in (bool, np.bool_) and isinstance(x, (int, np.integer)) and -(2**63) <= int(x) < 2**63
 
 
 @SETTINGS
 @given(history=st.lists(mixed_entries, max_size=40), ngram=st.integers(1, 3), max_k=st.integers(1, 4))
-def test_prompt_lookup_mixed_python_entries_follow_python_equality(impl, history, ngram, max_k):
-    # True == 1 == 1.0 == np.int64(1): the compiled int fast path must not change that
-    expected = ref_lookup(history, ngram, max_k)
-    got = impl.prompt_lookup(history, ngram, max_k)
-    assert len(got) == len(expected) and all(x is y for x, y in zip(got, expected))
-    assert impl.common_prefix(history, list(reversed(history))) == ref_prefix(history, list(reversed(history)))
+def test_prompt_lookup_list_entries_follow_the_token_id_rule(impl, history, ngram, max_k):
+    """List entries are token ids (ints, numpy integers; not bools, floats, strings...).
+
+    An entry the search reads that is not an id is refused (TypeError naming it;
+    OverflowError beyond int64). When the call returns, the entries it did not read
+    cannot have mattered: the draft is the reference's on the history with every non-id
+    replaced by a value no other entry has, and it is made of Python ints."""
+    try:
+        got = impl.prompt_lookup(history, ngram, max_k)
+    except OverflowError as exc:
+        assert "beyond int64" in str(exc) and any(type(x) is int and not _is_id(x) for x in history)
+        return
+    except TypeError as exc:
+        assert "must be an integer token id" in str(exc) and "history[" in str(exc)
+        assert not all(_is_id(x) for x in history)
+        return
+    cleaned = [int(x) if _is_id(x) else 10**6 + i for i, x in enumerate(history)]
+    assert got == ref_lookup(cleaned, ngram, max_k)
+    assert all(type(x) is int for x in got)
+    if all(_is_id(x) for x in history):
+        assert got == ref_lookup([int(x) for x in history], ngram, max_k)
 
 
-def test_prompt_lookup_list_mutated_by_eq_is_refused(impl):
-    class Shrinks:
-        def __init__(self, victim):
-            self.victim = victim
-
-        def __eq__(self, other):
-            if self.victim:
-                self.victim.pop()
-            return False
-
-    history: list = [0] * 50
-    history[10] = Shrinks(history)
-    history.extend(["x", 1, "y"])  # needle last "y": every earlier entry compared by ==
+@SETTINGS
+@given(history=st.lists(mixed_entries, max_size=40), ngram=st.integers(1, 3), max_k=st.integers(0, 4))
+def test_prompt_lookup_compiled_and_twin_read_the_same_entries(impl, history, ngram, max_k):
+    """Both read a list in the same order, so they refuse the same first bad entry."""
     if impl.name != "compiled":
-        pytest.skip("the twin scans slices (copies), so a shrinking list cannot reach it")
-    with pytest.raises(RuntimeError, match="changed size"):
-        impl.prompt_lookup(history, 1, 1)
+        pytest.skip("compares the compiled core with the twin: nothing to compare on the twin run")
+    from specfsm import _impl
+
+    twin = _impl.module("python", "ngram").prompt_lookup
+    outcomes = []
+    for lookup in (impl.prompt_lookup, twin):
+        try:
+            outcomes.append(("ok", lookup(history, ngram, max_k)))
+        except (TypeError, OverflowError) as exc:
+            outcomes.append((type(exc).__name__, str(exc)))
+    assert outcomes[0] == outcomes[1]
 
 
-# -- issue 9: a user-defined __eq__ that shrinks the list being scanned ---------------------
-# The list's size is re-read after every comparison, whatever its result (CPython's
-# list.index does the same): here the comparison that shrinks the list returns False, in
-# the loop over the needle's other entries, and the next step reads the needle's last
-# entry again. Run in a child process: reading past the end of a list may crash.
+def test_prompt_lookup_refuses_non_ids_it_reads(impl):
+    with pytest.raises(TypeError, match=r"history\[2\] must be an integer token id, got float 1.0"):
+        impl.prompt_lookup([1.0, 2.0, 1.0], 1, 2)
+    with pytest.raises(TypeError, match=r"history\[1\] must be an integer token id, got bool True"):
+        impl.prompt_lookup([1, True], 1, 2)
+    with pytest.raises(TypeError, match=r"history\[1\] must be an integer token id, got str 'y'"):
+        impl.prompt_lookup((1, "y", 1), 1, 2)
+    # entries older than the match are not read (a pass over them all would cost more than
+    # the search): the rule is checked where the search reads
+    assert impl.prompt_lookup(("y", 1, 2, 1), 1, 2) == [2, 1]
+    with pytest.raises(OverflowError, match=r"history\[1\]=18446744073709551616 is beyond int64"):
+        impl.prompt_lookup([5, 2**64, 5], 1, 2)
+    assert impl.prompt_lookup([IntSubclass(7), 8, 7], 1, 2) == [8, 7]
+
+
+# -- a numpy-integer subclass whose __index__ shrinks the list being scanned -------------
+# Converting an entry is the one place the scan can run user code (an np.integer
+# subclass's __index__): both implementations check the list's size after it and refuse.
+# Run in a child process: reading past the end of a list may crash.
 _SHRINK_BODY = """
+import numpy as np
 from specfsm import _impl
 lookup = _impl.module(IMPL, "ngram").prompt_lookup
 
-class Shrinks:
-    def __init__(self):
-        self.victim = None
-    def __eq__(self, other):
-        if other == 0 and self.victim:
-            del self.victim[len(self.victim) // 4:]  # frees most entries and the tail
-        return False
-    __hash__ = object.__hash__
+class Shrinks(np.int64):
+    victim = None
+    def __index__(self):
+        if Shrinks.victim:
+            del Shrinks.victim[len(Shrinks.victim) // 4:]  # frees most entries and the tail
+        return 0
 
-for pops_on in range(3):
-    x = Shrinks()
+for where in (10, 3000, 6001):
     filler = [10**6 + i for i in range(3000)]  # distinct int objects, freed when dropped
-    history = filler + [0, 5] + [10**7 + i for i in range(3000)] + [x, 5]
-    x.victim = history
+    history = filler + [0, 5] + [10**7 + i for i in range(3000)] + [7, 5]
+    history[where] = Shrinks(0)
+    Shrinks.victim = history
     try:
         got = lookup(history, 2, 3)
     except RuntimeError as exc:
         assert "changed size" in str(exc), exc
         print("refused")
     else:
-        assert isinstance(got, list)
-        print("returned", len(got))
+        print("returned", got)
 """
 
 
-def test_prompt_lookup_list_shrunk_by_eq_in_the_needle_loop(impl):
+def test_prompt_lookup_list_shrunk_by_index_is_refused(impl):
     out = run_isolated(_SHRINK_BODY, impl.name)
-    if impl.name == "compiled":
-        assert out.split() == ["refused"] * 3
-    else:  # the twin compares slices (copies): it runs to the end on its own snapshot
-        assert out.startswith("returned")
+    assert out.split() == ["refused"] * 3
 
 
 def test_common_prefix_list_shrunk_by_eq(impl):
@@ -311,3 +351,54 @@ def test_common_prefix_list_shrunk_by_eq(impl):
         victim = a if which == "draft" else b
         b[1] = Shrinks(victim)
         assert impl.common_prefix(a, b) == 3
+
+
+# -- one token-id rule for every function over token ids ------------------------------------
+# README, "Token ids": drafting, the indexes and the acceptance rules take integer ids
+# (ints, numpy integers, integer arrays) and refuse floats, bools and strings with
+# TypeError naming the argument; the state machine and common_prefix compare any entries.
+def _id_functions():
+    import specfsm
+    from specfsm.accept_rule import Exact, SpeculativeSampling
+
+    probs = np.full((3, 4), 0.25)
+    return {
+        "prompt_lookup": ("history", lambda h: specfsm.prompt_lookup(h, 1, 2)),
+        "longest_match": ("history", lambda h: specfsm.longest_match(h, 1, 1, 2)),
+        "NgramIndex.extend": ("tokens", lambda h: specfsm.NgramIndex(1, 2).extend(h)),
+        "Exact.accept_batch": ("draft", lambda h: Exact().accept_batch(h, [1, 2, 1], [0, 3])),
+        "SpeculativeSampling.sample_rows": (
+            "draft", lambda h: SpeculativeSampling(seed=0).sample_rows(h, probs)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_id_functions()))
+@pytest.mark.parametrize(
+    "bad", [[1.0, 2.0, 1.0], [1, 2.5, 1], [True, 2, 1], ["a", "b", "a"], np.array([1.0, 2.0, 1.0])],
+    ids=["floats", "a float", "a bool", "strings", "float array"],
+)
+def test_functions_over_token_ids_refuse_non_integer_ids(fsm, name, bad):
+    arg, call = _id_functions()[name]
+    if name in ("longest_match", "NgramIndex.extend") and type(bad) is list and any(type(v) is bool for v in bad):
+        pytest.skip("the n-gram index converts lists with np.asarray, which reads a bool among "
+                    "ints as an int: its conversion moves to specfsm._validate on another branch")
+    with pytest.raises(TypeError, match=arg):
+        call(bad)
+
+
+def test_functions_over_token_ids_agree_on_integer_ids(fsm):
+    import specfsm
+
+    for history in ([1, 2, 1], [np.int64(1), 2, np.int32(1)], np.array([1, 2, 1], np.uint8)):
+        got = specfsm.prompt_lookup(history, 1, 2)
+        got = got.tolist() if isinstance(got, np.ndarray) else got
+        want = specfsm.longest_match(history, 1, 1, 2)
+        assert got == (want.tolist() if isinstance(want, np.ndarray) else want) == [2, 1]
+
+
+def test_the_state_machine_and_common_prefix_stay_generic(fsm):
+    import specfsm
+
+    assert specfsm.common_prefix([1.0, "a", None], [1, "a", 3]) == 2
+    v = specfsm.ServingState.start(["a"], 0).advance_prefill("b", 1).enter_verify(["c", "d"])
+    assert v.accept(["c", "e"], [2, 3]) == specfsm.Rollback(3, "e")

@@ -4,43 +4,71 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import as_token_array, check_count
-from ._seq import as_entries
+from .._validate import INT64_MAX, INT64_MIN, as_entries, as_token_array, check_count, id_value
 
 __all__ = ["prompt_lookup"]
 
 
-def _match_end(h, ngram: int) -> int:
-    """End of the most recent earlier occurrence of ``h``'s last ``ngram`` entries, or -1."""
+def _id_at(h: list | tuple, i: int, n: int) -> int:
+    """Entry ``i`` of ``h`` (``n`` entries) as a token id (``specfsm._validate.id_value``)."""
+    x = h[i]
+    if type(x) is int and INT64_MIN <= x <= INT64_MAX:
+        return x
+    v = id_value(x, "history", i)
+    if len(h) != n:  # a numpy-integer subclass's __index__ may have changed the list
+        raise RuntimeError("history changed size during prompt_lookup")
+    return v
+
+
+def _match_end(h: list | tuple, ngram: int) -> int:
+    """End of the most recent earlier occurrence of ``h``'s last ``ngram`` ids, or -1.
+
+    Reads the entries in the compiled kernel's order, so both raise for the same first
+    bad entry: the needle (the last ``ngram`` entries) first, then candidate ends from
+    ``n - 2`` down, and for a candidate whose entry equals the needle's last, its other
+    ``ngram - 1`` entries from the front.
+    """
     n = len(h)
     if ngram == 0 or n <= ngram:
         return -1
-    search_end = n - ngram
-    needle = list(h[search_end:])
-    for start in range(search_end - 1, -1, -1):
-        if list(h[start : start + ngram]) == needle:
-            return start + ngram
+    base = n - ngram
+    needle = [_id_at(h, base + j, n) for j in range(ngram)]
+    lo = ngram - 1
+    last = needle[lo]
+    for e in range(n - 2, lo - 1, -1):
+        if _id_at(h, e, n) != last:
+            continue
+        s = e - lo
+        j = 0
+        while j < lo and _id_at(h, s + j, n) == needle[j]:
+            j += 1
+        if j == lo:
+            return e + 1
     return -1
 
 
 def prompt_lookup(history: object, ngram: object, max_k: object):
-    """Draft up to ``max_k`` entries that followed the most recent earlier occurrence of
-    ``history``'s last ``ngram`` entries.
+    """Draft up to ``max_k`` ids that followed the most recent earlier occurrence of
+    ``history``'s last ``ngram`` ids.
 
-    Returns an empty draft when ``ngram`` or ``max_k`` is 0, when ``history`` is not
-    longer than ``ngram``, or when there is no earlier occurrence. A numpy ``history``
-    gives a numpy draft of the same dtype; anything else gives a list.
+    ``history`` holds token ids: a 1-D integer numpy array, or a list or tuple (or other
+    sequence) of Python ints or numpy integers. Returns an empty draft when ``ngram`` or
+    ``max_k`` is 0, when ``history`` is not longer than ``ngram``, or when there is no
+    earlier occurrence. A numpy ``history`` gives a numpy draft of the same dtype;
+    anything else gives a list of Python ints. A list entry that the search reads and
+    that is not a token id raises TypeError naming it (OverflowError beyond int64).
     """
     ngram = check_count(ngram, "ngram")
     max_k = check_count(max_k, "max_k")
     if isinstance(history, np.ndarray):
-        h = as_token_array(history, "history").tolist()
-    else:
-        h = as_entries(history, "history")
+        ids = as_token_array(history, "history").tolist()
+        end = -1 if max_k == 0 else _match_end(ids, ngram)
+        if end < 0:
+            return history[:0].copy()
+        return history[end : end + min(len(ids) - end, max_k)].copy()
+    h = as_entries(history, "history")
+    n = len(h)
     end = -1 if max_k == 0 else _match_end(h, ngram)
     if end < 0:
-        return history[:0].copy() if isinstance(history, np.ndarray) else []
-    take = min(len(h) - end, max_k)
-    if isinstance(history, np.ndarray):
-        return history[end : end + take].copy()
-    return list(h[end : end + take])
+        return []
+    return [_id_at(h, i, n) for i in range(end, end + min(n - end, max_k))]

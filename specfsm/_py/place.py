@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gpu._checks import (
+from .._validate import (
     as_host_index,
     as_settle_arrays,
-    check_rows,
+    check_place_arrays,
     host_index_array,
     overlap_message,
     settle_index_reason,
@@ -32,7 +32,7 @@ def place_rows(src: np.ndarray, index: object, dst: np.ndarray) -> np.ndarray:
             f"{type(dst).__name__}"
         )
     idx = host_index_array(index)  # converted (a private copy) before anything is checked
-    B, K, row = check_rows(src, dst)
+    B, K, row = check_place_arrays(src, dst)
     idx = as_host_index(idx, B, K)
     if np.may_share_memory(src, dst):
         raise ValueError(overlap_message("src", "dst"))

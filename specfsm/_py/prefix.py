@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._seq import as_entries
+from .._validate import as_entries
 
 __all__ = ["common_prefix"]
 

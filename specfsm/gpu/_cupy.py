@@ -16,11 +16,11 @@ from importlib import resources
 import cupy
 import numpy as np
 
-from ._checks import (
+from .._validate import (
     INT32_MAX,
     as_host_index,
     byte_bounds,
-    check_rows,
+    check_place_arrays,
     host_index_array,
     overlap_message,
     ranges_overlap,
@@ -136,7 +136,7 @@ def _check_stream(stream, dev: int) -> None:
         raise ValueError(f"stream belongs to device {sdev}, but the arrays are on device {dev}")
 
 
-class _On:
+class _DeviceAndStream:
     """Makes ``dev`` current (only when it is not already) and ``stream`` current when given."""
 
     __slots__ = ("dev", "stream", "_device")
@@ -174,7 +174,7 @@ def place_rows(src, index, dst, stream=None):
             f"{type(src).__module__}.{type(src).__name__} and "
             f"{type(dst).__module__}.{type(dst).__name__}"
         )
-    B, K, row_bytes = check_rows(src, dst)
+    B, K, row_bytes = check_place_arrays(src, dst)
     dev = src.device.id
     if dst.device.id != dev:
         raise ValueError(f"src is on device {dev} but dst is on device {dst.device.id}")
@@ -212,7 +212,7 @@ def place_rows(src, index, dst, stream=None):
         _check_stream(stream, dev)
     if B == 0 or (not on_device and (row_bytes == 0 or K == 0)):
         return dst  # nothing to copy, and a host index was checked in full above
-    with _On(dev, stream):
+    with _DeviceAndStream(dev, stream):
         if not on_device:
             index = cupy.asarray(index)  # pinned staging + async copy on the current stream
         if row_bytes == 0 or K == 0:
@@ -254,7 +254,7 @@ def snapshot(src, out=None, stream=None):
             raise TypeError(f"out has dtype {out.dtype}; it must match src's dtype {src.dtype}")
         if ranges_overlap(_bounds(src), _bounds(out)):
             raise ValueError("src and out overlap in memory; snapshot needs a separate out")
-    with _On(dev, stream):
+    with _DeviceAndStream(dev, stream):
         if out is None:
             if not src.flags.c_contiguous:
                 return src.copy()  # a C-ordered copy on the current stream
@@ -283,7 +283,7 @@ def check_errors(device: int | None = None, stream=None) -> None:
         flag = _flags.get(dev)
         if flag is None:
             continue
-        with _On(dev, stream):
+        with _DeviceAndStream(dev, stream):
             if stream is not None:
                 stream.synchronize()
             else:

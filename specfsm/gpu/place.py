@@ -3,23 +3,18 @@
 ``place_rows`` is the batched gather ``dst[b] = src[b, index[b]]`` that resumes every
 request from the row its verify settled on; ``snapshot`` is the copy ``enter_verify``
 keeps; ``settle_index`` turns a batch's accepted counts into ``index``. numpy arrays go
-to the compiled host kernel (or its twin, through ``specfsm._impl``); CuPy arrays go to
+to the host kernel of ``specfsm._impl.current()`` (compiled, or its twin); CuPy arrays go to
 ``specfsm.gpu._cupy``, which is imported only then.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import _impl
 
-if TYPE_CHECKING:
-    from .._py import place as _k
-else:
-    _k = _impl.load("place")
 
 __all__ = ["place_rows", "snapshot", "settle_index", "check_errors"]
 
@@ -56,7 +51,7 @@ def place_rows(src, index, dst, stream=None):
         return _cupy_path().place_rows(src, index, dst, stream)
     if stream is not None:
         raise ValueError("stream applies to CuPy arrays only; src and dst are on the host")
-    return _k.place_rows(src, index, dst)
+    return _impl.current().place.place_rows(src, index, dst)
 
 
 def snapshot(src, out=None, stream=None):
@@ -102,7 +97,7 @@ def settle_index(accepted, draft_lens) -> np.ndarray:
         raise TypeError(
             "settle_index takes host arrays or lists; call .get() on CuPy counts first"
         )
-    return _k.settle_index(accepted, draft_lens)
+    return _impl.current().place.settle_index(accepted, draft_lens)
 
 
 def check_errors(device: int | None = None, stream=None) -> None:
