@@ -101,12 +101,19 @@ cdef extern from "Python.h":
     long long _as_longlong "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow)
 
 
-cdef inline int _id_at(object h, Py_ssize_t i, Py_ssize_t n, int64_t* out) except -1:
-    """Entry i of the list or tuple h (n entries) as a token id, into out.
+cdef int _id_slow(object h, Py_ssize_t i, Py_ssize_t n, int64_t* out) except -1:
+    """Entry i by ``specfsm._validate.id_value`` (the twin's rule: it refuses non-ids),
+    then the size checked again (a numpy-integer subclass's ``__index__`` may change h)."""
+    value = id_value(<object>PySequence_Fast_GET_ITEM(h, i), "history", i)
+    if Py_SIZE(h) != n:
+        raise RuntimeError("history changed size during prompt_lookup")
+    out[0] = value
+    return 0
 
-    An exact int within int64 is read in C; anything else goes through
-    ``specfsm._validate.id_value`` (the twin's rule: it refuses non-ids), after which the
-    size is checked again (a numpy-integer subclass's ``__index__`` may change h)."""
+
+cdef inline int _id_at(object h, Py_ssize_t i, Py_ssize_t n, int64_t* out) except -1:
+    """Entry i of the list or tuple h (n entries) as a token id, into out: an exact int
+    within int64 read in C, anything else through ``_id_slow``."""
     cdef PyObject* x = PySequence_Fast_GET_ITEM(h, i)
     cdef int overflow = 0
     cdef long long v
@@ -115,11 +122,34 @@ cdef inline int _id_at(object h, Py_ssize_t i, Py_ssize_t n, int64_t* out) excep
         if not overflow:
             out[0] = v
             return 0
-    value = id_value(<object>x, "history", i)  # a strong reference while it runs
-    if Py_SIZE(h) != n:
-        raise RuntimeError("history changed size during prompt_lookup")
-    out[0] = value
-    return 0
+    return _id_slow(h, i, n, out)
+
+
+cdef inline Py_ssize_t _find_last_id(object h, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n,
+                                     int64_t last, PyObject* last_obj) except -2:
+    """The largest e in [lo, hi] whose entry of h (a list or tuple of n entries) is the id
+    ``last``, or -1. An entry that is ``last_obj`` itself (the needle's last entry, already
+    read) matches without being read again; an exact int is read in C."""
+    cdef Py_ssize_t e
+    cdef PyObject* item
+    cdef int overflow
+    cdef long long value
+    cdef int64_t slow
+    for e in range(hi, lo - 1, -1):
+        item = PySequence_Fast_GET_ITEM(h, e)
+        if item == last_obj:
+            return e
+        if Py_TYPE(item) == &PyLong_Type:
+            overflow = 0
+            value = _as_longlong(item, &overflow)
+            if not overflow:
+                if value == last:
+                    return e
+                continue
+        _id_slow(h, e, n, &slow)  # refuses a non-id, and an int beyond int64
+        if slow == last:
+            return e
+    return -1
 
 
 cdef enum:
@@ -136,7 +166,7 @@ cdef Py_ssize_t _match_end_ids(object h, Py_ssize_t ngram) except -2:
     cdef Py_ssize_t base = n - ngram, lo = ngram - 1, e, j, s
     cdef int64_t on_stack[NEEDLE_ON_STACK]
     cdef int64_t* needle = on_stack
-    cdef int64_t last, x
+    cdef int64_t x
     if ngram > NEEDLE_ON_STACK:
         needle = <int64_t*>PyMem_Malloc(ngram * sizeof(int64_t))
         if needle == NULL:
@@ -144,11 +174,14 @@ cdef Py_ssize_t _match_end_ids(object h, Py_ssize_t ngram) except -2:
     try:
         for j in range(ngram):
             _id_at(h, base + j, n, &needle[j])
-        last = needle[lo]
-        for e in range(n - 2, lo - 1, -1):
-            _id_at(h, e, n, &x)
-            if x != last:
-                continue
+        # a strong reference: the address of the needle's last entry is not reused while
+        # the scan runs, whatever happens to h's entries
+        last_ref = <object>PySequence_Fast_GET_ITEM(h, n - 1)
+        e = n - 2
+        while True:
+            e = _find_last_id(h, lo, e, n, needle[lo], <PyObject*>last_ref)
+            if e < 0:
+                return -1
             s = e - lo
             j = 0
             while j < lo:
@@ -158,7 +191,7 @@ cdef Py_ssize_t _match_end_ids(object h, Py_ssize_t ngram) except -2:
                 j += 1
             if j == lo:
                 return e + 1
-        return -1
+            e -= 1
     finally:
         if needle != on_stack:
             PyMem_Free(needle)

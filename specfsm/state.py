@@ -275,8 +275,9 @@ class Verify(ServingState[Entry, Cache]):
         int; any other token comes back as it is.
         """
         draft = self.draft
-        n = _current().common_prefix(draft, row_tokens)
-        return _settled(draft, n, row_tokens, row_caches, "accept")
+        kernels = _current()
+        n = kernels.common_prefix(draft, row_tokens)
+        return _settled(draft, n, row_tokens, row_caches, "accept", kernels.settle)
 
     def accept_rows(
         self,

@@ -35,8 +35,9 @@ def _match_end(h: list | tuple, ngram: int) -> int:
     needle = [_id_at(h, base + j, n) for j in range(ngram)]
     lo = ngram - 1
     last = needle[lo]
+    last_obj = h[n - 1]  # an entry that is this very object equals it: not read again
     for e in range(n - 2, lo - 1, -1):
-        if _id_at(h, e, n) != last:
+        if h[e] is not last_obj and _id_at(h, e, n) != last:
             continue
         s = e - lo
         j = 0
