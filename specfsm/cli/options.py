@@ -1,12 +1,13 @@
-"""Option parsing for the ``specfsm`` command: the argument types, the usage error, and
-the ``replay`` sub-command's parser (``generate`` and ``record`` add theirs from
-``specfsm.hf.cli``)."""
+"""Option parsing for the ``specfsm`` command: the ``replay`` sub-command's parser and its
+argument types (``generate`` and ``record`` add theirs from ``specfsm.hf.cli``; the usage
+error and the shared argument types are in ``specfsm._cli_args``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
+from .._cli_args import UsageError, positive
 from ..workload import MAX_LINE_BYTES
 
 __all__ = ["UsageError", "build_parser", "check_plot_path", "rule_text"]
@@ -15,18 +16,7 @@ DRAFTERS = ("suffix", "suffix-shared", "ngram", "prompt", "arctic")
 DEFAULT_DRAFTER = "suffix"
 
 
-class UsageError(Exception):
-    """A bad option value; reported with exit status 2."""
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+_positive = positive  # the name the option table below uses
 
 
 def _parse_ngram(text: str) -> tuple[int, int]:

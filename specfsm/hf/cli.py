@@ -23,7 +23,8 @@ import time
 from typing import Any, TextIO
 
 # one option parser and one exit-2 error for every command of the CLI
-from ..cli import UsageError, _positive
+from .._cli_args import UsageError
+from .._cli_args import positive as _positive
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
 
