@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 __all__ = [
     "KERNEL_MODULES",
     "NO_EXTENSIONS",
+    "NEVER_BUILT",
     "USE_EXTENSIONS",
     "IMPORT_ERROR",
     "ModuleStatus",
@@ -140,6 +141,9 @@ for _name in KERNEL_MODULES:
     load(_name)
 
 USE_EXTENSIONS: bool = all(s.compiled for s in extensions().values())
+#: True in a source checkout whose compiled core was never built (and not switched off):
+#: every kernel runs on the twin, and importing the package warns once.
+NEVER_BUILT: bool = not NO_EXTENSIONS and _never_built_checkout()
 
 if not NO_EXTENSIONS and _ERRORS and len(_ERRORS) < len(KERNEL_MODULES):
     warnings.warn(
@@ -150,7 +154,7 @@ if not NO_EXTENSIONS and _ERRORS and len(_ERRORS) < len(KERNEL_MODULES):
         RuntimeWarning,
         stacklevel=1,
     )
-elif not NO_EXTENSIONS and _never_built_checkout():
+elif NEVER_BUILT:
     warnings.warn(
         "specfsm: running from a source checkout whose compiled core was never built, so "
         "every kernel runs on the pure-Python twin (slow). Build it in place with "

@@ -3,10 +3,14 @@ core (marked ``compiled``) and the pure-Python twin.
 
 With ``SPECFSM_NO_EXTENSIONS`` set the compiled parameter is skipped; otherwise a
 compiled core that fails to import is a test failure, not a skip, so a broken build
-cannot hide behind the twin.
+cannot hide behind the twin. A source checkout that was never built stops the run at
+once with one message saying what to do (build in place, or set the variable), rather
+than failing every compiled test.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -54,6 +58,23 @@ class Implementation:
 
     def __repr__(self) -> str:
         return f"Implementation({self.name!r})"
+
+
+NEVER_BUILT_MESSAGE = (
+    "specfsm's compiled core was never built in this checkout ({where}), so there is "
+    "nothing to test the twin against. Build it in place first:\n"
+    "    python setup.py build_ext --inplace     (or: pip install -e .)\n"
+    "or test the pure-Python twin alone:\n"
+    "    SPECFSM_NO_EXTENSIONS=1 python -m pytest"
+)
+
+
+def pytest_sessionstart(session):
+    if _impl.NEVER_BUILT:
+        import specfsm
+
+        where = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)))
+        pytest.exit(NEVER_BUILT_MESSAGE.format(where=where), returncode=4)
 
 
 @pytest.fixture(scope="session", params=IMPLEMENTATIONS)

@@ -186,3 +186,70 @@ def test_replay_refuses_to_report_a_partial_build_as_compiled():
     s = json.loads(proc.stdout)
     assert s["control_us_per_token"]["compiled"] is None and s["runs"] == {"python": 1}
     assert "only partly built" in s["skipped"]["compiled"]
+
+
+# -- a source checkout that was never built ---------------------------------------------------
+def _never_built_copy(tmp_path, with_sources: bool = True):
+    """A copy of the checkout's package (and, with ``with_sources``, its ``_core`` .pyx
+    sources) without any compiled module: what a fresh clone looks like."""
+    import shutil
+
+    if not os.path.isdir(os.path.join(PACKAGE_ROOT, "_core")):
+        pytest.skip("the Cython sources are not next to this package (an installed build)")
+    ignore = shutil.ignore_patterns("*.so", "*.pyd", "__pycache__")
+    shutil.copytree(os.path.join(PACKAGE_ROOT, "specfsm"), tmp_path / "specfsm", ignore=ignore)
+    if with_sources:
+        shutil.copytree(os.path.join(PACKAGE_ROOT, "_core"), tmp_path / "_core", ignore=ignore)
+    return tmp_path
+
+
+def _run_in(root, args, **env_changes):
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECFSM_NO_EXTENSIONS", "PYTHONPATH")}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, *args], cwd=str(root), env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+IMPORT_PROBE = (
+    "import warnings\n"
+    "with warnings.catch_warnings(record=True) as w:\n"
+    "    warnings.simplefilter('always')\n"
+    "    import specfsm, specfsm._impl as i\n"
+    "print(specfsm.USE_EXTENSIONS, i.NEVER_BUILT, len(w), [str(x.message) for x in w])\n"
+)
+
+
+def test_a_never_built_checkout_warns_once_on_import(tmp_path):
+    root = _never_built_copy(tmp_path)
+    proc = _run_in(root, ["-c", IMPORT_PROBE])
+    assert proc.returncode == 0, proc.stderr
+    active, never_built, count, messages = proc.stdout.split(" ", 3)
+    assert (active, never_built, count) == ("False", "True", "1")
+    assert "never built" in messages and "build_ext --inplace" in messages
+    assert "SPECFSM_NO_EXTENSIONS=1" in messages
+    # asked for on purpose: no warning
+    proc = _run_in(root, ["-c", IMPORT_PROBE], SPECFSM_NO_EXTENSIONS="1")
+    assert proc.stdout.split(" ", 3)[:3] == ["False", "False", "0"], proc.stderr
+    # a pure-Python install (no sources beside it) is not a checkout: no warning either
+    bare = _never_built_copy(tmp_path / "bare", with_sources=False)
+    proc = _run_in(bare, ["-c", IMPORT_PROBE])
+    assert proc.stdout.split(" ", 3)[:3] == ["False", "False", "0"], proc.stderr
+
+
+def test_pytest_in_a_never_built_checkout_says_what_to_do(tmp_path):
+    import shutil
+
+    root = _never_built_copy(tmp_path)
+    (root / "tests").mkdir()
+    shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"), root / "tests")
+    (root / "tests" / "test_probe.py").write_text(
+        "def test_kernels(impl):\n    assert impl.module('prefix').common_prefix([1, 2], [1, 3]) == 1\n"
+    )
+    proc = _run_in(root, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out
+    assert "never built in this checkout" in out and "build_ext --inplace" in out
+    assert "SPECFSM_NO_EXTENSIONS=1 python -m pytest" in out
+    assert "failed" not in out and "passed" not in out
+    proc = _run_in(root, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], SPECFSM_NO_EXTENSIONS="1")
+    assert proc.returncode == 0 and "1 passed, 1 skipped" in proc.stdout, proc.stdout + proc.stderr
