@@ -222,17 +222,23 @@ def using(kind: str | Implementation) -> Iterator[Implementation]:
         _CURRENT.reset(token)
 
 
-_FOUNDATION = ("common_prefix", "prompt_lookup", "settle")
-
 if TYPE_CHECKING:  # type checkers read the twin: typed Python with the same names
     from ._py.ngram import prompt_lookup
     from ._py.prefix import common_prefix
     from ._py.settle import settle
 else:
+    # For callers outside the public layer: the running context's kernel, whatever
+    # ``using`` block they run in (a function, so that no assignment to these names, a
+    # test's monkeypatch undone included, can pin one implementation here).
 
-    def __getattr__(name: str) -> Any:
-        """``_impl.common_prefix``, ``_impl.prompt_lookup``, ``_impl.settle``: the running
-        context's kernel (``current()``), for callers outside the public layer."""
-        if name in _FOUNDATION:
-            return getattr(_CURRENT.get(), name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def common_prefix(draft, row_tokens):
+        """``current().common_prefix``: the running context's kernel."""
+        return _CURRENT.get().common_prefix(draft, row_tokens)
+
+    def prompt_lookup(history, ngram, max_k):
+        """``current().prompt_lookup``: the running context's kernel."""
+        return _CURRENT.get().prompt_lookup(history, ngram, max_k)
+
+    def settle(draft_len, accepted, n_row_tokens, n_row_caches, attempted):
+        """``current().settle``: the running context's kernel."""
+        return _CURRENT.get().settle(draft_len, accepted, n_row_tokens, n_row_caches, attempted)

@@ -184,10 +184,12 @@ def as_id_array(x: object, name: str, own: bool = False) -> np.ndarray:
                 f"{name} must be a 1-D integer array, list or tuple, got {type(x).__name__}"
             )
         fresh = type(x) is list or type(x) is tuple  # np.asarray builds a new array
-        if fresh and not set(map(type, x)) <= _EXACT_INT:  # type: ignore[call-overload]
-            # numpy would read a bool among ints as an int, a float among them as a
-            # float: every entry is held to the rule, the first bad one named
-            x = [id_value(v, name, i) for i, v in enumerate(x)]  # type: ignore[call-overload]
+        if fresh:
+            entries: list | tuple = x  # type: ignore[assignment]
+            if not set(map(type, entries)) <= _EXACT_INT:
+                # numpy would read a bool among ints as an int, a float among them as a
+                # float: every entry is held to the rule, the first bad one named
+                x = [id_value(v, name, i) for i, v in enumerate(entries)]
         arr = np.asarray(x)
         if arr.size == 0 and arr.ndim == 1:
             arr = arr.astype(np.int64)

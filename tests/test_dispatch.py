@@ -20,8 +20,8 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)
 
 PROBE = (
     "import specfsm, specfsm._impl as i; "
-    "print(specfsm.USE_EXTENSIONS, i.common_prefix.__module__, i.prompt_lookup.__module__, "
-    "i.settle.__module__, repr(i.IMPORT_ERROR))"
+    "print(specfsm.USE_EXTENSIONS, i.ACTIVE.common_prefix.__module__, i.ACTIVE.prompt_lookup.__module__, "
+    "i.ACTIVE.settle.__module__, repr(i.IMPORT_ERROR))"
 )
 
 
@@ -253,3 +253,64 @@ def test_pytest_in_a_never_built_checkout_says_what_to_do(tmp_path):
     assert "failed" not in out and "passed" not in out
     proc = _run_in(root, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], SPECFSM_NO_EXTENSIONS="1")
     assert proc.returncode == 0 and "1 passed, 1 skipped" in proc.stdout, proc.stdout + proc.stderr
+
+
+# -- picking an implementation without rebinding anything ------------------------------------
+def test_using_picks_the_kernels_of_one_context_only(impl):
+    """``_impl.using(kind)`` changes what the public layer (and ``_impl.common_prefix`` and
+    friends) call inside the block, in this thread only; nothing is rebound."""
+    import threading
+
+    from specfsm import _impl
+    from specfsm.state import ServingState
+
+    impl.module("prefix")  # fails clearly when the compiled core is asked for and not built
+    before = dict(vars(_impl))
+    seen = {}
+
+    def record(tag):
+        seen[tag] = _impl.current().kind
+
+    with _impl.using(impl.name) as chosen:
+        assert chosen.kind == impl.name and _impl.current() is chosen
+        assert chosen.common_prefix is impl.module("prefix").common_prefix
+        record("inside")
+        worker = threading.Thread(target=record, args=("other thread",))
+        worker.start()
+        worker.join()
+        v = ServingState.start([1], 0).advance_prefill(2, 1).enter_verify([3, 4])
+        assert v.accept([3, 9], ["a", "b"]).to == 9
+        with _impl.using("python"):
+            record("nested")
+        record("after nested")
+    record("outside")
+    assert seen == {
+        "inside": impl.name, "other thread": _impl.ACTIVE.kind, "nested": "python",
+        "after nested": impl.name, "outside": _impl.ACTIVE.kind,
+    }
+    assert dict(vars(_impl)).keys() == before.keys()
+    assert all(vars(_impl)[k] is v for k, v in before.items() if k != "_BY_KIND")
+
+
+def test_using_routes_every_kernel_family(monkeypatch):
+    """Inside ``using("python")`` the state machine, the rules and the drafting functions
+    reach the twin's kernels (a spy on the twin's modules sees each call)."""
+    import specfsm
+    from specfsm import _impl
+    from specfsm.accept_rule import Exact
+
+    calls = []
+    twin = _impl.implementation("python")
+    for attr in ("common_prefix", "prompt_lookup", "settle"):
+        real = getattr(twin, attr)
+        monkeypatch.setattr(twin, attr, lambda *a, _real=real, _n=attr: calls.append(_n) or _real(*a))
+    with _impl.using("python"):
+        specfsm.prompt_lookup([1, 2, 1], 1, 1)
+        Exact().accepted_rows([1, 2], [1, 3])
+        v = specfsm.ServingState.start([1], 0).advance_prefill(2, 1).enter_verify([3])
+        v.accept([3], ["c"])
+        _impl.common_prefix([1], [1])
+    assert calls == ["prompt_lookup", "common_prefix", "common_prefix", "settle", "common_prefix"]
+    calls.clear()
+    specfsm.prompt_lookup([1, 2, 1], 1, 1)
+    assert calls == []  # outside the block: the active kernels, not the spied twin object

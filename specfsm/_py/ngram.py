@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .._validate import INT64_MAX, INT64_MIN, as_entries, as_token_array, check_count, id_value
@@ -9,7 +11,7 @@ from .._validate import INT64_MAX, INT64_MIN, as_entries, as_token_array, check_
 __all__ = ["prompt_lookup"]
 
 
-def _id_at(h: list | tuple, i: int, n: int) -> int:
+def _id_at(h: Sequence, i: int, n: int) -> int:
     """Entry ``i`` of ``h`` (``n`` entries) as a token id (``specfsm._validate.id_value``)."""
     x = h[i]
     if type(x) is int and INT64_MIN <= x <= INT64_MAX:
@@ -20,7 +22,7 @@ def _id_at(h: list | tuple, i: int, n: int) -> int:
     return v
 
 
-def _match_end(h: list | tuple, ngram: int) -> int:
+def _match_end(h: Sequence, ngram: int) -> int:
     """End of the most recent earlier occurrence of ``h``'s last ``ngram`` ids, or -1.
 
     Reads the entries in the compiled kernel's order, so both raise for the same first
