@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,7 @@ __all__ = [
     # token ids and entry sequences
     "as_token_array",
     "as_entries",
+    "check_entries",
     "id_value",
     "as_id_array",
     # settling a verify
@@ -143,6 +145,32 @@ def as_entries(x: object, name: str) -> Sequence:
     raise TypeError(
         f"{name} must be a list, tuple or 1-D integer numpy array, got {type(x).__name__}"
     )
+
+
+def check_entries(tokens: Any, name: str, needed_by: str) -> Any:
+    """``tokens`` as it is when it is a non-empty list, tuple, 1-D integer array or other
+    sequence (the state machine's entries: any values compared with ``==``).
+
+    Refuses anything else (TypeError, or ValueError for a 2-D array) and an empty
+    sequence (ValueError: ``needed_by`` needs at least one row).
+    """
+    t = type(tokens)
+    if t is list or t is tuple:
+        if tokens:
+            return tokens
+    elif isinstance(tokens, np.ndarray):
+        as_token_array(tokens, name)  # raises on 2-D arrays and unsupported dtypes
+        if tokens.shape[0]:
+            return tokens
+    elif isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__") or not hasattr(
+        tokens, "__getitem__"
+    ):
+        raise TypeError(
+            f"{name} must be a list, tuple or 1-D integer numpy array, got {t.__name__}"
+        )
+    elif len(tokens):
+        return tokens
+    raise ValueError(f"{name} is empty: {needed_by} needs at least one row")
 
 
 def id_value(x: object, name: str, i: int) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import _impl
 from .accept_rule import select_rows
-from ._validate import as_token_array, check_count
+from ._validate import as_token_array, check_count, check_entries
 from ._values import Clone, default_clone, hash_key, seq_eq, value_eq
 from .errors import IllegalTransition
 
@@ -40,31 +40,6 @@ Cache = TypeVar("Cache")
 
 _set = object.__setattr__
 _current = _impl.current  # the running context's kernels (see specfsm._impl.using)
-
-
-def _check_tokens(tokens: Any, name: str, needed_by: str) -> Any:
-    """Accept a non-empty list, tuple, 1-D integer array or other sequence.
-
-    Refuses anything else (TypeError, or ValueError for a 2-D array) and an empty
-    sequence (ValueError: ``needed_by`` needs at least one row).
-    """
-    t = type(tokens)
-    if t is list or t is tuple:
-        if tokens:
-            return tokens
-    elif isinstance(tokens, np.ndarray):
-        as_token_array(tokens, name)  # raises on 2-D arrays and unsupported dtypes
-        if tokens.shape[0]:
-            return tokens
-    elif isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__") or not hasattr(
-        tokens, "__getitem__"
-    ):
-        raise TypeError(
-            f"{name} must be a list, tuple or 1-D integer numpy array, got {t.__name__}"
-        )
-    elif len(tokens):
-        return tokens
-    raise ValueError(f"{name} is empty: {needed_by} needs at least one row")
 
 
 def _length(x: object, name: str) -> int:
@@ -180,7 +155,7 @@ class Prefill(ServingState[Entry, Cache]):
     cache: Cache
 
     def __init__(self, positions: Sequence[Entry], cache: Cache) -> None:
-        _set(self, "positions", _check_tokens(positions, "positions", "prefill"))
+        _set(self, "positions", check_entries(positions, "positions", "prefill"))
         _set(self, "cache", cache)
 
     def advance_prefill(self, next_token: Entry, cache: Cache) -> Decode[Entry, Cache]:
@@ -229,7 +204,7 @@ class Decode(ServingState[Entry, Cache]):
             raise TypeError(
                 f"clone must be None, a bool or a callable, got {type(clone).__name__} {clone!r}"
             )
-        return _verify(_check_tokens(draft, "draft", "a verify"), snapshot, cache)
+        return _verify(check_entries(draft, "draft", "a verify"), snapshot, cache)
 
 
 class Verify(ServingState[Entry, Cache]):
@@ -254,7 +229,7 @@ class Verify(ServingState[Entry, Cache]):
     cache: Cache
 
     def __init__(self, draft: Sequence[Entry], snapshot: Cache, cache: Cache) -> None:
-        _set(self, "draft", _check_tokens(draft, "draft", "a verify"))
+        _set(self, "draft", check_entries(draft, "draft", "a verify"))
         _set(self, "snapshot", snapshot)
         _set(self, "cache", cache)
 
