@@ -1,7 +1,7 @@
 """Unbounded longest-match drafting over a suffix automaton (pure-Python twin).
 
-The compiled module ``specfsm._core.suffix_index`` has the same names and behaviour and
-imports its argument checks from here, so both raise the same errors.
+The compiled module ``specfsm._core.suffix_index`` has the same names and behaviour; both
+take their argument checks from ``specfsm._validate``, so both raise the same errors.
 
 The rule (both implementations). After ``L`` tokens ``t[0:L]``, the match length ``n``
 is the largest ``n <= max_n`` (no cap when ``max_n`` is None) such that ``t[L-n:L]``
@@ -26,63 +26,27 @@ import threading
 
 import numpy as np
 
-from .._validate import check_count
-from .ngram_index import (
+from .._validate import (
     GROW_STEP,
+    MAX_SUFFIX_TOKENS,
     SHRINK_STEP,
-    _as_ids,
-    _check_batch_k,
-    _check_draft_limits,
-    _check_prefer,
-    _check_record,
+    UNBOUNDED,
+    as_ids,
+    check_anchor,
+    check_batch_counts,
+    check_count,
+    check_draft_limits,
+    check_prefer,
+    check_record,
+    check_suffix_range,
+    check_suffix_stats,
+    own_offsets,
+    validate_offsets,
 )
 
-__all__ = ["SuffixIndex", "propose_batch", "record_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
 
-#: positions and states are 32-bit: an index holds at most this many tokens
-MAX_SUFFIX_TOKENS = 2**30 - 1
-#: ``max_n=None`` (no cap) is stored as this
-UNBOUNDED = MAX_SUFFIX_TOKENS + 1
-
-
-def _check_suffix_range(min_n: object, max_n: object) -> tuple[int, int]:
-    """``(min_n, max_n)`` as ints, ``max_n=None`` meaning no cap (``UNBOUNDED``).
-    Refuses ``min_n < 1`` and ``min_n > max_n``."""
-    lo = check_count(min_n, "min_n")
-    if lo < 1:
-        raise ValueError(f"min_n must be at least 1, got {lo}")
-    if max_n is None:
-        return min(lo, UNBOUNDED), UNBOUNDED
-    hi = check_count(max_n, "max_n")
-    if hi < lo:
-        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
-    return min(lo, UNBOUNDED), min(hi, UNBOUNDED)
-
-
-def _check_anchor(anchor_n: object, anchor_span: object, anchor_misses: object) -> tuple[int, int, int]:
-    """``(anchor_n, anchor_span, anchor_misses)`` as counts (``anchor_n=0`` switches the
-    anchor off), capped at ``MAX_SUFFIX_TOKENS``."""
-    an = check_count(anchor_n, "anchor_n")
-    span = check_count(anchor_span, "anchor_span")
-    miss = check_count(anchor_misses, "anchor_misses")
-    return min(an, MAX_SUFFIX_TOKENS), min(span, MAX_SUFFIX_TOKENS), min(miss, MAX_SUFFIX_TOKENS)
-
-
-def _check_restore(stats: object) -> tuple[int, int, int, int]:
-    """Pickled statistics ``(steps, drafted, accepted, full_accepts)``, checked to be
-    counts that some sequence of ``record`` calls could have produced."""
-    if not isinstance(stats, tuple) or len(stats) != 4:
-        raise ValueError(f"stats must be a tuple of 4 counts, got {stats!r}")
-    steps, drafted, accepted, full = (check_count(v, name) for v, name in zip(stats, ("steps", "drafted", "accepted", "full_accepts")))
-    if accepted > drafted:
-        raise ValueError(f"stats: accepted={accepted} is beyond drafted={drafted}")
-    if full > steps:
-        raise ValueError(f"stats: full_accepts={full} is beyond steps={steps}")
-    limit = 2**62
-    if steps > limit or drafted > limit:
-        raise ValueError("stats: counts beyond 2**62")
-    return steps, drafted, accepted, full
-
+BUSY_WRITING = "SuffixIndex is being extended by another thread"
 
 def _index_list(indexes: object, cls: type) -> list:
     """The batch's indexes as a list, each an instance of this implementation's class."""
@@ -136,10 +100,10 @@ class SuffixIndex:
         anchor_span: object = 64,
         anchor_misses: object = 4,
     ) -> None:
-        self._lo, self._hi = _check_suffix_range(min_n, max_n)
-        self._an, self._aspan, self._amiss = _check_anchor(anchor_n, anchor_span, anchor_misses)
-        self._earliest = _check_prefer(prefer) == 1
-        self._k, self._kmin, self._kmax = _check_draft_limits(draft_len, min_draft, max_draft)
+        self._lo, self._hi = check_suffix_range(min_n, max_n)
+        self._an, self._aspan, self._amiss = check_anchor(anchor_n, anchor_span, anchor_misses)
+        self._earliest = check_prefer(prefer)
+        self._k, self._kmin, self._kmax = check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
         self._lock = threading.Lock()  # held by extend: other calls meanwhile are refused
         self._toks: list[int] = []
@@ -194,6 +158,12 @@ class SuffixIndex:
         arr.flags.writeable = False
         return arr
 
+    def last_tokens(self, count: object) -> np.ndarray:
+        """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
+        k = check_count(count, "count")
+        toks = self._toks
+        return np.asarray(toks[len(toks) - k :] if k < len(toks) else toks, dtype=np.int64)
+
     @property
     def n_edges(self) -> int:
         """Transitions of the automaton."""
@@ -221,9 +191,9 @@ class SuffixIndex:
     def extend(self, tokens: object) -> None:
         """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
         if not self._lock.acquire(blocking=False):
-            raise RuntimeError("SuffixIndex is being extended by another thread")
+            raise RuntimeError(BUSY_WRITING)
         try:
-            new = _as_ids(tokens, "tokens").tolist()
+            new = as_ids(tokens, "tokens").tolist()
             if len(self._toks) + len(new) > MAX_SUFFIX_TOKENS:
                 raise OverflowError(
                     f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
@@ -236,7 +206,7 @@ class SuffixIndex:
 
     def _check_ready(self) -> None:
         if self._lock.locked():
-            raise RuntimeError("SuffixIndex is being extended by another thread")
+            raise RuntimeError(BUSY_WRITING)
 
     def append(self, token: object) -> None:
         """Append one verified token."""
@@ -344,7 +314,7 @@ class SuffixIndex:
         ``min_n`` tokens occurs. O(len(context)) amortised."""
         self._check_ready()
         k = self._k if max_k is None else check_count(max_k, "max_k")
-        ctx = _as_ids(context, "context").tolist()
+        ctx = as_ids(context, "context").tolist()
         slen, link, nxt = self._slen, self._link, self._next
         s = n = 0
         for c in ctx:
@@ -397,7 +367,7 @@ class SuffixIndex:
     def record(self, proposed: object, accepted: object) -> int:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
-        p, a = _check_record(proposed, accepted)
+        p, a = check_record(proposed, accepted)
         self._record(p, a)
         return self._k
 
@@ -443,7 +413,7 @@ class SuffixIndex:
         )
 
     def _restore_stats(self, stats: object) -> None:
-        self._steps, self._drafted, self._accepted, self._full = _check_restore(stats)
+        self._steps, self._drafted, self._accepted, self._full = check_suffix_stats(stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
@@ -461,7 +431,7 @@ def propose_batch(indexes: object, max_k: object = None):
     None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64)."""
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
-    ks = _check_batch_k(max_k, b, [ix._k for ix in ixs])
+    ks = check_batch_counts(max_k, b, [ix._k for ix in ixs])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     for i, ix in enumerate(ixs):
@@ -478,8 +448,8 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
     Returns the next draft lengths (int64)."""
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
-    p = _check_batch_k(proposed, b, None, "proposed")
-    a = _check_batch_k(accepted, b, None, "accepted")
+    p = check_batch_counts(proposed, b, None, "proposed")
+    a = check_batch_counts(accepted, b, None, "accepted")
     for i in range(b):
         if a[i] > p[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
@@ -487,3 +457,47 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
     for i, ix in enumerate(ixs):
         out[i] = ix.record(int(p[i]), int(a[i]))
     return out
+
+
+def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
+    """``extend`` for B indexes in one call: index ``i`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
+    boundaries). All or nothing: refuses the whole batch, changing no index, when an
+    index appears twice (ValueError) or is in use by another call (RuntimeError), or
+    when one would exceed its capacity (OverflowError).
+    """
+    ixs = _index_list(indexes, SuffixIndex)
+    b = len(ixs)
+    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = own_offsets(offsets)
+    if off.shape[0] != b + 1:
+        raise ValueError(
+            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
+        )
+    validate_offsets(off, src.shape[0])
+    marked: list = []
+    seen: set = set()
+    try:
+        for i, ix in enumerate(ixs):
+            if id(ix) in seen:
+                raise ValueError(
+                    f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                    "index once"
+                )
+            if not ix._lock.acquire(blocking=False):
+                raise RuntimeError(f"indexes[{i}]: {BUSY_WRITING}")
+            marked.append(ix)
+            seen.add(id(ix))
+        for i, ix in enumerate(ixs):
+            m = int(off[i + 1] - off[i])
+            if len(ix._toks) + m > MAX_SUFFIX_TOKENS:
+                raise OverflowError(
+                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
+                    f"indexes[{i}] has {len(ix._toks)} + {m}, too many"
+                )
+        for i, ix in enumerate(ixs):
+            for c in src[off[i] : off[i + 1]].tolist():
+                ix._add(c)
+    finally:
+        for ix in marked:
+            ix._lock.release()
