@@ -59,33 +59,46 @@ __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
 BUSY_WRITING = "SuffixIndex is being extended by another thread"
 BUSY_READING = "SuffixIndex is being read by a batch proposal in another thread"
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define SFX_PREFETCH(p) __builtin_prefetch((const void *)(p))
+    #else
+    #define SFX_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void SFX_PREFETCH(const void* p) nogil
+
 cdef enum:
+    PREFETCH_AHEAD = 8    # _grow_slots: slots between the prefetch stages
     NOGIL_MIN = 512       # extends shorter than this keep the GIL
     SMALL_LIST = 64       # extend() converts lists up to this long without numpy
     MIN_SLOTS = 16
     CLONE = 1 << 30       # state ids from here on are clones; below it, positions + 1
     REF_SOLID = -2        # _find: a position state's transition on the next token
     REF_FIRST = -3        # _find: a clone's transition on the token after its first end
+    LEN_MASK = (1 << 30) - 1
+    HAS_EDGES = 1 << 30   # in clone_t.len: the clone has table edges
 
 cdef int64_t INT32_LO = -2147483648
 cdef int64_t INT32_HI = 2147483647
 
 ctypedef struct clone_t:
-    int32_t len           # length of the clone's longest string
+    int32_t len           # length of the clone's longest string; bit 30: has table edges
     int32_t link          # suffix link
     int32_t first         # first end position (inclusive) of its strings
     int32_t dst           # target of its transition on tok[first + 1], -1: none
-    int32_t head          # first of its other transitions (an edge), -1: none
 
 ctypedef struct edge_t:
     int32_t dst
     int32_t sib           # next edge of the same source, -1: none
+    int32_t tok           # its token's low 32 bits (the token itself while narrow)
 
 ctypedef struct slot_t:
     int32_t src           # the edge's source state
     int32_t edge          # -1: empty
 
-ctypedef struct head_t:   # the edge list of a position state that has one
+ctypedef struct head_t:   # the edge list of a state that has table edges
     int32_t state         # -1: empty
     int32_t head
 
@@ -105,7 +118,7 @@ ctypedef struct sam_t:
     slot_t* sl
     int64_t cap_sl        # any size >= MIN_SLOTS (home slot by multiply-shift)
     head_t* hd
-    int64_t n_hd, cap_hd  # a power of two
+    int64_t n_hd, cap_hd  # any size >= 8 (home slot by multiply-shift)
     int32_t tail          # the state of the whole history
     int32_t s             # the state of the current (capped) match
     int64_t n             # its length
@@ -142,7 +155,7 @@ cdef inline int64_t _tk(const sam_t* m, int64_t i) noexcept nogil:
 
 cdef inline int32_t _len(const sam_t* m, int32_t v) noexcept nogil:
     if v >= CLONE:
-        return m.cl[v - CLONE].len
+        return m.cl[v - CLONE].len & LEN_MASK
     return v
 
 
@@ -180,63 +193,78 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     return x
 
 
-cdef inline uint64_t _home(int32_t src, int64_t c, int64_t cap) noexcept nogil:
-    """The home slot of edge (src, c) in a table of cap slots."""
-    cdef uint64_t h = _mix(<uint64_t>c * <uint64_t>0x9e3779b97f4a7c15ULL + <uint64_t><uint32_t>src)
+cdef inline uint64_t _home(int32_t src, uint32_t c32, int64_t cap) noexcept nogil:
+    """The home slot of edge (src, c) in a table of cap slots, from the token's low 32
+    bits (tokens agreeing there share a home; lookups compare whole tokens)."""
+    cdef uint64_t h = _mix(((<uint64_t>c32) << 32) | <uint64_t><uint32_t>src)
     return ((h >> 32) * <uint64_t>cap) >> 32
+
+
+cdef inline bint _has_edges(const sam_t* m, int32_t v) noexcept nogil:
+    """Whether v has edges in the table."""
+    if v >= CLONE:
+        return (m.cl[v - CLONE].len & HAS_EDGES) != 0
+    return (m.pbits[v >> 3] >> (v & 7)) & 1
+
+
+cdef inline uint64_t _head_home(int32_t v, int64_t cap) noexcept nogil:
+    return ((_mix(<uint64_t><uint32_t>v) >> 32) * <uint64_t>cap) >> 32
 
 
 cdef inline int32_t _head(const sam_t* m, int32_t v) noexcept nogil:
     """The first table edge of v, -1: none."""
-    cdef uint64_t mask, idx
-    if v >= CLONE:
-        return m.cl[v - CLONE].head
-    if not (m.pbits[v >> 3] >> (v & 7)) & 1:
+    cdef uint64_t idx
+    if not _has_edges(m, v):
         return -1
-    mask = <uint64_t>(m.cap_hd - 1)
-    idx = _mix(<uint64_t><uint32_t>v) & mask
+    idx = _head_home(v, m.cap_hd)
     while m.hd[idx].state >= 0:
         if m.hd[idx].state == v:
             return m.hd[idx].head
-        idx = (idx + 1) & mask
+        idx += 1
+        if idx == <uint64_t>m.cap_hd:
+            idx = 0
     return -1
 
 
 cdef int _set_head(sam_t* m, int32_t v, int32_t e) noexcept nogil:
     """Make e the first table edge of v; -1 when out of memory."""
-    cdef uint64_t mask, idx
+    cdef uint64_t idx
     cdef head_t* nh
     cdef int64_t cap, i
-    if v >= CLONE:
-        m.cl[v - CLONE].head = e
-        return 0
-    if (m.n_hd + 1) * 2 > m.cap_hd:
-        cap = m.cap_hd * 2
+    if (m.n_hd + 1) * 4 > m.cap_hd * 3:
+        cap = m.cap_hd + (m.cap_hd >> 1)
+        if cap >= (<int64_t>1 << 32):
+            return -1
         nh = <head_t*>malloc(cap * sizeof(head_t))
         if nh == NULL:
             return -1
         memset(nh, 0xFF, cap * sizeof(head_t))
-        mask = <uint64_t>(cap - 1)
         for i in range(m.cap_hd):
             if m.hd[i].state >= 0:
-                idx = _mix(<uint64_t><uint32_t>m.hd[i].state) & mask
+                idx = _head_home(m.hd[i].state, cap)
                 while nh[idx].state >= 0:
-                    idx = (idx + 1) & mask
+                    idx += 1
+                    if idx == <uint64_t>cap:
+                        idx = 0
                 nh[idx] = m.hd[i]
         free(m.hd)
         m.hd = nh
         m.cap_hd = cap
-    mask = <uint64_t>(m.cap_hd - 1)
-    idx = _mix(<uint64_t><uint32_t>v) & mask
+    idx = _head_home(v, m.cap_hd)
     while m.hd[idx].state >= 0:
         if m.hd[idx].state == v:
             m.hd[idx].head = e
             return 0
-        idx = (idx + 1) & mask
+        idx += 1
+        if idx == <uint64_t>m.cap_hd:
+            idx = 0
     m.hd[idx].state = v
     m.hd[idx].head = e
     m.n_hd += 1
-    m.pbits[v >> 3] |= <uint8_t>(1 << (v & 7))
+    if v >= CLONE:
+        m.cl[v - CLONE].len |= HAS_EDGES
+    else:
+        m.pbits[v >> 3] |= <uint8_t>(1 << (v & 7))
     return 0
 
 
@@ -251,7 +279,7 @@ cdef inline int32_t _find(const sam_t* m, int32_t v, int64_t c, int32_t* ref) no
         if r.dst >= 0 and _tk(m, r.first + 1) == c:
             ref[0] = REF_FIRST
             return r.dst
-        if r.head < 0:
+        if not r.len & HAS_EDGES:
             return -1
     else:
         if v < m.npos and _tk(m, v) == c:
@@ -259,14 +287,14 @@ cdef inline int32_t _find(const sam_t* m, int32_t v, int64_t c, int32_t* ref) no
             return v + 1
         if not (m.pbits[v >> 3] >> (v & 7)) & 1:
             return -1
-    idx = _home(v, c, m.cap_sl)
+    idx = _home(v, <uint32_t>c, m.cap_sl)
     while True:
         e = m.sl[idx].edge
         if e < 0:
             return -1
-        if m.sl[idx].src == v:
+        if m.sl[idx].src == v and m.ed[e].tok == <int32_t>c:
             d = m.ed[e].dst
-            if _tk(m, _first(m, d)) == c:
+            if (_tk(m, _first(m, d)) == c) if m.wide else (<int64_t>m.ed[e].tok == c):
                 ref[0] = e
                 return d
         idx += 1
@@ -275,27 +303,40 @@ cdef inline int32_t _find(const sam_t* m, int32_t v, int64_t c, int32_t* ref) no
 
 
 cdef int _grow_slots(sam_t* m) noexcept nogil:
-    """Grow the slot table by half (rehashing each edge by its source and token); -1
-    when out of memory."""
+    """Grow the slot table by half, rehashing each edge by its source and token; -1
+    when out of memory. A first pass computes every slot's new home with its edge
+    prefetched a few slots ahead, a second pass inserts."""
     cdef int64_t cap = m.cap_sl + (m.cap_sl >> 1)
     if cap >= (<int64_t>1 << 32):
         return -1
     cdef slot_t* new = <slot_t*>malloc(cap * sizeof(slot_t))
-    if new == NULL:
+    cdef uint32_t* hs = <uint32_t*>malloc(m.cap_sl * sizeof(uint32_t))
+    if new == NULL or hs == NULL:
+        free(new)
+        free(hs)
         return -1
     memset(new, 0xFF, cap * sizeof(slot_t))
-    cdef int64_t i
+    cdef int64_t i, old = m.cap_sl
     cdef uint64_t j
-    cdef int32_t e
-    for i in range(m.cap_sl):
+    cdef int32_t e, d
+    for i in range(old + PREFETCH_AHEAD):
+        if i < old and m.sl[i].edge >= 0:
+            SFX_PREFETCH(&m.ed[m.sl[i].edge])
+        if i >= PREFETCH_AHEAD:
+            j = <uint64_t>(i - PREFETCH_AHEAD)
+            e = m.sl[j].edge
+            if e >= 0:
+                hs[j] = <uint32_t>_home(m.sl[j].src, <uint32_t>m.ed[e].tok, cap)
+    for i in range(old):
         e = m.sl[i].edge
         if e >= 0:
-            j = _home(m.sl[i].src, _tk(m, _first(m, m.ed[e].dst)), cap)
+            j = hs[i]
             while new[j].edge >= 0:
                 j += 1
                 if j == <uint64_t>cap:
                     j = 0
             new[j] = m.sl[i]
+    free(hs)
     free(m.sl)
     m.sl = new
     m.cap_sl = cap
@@ -320,11 +361,12 @@ cdef int _add_edge(sam_t* m, int32_t src, int64_t c, int32_t dst) noexcept nogil
         m.cap_ed = cap
     cdef int32_t e = <int32_t>m.n_ed
     m.ed[e].dst = dst
+    m.ed[e].tok = <int32_t>c
     m.ed[e].sib = _head(m, src)
     if _set_head(m, src, e) < 0:
         return -1
     m.n_ed += 1
-    cdef uint64_t idx = _home(src, c, m.cap_sl)
+    cdef uint64_t idx = _home(src, <uint32_t>c, m.cap_sl)
     while m.sl[idx].edge >= 0:
         idx += 1
         if idx == <uint64_t>m.cap_sl:
@@ -356,14 +398,13 @@ cdef int32_t _new_clone(sam_t* m, int32_t q, int32_t ln) noexcept nogil:
         m.cap_cl = cap
     cdef int64_t j = m.n_cl
     cdef clone_t* r = &m.cl[j]
-    r.len = ln
+    r.len = ln                       # no table edges yet
     r.link = _link(m, q)
     r.first = _first(m, q)
     if q >= CLONE:
         r.dst = m.cl[q - CLONE].dst
     else:
         r.dst = q + 1 if q < m.npos else -1
-    r.head = -1
     if not m.earliest:
         m.clast[j] = _last(m, q)
     m.n_cl += 1
@@ -401,7 +442,7 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
             e = _head(m, q)
             while e >= 0:
                 d = m.ed[e].dst
-                if _add_edge(m, clone, _tk(m, _first(m, d)), d) < 0:
+                if _add_edge(m, clone, m.ed[e].tok, d) < 0:
                     return -1
                 e = m.ed[e].sib
             while p != -1:
