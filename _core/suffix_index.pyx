@@ -4,22 +4,23 @@
 Same names and behaviour as the twin ``specfsm._py.suffix_index``; both take their
 argument checks from ``specfsm._validate``, so both raise the same errors.
 
-Layout (about 30 bytes per token on text: the history itself, 4 bytes per position and
-what the repeats add). A suffix automaton built online creates one state per position,
+Layout (about 30 bytes per token on source code: the history, 4 bytes per position,
+and what repeats add). A suffix automaton built online creates one state per position,
 plus "clones" where a repeat splits a state. The state created for position ``i`` gets
 the id ``i + 1`` (id 0 is the root, the empty prefix): its length is its id, its first
 end position is ``id - 1``, and its transition on the next token, ``tok[id]``, goes to
 state ``id + 1`` and is never redirected, so only its suffix link is stored (4 bytes).
-Clones (ids from ``CLONE`` on) are 20-byte records: length, suffix link, first end
-position, the target of their transition on ``tok[first + 1]`` (every state has one:
-the token after its first occurrence) and the head of their other transitions. Those
-other transitions, and the rare extra ones of position states (the root's first), are
-8-byte edges (target, next edge of the same source) found through one open-addressing
-table of 8-byte slots (source, edge) at a load of at most 3/4; an edge's token is not
-stored, it is the token at its target's first end position. The heads of position
-states that have such edges sit in a small table, flagged by one bit per position. The
-history is kept as int32 while every token fits, as int64 from the first one that does
-not. ``prefer="latest"`` adds a 4-byte last end position per state.
+Clones (ids from ``CLONE`` on) are 16-byte records: length, suffix link, first end
+position and the target of their transition on ``tok[first + 1]`` (every state has
+that one: the token after its first occurrence). All other transitions (those of
+clones with two or more, and the rare extra ones of position states, the root's
+first) are 12-byte edges (target, next edge of the same source, the token's low 32
+bits) found through one open-addressing table of 8-byte slots (source, edge) at a load
+of at most 3/4; a table keyed by state holds the first edge of each state that has
+any (a bit per position and a bit in the clone's length say which do). The history is
+kept as int32 while every token fits, as int64 from the first one that does not (the
+edge's 32 bits then only pick candidates: the whole token is read from the history).
+``prefer="latest"`` adds a 4-byte last end position per state.
 
 Thread safety. ``extend`` and ``extend_batch`` set a writing flag before they convert
 their arguments (that conversion and the nogil indexing may let other threads run) and
@@ -139,6 +140,7 @@ ctypedef struct view_t:
 
 ctypedef struct job_t:    # one index's share of extend_batch, read without the GIL
     sam_t* m
+    const int64_t* src    # its new tokens (in the call's own copy)
     int64_t start, stop, done
 
 
@@ -522,9 +524,19 @@ cdef int64_t _add_range(sam_t* m, int64_t start, int64_t stop) noexcept nogil:
 
 
 cdef void _add_jobs(job_t* jobs, int64_t b) noexcept nogil:
-    cdef int64_t i
+    """Write each job's tokens into its index's buffer (which has room, and is int64
+    when a token needs it), then index them."""
+    cdef int64_t i, j
+    cdef sam_t* m
     for i in range(b):
-        jobs[i].done = _add_range(jobs[i].m, jobs[i].start, jobs[i].stop)
+        m = jobs[i].m
+        if m.wide:
+            for j in range(jobs[i].stop - jobs[i].start):
+                m.t64[jobs[i].start + j] = jobs[i].src[j]
+        else:
+            for j in range(jobs[i].stop - jobs[i].start):
+                m.t32[jobs[i].start + j] = <int32_t>jobs[i].src[j]
+        jobs[i].done = _add_range(m, jobs[i].start, jobs[i].stop)
 
 
 # ------------------------------------------------------------------------------------
@@ -1149,7 +1161,7 @@ def extend_batch(indexes, tokens, offsets):
     global _batch_stamp
     # every argument converted (Python code may run) and copied before any index is touched
     cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, marked = 0, m, n
+    cdef int64_t b = len(ixs), i, j, marked = 0, m, n, z = 0
     src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
     off = own_offsets(offsets)
     if off.shape[0] != b + 1:
@@ -1208,16 +1220,20 @@ def extend_batch(indexes, tokens, offsets):
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
         if jobs == NULL:
             raise MemoryError()
-        # room made and the tokens written past each index's end (its contents change
-        # only in the nogil pass)
+        # room made, and int64 buffers where a token needs one (no index's contents
+        # change before the nogil pass)
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
             m = ov[i + 1] - ov[i]
             if ix._len + m > ix._cap:
                 ix._grow_buffer(ix._len + m)
-            if m:
-                ix._store(src[ov[i] : ov[i + 1]], ix._len)
+            if not ix.m.wide:
+                for j in range(ov[i], ov[i + 1]):
+                    if sv[j] < INT32_LO or sv[j] > INT32_HI:
+                        ix._widen()
+                        break
             jobs[i].m = &ix.m
+            jobs[i].src = &sv[ov[i]] if m else &z
             jobs[i].start = ix._len
             jobs[i].stop = ix._len + m
             jobs[i].done = ix._len
