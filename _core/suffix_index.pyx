@@ -72,6 +72,7 @@ cdef extern from *:
 
 cdef enum:
     PREFETCH_AHEAD = 8    # _grow_slots: slots between the prefetch stages
+    PIPE_AHEAD = 4        # extend_batch: indexes between the prefetch stages
     NOGIL_MIN = 512       # extends shorter than this keep the GIL
     SMALL_LIST = 64       # extend() converts lists up to this long without numpy
     MIN_SLOTS = 16
@@ -523,20 +524,66 @@ cdef int64_t _add_range(sam_t* m, int64_t start, int64_t stop) noexcept nogil:
     return stop
 
 
+cdef inline void _peek_state(const sam_t* m) noexcept nogil:
+    """Prefetch what the next token's first lookup reads: the record of the current
+    match's state (its transitions are tried first)."""
+    cdef int32_t v = m.s
+    if v >= CLONE:
+        SFX_PREFETCH(&m.cl[v - CLONE])
+    elif m.wide:
+        SFX_PREFETCH(&m.t64[v])
+    else:
+        SFX_PREFETCH(&m.t32[v])
+    SFX_PREFETCH(&m.plink[m.npos])
+
+
+cdef inline void _peek_token(const sam_t* m) noexcept nogil:
+    """Prefetch the token after the match state's first occurrence (its first
+    transition's token) and the anchored token."""
+    cdef int32_t v = m.s
+    cdef int64_t at = m.cl[v - CLONE].first + 1 if v >= CLONE else -1
+    if m.wide:
+        if at >= 0:
+            SFX_PREFETCH(&m.t64[at])
+        if m.anchor >= 0:
+            SFX_PREFETCH(&m.t64[m.anchor])
+    else:
+        if at >= 0:
+            SFX_PREFETCH(&m.t32[at])
+        if m.anchor >= 0:
+            SFX_PREFETCH(&m.t32[m.anchor])
+
+
 cdef void _add_jobs(job_t* jobs, int64_t b) noexcept nogil:
     """Write each job's tokens into its index's buffer (which has room, and is int64
-    when a token needs it), then index them."""
-    cdef int64_t i, j
+    when a token needs it), then index them. Indexes are taken in order, the first
+    loads of the ones PIPE_AHEAD, 2 * PIPE_AHEAD and 3 * PIPE_AHEAD places later
+    prefetched meanwhile (each a dependent step further), so the cache misses of
+    different indexes overlap."""
+    cdef int64_t i, j, k
     cdef sam_t* m
-    for i in range(b):
-        m = jobs[i].m
+    for i in range(b + 3 * PIPE_AHEAD):
+        if i < b:
+            SFX_PREFETCH(jobs[i].m)
+            SFX_PREFETCH(<char*>jobs[i].m + 64)
+            SFX_PREFETCH(<char*>jobs[i].m + 128)
+        k = i - PIPE_AHEAD
+        if 0 <= k < b:
+            _peek_state(jobs[k].m)
+        k = i - 2 * PIPE_AHEAD
+        if 0 <= k < b:
+            _peek_token(jobs[k].m)
+        k = i - 3 * PIPE_AHEAD
+        if k < 0 or k >= b:
+            continue
+        m = jobs[k].m
         if m.wide:
-            for j in range(jobs[i].stop - jobs[i].start):
-                m.t64[jobs[i].start + j] = jobs[i].src[j]
+            for j in range(jobs[k].stop - jobs[k].start):
+                m.t64[jobs[k].start + j] = jobs[k].src[j]
         else:
-            for j in range(jobs[i].stop - jobs[i].start):
-                m.t32[jobs[i].start + j] = <int32_t>jobs[i].src[j]
-        jobs[i].done = _add_range(m, jobs[i].start, jobs[i].stop)
+            for j in range(jobs[k].stop - jobs[k].start):
+                m.t32[jobs[k].start + j] = <int32_t>jobs[k].src[j]
+        jobs[k].done = _add_range(m, jobs[k].start, jobs[k].stop)
 
 
 # ------------------------------------------------------------------------------------
