@@ -122,13 +122,16 @@ ctypedef struct sam_t:
     head_t* hd
     int64_t n_hd, cap_hd  # any size >= 8 (home slot by multiply-shift)
     int32_t tail          # the state of the whole history
-    int32_t s             # the state of the current (capped) match
-    int64_t n             # its length
-    int64_t end           # end (exclusive) of the chosen occurrence, -1: none
-    int64_t lo, hi
-    int64_t an, aspan     # anchor: set by matches >= an, drafts for aspan tokens after
-    int64_t amiss
-    int64_t anchor, carry, misses
+    int32_t cursor        # the state of the current (capped) match
+    int64_t match_len     # its length
+    int64_t match_end     # end (exclusive) of the chosen occurrence, -1: none
+    int64_t min_n, max_n
+    int64_t anchor_n      # anchor: set by matches of at least anchor_n tokens,
+    int64_t anchor_span   # drafts for anchor_span tokens after,
+    int64_t anchor_misses # while at most anchor_misses of them differed
+    int64_t anchor        # where the anchored continuation has got to, -1: none
+    int64_t carry         # tokens appended since the anchor was set
+    int64_t misses        # of which differed from the anchored text
     bint earliest
     bint unbounded        # max_n=None
 
@@ -433,8 +436,8 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
         if _add_edge(m, p, c, cur) < 0:
             return -1
         p = _link(m, p)
-    s = m.s
-    n = m.n
+    s = m.cursor
+    n = m.match_len
     if p != -1:
         if _len(m, p) + 1 == _len(m, q):
             m.plink[cur] = q
@@ -480,29 +483,29 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
                 break
             s = _link(m, s)
             n = _len(m, s)
-        if n > m.hi:
-            n = m.hi
+        if n > m.max_n:
+            n = m.max_n
             if _len(m, _link(m, s)) >= n:
                 s = _link(m, s)
-    m.s = s
-    m.n = n
-    if n >= m.lo:
-        m.end = (_first(m, s) if m.earliest else _last(m, s)) + 1
+    m.cursor = s
+    m.match_len = n
+    if n >= m.min_n:
+        m.match_end = (_first(m, s) if m.earliest else _last(m, s)) + 1
     else:
-        m.end = -1
-    if m.an:
-        if m.end >= 0 and n >= m.an:
-            m.anchor = m.end
+        m.match_end = -1
+    if m.anchor_n:
+        if m.match_end >= 0 and n >= m.anchor_n:
+            m.anchor = m.match_end
             m.carry = 0
             m.misses = 0
-        elif m.anchor >= 0 and m.carry <= m.aspan and m.misses <= m.amiss:
+        elif m.anchor >= 0 and m.carry <= m.anchor_span and m.misses <= m.anchor_misses:
             if _tk(m, m.anchor) != c:
                 m.misses += 1
             m.anchor += 1
             m.carry += 1
     if not m.earliest:
         v = s
-        while v > 0 and _len(m, v) >= m.lo:
+        while v > 0 and _len(m, v) >= m.min_n:
             _set_last(m, v, <int32_t>i)
             v = _link(m, v)
     return 0
@@ -510,9 +513,9 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
 
 cdef inline int64_t _start(const sam_t* m) noexcept nogil:
     """Where the draft starts: the anchor while it applies, else the match's end."""
-    if m.an and m.anchor >= 0 and m.carry <= m.aspan and m.misses <= m.amiss:
+    if m.anchor_n and m.anchor >= 0 and m.carry <= m.anchor_span and m.misses <= m.anchor_misses:
         return m.anchor
-    return m.end
+    return m.match_end
 
 
 cdef int64_t _add_range(sam_t* m, int64_t start, int64_t stop) noexcept nogil:
@@ -527,7 +530,7 @@ cdef int64_t _add_range(sam_t* m, int64_t start, int64_t stop) noexcept nogil:
 cdef inline void _peek_state(const sam_t* m) noexcept nogil:
     """Prefetch what the next token's first lookup reads: the record of the current
     match's state (its transitions are tried first)."""
-    cdef int32_t v = m.s
+    cdef int32_t v = m.cursor
     if v >= CLONE:
         SFX_PREFETCH(&m.cl[v - CLONE])
     elif m.wide:
@@ -540,7 +543,7 @@ cdef inline void _peek_state(const sam_t* m) noexcept nogil:
 cdef inline void _peek_token(const sam_t* m) noexcept nogil:
     """Prefetch the token after the match state's first occurrence (its first
     transition's token) and the anchored token."""
-    cdef int32_t v = m.s
+    cdef int32_t v = m.cursor
     cdef int64_t at = m.cl[v - CLONE].first + 1 if v >= CLONE else -1
     if m.wide:
         if at >= 0:
@@ -608,7 +611,7 @@ cdef class SuffixIndex:
     cdef int _readers, _writing, _broken
     cdef int64_t _wstamp             # the extend_batch call holding _writing (duplicates)
     cdef bint _adaptive
-    cdef int64_t _k, _kmin, _kmax
+    cdef int64_t _draft_len, _min_draft, _max_draft
     cdef int64_t _steps, _drafted, _accepted, _full
 
     def __cinit__(self):
@@ -625,20 +628,20 @@ cdef class SuffixIndex:
         k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
         adaptive = bool(adaptive)
         self._adaptive = adaptive
-        self._k = min(k, MAX_SUFFIX_TOKENS)
-        self._kmin = min(kmin, MAX_SUFFIX_TOKENS)
-        self._kmax = min(kmax, MAX_SUFFIX_TOKENS)
+        self._draft_len = min(k, MAX_SUFFIX_TOKENS)
+        self._min_draft = min(kmin, MAX_SUFFIX_TOKENS)
+        self._max_draft = min(kmax, MAX_SUFFIX_TOKENS)
         self._steps = self._drafted = self._accepted = self._full = 0
         self._len = 0
         self._cap = 0
         self._buf = np.zeros(0, dtype=np.int32)
-        self.m.lo = lo
-        self.m.hi = hi
+        self.m.min_n = lo
+        self.m.max_n = hi
         self.m.earliest = earliest
         self.m.unbounded = hi >= UNBOUNDED
-        self.m.an = an
-        self.m.aspan = aspan
-        self.m.amiss = amiss
+        self.m.anchor_n = an
+        self.m.anchor_span = aspan
+        self.m.anchor_misses = amiss
         self.m.misses = 0
         self.m.anchor = -1
         self.m.carry = 0
@@ -656,9 +659,9 @@ cdef class SuffixIndex:
             self.m.plast[0] = -1
         self.m.npos = 0
         self.m.tail = 0
-        self.m.s = 0
-        self.m.n = 0
-        self.m.end = -1
+        self.m.cursor = 0
+        self.m.match_len = 0
+        self.m.match_end = -1
         self._writing = 0
 
     def __dealloc__(self):
@@ -683,11 +686,11 @@ cdef class SuffixIndex:
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self):
-        return self.m.lo
+        return self.m.min_n
 
     @property
     def max_n(self):
-        return None if self.m.hi >= UNBOUNDED else self.m.hi
+        return None if self.m.max_n >= UNBOUNDED else self.m.max_n
 
     @property
     def prefer(self):
@@ -700,7 +703,7 @@ cdef class SuffixIndex:
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        return self._k
+        return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
@@ -931,7 +934,7 @@ cdef class SuffixIndex:
         if self._writing or self._broken:
             self._check_ready()
         if max_k is None:
-            k = self._k
+            k = self._draft_len
         else:
             if type(max_k) is not int or max_k < 0:
                 max_k = check_count(max_k, "max_k")
@@ -953,7 +956,7 @@ cdef class SuffixIndex:
         cdef int32_t s = 0, d, ref
         self._check_ready()
         if max_k is None:
-            k = self._k
+            k = self._draft_len
         else:
             k = min(check_count(max_k, "max_k"), MAX_SUFFIX_TOKENS)
         arr = np.array(as_ids(context, "context"), dtype=np.int64, copy=True)
@@ -973,11 +976,11 @@ cdef class SuffixIndex:
             else:
                 s = d
                 n += 1
-        if n > m.hi:
-            n = m.hi
+        if n > m.max_n:
+            n = m.max_n
             while _len(m, _link(m, s)) >= n:
                 s = _link(m, s)
-        if n < m.lo or n == 0:
+        if n < m.min_n or n == 0:
             return 0, []
         e = _first(m, s) + 1
         stop = e + k if e + k < self._len else self._len
@@ -986,7 +989,7 @@ cdef class SuffixIndex:
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
         self._check_ready()
-        return self.m.n if self.m.end >= 0 else 0
+        return self.m.match_len if self.m.match_end >= 0 else 0
 
     def match_end(self):
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
@@ -997,18 +1000,18 @@ cdef class SuffixIndex:
     @property
     def anchor_n(self):
         """Matches at least this long set the anchor (0: no anchor)."""
-        return self.m.an
+        return self.m.anchor_n
 
     @property
     def anchor_span(self):
         """How many tokens past the last long match the anchor keeps drafting."""
-        return self.m.aspan
+        return self.m.anchor_span
 
     @property
     def anchor_misses(self):
         """How many appended tokens may differ from the anchored text before the anchor
         is dropped."""
-        return self.m.amiss
+        return self.m.anchor_misses
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed, accepted):
@@ -1016,7 +1019,7 @@ cdef class SuffixIndex:
         the draft length to use next (changed only when ``adaptive``)."""
         p, a = check_record(proposed, accepted)
         self._record(p, a)
-        return self._k
+        return self._draft_len
 
     cdef void _record(self, int64_t p, int64_t a) noexcept:
         self._steps += 1
@@ -1026,9 +1029,9 @@ cdef class SuffixIndex:
             self._full += 1
         if self._adaptive and p > 0:
             if a == p:
-                self._k = min(self._k + GROW_STEP, self._kmax)
+                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
             else:
-                self._k = max(self._k - SHRINK_STEP, self._kmin)
+                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
 
     @property
     def stats(self):
@@ -1040,12 +1043,12 @@ cdef class SuffixIndex:
             "accepted": self._accepted,
             "full_accepts": self._full,
             "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
-            "draft_len": self._k,
+            "draft_len": self._draft_len,
         }
 
     def __repr__(self):
         return (
-            f"SuffixIndex(min_n={self.m.lo}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"SuffixIndex(min_n={self.m.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
             f"len={self._len})"
         )
 
@@ -1054,10 +1057,10 @@ cdef class SuffixIndex:
         self._check_ready()
         return (
             _rebuild,
-            (type(self), self.m.lo, self.max_n, self.prefer, self._k, bool(self._adaptive),
-             self._kmin, self._kmax, np.array(self.tokens),
-             (self._steps, self._drafted, self._accepted, self._full), self.m.an, self.m.aspan,
-             self.m.amiss),
+            (type(self), self.m.min_n, self.max_n, self.prefer, self._draft_len, bool(self._adaptive),
+             self._min_draft, self._max_draft, np.array(self.tokens),
+             (self._steps, self._drafted, self._accepted, self._full), self.m.anchor_n, self.m.anchor_span,
+             self.m.anchor_misses),
         )
 
     def _restore_stats(self, stats):
@@ -1124,7 +1127,7 @@ def propose_batch(indexes, max_k=None):
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i, k, end, bound = 0
     cdef SuffixIndex ix
-    ks = check_batch_counts(max_k, b, [(<SuffixIndex>x)._k for x in ixs])
+    ks = check_batch_counts(max_k, b, [(<SuffixIndex>x)._draft_len for x in ixs])
     cdef const int64_t[::1] kv = ks
     cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
     if views == NULL:
@@ -1190,7 +1193,7 @@ def record_batch(indexes, proposed, accepted):
     for i in range(b):
         ix = <SuffixIndex>ixs[i]
         ix._record(pv[i], av[i])
-        ov[i] = ix._k
+        ov[i] = ix._draft_len
     return out
 
 

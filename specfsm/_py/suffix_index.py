@@ -100,10 +100,10 @@ class SuffixIndex:
         anchor_span: object = 64,
         anchor_misses: object = 4,
     ) -> None:
-        self._lo, self._hi = check_suffix_range(min_n, max_n)
-        self._an, self._aspan, self._amiss = check_anchor(anchor_n, anchor_span, anchor_misses)
+        self._min_n, self._max_n = check_suffix_range(min_n, max_n)
+        self._anchor_n, self._anchor_span, self._anchor_misses = check_anchor(anchor_n, anchor_span, anchor_misses)
         self._earliest = check_prefer(prefer)
-        self._k, self._kmin, self._kmax = check_draft_limits(draft_len, min_draft, max_draft)
+        self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
         self._lock = threading.Lock()  # held by extend: other calls meanwhile are refused
         self._toks: list[int] = []
@@ -114,9 +114,9 @@ class SuffixIndex:
         self._lastp: list[int] = [-1]
         self._next: list[dict[int, int]] = [{}]
         self._tail = 0          # the state of the whole history
-        self._s = 0             # the state of the current (capped) match
-        self._n = 0             # its length
-        self._end = -1          # end (exclusive) of the chosen occurrence, -1: none
+        self._cursor = 0             # the state of the current (capped) match
+        self._match_len = 0             # its length
+        self._match_end = -1          # end (exclusive) of the chosen occurrence, -1: none
         self._anchor = -1       # where the last long match's continuation has got to
         self._carry = 0         # tokens appended since the anchor was last set
         self._misses = 0        # of which differed from the anchored text
@@ -128,11 +128,11 @@ class SuffixIndex:
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self) -> int:
-        return self._lo
+        return self._min_n
 
     @property
     def max_n(self) -> int | None:
-        return None if self._hi >= UNBOUNDED else self._hi
+        return None if self._max_n >= UNBOUNDED else self._max_n
 
     @property
     def prefer(self) -> str:
@@ -145,7 +145,7 @@ class SuffixIndex:
     @property
     def draft_len(self) -> int:
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        return self._k
+        return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -228,7 +228,7 @@ class SuffixIndex:
         while p != -1 and c not in nxt[p]:
             nxt[p][c] = cur
             p = link[p]
-        s, n = self._s, self._n
+        s, n = self._cursor, self._match_len
         if p == -1:
             link[cur] = 0
         else:
@@ -250,7 +250,7 @@ class SuffixIndex:
                     s = clone  # the cursor's string moved to the clone
         self._tail = cur
         # the cursor: the longest suffix (at most max_n) with an earlier occurrence
-        if self._hi >= UNBOUNDED:
+        if self._max_n >= UNBOUNDED:
             s = link[cur]
             n = slen[s]
         else:
@@ -265,28 +265,28 @@ class SuffixIndex:
                     break
                 s = link[s]
                 n = slen[s]
-            if n > self._hi:
-                n = self._hi
+            if n > self._max_n:
+                n = self._max_n
                 if slen[link[s]] >= n:
                     s = link[s]
-        self._s, self._n = s, n
-        if n >= self._lo:
-            self._end = (first[s] if self._earliest else lastp[s]) + 1
+        self._cursor, self._match_len = s, n
+        if n >= self._min_n:
+            self._match_end = (first[s] if self._earliest else lastp[s]) + 1
         else:
-            self._end = -1
-        if self._an:
-            if self._end >= 0 and n >= self._an:
-                self._anchor = self._end
+            self._match_end = -1
+        if self._anchor_n:
+            if self._match_end >= 0 and n >= self._anchor_n:
+                self._anchor = self._match_end
                 self._carry = 0
                 self._misses = 0
-            elif self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+            elif self._anchor >= 0 and self._carry <= self._anchor_span and self._misses <= self._anchor_misses:
                 if toks[self._anchor] != c:
                     self._misses += 1
                 self._anchor += 1
                 self._carry += 1
         if not self._earliest:
             v = s
-            lo = self._lo
+            lo = self._min_n
             while v > 0 and slen[v] >= lo:
                 lastp[v] = i
                 v = link[v]
@@ -295,7 +295,7 @@ class SuffixIndex:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
         self._check_ready()
-        k = self._k if max_k is None else check_count(max_k, "max_k")
+        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
         end = self._start()
         if end < 0 or k == 0:
             return []
@@ -304,7 +304,7 @@ class SuffixIndex:
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
         self._check_ready()
-        return self._n if self._end >= 0 else 0
+        return self._match_len if self._match_end >= 0 else 0
 
     def lookup(self, context: object, max_k: object = None) -> tuple[int, list]:
         """Match another sequence against the index: the longest suffix of ``context``
@@ -313,7 +313,7 @@ class SuffixIndex:
         first occurrence. Returns ``(n, draft)``; ``(0, [])`` when no suffix of at least
         ``min_n`` tokens occurs. O(len(context)) amortised."""
         self._check_ready()
-        k = self._k if max_k is None else check_count(max_k, "max_k")
+        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
         ctx = as_ids(context, "context").tolist()
         slen, link, nxt = self._slen, self._link, self._next
         s = n = 0
@@ -327,19 +327,19 @@ class SuffixIndex:
             else:
                 s = q
                 n += 1
-        if n > self._hi:
-            n = self._hi
+        if n > self._max_n:
+            n = self._max_n
             while slen[link[s]] >= n:
                 s = link[s]
-        if n < self._lo or n == 0:
+        if n < self._min_n or n == 0:
             return 0, []
         e = self._first[s] + 1
         return n, (self._toks[e : e + k] if k else [])
 
     def _start(self) -> int:
-        if self._an and self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+        if self._anchor_n and self._anchor >= 0 and self._carry <= self._anchor_span and self._misses <= self._anchor_misses:
             return self._anchor  # equals _end when the match is at least anchor_n long
-        return self._end
+        return self._match_end
 
     def match_end(self) -> int:
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
@@ -350,18 +350,18 @@ class SuffixIndex:
     @property
     def anchor_n(self) -> int:
         """Matches at least this long set the anchor (0: no anchor)."""
-        return self._an
+        return self._anchor_n
 
     @property
     def anchor_span(self) -> int:
         """How many tokens past the last long match the anchor keeps drafting."""
-        return self._aspan
+        return self._anchor_span
 
     @property
     def anchor_misses(self) -> int:
         """How many appended tokens may differ from the anchored text before the anchor
         is dropped."""
-        return self._amiss
+        return self._anchor_misses
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed: object, accepted: object) -> int:
@@ -369,7 +369,7 @@ class SuffixIndex:
         the draft length to use next (changed only when ``adaptive``)."""
         p, a = check_record(proposed, accepted)
         self._record(p, a)
-        return self._k
+        return self._draft_len
 
     def _record(self, p: int, a: int) -> None:
         self._steps += 1
@@ -379,9 +379,9 @@ class SuffixIndex:
             self._full += 1
         if self._adaptive and p > 0:
             if a == p:
-                self._k = min(self._k + GROW_STEP, self._kmax)
+                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
             else:
-                self._k = max(self._k - SHRINK_STEP, self._kmin)
+                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
 
     @property
     def stats(self) -> dict:
@@ -393,12 +393,12 @@ class SuffixIndex:
             "accepted": self._accepted,
             "full_accepts": self._full,
             "acceptance_rate": self._accepted / self._drafted if self._drafted else 0.0,
-            "draft_len": self._k,
+            "draft_len": self._draft_len,
         }
 
     def __repr__(self) -> str:
         return (
-            f"SuffixIndex(min_n={self._lo}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"SuffixIndex(min_n={self._min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
             f"len={len(self._toks)})"
         )
 
@@ -407,9 +407,9 @@ class SuffixIndex:
         self._check_ready()
         return (
             _rebuild,
-            (type(self), self._lo, self.max_n, self.prefer, self._k, self._adaptive,
-             self._kmin, self._kmax, np.array(self._toks, dtype=np.int64),
-             (self._steps, self._drafted, self._accepted, self._full), self._an, self._aspan, self._amiss),
+            (type(self), self._min_n, self.max_n, self.prefer, self._draft_len, self._adaptive,
+             self._min_draft, self._max_draft, np.array(self._toks, dtype=np.int64),
+             (self._steps, self._drafted, self._accepted, self._full), self._anchor_n, self._anchor_span, self._anchor_misses),
         )
 
     def _restore_stats(self, stats: object) -> None:
@@ -431,7 +431,7 @@ def propose_batch(indexes: object, max_k: object = None):
     None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64)."""
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
-    ks = check_batch_counts(max_k, b, [ix._k for ix in ixs])
+    ks = check_batch_counts(max_k, b, [ix._draft_len for ix in ixs])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     for i, ix in enumerate(ixs):
