@@ -308,6 +308,39 @@ cdef inline int32_t _find(const sam_t* m, int32_t v, int64_t c, int32_t* ref) no
             idx = 0
 
 
+cdef inline bint _points_to(const sam_t* m, int32_t v, int64_t c, int32_t q, int32_t* ref) noexcept nogil:
+    """Whether v's transition on c goes to q (``ref`` as for ``_find``). Every
+    transition into q is on the same token, c, so a first transition to q needs no
+    look at its token."""
+    cdef const clone_t* r
+    cdef uint64_t idx
+    cdef int32_t e
+    if v >= CLONE:
+        r = &m.cl[v - CLONE]
+        if r.dst == q:
+            ref[0] = REF_FIRST
+            return True
+        if not r.len & HAS_EDGES:
+            return False
+    else:
+        if v < m.npos and v + 1 == q:
+            ref[0] = REF_SOLID
+            return True
+        if not (m.pbits[v >> 3] >> (v & 7)) & 1:
+            return False
+    idx = _home(v, <uint32_t>c, m.cap_sl)
+    while True:
+        e = m.sl[idx].edge
+        if e < 0:
+            return False
+        if m.sl[idx].src == v and m.ed[e].dst == q:
+            ref[0] = e
+            return True
+        idx += 1
+        if idx == <uint64_t>m.cap_sl:
+            idx = 0
+
+
 cdef int _grow_slots(sam_t* m) noexcept nogil:
     """Grow the slot table by half, rehashing each edge by its source and token; -1
     when out of memory. A first pass computes every slot's new home with its edge
@@ -451,15 +484,16 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
                 if _add_edge(m, clone, m.ed[e].tok, d) < 0:
                     return -1
                 e = m.ed[e].sib
-            while p != -1:
-                d = _find(m, p, c, &ref)
-                if d != q:
-                    break
+            # redirect to the clone: p (found above), then its suffix-link ancestors
+            # while their transition on c goes to q
+            while True:
                 if ref == REF_FIRST:
                     m.cl[p - CLONE].dst = clone
                 elif ref >= 0:
                     m.ed[ref].dst = clone
                 p = _link(m, p)
+                if p == -1 or not _points_to(m, p, c, q, &ref):
+                    break
             if q >= CLONE:
                 m.cl[q - CLONE].link = clone
             else:
