@@ -454,7 +454,7 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
     """Index the token at position i (already in the buffer; the position arrays hold
     room for state i + 1); -1 when out of memory."""
     cdef int64_t c = _tk(m, i)
-    cdef int32_t cur = <int32_t>(i + 1), p, q, clone, e, s, v, d, ref
+    cdef int32_t cur = <int32_t>(i + 1), p, q, clone, e, s, v, d, ref, shortest
     cdef int64_t n
     m.plink[cur] = 0
     if not m.earliest:
@@ -485,14 +485,18 @@ cdef int _add(sam_t* m, int64_t i) noexcept nogil:
                     return -1
                 e = m.ed[e].sib
             # redirect to the clone: p (found above), then its suffix-link ancestors
-            # while their transition on c goes to q
+            # while their transition on c goes to q, which is while they are at least
+            # as long as q's suffix link (a state's transition on c goes to the state
+            # of its longest string + c, and q holds the suffixes of its longest string
+            # longer than its link's): the first shorter one is not looked up
+            shortest = _len(m, m.cl[clone - CLONE].link)
             while True:
                 if ref == REF_FIRST:
                     m.cl[p - CLONE].dst = clone
                 elif ref >= 0:
                     m.ed[ref].dst = clone
                 p = _link(m, p)
-                if p == -1 or not _points_to(m, p, c, q, &ref):
+                if p == -1 or _len(m, p) < shortest or not _points_to(m, p, c, q, &ref):
                     break
             if q >= CLONE:
                 m.cl[q - CLONE].link = clone
