@@ -3,7 +3,7 @@
 ``SuffixIndex`` keeps one request's verified tokens in a suffix automaton, so the
 longest earlier occurrence of the current suffix (no cap on its length) is known after
 every token, at amortised O(1) cost per token; ``propose`` copies the tokens that
-followed it. ``propose_batch`` and ``record_batch`` serve B indexes per call.
+followed it. ``extend_batch``, ``propose_batch`` and ``record_batch`` serve B indexes per call.
 ``SuffixDrafter`` plugs the index into ``specfsm.loop.SpeculativeLoop``. Every class and
 function runs on the compiled core, or on its pure-Python twin where that is not built
 (``specfsm._impl``).
@@ -33,7 +33,16 @@ if TYPE_CHECKING:  # type checkers read the twin
 else:
     _k = _impl.load("suffix_index")
 
-__all__ = ["SuffixIndex", "SuffixDrafter", "SharedSuffixCache", "ArcticDrafter", "arctic_available", "propose_batch", "record_batch"]
+__all__ = [
+    "SuffixIndex",
+    "SuffixDrafter",
+    "SharedSuffixCache",
+    "ArcticDrafter",
+    "arctic_available",
+    "extend_batch",
+    "propose_batch",
+    "record_batch",
+]
 
 #: The index of the active implementation (a class: use it directly).
 #:
@@ -41,7 +50,7 @@ __all__ = ["SuffixIndex", "SuffixDrafter", "SharedSuffixCache", "ArcticDrafter",
 #: min_draft=1, max_draft=32)``: ``extend(tokens)`` / ``append(token)`` add verified
 #: tokens, ``propose(max_k=None)`` returns the draft as a list, ``match_length()`` the
 #: current n, ``match_end()`` where the draft starts. ``len(index)``, ``index.tokens``
-#: (read-only int64), ``index.nbytes``, ``index.bytes_per_token`` and
+#: (read-only int64), ``index.last_tokens(count)``, ``index.nbytes``, ``index.bytes_per_token`` and
 #: ``index.n_states`` report contents and memory. ``record(proposed, accepted)`` keeps
 #: acceptance statistics (``index.stats``) and, with ``adaptive=True``, moves
 #: ``draft_len`` as ``NgramIndex`` does. ``prefer="latest"`` also refreshes the last
@@ -49,7 +58,7 @@ __all__ = ["SuffixIndex", "SuffixDrafter", "SharedSuffixCache", "ArcticDrafter",
 #: O(min(max_n, L)) per token on one token repeated. Pickles and copies as its settings,
 #: tokens and statistics. Under threads (compiled core): an ``extend`` running in one
 #: thread makes every other call on the same index raise RuntimeError, and ``extend``
-#: refuses to start while a ``propose_batch`` reads the index.
+#: (or ``extend_batch``) refuses to start while a ``propose_batch`` reads the index.
 SuffixIndex = _k.SuffixIndex
 
 
@@ -62,6 +71,17 @@ def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarr
     Refuses anything but a sequence of this implementation's ``SuffixIndex``.
     """
     return _k.propose_batch(indexes, max_k)
+
+
+def extend_batch(indexes: Any, tokens: Any, offsets: Any) -> None:
+    """``SuffixIndex.extend`` for B indexes in one call: index ``i`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (one flat token array, ``offsets`` B + 1
+    nondecreasing boundaries); the compiled core indexes the whole batch without the
+    GIL. All or nothing: refuses the whole batch, changing no index, when an index
+    appears twice (ValueError) or is in use by another call (RuntimeError), or when one
+    would pass ``MAX_SUFFIX_TOKENS`` (OverflowError).
+    """
+    _k.extend_batch(indexes, tokens, offsets)
 
 
 def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
@@ -206,7 +226,7 @@ class _SuffixSession:
         if self.shared is not None and k > 0:
             n = ix.match_length()
             if n < self.below and (not d or n < ix.anchor_n or ix.match_end() < 0):
-                sn, sd = self.shared.lookup(ix.tokens[-self.window :], k)
+                sn, sd = self.shared.lookup(ix.last_tokens(self.window), k)
                 if sn > n and sd:
                     d = sd
         self.draft = d

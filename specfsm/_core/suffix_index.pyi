@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SuffixIndex", "propose_batch", "record_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
 
 class SuffixIndex:
     def __init__(
@@ -35,6 +35,7 @@ class SuffixIndex:
     def __len__(self) -> int: ...
     @property
     def tokens(self) -> np.ndarray: ...
+    def last_tokens(self, count: object) -> np.ndarray: ...
     @property
     def n_edges(self) -> int: ...
     @property
@@ -58,6 +59,8 @@ class SuffixIndex:
     def record(self, proposed: object, accepted: object) -> int: ...
     @property
     def stats(self) -> dict[str, Any]: ...
+
+def extend_batch(indexes: Sequence[SuffixIndex], tokens: object, offsets: object) -> None: ...
 
 # (drafts, offsets, lengths), int64 arrays
 def propose_batch(

@@ -1,7 +1,7 @@
 """Unbounded longest-match drafting over a suffix automaton (pure-Python twin).
 
-The compiled module ``specfsm._core.suffix_index`` has the same names and behaviour and
-imports its argument checks from here, so both raise the same errors.
+The compiled module ``specfsm._core.suffix_index`` has the same names and behaviour; both
+take their argument checks from ``specfsm._validate``, so both raise the same errors.
 
 The rule (both implementations). After ``L`` tokens ``t[0:L]``, the match length ``n``
 is the largest ``n <= max_n`` (no cap when ``max_n`` is None) such that ``t[L-n:L]``
@@ -26,63 +26,27 @@ import threading
 
 import numpy as np
 
-from .._validate import check_count
-from .ngram_index import (
+from .._validate import (
     GROW_STEP,
+    MAX_SUFFIX_TOKENS,
     SHRINK_STEP,
-    _as_ids,
-    _check_batch_k,
-    _check_draft_limits,
-    _check_prefer,
-    _check_record,
+    UNBOUNDED,
+    as_ids,
+    check_anchor,
+    check_batch_counts,
+    check_count,
+    check_draft_limits,
+    check_prefer,
+    check_record,
+    check_suffix_range,
+    check_suffix_stats,
+    own_offsets,
+    validate_offsets,
 )
 
-__all__ = ["SuffixIndex", "propose_batch", "record_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
 
-#: positions and states are 32-bit: an index holds at most this many tokens
-MAX_SUFFIX_TOKENS = 2**30 - 1
-#: ``max_n=None`` (no cap) is stored as this
-UNBOUNDED = MAX_SUFFIX_TOKENS + 1
-
-
-def _check_suffix_range(min_n: object, max_n: object) -> tuple[int, int]:
-    """``(min_n, max_n)`` as ints, ``max_n=None`` meaning no cap (``UNBOUNDED``).
-    Refuses ``min_n < 1`` and ``min_n > max_n``."""
-    lo = check_count(min_n, "min_n")
-    if lo < 1:
-        raise ValueError(f"min_n must be at least 1, got {lo}")
-    if max_n is None:
-        return min(lo, UNBOUNDED), UNBOUNDED
-    hi = check_count(max_n, "max_n")
-    if hi < lo:
-        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
-    return min(lo, UNBOUNDED), min(hi, UNBOUNDED)
-
-
-def _check_anchor(anchor_n: object, anchor_span: object, anchor_misses: object) -> tuple[int, int, int]:
-    """``(anchor_n, anchor_span, anchor_misses)`` as counts (``anchor_n=0`` switches the
-    anchor off), capped at ``MAX_SUFFIX_TOKENS``."""
-    an = check_count(anchor_n, "anchor_n")
-    span = check_count(anchor_span, "anchor_span")
-    miss = check_count(anchor_misses, "anchor_misses")
-    return min(an, MAX_SUFFIX_TOKENS), min(span, MAX_SUFFIX_TOKENS), min(miss, MAX_SUFFIX_TOKENS)
-
-
-def _check_restore(stats: object) -> tuple[int, int, int, int]:
-    """Pickled statistics ``(steps, drafted, accepted, full_accepts)``, checked to be
-    counts that some sequence of ``record`` calls could have produced."""
-    if not isinstance(stats, tuple) or len(stats) != 4:
-        raise ValueError(f"stats must be a tuple of 4 counts, got {stats!r}")
-    steps, drafted, accepted, full = (check_count(v, name) for v, name in zip(stats, ("steps", "drafted", "accepted", "full_accepts")))
-    if accepted > drafted:
-        raise ValueError(f"stats: accepted={accepted} is beyond drafted={drafted}")
-    if full > steps:
-        raise ValueError(f"stats: full_accepts={full} is beyond steps={steps}")
-    limit = 2**62
-    if steps > limit or drafted > limit:
-        raise ValueError("stats: counts beyond 2**62")
-    return steps, drafted, accepted, full
-
+BUSY_WRITING = "SuffixIndex is being extended by another thread"
 
 def _index_list(indexes: object, cls: type) -> list:
     """The batch's indexes as a list, each an instance of this implementation's class."""
@@ -136,10 +100,10 @@ class SuffixIndex:
         anchor_span: object = 64,
         anchor_misses: object = 4,
     ) -> None:
-        self._lo, self._hi = _check_suffix_range(min_n, max_n)
-        self._an, self._aspan, self._amiss = _check_anchor(anchor_n, anchor_span, anchor_misses)
-        self._earliest = _check_prefer(prefer) == 1
-        self._k, self._kmin, self._kmax = _check_draft_limits(draft_len, min_draft, max_draft)
+        self._min_n, self._max_n = check_suffix_range(min_n, max_n)
+        self._anchor_n, self._anchor_span, self._anchor_misses = check_anchor(anchor_n, anchor_span, anchor_misses)
+        self._earliest = check_prefer(prefer)
+        self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
         self._lock = threading.Lock()  # held by extend: other calls meanwhile are refused
         self._toks: list[int] = []
@@ -150,9 +114,9 @@ class SuffixIndex:
         self._lastp: list[int] = [-1]
         self._next: list[dict[int, int]] = [{}]
         self._tail = 0          # the state of the whole history
-        self._s = 0             # the state of the current (capped) match
-        self._n = 0             # its length
-        self._end = -1          # end (exclusive) of the chosen occurrence, -1: none
+        self._cursor = 0             # the state of the current (capped) match
+        self._match_len = 0             # its length
+        self._match_end = -1          # end (exclusive) of the chosen occurrence, -1: none
         self._anchor = -1       # where the last long match's continuation has got to
         self._carry = 0         # tokens appended since the anchor was last set
         self._misses = 0        # of which differed from the anchored text
@@ -164,11 +128,11 @@ class SuffixIndex:
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self) -> int:
-        return self._lo
+        return self._min_n
 
     @property
     def max_n(self) -> int | None:
-        return None if self._hi >= UNBOUNDED else self._hi
+        return None if self._max_n >= UNBOUNDED else self._max_n
 
     @property
     def prefer(self) -> str:
@@ -181,7 +145,7 @@ class SuffixIndex:
     @property
     def draft_len(self) -> int:
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        return self._k
+        return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -193,6 +157,12 @@ class SuffixIndex:
         arr = np.asarray(self._toks, dtype=np.int64)
         arr.flags.writeable = False
         return arr
+
+    def last_tokens(self, count: object) -> np.ndarray:
+        """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
+        k = check_count(count, "count")
+        toks = self._toks
+        return np.asarray(toks[len(toks) - k :] if k < len(toks) else toks, dtype=np.int64)
 
     @property
     def n_edges(self) -> int:
@@ -221,9 +191,9 @@ class SuffixIndex:
     def extend(self, tokens: object) -> None:
         """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
         if not self._lock.acquire(blocking=False):
-            raise RuntimeError("SuffixIndex is being extended by another thread")
+            raise RuntimeError(BUSY_WRITING)
         try:
-            new = _as_ids(tokens, "tokens").tolist()
+            new = as_ids(tokens, "tokens").tolist()
             if len(self._toks) + len(new) > MAX_SUFFIX_TOKENS:
                 raise OverflowError(
                     f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
@@ -236,7 +206,7 @@ class SuffixIndex:
 
     def _check_ready(self) -> None:
         if self._lock.locked():
-            raise RuntimeError("SuffixIndex is being extended by another thread")
+            raise RuntimeError(BUSY_WRITING)
 
     def append(self, token: object) -> None:
         """Append one verified token."""
@@ -258,7 +228,7 @@ class SuffixIndex:
         while p != -1 and c not in nxt[p]:
             nxt[p][c] = cur
             p = link[p]
-        s, n = self._s, self._n
+        s, n = self._cursor, self._match_len
         if p == -1:
             link[cur] = 0
         else:
@@ -280,7 +250,7 @@ class SuffixIndex:
                     s = clone  # the cursor's string moved to the clone
         self._tail = cur
         # the cursor: the longest suffix (at most max_n) with an earlier occurrence
-        if self._hi >= UNBOUNDED:
+        if self._max_n >= UNBOUNDED:
             s = link[cur]
             n = slen[s]
         else:
@@ -295,28 +265,28 @@ class SuffixIndex:
                     break
                 s = link[s]
                 n = slen[s]
-            if n > self._hi:
-                n = self._hi
+            if n > self._max_n:
+                n = self._max_n
                 if slen[link[s]] >= n:
                     s = link[s]
-        self._s, self._n = s, n
-        if n >= self._lo:
-            self._end = (first[s] if self._earliest else lastp[s]) + 1
+        self._cursor, self._match_len = s, n
+        if n >= self._min_n:
+            self._match_end = (first[s] if self._earliest else lastp[s]) + 1
         else:
-            self._end = -1
-        if self._an:
-            if self._end >= 0 and n >= self._an:
-                self._anchor = self._end
+            self._match_end = -1
+        if self._anchor_n:
+            if self._match_end >= 0 and n >= self._anchor_n:
+                self._anchor = self._match_end
                 self._carry = 0
                 self._misses = 0
-            elif self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+            elif self._anchor >= 0 and self._carry <= self._anchor_span and self._misses <= self._anchor_misses:
                 if toks[self._anchor] != c:
                     self._misses += 1
                 self._anchor += 1
                 self._carry += 1
         if not self._earliest:
             v = s
-            lo = self._lo
+            lo = self._min_n
             while v > 0 and slen[v] >= lo:
                 lastp[v] = i
                 v = link[v]
@@ -325,7 +295,7 @@ class SuffixIndex:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
         self._check_ready()
-        k = self._k if max_k is None else check_count(max_k, "max_k")
+        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
         end = self._start()
         if end < 0 or k == 0:
             return []
@@ -334,7 +304,7 @@ class SuffixIndex:
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
         self._check_ready()
-        return self._n if self._end >= 0 else 0
+        return self._match_len if self._match_end >= 0 else 0
 
     def lookup(self, context: object, max_k: object = None) -> tuple[int, list]:
         """Match another sequence against the index: the longest suffix of ``context``
@@ -343,8 +313,8 @@ class SuffixIndex:
         first occurrence. Returns ``(n, draft)``; ``(0, [])`` when no suffix of at least
         ``min_n`` tokens occurs. O(len(context)) amortised."""
         self._check_ready()
-        k = self._k if max_k is None else check_count(max_k, "max_k")
-        ctx = _as_ids(context, "context").tolist()
+        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
+        ctx = as_ids(context, "context").tolist()
         slen, link, nxt = self._slen, self._link, self._next
         s = n = 0
         for c in ctx:
@@ -357,19 +327,19 @@ class SuffixIndex:
             else:
                 s = q
                 n += 1
-        if n > self._hi:
-            n = self._hi
+        if n > self._max_n:
+            n = self._max_n
             while slen[link[s]] >= n:
                 s = link[s]
-        if n < self._lo or n == 0:
+        if n < self._min_n or n == 0:
             return 0, []
         e = self._first[s] + 1
         return n, (self._toks[e : e + k] if k else [])
 
     def _start(self) -> int:
-        if self._an and self._anchor >= 0 and self._carry <= self._aspan and self._misses <= self._amiss:
+        if self._anchor_n and self._anchor >= 0 and self._carry <= self._anchor_span and self._misses <= self._anchor_misses:
             return self._anchor  # equals _end when the match is at least anchor_n long
-        return self._end
+        return self._match_end
 
     def match_end(self) -> int:
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
@@ -380,26 +350,26 @@ class SuffixIndex:
     @property
     def anchor_n(self) -> int:
         """Matches at least this long set the anchor (0: no anchor)."""
-        return self._an
+        return self._anchor_n
 
     @property
     def anchor_span(self) -> int:
         """How many tokens past the last long match the anchor keeps drafting."""
-        return self._aspan
+        return self._anchor_span
 
     @property
     def anchor_misses(self) -> int:
         """How many appended tokens may differ from the anchored text before the anchor
         is dropped."""
-        return self._amiss
+        return self._anchor_misses
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed: object, accepted: object) -> int:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
-        p, a = _check_record(proposed, accepted)
+        p, a = check_record(proposed, accepted)
         self._record(p, a)
-        return self._k
+        return self._draft_len
 
     def _record(self, p: int, a: int) -> None:
         self._steps += 1
@@ -409,9 +379,9 @@ class SuffixIndex:
             self._full += 1
         if self._adaptive and p > 0:
             if a == p:
-                self._k = min(self._k + GROW_STEP, self._kmax)
+                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
             else:
-                self._k = max(self._k - SHRINK_STEP, self._kmin)
+                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
 
     @property
     def stats(self) -> dict:
@@ -423,12 +393,12 @@ class SuffixIndex:
             "accepted": self._accepted,
             "full_accepts": self._full,
             "acceptance_rate": self._accepted / self._drafted if self._drafted else 0.0,
-            "draft_len": self._k,
+            "draft_len": self._draft_len,
         }
 
     def __repr__(self) -> str:
         return (
-            f"SuffixIndex(min_n={self._lo}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"SuffixIndex(min_n={self._min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
             f"len={len(self._toks)})"
         )
 
@@ -437,13 +407,13 @@ class SuffixIndex:
         self._check_ready()
         return (
             _rebuild,
-            (type(self), self._lo, self.max_n, self.prefer, self._k, self._adaptive,
-             self._kmin, self._kmax, np.array(self._toks, dtype=np.int64),
-             (self._steps, self._drafted, self._accepted, self._full), self._an, self._aspan, self._amiss),
+            (type(self), self._min_n, self.max_n, self.prefer, self._draft_len, self._adaptive,
+             self._min_draft, self._max_draft, np.array(self._toks, dtype=np.int64),
+             (self._steps, self._drafted, self._accepted, self._full), self._anchor_n, self._anchor_span, self._anchor_misses),
         )
 
     def _restore_stats(self, stats: object) -> None:
-        self._steps, self._drafted, self._accepted, self._full = _check_restore(stats)
+        self._steps, self._drafted, self._accepted, self._full = check_suffix_stats(stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
@@ -461,7 +431,7 @@ def propose_batch(indexes: object, max_k: object = None):
     None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64)."""
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
-    ks = _check_batch_k(max_k, b, [ix._k for ix in ixs])
+    ks = check_batch_counts(max_k, b, [ix._draft_len for ix in ixs])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     for i, ix in enumerate(ixs):
@@ -478,8 +448,8 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
     Returns the next draft lengths (int64)."""
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
-    p = _check_batch_k(proposed, b, None, "proposed")
-    a = _check_batch_k(accepted, b, None, "accepted")
+    p = check_batch_counts(proposed, b, None, "proposed")
+    a = check_batch_counts(accepted, b, None, "accepted")
     for i in range(b):
         if a[i] > p[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
@@ -487,3 +457,47 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
     for i, ix in enumerate(ixs):
         out[i] = ix.record(int(p[i]), int(a[i]))
     return out
+
+
+def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
+    """``extend`` for B indexes in one call: index ``i`` gets
+    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
+    boundaries). All or nothing: refuses the whole batch, changing no index, when an
+    index appears twice (ValueError) or is in use by another call (RuntimeError), or
+    when one would exceed its capacity (OverflowError).
+    """
+    ixs = _index_list(indexes, SuffixIndex)
+    b = len(ixs)
+    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = own_offsets(offsets)
+    if off.shape[0] != b + 1:
+        raise ValueError(
+            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
+        )
+    validate_offsets(off, src.shape[0])
+    marked: list = []
+    seen: set = set()
+    try:
+        for i, ix in enumerate(ixs):
+            if id(ix) in seen:
+                raise ValueError(
+                    f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                    "index once"
+                )
+            if not ix._lock.acquire(blocking=False):
+                raise RuntimeError(f"indexes[{i}]: {BUSY_WRITING}")
+            marked.append(ix)
+            seen.add(id(ix))
+        for i, ix in enumerate(ixs):
+            m = int(off[i + 1] - off[i])
+            if len(ix._toks) + m > MAX_SUFFIX_TOKENS:
+                raise OverflowError(
+                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
+                    f"indexes[{i}] has {len(ix._toks)} + {m}, too many"
+                )
+        for i, ix in enumerate(ixs):
+            for c in src[off[i] : off[i + 1]].tolist():
+                ix._add(c)
+    finally:
+        for ix in marked:
+            ix._lock.release()
