@@ -39,9 +39,6 @@ PENDING: set[tuple[str, str]] = {
     ("specfsm._core.batch", "specfsm.state"),
     ("specfsm._core.ngram_index", "specfsm._py"),
     ("specfsm._core.ngram_index", "specfsm._py.ngram_index"),
-    ("specfsm._core.suffix_index", "specfsm._py"),
-    ("specfsm._core.suffix_index", "specfsm._py.ngram_index"),
-    ("specfsm._core.suffix_index", "specfsm._py.suffix_index"),
     ("specfsm._py.batch", "specfsm.state"),
 }
 
