@@ -49,10 +49,23 @@ from libc.stdint cimport int8_t, int64_t
 from libc.string cimport memset
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+
+cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
 
 from _arrays cimport plain_int_width, array_data, array_len
 
 cnp.import_array()
+
+# The compiled index module's C entry for the step's index update (extend and propose in
+# one pass on the step's own buffers), or NULL where the index module is the twin.
+ctypedef int (*update_fn)(list, Py_ssize_t, const int64_t*, const int64_t*, const int64_t*,
+                          Py_ssize_t, int64_t*, int64_t*) except -1
+cdef update_fn _UPDATE = NULL
+_update_capsule = getattr(_ni, "_UPDATE_CAPSULE", None)
+if _update_capsule is not None and PyCapsule_IsValid(_update_capsule, UPDATE_CAPSULE_NAME):
+    _UPDATE = <update_fn>PyCapsule_GetPointer(_update_capsule, UPDATE_CAPSULE_NAME)
+del _update_capsule
 
 __all__ = [
     "BatchState",
@@ -568,6 +581,46 @@ cdef class BatchState:
                         inv[r0 + 1 + q] = self._draft[i, q]
         return act, inputs, off
 
+    cdef tuple _update_indexes(self, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive,
+                               object emitted, object eoff, Py_ssize_t w, Py_ssize_t a):
+        """Extend the live slots' indexes with what they emitted and propose their next
+        drafts through the index module's C entry; returns ``(drafts, offsets,
+        lengths)`` as ``propose_batch`` does. Every buffer is fresh memory of this call."""
+        cdef list index_list = _pick(self._index, av, lvv, nlive)
+        cdef const int64_t* emv = _ptr(emitted)
+        cdef const int64_t* eov = _ptr(eoff)
+        cdef int64_t* srcv
+        cdef int64_t* offv
+        cdef Py_ssize_t q, t, kmax = self._k
+        cdef int64_t lim
+        if nlive == a:
+            src, off = emitted, eoff
+        else:
+            off = _new(nlive + 1)
+            src = _new(w)
+            _gather(lvv, nlive, eov, emv, _ptr(off), _ptr(src))
+        limits = _new(nlive)
+        cdef int64_t* limv = _ptr(limits)
+        for q in range(nlive):
+            lim = self._budget[av[lvv[q]]]
+            limv[q] = lim if lim < kmax else kmax
+        square = _new(nlive * kmax if kmax else 1)
+        lengths = _new(nlive)
+        cdef int64_t* sqv = _ptr(square)
+        cdef int64_t* lnv = _ptr(lengths)
+        _UPDATE(index_list, nlive, _ptr(src), _ptr(off), limv, kmax, sqv, lnv)
+        doffs = _new(nlive + 1)
+        cdef int64_t* dov = _ptr(doffs)
+        dov[0] = 0
+        for q in range(nlive):
+            dov[q + 1] = dov[q] + lnv[q]
+        flat = _new(dov[nlive])
+        cdef int64_t* fv = _ptr(flat)
+        for q in range(nlive):
+            for t in range(lnv[q]):
+                fv[dov[q] + t] = sqv[q * kmax + t]
+        return flat, doffs, lengths
+
     def step(self, row_tokens, *, probs=None, rule=None, draft_probs=None):
         """One serving step for every slot in Prefill, Decode or Verify (see the twin's
         docstring: same arguments, same result). The batch is marked busy for the whole
@@ -745,35 +798,10 @@ cdef class BatchState:
         cdef Py_ssize_t jj, lo, hi
         cdef int64_t lim
         cdef list ixs, pieces
-        if nlive and nlive <= _SMALL:
-            # a few indexes: their own extend and propose cost less than the batched
-            # calls' argument checks (about 8 µs for extend_batch + propose_batch)
-            pieces = []
-            lo = 0
-            for q in range(nlive):
-                jj = lvv[q]
-                ix = self._index[av[jj]]
-                ix.extend([emv[x] for x in range(eov[jj], eov[jj + 1])])
-                lim = self._budget[av[jj]]
-                if lim > self._k:
-                    lim = self._k
-                d = ix.propose(lim)
-                lo += len(d)
-                pieces.append(d)
-            dflat = _new(lo)
-            doff2 = _new(nlive + 1)
-            dlens = _new(nlive)
-            dfv = _ptr(dflat)
-            pov = _ptr(doff2)
-            dlv = _ptr(dlens)
-            pov[0] = 0
-            for q in range(nlive):
-                dd = pieces[q]
-                hi = len(dd)
-                dlv[q] = hi
-                pov[q + 1] = pov[q] + hi
-                for t in range(hi):
-                    dfv[pov[q] + t] = dd[t]   # propose returned ints: converted here
+        if nlive and _UPDATE != NULL:
+            # the compiled index module's C entry: extend and propose in one pass without
+            # the GIL, on this step's own buffers (no argument conversion)
+            dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a)
         elif nlive:
             ixs = _pick(self._index, av, lvv, nlive)
             if _HAS_EXTEND_BATCH:
@@ -836,10 +864,9 @@ cdef class BatchState:
         return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
 
 
-#: up to this many indexes drafting in one step, each is asked on its own
-_SMALL = 4
 #: whether the index module offers a batched extend (another module's optional feature)
 _HAS_EXTEND_BATCH = hasattr(_ni, "extend_batch")
+
 
 
 cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive):

@@ -41,6 +41,7 @@ from specfsm._py.ngram_index import (
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
+from cpython.pycapsule cimport PyCapsule_New
 
 from _typedefs cimport token_t
 from _seq cimport Py_SIZE
@@ -242,6 +243,7 @@ __all__ = [
 ]
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
+cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
 cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
 
 cdef enum:
@@ -1286,6 +1288,7 @@ ctypedef struct job_t:    # one index's share of extend_batch, read without the 
     uint64_t* roll
     uint64_t* work
     uint64_t bpow
+    int64_t n_levels
     bint earliest, rolling, piped
 
 ctypedef struct tags_t:
@@ -1402,10 +1405,9 @@ def extend_batch(indexes, tokens, offsets):
     changing no index, when an index appears twice (ValueError) or is in use by
     another call (RuntimeError), or when one would exceed its capacity.
     """
-    global _batch_stamp
     # every argument converted (Python code may run) and copied before any index is touched
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, j, marked = 0, m, n, total, base
+    cdef list index_list = _index_list(indexes)
+    cdef int64_t b = len(index_list), i, n
     src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
     off = _own_offsets(offsets)
     if off.shape[0] != b + 1:
@@ -1425,18 +1427,32 @@ def extend_batch(indexes, tokens, offsets):
     if bad:
         _validate_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
+    cdef int64_t z = 0
+    _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, 0, NULL, NULL)
+
+
+cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int64_t* off,
+                      const int64_t* limits, int64_t kmax, int64_t* drafts,
+                      int64_t* lengths) except -1:
+    """``extend_batch``'s work on checked arguments the caller owns: index ``i`` (every
+    entry of ``index_list`` an NgramIndex) gets ``src[off[i] - off[0]:off[i + 1] -
+    off[0]]``, ``off`` holding B + 1 nondecreasing entries. With ``drafts`` not NULL it
+    also proposes, in the same pass without the GIL: index ``i``'s draft of at most
+    ``limits[i]`` (clipped to ``kmax``) tokens goes to ``drafts[i * kmax:]`` and its
+    length to ``lengths[i]``."""
+    global _batch_stamp
+    cdef int64_t i, j, marked = 0, m, total, base
     cdef NgramIndex ix
     cdef int64_t stamp
     cdef job_t* jobs = NULL
     cdef int32_t* pjob = NULL
     cdef tags_t* ring = NULL
-    cdef int64_t z = 0
     _batch_stamp += 1
     stamp = _batch_stamp
     try:
         # the write guard on every index, all or nothing; no Python code runs in this loop
         for i in range(b):
-            ix = <NgramIndex>ixs[i]
+            ix = <NgramIndex>index_list[i]
             if ix._levels == NULL:
                 raise RuntimeError(f"indexes[{i}]: NgramIndex was not initialised")
             if ix._writing:
@@ -1456,8 +1472,8 @@ def extend_batch(indexes, tokens, offsets):
             NGI_PREFETCH(ix._ans)
             if ix._len > 0:
                 NGI_PREFETCH(&ix._tok[ix._len - 1])
-        total = ov[b] - ov[0]
-        base = ov[0]
+        total = off[b] - off[0]
+        base = off[0]
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
         pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
         ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
@@ -1466,8 +1482,8 @@ def extend_batch(indexes, tokens, offsets):
         # capacities checked and made (no index's content changes before the nogil pass,
         # so a refusal here leaves every index as it was)
         for i in range(b):
-            ix = <NgramIndex>ixs[i]
-            m = ov[i + 1] - ov[i]
+            ix = <NgramIndex>index_list[i]
+            m = off[i + 1] - off[i]
             if ix._len + m > MAX_TOKENS_C:
                 raise OverflowError(
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
@@ -1482,8 +1498,9 @@ def extend_batch(indexes, tokens, offsets):
             jobs[i].tok = ix._tok
             jobs[i].levels = ix._levels
             jobs[i].ans = ix._ans
+            jobs[i].n_levels = ix._nlev
             jobs[i].start = ix._len
-            jobs[i].first = ov[i] - base
+            jobs[i].first = off[i] - base
             jobs[i].stop = ix._len + m
             jobs[i].lo = ix._lo
             jobs[i].hi = ix._hi
@@ -1493,15 +1510,73 @@ def extend_batch(indexes, tokens, offsets):
             jobs[i].earliest = ix._earliest
             jobs[i].rolling = ix._rolling
             jobs[i].piped = not ix._rolling and ix._nlev <= PIPE_LEVELS
-            for j in range(ov[i] - base, ov[i + 1] - base):
+            for j in range(off[i] - base, off[i + 1] - base):
                 pjob[j] = <int32_t>i
         with nogil:
-            _extend_jobs(jobs, b, &sv[base] if n else &z, pjob, total, ring)
+            _extend_jobs(jobs, b, src, pjob, total, ring)
+            if drafts != NULL:
+                _propose_jobs(jobs, b, limits, kmax, drafts, lengths)
         for i in range(b):
-            (<NgramIndex>ixs[i])._len = jobs[i].stop
+            (<NgramIndex>index_list[i])._len = jobs[i].stop
     finally:
         for i in range(marked):
-            (<NgramIndex>ixs[i])._writing = 0
+            (<NgramIndex>index_list[i])._writing = 0
         free(jobs)
         free(pjob)
         free(ring)
+    return 0
+
+
+cdef void _propose_jobs(const job_t* jobs, int64_t b, const int64_t* limits, int64_t kmax,
+                        int64_t* drafts, int64_t* lengths) noexcept nogil:
+    """``propose`` for every job after its extend: the draft of job ``i`` (at most
+    ``min(limits[i], kmax)`` tokens) into ``drafts[i * kmax:]``, its length into
+    ``lengths[i]``. The chosen occurrences' tokens are prefetched a few jobs ahead."""
+    cdef int64_t i, j, k, end
+    cdef const job_t* jb
+    for i in range(b):          # the chosen ends first (each index's answers are cached)
+        jb = &jobs[i]
+        end = _chosen_end(jb.ans, jb.n_levels)
+        lengths[i] = end
+        if end >= 0:
+            NGI_PREFETCH(&jb.tok[end])
+    for i in range(b):
+        jb = &jobs[i]
+        end = lengths[i]
+        k = limits[i] if limits[i] < kmax else kmax
+        if end < 0 or k < 0:
+            k = 0
+        elif k > jb.stop - end:
+            k = jb.stop - end
+        for j in range(k):
+            drafts[i * kmax + j] = jb.tok[end + j]
+        lengths[i] = k
+
+
+cdef int _update_and_propose(list index_list, Py_ssize_t b, const int64_t* src,
+                             const int64_t* off, const int64_t* limits, Py_ssize_t kmax,
+                             int64_t* drafts, int64_t* lengths) except -1:
+    """The serving step's index update (``specfsm._core.batch``, through the capsule
+    ``_UPDATE_CAPSULE``): ``extend_batch`` then ``propose_batch`` in one pass without the
+    GIL, on buffers the calling step owns (``src``/``off`` as ``extend_batch``'s copies,
+    ``limits``: one draft limit per index, ``drafts``: ``b * kmax`` entries,
+    ``lengths``: ``b``). Refuses what ``extend_batch`` refuses."""
+    cdef Py_ssize_t i
+    if len(index_list) != b or kmax < 0:
+        raise ValueError(f"the update got {len(index_list)} indexes for {b} token runs")
+    for i in range(b):
+        o = index_list[i]
+        if type(o) is not NgramIndex and not isinstance(o, NgramIndex):
+            raise TypeError(
+                f"indexes[{i}] must be an NgramIndex of the same implementation, "
+                f"got {type(o).__module__}.{type(o).__name__}"
+            )
+        if off[i] > off[i + 1]:
+            raise ValueError("offsets must be nondecreasing")
+    if b and off[0] < 0:
+        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    return _extend_core(index_list, b, src, off, limits, kmax, drafts, lengths)
+
+
+#: the C entry of the serving step's index update (see ``_update_and_propose``)
+_UPDATE_CAPSULE = PyCapsule_New(<void*>_update_and_propose, UPDATE_CAPSULE_NAME, NULL)
