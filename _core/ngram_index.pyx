@@ -73,6 +73,24 @@ cdef extern from *:
     void NGI_PREFETCH_W(const void* p) nogil
     void NGI_PREFETCH_KEEP(const void* p) nogil
 
+cdef extern from *:
+    """
+    /* tok[e - d:e] == tok[L - d:L] for 1 <= d <= 4 (e, L >= d): the differences OR-ed
+       together, one branch on the result instead of one per token. */
+    static inline int ngi_same_short(const int64_t *tok, int64_t e, int64_t L, int64_t d)
+    {
+        uint64_t x = 0;
+        switch (d) {
+        case 4: x |= (uint64_t)(tok[e - 4] ^ tok[L - 4]); /* fall through */
+        case 3: x |= (uint64_t)(tok[e - 3] ^ tok[L - 3]); /* fall through */
+        case 2: x |= (uint64_t)(tok[e - 2] ^ tok[L - 2]); /* fall through */
+        default: x |= (uint64_t)(tok[e - 1] ^ tok[L - 1]);
+        }
+        return x == 0;
+    }
+    """
+    bint ngi_same_short(const int64_t* tok, int64_t e, int64_t L, int64_t d) nogil
+
 # Slot tables come from an arena of 2 MiB chunks the kernel is asked to back with huge
 # pages (Linux, madvise): a batch update touches random slots of hundreds of tables,
 # and with 4 KiB pages nearly every one of those touches also misses the TLB. Tables
@@ -256,7 +274,8 @@ cdef enum:
     CHAIN_MIN_N = 9       # n-grams this long are confirmed by continuing the last match
     PIPE_LEVELS = 8       # extend_batch pipelines indexes with at most this many levels
     PIPE_HASH = 24        # extend_batch hashes and prefetches slots this many positions ahead
-    PIPE_VERIFY = 10      # ... and prefetches the tokens a tag match will compare this far
+    PIPE_TOP = 16         # ... peeks at the longest n this far (earliest) ...
+    PIPE_VERIFY = 8       # ... and prefetches the tokens a tag match will compare this far
     PIPE_RING = 32        # a power of two above PIPE_HASH
     PEEK_STEPS = 8        # slots of a probe chain the token prefetch follows at most
 
@@ -363,6 +382,38 @@ cdef inline void _probe(level_t* lv, uint32_t tag, const int64_t* tok, int64_t L
             if not earliest:
                 s.end = <int32_t>L
             break
+        idx = (idx + 1) & mask
+    a[0] = found
+
+
+cdef inline void _probe_at(level_t* lv, uint32_t tag, uint64_t idx, const int64_t* tok,
+                           int64_t L, int64_t d, bint earliest, int32_t* a,
+                           uint64_t* work) noexcept nogil:
+    """``_probe`` starting at slot ``idx`` of the chain (every slot before it holds
+    another tag), comparing short n-grams without a loop."""
+    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
+    cdef int32_t found = -1
+    cdef int32_t prev = a[0]
+    cdef slot_t* s
+    cdef bint same
+    while True:
+        s = &lv.slots[idx]
+        if s.end < 0:
+            s.tag = tag
+            s.end = <int32_t>L
+            lv.count += 1
+            break
+        if s.tag == tag:
+            if d <= 4:
+                work[0] += <uint64_t>d
+                same = ngi_same_short(tok, s.end, L, d)
+            else:
+                same = _verify(tok, s.end, L, d, prev, work)
+            if same:
+                found = s.end
+                if not earliest:
+                    s.end = <int32_t>L
+                break
         idx = (idx + 1) & mask
     a[0] = found
 
@@ -1293,66 +1344,126 @@ ctypedef struct job_t:    # one index's share of extend_batch, read without the 
 
 ctypedef struct tags_t:
     uint32_t tag[PIPE_LEVELS]
+    uint32_t at[PIPE_LEVELS]  # the slot each level's probe starts from
+    int lower                 # earliest: the shorter n's are to be peeked at too
 
 cdef int64_t _batch_stamp = 0
 
 
-cdef inline void _job_tags(const job_t* jb, int64_t L, uint32_t* tag) noexcept nogil:
-    """The tags of the n-grams ending at L, for a chained-hash job, and a prefetch of
-    each one's home slot."""
+cdef inline uint64_t _home(const level_t* lv, uint32_t tag) noexcept nogil:
+    return (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
+
+
+cdef inline void _job_tags(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
+    """Stage 1 for the n-grams ending at L (a chained-hash job): their tags and home
+    slots, and a prefetch of the home slots the probe will need first: every level's,
+    or with ``prefer="earliest"`` only the longest n's (see ``_job_probe``)."""
     cdef int64_t d, top = jb.hi if jb.hi < L else L
     cdef uint64_t h = 0
-    cdef level_t* lv
+    cdef const level_t* lv
     cdef uint32_t t
+    rg.lower = 0
     for d in range(1, top + 1):
         h = _step(h, jb.tok[L - d])
         if d >= jb.lo:
             lv = &jb.levels[d - jb.lo]
             t = <uint32_t>(h >> 32)
-            tag[d - jb.lo] = t
-            NGI_PREFETCH(&lv.slots[(<uint64_t>t) >> lv.shift if lv.shift < 32 else 0])
+            rg.tag[d - jb.lo] = t
+            rg.at[d - jb.lo] = <uint32_t>_home(lv, t)
+            if not jb.earliest or d == top:
+                NGI_PREFETCH(&lv.slots[rg.at[d - jb.lo]])
 
 
-cdef inline void _job_peek(const job_t* jb, int64_t L, const uint32_t* tag) noexcept nogil:
-    """For each level, find the slot a probe will stop at (the home slot's line was
-    prefetched PIPE_HASH - PIPE_VERIFY positions ago; linear probing puts about half the
-    matches past the home slot) and, where its tag matches, prefetch the history the
-    compare will read: tok[e - d:e], one or two cache lines, each line once."""
-    cdef int64_t d, top = jb.hi if jb.hi < L else L
-    cdef level_t* lv
-    cdef slot_t* sl
-    cdef uint64_t idx, mask
+cdef inline bint _peek_level(const job_t* jb, int64_t d, tags_t* rg,
+                             uintptr_t* last) noexcept nogil:
+    """Walk level d's chain from ``rg.at`` (its line prefetched a stage ago; linear
+    probing puts about half the matches past the home slot) to the slot a probe will
+    stop at and, where its tag matches, prefetch the history the compare will read:
+    tok[e - d:e], one or two cache lines, each line once. The slot it stopped at is
+    kept in ``rg.at``: slots never empty and tags never change during a pass, so every
+    slot before it still holds another tag when the probe comes. True on a tag match."""
+    cdef const level_t* lv = &jb.levels[d - jb.lo]
+    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
+    cdef uint64_t idx = rg.at[d - jb.lo]
+    cdef uint32_t tag = rg.tag[d - jb.lo]
+    cdef const slot_t* sl
     cdef int steps
     cdef int32_t e
-    cdef uintptr_t line, last = 0
-    for d in range(jb.lo, top + 1):
-        lv = &jb.levels[d - jb.lo]
-        mask = <uint64_t>(lv.cap - 1)
-        idx = (<uint64_t>tag[d - jb.lo]) >> lv.shift if lv.shift < 32 else 0
-        for steps in range(PEEK_STEPS):
-            sl = &lv.slots[idx]
-            e = sl.end
-            if e < 0:
-                break
-            if sl.tag == tag[d - jb.lo]:
-                if e >= d:
-                    line = (<uintptr_t>&jb.tok[e - 1]) >> 6
-                    if line != last:
-                        NGI_PREFETCH_KEEP(&jb.tok[e - 1])
-                        last = line
-                    line = (<uintptr_t>&jb.tok[e - d]) >> 6
-                    if line != last:
-                        NGI_PREFETCH_KEEP(&jb.tok[e - d])
-                break
-            idx = (idx + 1) & mask
+    cdef uintptr_t line
+    cdef bint hit = False
+    for steps in range(PEEK_STEPS):
+        sl = &lv.slots[idx]
+        e = sl.end
+        if e < 0:
+            break
+        if sl.tag == tag:
+            hit = True
+            if e >= d:
+                line = (<uintptr_t>&jb.tok[e - 1]) >> 6
+                if line != last[0]:
+                    NGI_PREFETCH_KEEP(&jb.tok[e - 1])
+                    last[0] = line
+                line = (<uintptr_t>&jb.tok[e - d]) >> 6
+                if line != last[0]:
+                    NGI_PREFETCH_KEEP(&jb.tok[e - d])
+            break
+        idx = (idx + 1) & mask
+    rg.at[d - jb.lo] = <uint32_t>idx
+    return hit
 
 
-cdef inline void _job_probe(const job_t* jb, int64_t L, const uint32_t* tag,
-                            uint64_t* w) noexcept nogil:
+cdef inline void _job_peek_top(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
+    """Stage 2, ``prefer="earliest"`` only: peek at the longest n. Without a tag match
+    there the shorter n's will be probed too: their home slots are prefetched now."""
     cdef int64_t d, top = jb.hi if jb.hi < L else L
-    for d in range(jb.lo, top + 1):
-        _probe(&jb.levels[d - jb.lo], tag[d - jb.lo], jb.tok, L, d, jb.earliest,
-               &jb.ans[d - jb.lo], w)
+    cdef uintptr_t last = 0
+    if top < jb.lo:
+        return
+    if not _peek_level(jb, top, rg, &last):
+        rg.lower = 1
+        for d in range(jb.lo, top):
+            NGI_PREFETCH(&jb.levels[d - jb.lo].slots[rg.at[d - jb.lo]])
+
+
+cdef inline void _job_peek(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
+    """Stage 3: peek at every level still to be looked at (all of them for ``latest``;
+    for ``earliest``, the shorter n's when the longest had no tag match)."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    cdef uintptr_t last = 0
+    if jb.earliest:
+        if rg.lower:
+            for d in range(top - 1, jb.lo - 1, -1):
+                if _peek_level(jb, d, rg, &last):
+                    break
+    else:
+        for d in range(jb.lo, top + 1):
+            _peek_level(jb, d, rg, &last)
+
+
+cdef inline void _job_probe(const job_t* jb, int64_t L, const tags_t* rg,
+                            uint64_t* w) noexcept nogil:
+    """Stage 4: probe (and insert) the n-grams ending at L. With ``prefer="earliest"``
+    the longest n goes first and the probe stops at the first n found: every shorter
+    n-gram ending at L is a suffix of that earlier occurrence, so its table already
+    holds it (at its first occurrence, which earliest never moves) and nothing needs
+    writing; those levels' answers are left unknown (-1), which nothing reads while a
+    longer n has an answer."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    if jb.earliest:
+        d = top
+        while d >= jb.lo:
+            _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
+                      d, True, &jb.ans[d - jb.lo], w)
+            if jb.ans[d - jb.lo] >= 0:
+                break
+            d -= 1
+        while d > jb.lo:
+            d -= 1
+            jb.ans[d - jb.lo] = -1
+    else:
+        for d in range(jb.lo, top + 1):
+            _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
+                      d, False, &jb.ans[d - jb.lo], w)
     for d in range(top + 1 if top >= jb.lo else jb.lo, jb.hi + 1):
         jb.ans[d - jb.lo] = -1
     w[0] += <uint64_t>top
@@ -1361,11 +1472,12 @@ cdef inline void _job_probe(const job_t* jb, int64_t L, const uint32_t* tag,
 cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* pjob,
                        int64_t total, tags_t* ring) noexcept nogil:
     """Index every job's new tokens, positions of all jobs in one software pipeline:
-    position p + PIPE_HASH is hashed and its home slots prefetched, position
-    p + PIPE_VERIFY's matching slots have their tokens prefetched, and position p is
-    probed, so the cache misses of different requests overlap. Each job's positions are
-    still probed in order, so the result equals one extend per index."""
-    cdef int64_t i, p, q, j, L
+    position p + PIPE_HASH is hashed and its first home slots prefetched, position
+    p + PIPE_TOP peeks at its longest n (earliest), position p + PIPE_VERIFY's matching
+    slots have their tokens prefetched, and position p is probed, so the cache misses of
+    different requests overlap. Each job's positions are still probed in order, so the
+    result equals one extend per index."""
+    cdef int64_t i, p, q
     cdef job_t* jb
     cdef uint64_t w
     # the new tokens into each buffer
@@ -1380,17 +1492,22 @@ cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t
         if q < total:
             jb = &jobs[pjob[q]]
             if jb.piped:
-                _job_tags(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+                _job_tags(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
+        q = p + PIPE_TOP
+        if 0 <= q < total:
+            jb = &jobs[pjob[q]]
+            if jb.piped and jb.earliest:
+                _job_peek_top(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
         q = p + PIPE_VERIFY
         if 0 <= q < total:
             jb = &jobs[pjob[q]]
             if jb.piped:
-                _job_peek(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+                _job_peek(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
         if p >= 0:
             jb = &jobs[pjob[p]]
             if jb.piped:
                 w = 0
-                _job_probe(jb, jb.start + (p - jb.first) + 1, ring[p & (PIPE_RING - 1)].tag, &w)
+                _job_probe(jb, jb.start + (p - jb.first) + 1, &ring[p & (PIPE_RING - 1)], &w)
                 jb.work[0] += w
             elif p == jb.first:
                 _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.ans, jb.lo, jb.hi,
