@@ -1,8 +1,8 @@
 # cython: language_level=3
 """B request slots as arrays: the batched serving state machine (compiled).
 
-Same names and behaviour as the twin ``specfsm._py.batch``, whose argument checks this
-module imports (every argument is converted into a fresh array the call owns, then
+Same names and behaviour as the twin ``specfsm._py.batch``; both take their argument
+checks from ``specfsm._validate`` (every argument is converted into a fresh array the call owns, then
 validated). Transitions check every slot's state in one C loop, raise before changing
 anything, then apply in a second loop. ``step`` runs the legality-free part of a serving
 step (acceptance for the greedy rules, settle, the transitions, emission with budgets
@@ -13,8 +13,7 @@ batch meanwhile (RuntimeError).
 
 import numpy as np
 
-from specfsm._validate import check_count, settle_reason
-from specfsm._py.batch import (
+from specfsm._validate import (
     ACCEPT,
     DECODE,
     DONE,
@@ -38,8 +37,10 @@ from specfsm._py.batch import (
     _ragged,
     _rule_kind,
     _slots,
+    INT64_MAX,
+    check_count,
+    settle_reason,
 )
-from specfsm._validate import INT64_MAX
 # the active n-gram index module (compiled, or the twin where only it is available)
 from specfsm._impl import load as _load
 _ni = _load("ngram_index")

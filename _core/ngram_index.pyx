@@ -1,8 +1,8 @@
 # cython: language_level=3
 """Longest-match n-gram drafting and an incremental n-gram index (compiled).
 
-Same names and behaviour as the twin ``specfsm._py.ngram_index`` (whose argument checks
-this module imports, so both raise the same errors).
+Same names and behaviour as the twin ``specfsm._py.ngram_index``; both take their
+argument checks from ``specfsm._validate``, so both raise the same errors.
 
 The index keeps, for each n in [min_n, max_n], an open-addressing hash table over the
 n-grams seen so far. A slot is 8 bytes: a 32-bit hash tag and the end position of one
@@ -17,8 +17,7 @@ growing them never re-reads tokens.
 
 import numpy as np
 
-from specfsm._validate import check_count
-from specfsm._py.ngram_index import (
+from specfsm._validate import (
     BUSY_READING,
     BUSY_WRITING,
     GROW_STEP,
@@ -36,6 +35,7 @@ from specfsm._py.ngram_index import (
     _check_total,
     _own_offsets,
     _validate_offsets,
+    check_count,
 )
 
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t

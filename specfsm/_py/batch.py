@@ -1,7 +1,7 @@
 """B request slots as arrays: the batched serving state machine (pure-Python twin).
 
-The compiled module ``specfsm._core.batch`` has the same names and behaviour and imports
-its argument checks from here, so both raise the same errors.
+The compiled module ``specfsm._core.batch`` has the same names and behaviour; both take
+their argument checks from ``specfsm._validate``, so both raise the same errors.
 
 Each slot holds one request's state as ``specfsm.ServingState`` would, coded as a
 small integer (``FREE`` for an unused slot, then ``PREFILL`` .. ``DONE``), with the
@@ -21,8 +21,36 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import INT64_MAX, as_token_array, check_count, settle_reason
-from ..errors import IllegalTransition
+from .._validate import (  # noqa: F401  (shared with the compiled module; re-exported)
+    ACCEPT,
+    DECODE,
+    DONE,
+    FREE,
+    INT64_MAX,
+    MAX_DRAFT,
+    MAX_SLOTS,
+    PREFILL,
+    R_EXACT,
+    R_MINRUN,
+    R_OTHER,
+    R_SPEC,
+    R_TYPICAL,
+    ROLLBACK,
+    STATE_NAMES,
+    VERIFY,
+    _capacity,
+    _check_index_types,
+    _ids,
+    _illegal,
+    _indexes,
+    _per_slot,
+    _probs_rows,
+    _ragged,
+    _rule_kind,
+    _slots,
+    check_count,
+    settle_reason,
+)
 from . import ngram_index as _ni
 
 __all__ = [
@@ -38,12 +66,6 @@ __all__ = [
     "StepResult",
 ]
 
-FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = range(7)
-STATE_NAMES = ("free", "prefill", "decode", "verify", "accept", "rollback", "done")
-#: at most this many slots per batch and tokens per draft (keeps every index in int32 range)
-MAX_SLOTS = 2**24
-MAX_DRAFT = 4096
-
 # the state each transition applies to (finish: any state but FREE)
 _FROM = {
     "admit": (FREE,),
@@ -57,152 +79,6 @@ _FROM = {
     "finish": (PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE),
     "release": (DONE,),
 }
-
-
-# --------------------------------------------------------------------------------------
-# argument checks shared with the compiled module (same messages in both)
-# --------------------------------------------------------------------------------------
-def _ids(x: object, name: str) -> np.ndarray:
-    """A 1-D int64 array the call owns (always a fresh copy). Refuses bools, floats,
-    strings, 2-D input and ids beyond int64."""
-    if isinstance(x, (bool, np.bool_, str, bytes)):
-        raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
-    if isinstance(x, np.ndarray):
-        arr = as_token_array(x, name)
-    else:
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be a flat sequence of integers ({exc})") from None
-        if arr.ndim == 0:
-            raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
-        if arr.size == 0:
-            arr = np.zeros(0, dtype=np.int64)
-        if arr.dtype == object:
-            for v in arr.reshape(-1).tolist():
-                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                    raise TypeError(f"{name} must hold integers, got {type(v).__name__} {v!r}")
-            raise OverflowError(f"{name} holds integers beyond int64")
-        if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
-            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-        arr = as_token_array(arr, name)
-    return np.array(arr, dtype=np.int64, copy=True)
-
-
-def _slots(slots: object, capacity: int) -> np.ndarray:
-    """Distinct slot numbers in ``[0, capacity)`` as a fresh int64 array."""
-    if isinstance(slots, (int, np.integer)) and not isinstance(slots, (bool, np.bool_)):
-        slots = [slots]
-    s = _ids(slots, "slots")
-    if s.shape[0]:
-        lo, hi = int(s.min()), int(s.max())
-        if lo < 0 or hi >= capacity:
-            bad = lo if lo < 0 else hi
-            raise IndexError(f"slots holds {bad}, outside the batch's {capacity} slots")
-        if np.unique(s).shape[0] != s.shape[0]:
-            u, c = np.unique(s, return_counts=True)
-            raise ValueError(f"slots must be distinct, got slot {int(u[c > 1][0])} twice")
-    return s
-
-
-def _per_slot(x: object, n: int, name: str) -> np.ndarray:
-    """One integer per slot (a scalar applies to every slot) as a fresh int64 array."""
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
-        v = int(x)
-        if not -(2**63) <= v <= INT64_MAX:
-            raise OverflowError(f"{name}={v} is beyond int64")
-        return np.full(n, v, dtype=np.int64)
-    a = _ids(x, name)
-    if a.shape[0] != n:
-        raise ValueError(f"{name} holds {a.shape[0]} entries for {n} slots")
-    return a
-
-
-def _ragged(tokens: object, offsets: object, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(tokens, offsets)`` as fresh int64 arrays: ``n + 1`` nondecreasing offsets from 0
-    to ``len(tokens)`` (checked neighbour by neighbour)."""
-    t = _ids(tokens, name)
-    off = _ids(offsets, f"{name}_offsets" if name != "tokens" else "offsets")
-    oname = "offsets" if name == "tokens" else f"{name}_offsets"
-    if off.shape[0] != n + 1:
-        raise ValueError(f"{oname} holds {off.shape[0]} entries; {n} slots need {n + 1}")
-    if off[0] != 0:
-        raise ValueError(f"{oname}[0] must be 0, got {int(off[0])}")
-    if off[-1] != t.shape[0]:
-        raise ValueError(f"{oname}[-1]={int(off[-1])} must equal len({name})={t.shape[0]}")
-    if n and not (off[:-1] <= off[1:]).all():
-        i = int(np.flatnonzero(off[:-1] > off[1:])[0])
-        raise ValueError(
-            f"{oname} must be nondecreasing, got {oname}[{i}]={int(off[i])} > "
-            f"{oname}[{i + 1}]={int(off[i + 1])}"
-        )
-    return t, off
-
-
-def _capacity(capacity: object, k_max: object) -> tuple[int, int]:
-    c = check_count(capacity, "capacity")
-    k = check_count(k_max, "k_max")
-    if not 1 <= c <= MAX_SLOTS:
-        raise ValueError(f"capacity must lie in [1, {MAX_SLOTS}], got {c}")
-    if not 1 <= k <= MAX_DRAFT:
-        raise ValueError(f"k_max must lie in [1, {MAX_DRAFT}], got {k}")
-    return c, k
-
-
-def _indexes(indexes: object, n: int) -> list:
-    """One NgramIndex (of this implementation) or None per admitted slot."""
-    if indexes is None:
-        return [None] * n
-    try:
-        out = list(indexes)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError(f"indexes must be a sequence of NgramIndex or None, got {type(indexes).__name__}") from None
-    if len(out) != n:
-        raise ValueError(f"indexes holds {len(out)} entries for {n} slots")
-    return out
-
-
-def _check_index_types(ixs: list, cls: type) -> None:
-    for j, ix in enumerate(ixs):
-        if ix is not None and not isinstance(ix, cls):
-            raise TypeError(
-                f"indexes[{j}] must be an NgramIndex of the same implementation or None, "
-                f"got {type(ix).__module__}.{type(ix).__name__}"
-            )
-
-
-#: rule kinds the step knows: greedy exact, min-run, speculative sampling, typical, any other
-R_EXACT, R_MINRUN, R_SPEC, R_TYPICAL, R_OTHER = range(5)
-
-
-def _rule_kind(rule: object) -> tuple[int, int]:
-    """``(kind, m)`` for a rule; refuses objects that are not rules."""
-    if rule is None:
-        return R_EXACT, 0
-    name = type(rule).__name__
-    mod = type(rule).__module__
-    if mod == "specfsm.accept_rule":
-        if name == "Exact":
-            return R_EXACT, 0
-        if name == "MinRun":
-            return R_MINRUN, int(rule.m)  # type: ignore[attr-defined]
-        if name == "SpeculativeSampling":
-            return R_SPEC, 0
-        if name == "TypicalAcceptance":
-            return R_TYPICAL, 0
-    if callable(getattr(rule, "accepted_rows", None)):
-        return R_OTHER, 0
-    raise TypeError(f"rule must be None or an acceptance rule (with accepted_rows), got {name}")
-
-
-def _probs_rows(probs: object, n_rows: int) -> np.ndarray:
-    if probs is None:
-        raise TypeError("this rule needs probs: one probability row per evaluated row (N x V)")
-    if not isinstance(probs, np.ndarray):
-        probs = np.asarray(probs, dtype=np.float64)
-    if probs.ndim != 2 or probs.shape[0] != n_rows:
-        raise ValueError(f"probs must be {n_rows} x V (one row per evaluated row), got shape {probs.shape}")
-    return probs
 
 
 class StepResult:
@@ -242,21 +118,6 @@ class StepResult:
     def __repr__(self) -> str:
         return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
                 f"finished={len(self.finished)}, drafts={len(self.drafts)})")
-
-
-def _illegal(attempted: str, slots: list[int], states: list[int], reasons: list[str] | None = None):
-    """``IllegalTransition(attempted)`` naming the slots and the state each was in."""
-    names = [STATE_NAMES[s] for s in states]
-    rs = list(reasons) if reasons else [None] * len(slots)
-    shown = "; ".join(
-        f"slot {s} ({n}): {r}" if r else f"slot {s} is in {n}" for s, n, r in zip(slots[:8], names[:8], rs[:8])
-    )
-    more = f"; and {len(slots) - 8} more slots" if len(slots) > 8 else ""
-    reason = shown + more
-    err = IllegalTransition(attempted, reason)
-    err.slots = list(slots)
-    err.states = names
-    return err
 
 
 def _check_from(attempted: str, state: np.ndarray, s: np.ndarray) -> None:

@@ -1,7 +1,7 @@
 """Longest-match n-gram drafting and an incremental n-gram index (pure-Python twin).
 
-The compiled module ``specfsm._core.ngram_index`` has the same names and behaviour; it
-also imports its argument checks from here, so both raise the same errors.
+The compiled module ``specfsm._core.ngram_index`` has the same names and behaviour; both
+take their argument checks from ``specfsm._validate``, so both raise the same errors.
 
 Semantics (both implementations). For a history ``h`` of length ``L``, n runs from
 ``max_n`` down to ``min_n``; the first n for which the last n tokens occur earlier (an
@@ -15,11 +15,31 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
 
 import numpy as np
 
-from .._validate import INT64_MAX, INT64_MIN, as_token_array, check_count
+from .._validate import (  # noqa: F401  (shared with the compiled module; re-exported)
+    BUSY_READING,
+    BUSY_WRITING,
+    GROW_STEP,
+    INT64_MAX,
+    MAX_INDEX_TOKENS,
+    MAX_LEVELS,
+    SHRINK_STEP,
+    _as_ids,
+    _check_batch_k,
+    _check_draft_limits,
+    _check_index_range,
+    _check_ngram_range,
+    _check_offsets,
+    _check_prefer,
+    _check_record,
+    _check_stats,
+    _check_total,
+    _own_offsets,
+    _validate_offsets,
+    check_count,
+)
 
 __all__ = [
     "extend_batch",
@@ -31,220 +51,9 @@ __all__ = [
 ]
 
 _PREFER = ("latest", "earliest")
-#: the index stores positions as 32-bit ints: at most this many tokens per index
-MAX_INDEX_TOKENS = 2**31 - 2
-#: an index keeps one hash table per n-gram length: at most this many lengths
-MAX_LEVELS = 4096
-#: adaptive draft length: added after a fully accepted draft, taken after a rejection
-GROW_STEP = 2
-SHRINK_STEP = 1
-
-
 # --------------------------------------------------------------------------------------
-# argument checks shared with the compiled module (same messages in both)
+# argument checks (those shared with the compiled module live in specfsm._validate)
 # --------------------------------------------------------------------------------------
-
-
-def _check_ngram_range(min_n: object, max_n: object) -> tuple[int, int]:
-    """``(min_n, max_n)`` as ints; ``max_n=None`` means ``min_n``. Refuses ``min_n < 1``
-    and ``min_n > max_n``."""
-    lo = check_count(min_n, "min_n")
-    if lo < 1:
-        raise ValueError(f"min_n must be at least 1, got {lo}")
-    if max_n is None:
-        return lo, lo
-    hi = check_count(max_n, "max_n")
-    if hi < lo:
-        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
-    return lo, hi
-
-
-def _check_index_range(min_n: object, max_n: object) -> tuple[int, int]:
-    """``_check_ngram_range`` for an index, which keeps one table per n: also refuses
-    ``max_n`` beyond ``MAX_INDEX_TOKENS`` and more than ``MAX_LEVELS`` values of n."""
-    lo, hi = _check_ngram_range(min_n, max_n)
-    if hi > MAX_INDEX_TOKENS:
-        raise ValueError(f"max_n must be at most {MAX_INDEX_TOKENS} for an NgramIndex, got {hi}")
-    if hi - lo + 1 > MAX_LEVELS:
-        raise ValueError(
-            f"an NgramIndex keeps at most {MAX_LEVELS} n-gram lengths, got "
-            f"min_n={lo}, max_n={hi}"
-        )
-    return lo, hi
-
-
-def _check_prefer(prefer: object) -> int:
-    """0 for ``"latest"``, 1 for ``"earliest"``; refuses anything else."""
-    if type(prefer) is str:
-        if prefer == "latest":
-            return 0
-        if prefer == "earliest":
-            return 1
-    raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
-
-
-def _overflow(name: str, value: object) -> OverflowError:
-    return OverflowError(f"{name} holds ids beyond int64 (got {value!r})")
-
-
-def _as_ids(tokens: object, name: str) -> np.ndarray:
-    """Token ids as a 1-D C-contiguous int32 or int64 ndarray.
-
-    Accepts a 1-D integer ndarray or a list/tuple (or other sequence) of Python or numpy
-    integers. Refuses 2-D input, non-integer entries (floats, bools, strings) and ids
-    beyond int64.
-    """
-    if isinstance(tokens, np.ndarray):
-        return as_token_array(tokens, name)
-    if isinstance(tokens, (str, bytes, bytearray)) or not isinstance(tokens, Sequence):
-        raise TypeError(
-            f"{name} must be a list, tuple or 1-D integer numpy array, "
-            f"got {type(tokens).__name__}"
-        )
-    if len(tokens) == 0:
-        return np.zeros(0, dtype=np.int64)
-    try:
-        arr = np.asarray(tokens)
-    except (ValueError, TypeError) as exc:  # ragged nesting and the like
-        raise ValueError(f"{name} must be a flat sequence of integer ids ({exc})") from None
-    if arr.dtype == object:
-        for x in arr.reshape(-1).tolist():
-            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-                raise TypeError(
-                    f"{name} must hold integer ids, got {type(x).__name__} {x!r}"
-                )
-            if not INT64_MIN <= int(x) <= INT64_MAX:
-                raise _overflow(name, int(x))
-        raise TypeError(f"{name} must hold integer ids")  # pragma: no cover - unreachable
-    if arr.dtype.kind == "b":
-        raise TypeError(f"{name} must hold integer ids, got bools")
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got a {arr.ndim}-D array of shape {arr.shape}")
-    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and int(arr.max()) > INT64_MAX:
-        raise _overflow(name, int(arr.max()))
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _check_offsets(offsets: object, n_tokens: int) -> np.ndarray:
-    """Request boundaries as a fresh int64 array (owned by the call) of B + 1
-    nondecreasing entries within ``[0, n_tokens]``."""
-    off = _own_offsets(offsets)
-    _validate_offsets(off, n_tokens)
-    return off
-
-
-def _own_offsets(offsets: object) -> np.ndarray:
-    """``offsets`` converted and copied into a fresh int64 array, before any check: a
-    caller's array changed later (another thread) cannot change what was validated."""
-    off = np.array(_as_ids(offsets, "offsets"), dtype=np.int64, copy=True)
-    if off.shape[0] < 1:
-        raise ValueError("offsets must hold at least one entry (B + 1 boundaries for B requests)")
-    return off
-
-
-def _validate_offsets(off: np.ndarray, n_tokens: int) -> None:
-    """Checks an owned offsets copy: first entry >= 0, last <= n_tokens, and each entry
-    <= the next (compared, never subtracted: int64 differences wrap around)."""
-    if off[0] < 0:
-        raise ValueError(f"offsets must be non-negative, got offsets[0]={int(off[0])}")
-    if off[-1] > n_tokens:
-        raise ValueError(
-            f"offsets[-1]={int(off[-1])} is beyond the {n_tokens} tokens given"
-        )
-    if off.shape[0] > 1:
-        down = off[:-1] > off[1:]
-        if down.any():
-            i = int(np.flatnonzero(down)[0])
-            raise ValueError(
-                f"offsets must be nondecreasing, got offsets[{i}]={int(off[i])} > "
-                f"offsets[{i + 1}]={int(off[i + 1])}"
-            )
-
-
-def _check_batch_k(max_k: object, n: int, defaults: list[int] | None, name: str = "max_k") -> np.ndarray:
-    """Per-request draft limits as an int64 array of ``n`` entries.
-
-    ``max_k`` is one count for every request, a sequence or array of ``n`` counts, or
-    (batches of indexes only) None for each index's own ``draft_len``.
-    """
-    if max_k is None:
-        if defaults is None:
-            raise TypeError(f"{name} must be a non-negative integer or one count per request, got None")
-        return np.asarray(defaults, dtype=np.int64).reshape(n)
-    if isinstance(max_k, (np.ndarray, list, tuple)):
-        # copied first, validated after: the copy is what the kernel reads
-        ks = np.array(_as_ids(max_k, name), dtype=np.int64, copy=True)
-        if ks.shape[0] != n:
-            raise ValueError(f"{name} holds {ks.shape[0]} counts for {n} requests")
-        if ks.shape[0] and ks.min() < 0:
-            i = int(np.flatnonzero(ks < 0)[0])
-            raise ValueError(f"{name} must be non-negative, got {name}[{i}]={int(ks[i])}")
-        return ks
-    k = check_count(max_k, name)
-    return np.full(n, min(k, INT64_MAX), dtype=np.int64)
-
-
-def _check_draft_limits(draft_len: object, min_draft: object, max_draft: object) -> tuple[int, int, int]:
-    k = check_count(draft_len, "draft_len")
-    lo = check_count(min_draft, "min_draft")
-    hi = check_count(max_draft, "max_draft")
-    if lo > hi:
-        raise ValueError(f"min_draft must not exceed max_draft, got {lo} > {hi}")
-    if not lo <= k <= hi:
-        raise ValueError(f"draft_len must lie in [min_draft, max_draft] = [{lo}, {hi}], got {k}")
-    return k, lo, hi
-
-
-def _check_record(proposed: object, accepted: object) -> tuple[int, int]:
-    p = check_count(proposed, "proposed")
-    a = check_count(accepted, "accepted")
-    if a > p:
-        raise ValueError(f"accepted={a} is beyond the {p} drafted tokens")
-    return p, a
-
-
-def _check_total(drafted: int, proposed: int) -> None:
-    """Refuses a record that would take the drafted-token count beyond int64."""
-    if proposed > INT64_MAX - drafted:
-        raise OverflowError(
-            f"proposed={proposed} would take the drafted-token count beyond int64 "
-            f"(already {drafted})"
-        )
-
-
-_STAT_NAMES = ("steps", "drafted", "accepted", "full_accepts")
-
-
-def _check_stats(stats: object) -> tuple[int, int, int, int]:
-    """Unpickled statistics ``(steps, drafted, accepted, full_accepts)``, refused unless
-    they are counts that ``record`` could have produced."""
-    if not isinstance(stats, tuple):
-        raise TypeError(f"stats must be a tuple of 4 counts, got {type(stats).__name__}")
-    if len(stats) != 4:
-        raise ValueError(f"stats must hold 4 counts {_STAT_NAMES}, got {len(stats)}")
-    vals = []
-    for name, v in zip(_STAT_NAMES, stats):
-        c = check_count(v, f"stats {name}")
-        if c > INT64_MAX:
-            raise OverflowError(f"stats {name}={c} is beyond int64")
-        vals.append(c)
-    steps, drafted, accepted, full = vals
-    if accepted > drafted:
-        raise ValueError(f"stats accepted={accepted} is beyond drafted={drafted}")
-    if full > steps or full > accepted:
-        raise ValueError(
-            f"stats full_accepts={full} is beyond steps={steps} or accepted={accepted}"
-        )
-    if steps == 0 and drafted:
-        raise ValueError(f"stats drafted={drafted} with no recorded step")
-    return steps, drafted, accepted, full
-
-
-#: what a call meeting an index in use by another call says (both implementations)
-BUSY_WRITING = "NgramIndex is being extended (by another thread, or by a callback inside extend)"
-BUSY_READING = "NgramIndex is being read by a batch proposal in another thread"
 
 
 def _index_list(indexes: object, cls: type) -> list:
