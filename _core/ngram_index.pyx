@@ -546,37 +546,8 @@ cdef inline int64_t _suffix_run(const token_t* p, int64_t e, int64_t last, int64
 cdef extern from "scan.h" nogil:
     Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
     Py_ssize_t specfsm_find_last_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
-
-# the forward twin of scan.h's backward search (same blocks, same AVX2 clone)
-cdef extern from *:
-    """
-    #include "scan.h"
-    #define NGI_DEFINE_FIND_FIRST(NAME, T)                                          \
-        SPECFSM_CLONES static ptrdiff_t NAME(const T *p, ptrdiff_t lo, ptrdiff_t hi, T v) \
-        {                                                                           \
-            ptrdiff_t e = lo;                                                       \
-            while (e + (SCAN_BLOCK - 1) <= hi) {                                    \
-                const T *b = p + e;                                                 \
-                int hit = 0;                                                        \
-                for (int k = 0; k < SCAN_BLOCK; k++)                                \
-                    hit |= (b[k] == v);                                             \
-                if (hit) {                                                          \
-                    for (int k = 0; k < SCAN_BLOCK; k++)                            \
-                        if (b[k] == v)                                              \
-                            return e + k;                                           \
-                }                                                                   \
-                e += SCAN_BLOCK;                                                    \
-            }                                                                       \
-            for (; e <= hi; e++)                                                    \
-                if (p[e] == v)                                                      \
-                    return e;                                                       \
-            return -1;                                                              \
-        }
-    NGI_DEFINE_FIND_FIRST(ngi_find_first_i32, int32_t)
-    NGI_DEFINE_FIND_FIRST(ngi_find_first_i64, int64_t)
-    """
-    Py_ssize_t ngi_find_first_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v) nogil
-    Py_ssize_t ngi_find_first_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v) nogil
+    Py_ssize_t specfsm_find_first_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
+    Py_ssize_t specfsm_find_first_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
 
 
 cdef inline int64_t _find_last(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
@@ -590,9 +561,9 @@ cdef inline int64_t _find_last(const token_t* p, int64_t lo, int64_t hi, token_t
 cdef inline int64_t _find_first(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
     """The smallest e in [lo, hi] with p[e] == v, or -1."""
     if token_t is int32_t:
-        return ngi_find_first_i32(p, lo, hi, v)
+        return specfsm_find_first_i32(p, lo, hi, v)
     else:
-        return ngi_find_first_i64(p, lo, hi, v)
+        return specfsm_find_first_i64(p, lo, hi, v)
 
 
 cdef int64_t _lm_end(const token_t* p, int64_t L, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
