@@ -127,7 +127,7 @@ cdef class BatchState:
     class has the same methods and behaviour.
     """
 
-    cdef Py_ssize_t _c, _k
+    cdef Py_ssize_t _c, _k_max
     cdef bint _bonus, _busy
     cdef object _state_a, _token_a, _cache_a, _snap_a, _n_a, _dlen_a, _draft_a
     cdef object _budget_a, _eos_a, _has_eos_a, _plen_a, _has_ix_a
@@ -142,7 +142,7 @@ cdef class BatchState:
     def __init__(self, capacity, k_max=8, *, bonus=False):
         c, k = _capacity(capacity, k_max)
         self._c = c
-        self._k = k
+        self._k_max = k
         self._bonus = bool(bonus)
         self._busy = False
         self._state_a = np.zeros(c, dtype=np.int8)
@@ -186,7 +186,7 @@ cdef class BatchState:
 
     @property
     def k_max(self):
-        return self._k
+        return self._k_max
 
     @property
     def bonus(self):
@@ -272,7 +272,7 @@ cdef class BatchState:
     def __repr__(self):
         counts = np.bincount(self._state_a, minlength=7)
         shown = ", ".join(f"{n}={int(c)}" for n, c in zip(STATE_NAMES, counts) if c)
-        return f"BatchState(capacity={self._c}, k_max={self._k}, {shown})"
+        return f"BatchState(capacity={self._c}, k_max={self._k_max}, {shown})"
 
     # -- transitions -------------------------------------------------------------------
     cdef int _check_from(self, str attempted, s) except -1:
@@ -301,8 +301,8 @@ cdef class BatchState:
             j = int(np.argmin(budget))
             raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
         eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-        ixs = _indexes(indexes, b)
-        _check_index_types(ixs, _ni.NgramIndex)
+        index_list = _indexes(indexes, b)
+        _check_index_types(index_list, _ni.NgramIndex)
         if b and (np.diff(off) == 0).any():
             j = int(np.flatnonzero(np.diff(off) == 0)[0])
             raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
@@ -317,8 +317,8 @@ cdef class BatchState:
         for j2 in range(b):
             i = sv[j2]
             self._positions[i] = pos[ov[j2] : ov[j2 + 1]].copy()
-            self._index[i] = ixs[j2]
-            self._has_ix[i] = ixs[j2] is not None
+            self._index[i] = index_list[j2]
+            self._has_ix[i] = index_list[j2] is not None
             self._plen[i] = ov[j2 + 1] - ov[j2]
             self._budget[i] = bv[j2]
             self._eos[i] = ev[j2]
@@ -370,9 +370,9 @@ cdef class BatchState:
             m = ov[j + 1] - ov[j]
             if m == 0:
                 raise ValueError(f"the draft for slot {sv[j]} is empty: a verify needs at least one row")
-            if m > self._k:
+            if m > self._k_max:
                 raise ValueError(
-                    f"the draft for slot {sv[j]} holds {m} tokens, more than k_max={self._k}")
+                    f"the draft for slot {sv[j]} holds {m} tokens, more than k_max={self._k_max}")
         for j in range(sv.shape[0]):
             i = sv[j]
             m = ov[j + 1] - ov[j]
@@ -592,7 +592,7 @@ cdef class BatchState:
         cdef const int64_t* eov = _ptr(eoff)
         cdef int64_t* srcv
         cdef int64_t* offv
-        cdef Py_ssize_t q, t, kmax = self._k
+        cdef Py_ssize_t q, t, kmax = self._k_max
         cdef int64_t lim
         if nlive == a:
             src, off = emitted, eoff
@@ -798,41 +798,41 @@ cdef class BatchState:
         cdef int64_t* pov
         cdef Py_ssize_t jj, lo, hi
         cdef int64_t lim
-        cdef list ixs, pieces
+        cdef list index_list, pieces
         if nlive and _UPDATE != NULL:
             # the compiled index module's C entry: extend and propose in one pass without
             # the GIL, on this step's own buffers (no argument conversion)
             dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a)
         elif nlive:
-            ixs = _pick(self._index, av, lvv, nlive)
+            index_list = _pick(self._index, av, lvv, nlive)
             if _HAS_EXTEND_BATCH:
                 if nlive == a:
-                    _ni.extend_batch(ixs, emitted[:w], eoff)
+                    _ni.extend_batch(index_list, emitted[:w], eoff)
                 else:
                     loff = _new(nlive + 1)
                     toks = _new(w)
                     _gather(lvv, nlive, eov, emv, _ptr(loff), _ptr(toks))
-                    _ni.extend_batch(ixs, toks[: _ptr(loff)[nlive]], loff)
+                    _ni.extend_batch(index_list, toks[: _ptr(loff)[nlive]], loff)
             else:
                 em_list = emitted[:w].tolist()
                 for q in range(nlive):
                     jj = lvv[q]
-                    ixs[q].extend(em_list[eov[jj] : eov[jj + 1]])
+                    index_list[q].extend(em_list[eov[jj] : eov[jj + 1]])
             # one count when every slot may draft k_max tokens (the usual case: no array
             # for propose_batch to copy and check), else one count per slot
             for q in range(nlive):
-                if self._budget[av[lvv[q]]] < self._k:
+                if self._budget[av[lvv[q]]] < self._k_max:
                     break
             else:
                 q = nlive
             if q == nlive:
-                limits = self._k
+                limits = self._k_max
             else:
                 limits = _new(nlive)
                 for q in range(nlive):
                     lim = self._budget[av[lvv[q]]]
-                    _ptr(limits)[q] = lim if lim < self._k else self._k
-            dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
+                    _ptr(limits)[q] = lim if lim < self._k_max else self._k_max
+            dflat, doff2, dlens = _ni.propose_batch(index_list, limits)
             dflat = np.ascontiguousarray(dflat, dtype=np.int64)
             doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
             dlens = np.ascontiguousarray(dlens, dtype=np.int64)
@@ -843,10 +843,10 @@ cdef class BatchState:
             pov = _ptr(doff2)
             n = array_len(dflat)
             for q in range(nlive):   # drafts from the index module, checked before use
-                if dlv[q] < 0 or dlv[q] > self._k or pov[q] < 0 or pov[q] > n - dlv[q]:
+                if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
                     raise RuntimeError(
                         f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
-                        f"for k_max={self._k} and {n} draft tokens")
+                        f"for k_max={self._k_max} and {n} draft tokens")
             if True:
                 with nogil:
                     for q in range(nlive):

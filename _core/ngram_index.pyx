@@ -291,7 +291,7 @@ ctypedef struct level_t:
 
 ctypedef struct view_t:   # what a batch proposal needs from one index, read without the GIL
     const int64_t* tok
-    const int32_t* ans
+    const int32_t* answers
     int64_t n_levels
     int64_t k
 
@@ -451,7 +451,7 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
 
 
 cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                        int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                        int32_t* answers, int64_t lo, int64_t hi, bint earliest,
                         uint64_t* work) noexcept nogil:
     """Index positions start..stop-1 (tables already reserved for stop - start entries)."""
     cdef int64_t L, d, top
@@ -477,14 +477,14 @@ cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t
             h = _step(h, tok[L - d])
             if d < lo:
                 continue
-            _probe(&levels[d - lo], <uint32_t>(h >> 32), tok, L, d, earliest, &ans[d - lo], &w)
+            _probe(&levels[d - lo], <uint32_t>(h >> 32), tok, L, d, earliest, &answers[d - lo], &w)
         for d in range(top + 1 if top >= lo else lo, hi + 1):
-            ans[d - lo] = -1
+            answers[d - lo] = -1
     work[0] += w
 
 
 cdef void _index_tokens_roll(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                             int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                             int32_t* answers, int64_t lo, int64_t hi, bint earliest,
                              uint64_t* roll, uint64_t bpow, uint64_t* work) noexcept nogil:
     """``_index_tokens`` with the rolling hash: ``roll`` holds H(start, lo) on entry and
     H(stop, lo) on return; ``bpow`` is RB**lo."""
@@ -500,34 +500,34 @@ cdef void _index_tokens_roll(const int64_t* tok, int64_t start, int64_t stop, le
         if top >= lo:
             h = r
             p = bpow
-            _probe(&levels[0], <uint32_t>(_fin(h) >> 32), tok, L, lo, earliest, &ans[0], &w)
+            _probe(&levels[0], <uint32_t>(_fin(h) >> 32), tok, L, lo, earliest, &answers[0], &w)
             for d in range(lo + 1, top + 1):
                 h += _x(tok[L - d]) * p
                 p *= RB
                 w += 1
                 _probe(&levels[d - lo], <uint32_t>(_fin(h) >> 32), tok, L, d, earliest,
-                       &ans[d - lo], &w)
+                       &answers[d - lo], &w)
         for d in range(top + 1 if top >= lo else lo, hi + 1):
-            ans[d - lo] = -1
+            answers[d - lo] = -1
     roll[0] = r
     work[0] += w
 
 
 cdef inline void _index_range(const int64_t* tok, int64_t start, int64_t stop,
-                              level_t* levels, int32_t* ans, int64_t lo, int64_t hi,
+                              level_t* levels, int32_t* answers, int64_t lo, int64_t hi,
                               bint earliest, bint rolling, uint64_t* roll, uint64_t bpow,
                               uint64_t* work) noexcept nogil:
     if rolling:
-        _index_tokens_roll(tok, start, stop, levels, ans, lo, hi, earliest, roll, bpow, work)
+        _index_tokens_roll(tok, start, stop, levels, answers, lo, hi, earliest, roll, bpow, work)
     else:
-        _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest, work)
+        _index_tokens(tok, start, stop, levels, answers, lo, hi, earliest, work)
 
 
-cdef inline int64_t _chosen_end(const int32_t* ans, int64_t n_levels) noexcept nogil:
+cdef inline int64_t _chosen_end(const int32_t* answers, int64_t n_levels) noexcept nogil:
     cdef int64_t j
     for j in range(n_levels - 1, -1, -1):
-        if ans[j] >= 0:
-            return ans[j]
+        if answers[j] >= 0:
+            return answers[j]
     return -1
 
 
@@ -788,30 +788,30 @@ cdef class NgramIndex:
     ``[min_draft, max_draft]``. Acceptance statistics are kept either way.
     """
 
-    cdef int64_t _lo, _hi, _nlev
+    cdef int64_t _lo, _hi, _n_levels
     cdef bint _earliest, _adaptive
     cdef object _buf                 # int64 ndarray holding the tokens (capacity >= _len)
     cdef int64_t* _tok
     cdef int64_t _len, _cap
     cdef level_t* _levels
-    cdef int32_t* _ans
+    cdef int32_t* _answers
     # The guard. Every change of these two happens with the GIL held and no Python code
     # in between check and change: an extend sets _writing before anything that can
     # release the GIL or run Python code (argument conversion, numpy copies, the nogil
     # indexing) and clears it last; a batch proposal counts itself in _readers for
     # every index before it reads any, and out after it is done.
     cdef int _readers, _writing
-    cdef int64_t _wstamp             # the extend_batch call holding _writing (duplicates)
+    cdef int64_t _write_stamp             # the extend_batch call holding _writing (duplicates)
     cdef bint _rolling               # min_n > ROLL_MIN_N: the rolling hash
     cdef uint64_t _roll, _bpow       # its state H(_len, min_n) and RB**min_n
     cdef uint64_t _work              # hashing and comparison steps so far (tests)
-    cdef int64_t _k, _kmin, _kmax
+    cdef int64_t _draft_len, _min_draft, _max_draft
     cdef int64_t _steps, _drafted, _accepted, _full
 
     def __cinit__(self):
         self._levels = NULL
-        self._ans = NULL
-        self._nlev = 0
+        self._answers = NULL
+        self._n_levels = 0
 
     def __init__(self, min_n, max_n=None, prefer="latest", *, draft_len=4, adaptive=False,
                  min_draft=1, max_draft=16):
@@ -822,31 +822,31 @@ cdef class NgramIndex:
         k, kmin, kmax = _check_draft_limits(draft_len, min_draft, max_draft)
         self._lo = lo
         self._hi = hi
-        self._nlev = hi - lo + 1
+        self._n_levels = hi - lo + 1
         self._rolling = lo > ROLL_MIN_N
         self._roll = 0
         self._bpow = _pow(RB, lo)
         self._work = 0
         self._earliest = earliest
         self._adaptive = bool(adaptive)
-        self._k = min(k, MAX_INDEX_TOKENS)
-        self._kmin = min(kmin, MAX_INDEX_TOKENS)
-        self._kmax = min(kmax, MAX_INDEX_TOKENS)
+        self._draft_len = min(k, MAX_INDEX_TOKENS)
+        self._min_draft = min(kmin, MAX_INDEX_TOKENS)
+        self._max_draft = min(kmax, MAX_INDEX_TOKENS)
         self._steps = self._drafted = self._accepted = self._full = 0
         self._len = 0
         self._cap = 64
         self._buf = _token_array(&self._cap)
         cdef int64_t[::1] bv = self._buf
         self._tok = &bv[0]
-        self._levels = <level_t*>malloc(self._nlev * sizeof(level_t))
-        self._ans = <int32_t*>malloc(self._nlev * sizeof(int32_t))
-        if self._levels == NULL or self._ans == NULL:
+        self._levels = <level_t*>malloc(self._n_levels * sizeof(level_t))
+        self._answers = <int32_t*>malloc(self._n_levels * sizeof(int32_t))
+        if self._levels == NULL or self._answers == NULL:
             raise MemoryError()
         cdef int64_t j
-        for j in range(self._nlev):
+        for j in range(self._n_levels):
             self._levels[j].slots = NULL
-            self._ans[j] = -1
-        for j in range(self._nlev):
+            self._answers[j] = -1
+        for j in range(self._n_levels):
             self._levels[j].cap = 1 << MIN_CAP_BITS
             self._levels[j].count = 0
             self._levels[j].shift = 32 - MIN_CAP_BITS
@@ -858,10 +858,10 @@ cdef class NgramIndex:
     def __dealloc__(self):
         cdef int64_t j
         if self._levels != NULL:
-            for j in range(self._nlev):
+            for j in range(self._n_levels):
                 ngi_table_free(self._levels[j].slots, self._levels[j].cap * sizeof(slot_t))
             free(self._levels)
-        free(self._ans)
+        free(self._answers)
 
     cdef int _check_ready(self) except -1:
         if self._levels == NULL:
@@ -880,7 +880,7 @@ cdef class NgramIndex:
         if self._readers:
             raise RuntimeError(BUSY_READING)
         self._writing = 1
-        self._wstamp = 0
+        self._write_stamp = 0
         return 0
 
     @property
@@ -909,7 +909,7 @@ cdef class NgramIndex:
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        return self._k
+        return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
@@ -935,8 +935,8 @@ cdef class NgramIndex:
         if self._buf is not None:
             total += self._buf.nbytes
         if self._levels != NULL:
-            total += self._nlev * (sizeof(level_t) + sizeof(int32_t))
-            for j in range(self._nlev):
+            total += self._n_levels * (sizeof(level_t) + sizeof(int32_t))
+            for j in range(self._n_levels):
                 total += self._levels[j].cap * sizeof(slot_t)
         return total
 
@@ -1018,7 +1018,7 @@ cdef class NgramIndex:
                 pass
             else:
                 self._writing = 1
-                self._wstamp = 0
+                self._write_stamp = 0
                 try:
                     self._tok[self._len] = v
                     self._ingest(1)
@@ -1034,7 +1034,7 @@ cdef class NgramIndex:
         cdef int64_t total = self._len + m
         cdef bint earliest = self._earliest
         cdef level_t* levels = self._levels
-        cdef int32_t* ans = self._ans
+        cdef int32_t* answers = self._answers
         cdef const int64_t* tok = self._tok
         cdef bint rolling = self._rolling
         cdef uint64_t bpow = self._bpow
@@ -1049,7 +1049,7 @@ cdef class NgramIndex:
         try:
             while start < total:
                 stop = min(start + CHUNK, total)
-                for j in range(self._nlev):
+                for j in range(self._n_levels):
                     if _reserve(&levels[j], levels[j].count + (stop - start)) < 0:
                         rc = -1
                         break
@@ -1057,10 +1057,10 @@ cdef class NgramIndex:
                     break
                 if stop - start >= NOGIL_MIN // 4:
                     with nogil:
-                        _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                        _index_range(tok, start, stop, levels, answers, lo, hi, earliest,
                                      rolling, &self._roll, bpow, &self._work)
                 else:
-                    _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                    _index_range(tok, start, stop, levels, answers, lo, hi, earliest,
                                  rolling, &self._roll, bpow, &self._work)
                 start = stop
         finally:
@@ -1076,12 +1076,12 @@ cdef class NgramIndex:
         if self._writing or self._levels == NULL:
             self._check_ready()
         if max_k is None:
-            k = self._k
+            k = self._draft_len
         else:
             if type(max_k) is not int or max_k < 0:
                 max_k = check_count(max_k, "max_k")
             k = max_k if max_k < self._len else self._len
-        end = _chosen_end(self._ans, self._nlev)
+        end = _chosen_end(self._answers, self._n_levels)
         if end < 0 or k <= 0:
             return []
         stop = end + k if end + k < self._len else self._len
@@ -1092,8 +1092,8 @@ cdef class NgramIndex:
         """The n of the current match (0 when nothing matches)."""
         cdef int64_t j
         self._check_ready()
-        for j in range(self._nlev - 1, -1, -1):
-            if self._ans[j] >= 0:
+        for j in range(self._n_levels - 1, -1, -1):
+            if self._answers[j] >= 0:
                 return self._lo + j
         return 0
 
@@ -1104,7 +1104,7 @@ cdef class NgramIndex:
         p, a = _check_record(proposed, accepted)
         _check_total(self._drafted, p)
         self._record(p, a)
-        return self._k
+        return self._draft_len
 
     cdef void _record(self, int64_t p, int64_t a) noexcept:
         self._steps += 1
@@ -1114,9 +1114,9 @@ cdef class NgramIndex:
             self._full += 1
         if self._adaptive and p > 0:
             if a == p:
-                self._k = min(self._k + GROW_STEP, self._kmax)
+                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
             else:
-                self._k = max(self._k - SHRINK_STEP, self._kmin)
+                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
 
     @property
     def stats(self):
@@ -1128,7 +1128,7 @@ cdef class NgramIndex:
             "accepted": self._accepted,
             "full_accepts": self._full,
             "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
-            "draft_len": self._k,
+            "draft_len": self._draft_len,
         }
 
     def __repr__(self):
@@ -1142,8 +1142,8 @@ cdef class NgramIndex:
         self._check_ready()
         return (
             _rebuild,
-            (type(self), self._lo, self._hi, self.prefer, self._k, bool(self._adaptive),
-             self._kmin, self._kmax, np.array(self.tokens),
+            (type(self), self._lo, self._hi, self.prefer, self._draft_len, bool(self._adaptive),
+             self._min_draft, self._max_draft, np.array(self.tokens),
              (self._steps, self._drafted, self._accepted, self._full)),
         )
 
@@ -1189,7 +1189,7 @@ cdef void _propose_views(const view_t* views, int64_t b, int64_t* out, int64_t* 
     out_off[0] = 0
     for i in range(b):
         v = &views[i]
-        end = _chosen_end(v.ans, v.n_levels)
+        end = _chosen_end(v.answers, v.n_levels)
         take = 0
         if end >= 0 and v.k > 0:
             take = v.k
@@ -1208,8 +1208,8 @@ def propose_batch(indexes, max_k=None):
     does, ``drafts`` being int64. Refuses (RuntimeError) an index being extended.
     """
     # every argument converted (Python code may run) before any index is touched
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, k, end, bound = 0, one_k = -1, marked = 0
+    cdef list index_list = _index_list(indexes)
+    cdef int64_t b = len(index_list), i, k, end, bound = 0, one_k = -1, marked = 0
     cdef const int64_t[::1] kv
     cdef NgramIndex ix
     if max_k is None:
@@ -1228,22 +1228,22 @@ def propose_batch(indexes, max_k=None):
         # Python code (numpy allocations below may run a collection, hence finalizers)
         # (no Python code runs in this loop: each index is marked, then its view taken)
         for i in range(b):
-            ix = <NgramIndex>ixs[i]
+            ix = <NgramIndex>index_list[i]
             ix._check_ready()
             ix._readers += 1
             marked += 1
             if max_k is None:
-                k = ix._k
+                k = ix._draft_len
             elif one_k >= 0:
                 k = one_k
             else:
                 k = kv[i]
             views[i].tok = ix._tok
-            views[i].ans = ix._ans
-            views[i].n_levels = ix._nlev
+            views[i].answers = ix._answers
+            views[i].n_levels = ix._n_levels
             # clip k to the tokens after the chosen occurrence now, so the nogil pass
             # needs no length (and the output's size is exact)
-            end = _chosen_end(ix._ans, ix._nlev)
+            end = _chosen_end(ix._answers, ix._n_levels)
             if end < 0 or k < 0:
                 k = 0
             elif k > ix._len - end:
@@ -1256,7 +1256,7 @@ def propose_batch(indexes, max_k=None):
         _run_views(views, b, out, out_off, lengths)
     finally:
         for i in range(marked):
-            (<NgramIndex>ixs[i])._readers -= 1
+            (<NgramIndex>index_list[i])._readers -= 1
         free(views)
     return out, out_off, lengths
 
@@ -1274,8 +1274,8 @@ cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, 
 def record_batch(indexes, proposed, accepted):
     """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
     Returns the next draft lengths (int64)."""
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i
+    cdef list index_list = _index_list(indexes)
+    cdef int64_t b = len(index_list), i
     p = _check_batch_k(proposed, b, None, "proposed")
     a = _check_batch_k(accepted, b, None, "accepted")
     cdef const int64_t[::1] pv = p
@@ -1287,11 +1287,11 @@ def record_batch(indexes, proposed, accepted):
     cdef int64_t[::1] ov = out
     cdef NgramIndex ix
     for i in range(b):
-        ix = <NgramIndex>ixs[i]
+        ix = <NgramIndex>index_list[i]
         if pv[i] > INT64_MAX_C - ix._drafted:
             _check_total(ix._drafted, pv[i])
         ix._record(pv[i], av[i])
-        ov[i] = ix._k
+        ov[i] = ix._draft_len
     return out
 
 
@@ -1302,7 +1302,7 @@ def record_batch(indexes, proposed, accepted):
 ctypedef struct job_t:    # one index's share of extend_batch, read without the GIL
     int64_t* tok
     level_t* levels
-    int32_t* ans
+    int32_t* answers
     int64_t start         # the index's length before the call
     int64_t first         # its tokens are src[first:first + stop - start]
     int64_t stop
@@ -1424,23 +1424,23 @@ cdef inline void _job_probe(const job_t* jb, int64_t L, const tags_t* rg,
         d = top
         while d >= jb.lo:
             _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
-                      d, True, &jb.ans[d - jb.lo], w)
-            if jb.ans[d - jb.lo] >= 0:
+                      d, True, &jb.answers[d - jb.lo], w)
+            if jb.answers[d - jb.lo] >= 0:
                 break
             d -= 1
         while d > jb.lo:
             d -= 1
-            jb.ans[d - jb.lo] = -1
+            jb.answers[d - jb.lo] = -1
     else:
         for d in range(jb.lo, top + 1):
             _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
-                      d, False, &jb.ans[d - jb.lo], w)
+                      d, False, &jb.answers[d - jb.lo], w)
     for d in range(top + 1 if top >= jb.lo else jb.lo, jb.hi + 1):
-        jb.ans[d - jb.lo] = -1
+        jb.answers[d - jb.lo] = -1
     w[0] += <uint64_t>top
 
 
-cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* pjob,
+cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* job_of,
                        int64_t total, tags_t* ring) noexcept nogil:
     """Index every job's new tokens, positions of all jobs in one software pipeline:
     position p + PIPE_HASH is hashed and its first home slots prefetched, position
@@ -1461,27 +1461,27 @@ cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t
     for p in range(-PIPE_HASH, total):
         q = p + PIPE_HASH
         if q < total:
-            jb = &jobs[pjob[q]]
+            jb = &jobs[job_of[q]]
             if jb.piped:
                 _job_tags(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
         q = p + PIPE_TOP
         if 0 <= q < total:
-            jb = &jobs[pjob[q]]
+            jb = &jobs[job_of[q]]
             if jb.piped and jb.earliest:
                 _job_peek_top(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
         q = p + PIPE_VERIFY
         if 0 <= q < total:
-            jb = &jobs[pjob[q]]
+            jb = &jobs[job_of[q]]
             if jb.piped:
                 _job_peek(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
         if p >= 0:
-            jb = &jobs[pjob[p]]
+            jb = &jobs[job_of[p]]
             if jb.piped:
                 w = 0
                 _job_probe(jb, jb.start + (p - jb.first) + 1, &ring[p & (PIPE_RING - 1)], &w)
                 jb.work[0] += w
             elif p == jb.first:
-                _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.ans, jb.lo, jb.hi,
+                _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.answers, jb.lo, jb.hi,
                              jb.earliest, jb.rolling, jb.roll, jb.bpow, jb.work)
 
 
@@ -1533,7 +1533,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
     cdef NgramIndex ix
     cdef int64_t stamp
     cdef job_t* jobs = NULL
-    cdef int32_t* pjob = NULL
+    cdef int32_t* job_of = NULL
     cdef tags_t* ring = NULL
     _batch_stamp += 1
     stamp = _batch_stamp
@@ -1544,7 +1544,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             if ix._levels == NULL:
                 raise RuntimeError(f"indexes[{i}]: NgramIndex was not initialised")
             if ix._writing:
-                if ix._wstamp == stamp:
+                if ix._write_stamp == stamp:
                     raise ValueError(
                         f"indexes[{i}] appears twice in the batch; extend_batch takes each "
                         "index once"
@@ -1553,19 +1553,19 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             if ix._readers:
                 raise RuntimeError(f"indexes[{i}]: {BUSY_READING}")
             ix._writing = 1
-            ix._wstamp = stamp
+            ix._write_stamp = stamp
             marked += 1
             # start loading what the next passes read
             NGI_PREFETCH(ix._levels)
-            NGI_PREFETCH(ix._ans)
+            NGI_PREFETCH(ix._answers)
             if ix._len > 0:
                 NGI_PREFETCH(&ix._tok[ix._len - 1])
         total = off[b] - off[0]
         base = off[0]
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
-        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
+        job_of = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
         ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
-        if jobs == NULL or pjob == NULL or ring == NULL:
+        if jobs == NULL or job_of == NULL or ring == NULL:
             raise MemoryError()
         # capacities checked and made (no index's content changes before the nogil pass,
         # so a refusal here leaves every index as it was)
@@ -1579,14 +1579,14 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
                 )
             if ix._len + m > ix._cap:
                 ix._grow_buffer(ix._len + m)
-            for j in range(ix._nlev):
+            for j in range(ix._n_levels):
                 if (ix._levels[j].count + m) * 3 > ix._levels[j].cap * 2:
                     if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
                         raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
             jobs[i].tok = ix._tok
             jobs[i].levels = ix._levels
-            jobs[i].ans = ix._ans
-            jobs[i].n_levels = ix._nlev
+            jobs[i].answers = ix._answers
+            jobs[i].n_levels = ix._n_levels
             jobs[i].start = ix._len
             jobs[i].first = off[i] - base
             jobs[i].stop = ix._len + m
@@ -1597,11 +1597,11 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             jobs[i].bpow = ix._bpow
             jobs[i].earliest = ix._earliest
             jobs[i].rolling = ix._rolling
-            jobs[i].piped = not ix._rolling and ix._nlev <= PIPE_LEVELS
+            jobs[i].piped = not ix._rolling and ix._n_levels <= PIPE_LEVELS
             for j in range(off[i] - base, off[i + 1] - base):
-                pjob[j] = <int32_t>i
+                job_of[j] = <int32_t>i
         with nogil:
-            _extend_jobs(jobs, b, src, pjob, total, ring)
+            _extend_jobs(jobs, b, src, job_of, total, ring)
             if drafts != NULL:
                 _propose_jobs(jobs, b, limits, kmax, drafts, lengths)
         for i in range(b):
@@ -1610,7 +1610,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         for i in range(marked):
             (<NgramIndex>index_list[i])._writing = 0
         free(jobs)
-        free(pjob)
+        free(job_of)
         free(ring)
     return 0
 
@@ -1624,7 +1624,7 @@ cdef void _propose_jobs(const job_t* jobs, int64_t b, const int64_t* limits, int
     cdef const job_t* jb
     for i in range(b):          # the chosen ends first (each index's answers are cached)
         jb = &jobs[i]
-        end = _chosen_end(jb.ans, jb.n_levels)
+        end = _chosen_end(jb.answers, jb.n_levels)
         lengths[i] = end
         if end >= 0:
             NGI_PREFETCH(&jb.tok[end])

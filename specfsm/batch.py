@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING
 from . import _impl
 
 if TYPE_CHECKING:  # type checkers read the twin
-    from ._py import batch as _k
+    from ._py import batch as _active
 else:
-    _k = _impl.load("batch")
+    _active = _impl.load("batch")
 
 __all__ = [
     "BatchState",
@@ -56,9 +56,9 @@ __all__ = [
     "STATE_NAMES",
 ]
 
-BatchState = _k.BatchState
-StepResult = _k.StepResult
+BatchState = _active.BatchState
+StepResult = _active.StepResult
 FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = (
-    _k.FREE, _k.PREFILL, _k.DECODE, _k.VERIFY, _k.ACCEPT, _k.ROLLBACK, _k.DONE,
+    _active.FREE, _active.PREFILL, _active.DECODE, _active.VERIFY, _active.ACCEPT, _active.ROLLBACK, _active.DONE,
 )
-STATE_NAMES = _k.STATE_NAMES
+STATE_NAMES = _active.STATE_NAMES

@@ -167,7 +167,7 @@ class BatchState:
     def __init__(self, capacity: int, k_max: int = 8, *, bonus: bool = False) -> None:
         c, k = _capacity(capacity, k_max)
         self._c = c
-        self._k = k
+        self._k_max = k
         self._state = np.zeros(c, dtype=np.int8)
         self._token = np.zeros(c, dtype=np.int64)
         self._cache = np.zeros(c, dtype=np.int64)
@@ -199,7 +199,7 @@ class BatchState:
 
     @property
     def k_max(self) -> int:
-        return self._k
+        return self._k_max
 
     @property
     def bonus(self) -> bool:
@@ -287,7 +287,7 @@ class BatchState:
     def __repr__(self) -> str:
         counts = np.bincount(self._state, minlength=7)
         shown = ", ".join(f"{n}={int(c)}" for n, c in zip(STATE_NAMES, counts) if c)
-        return f"BatchState(capacity={self._c}, k_max={self._k}, {shown})"
+        return f"BatchState(capacity={self._c}, k_max={self._k_max}, {shown})"
 
     # -- transitions -------------------------------------------------------------------
     def admit(
@@ -313,15 +313,15 @@ class BatchState:
             j = int(np.argmin(budget))
             raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
         eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-        ixs = _indexes(indexes, b)
-        _check_index_types(ixs, _ni.NgramIndex)
+        index_list = _indexes(indexes, b)
+        _check_index_types(index_list, _ni.NgramIndex)
         if b and (off[1:] == off[:-1]).any():
             j = int(np.flatnonzero(off[1:] == off[:-1])[0])
             raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
         _check_from("admit", self._state, s)
         for j, i in enumerate(s.tolist()):
             self._positions[i] = pos[off[j] : off[j + 1]].copy()
-            self._index[i] = ixs[j]
+            self._index[i] = index_list[j]
         self._budget[s] = budget
         self._eos[s] = eos_ids
         self._has_eos[s] = eos is not None
@@ -361,7 +361,7 @@ class BatchState:
         s = _slots(slots, self._c)
         t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
         _check_from("enter_verify", self._state, s)
-        _check_drafts(off, s, self._k)
+        _check_drafts(off, s, self._k_max)
         for j, i in enumerate(s.tolist()):
             m = int(off[j + 1] - off[j])
             self._draft[i, :m] = t[off[j] : off[j + 1]]
@@ -628,13 +628,13 @@ class BatchState:
         with_ix = [j for j in live if self._index[int(act[j])] is not None]
         drafts = np.zeros(0, dtype=np.int64)
         if with_ix:
-            ixs = [self._index[int(act[j])] for j in with_ix]
+            index_list = [self._index[int(act[j])] for j in with_ix]
             toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in with_ix])
             loff = np.zeros(len(with_ix) + 1, dtype=np.int64)
             np.cumsum([int(eoff[j + 1] - eoff[j]) for j in with_ix], out=loff[1:])
-            _extend_all(ixs, toks, loff)
-            limits = np.minimum(self._budget[act[with_ix]], self._k)
-            dflat, doff, dlens = _ni.propose_batch(ixs, limits)
+            _extend_all(index_list, toks, loff)
+            limits = np.minimum(self._budget[act[with_ix]], self._k_max)
+            dflat, doff, dlens = _ni.propose_batch(index_list, limits)
             lens = np.zeros(a, dtype=np.int64)
             lens[with_ix] = dlens
             np.cumsum(lens, out=dr_off[1:])
@@ -651,13 +651,13 @@ class BatchState:
                           np.asarray(finished, dtype=np.int64), drafts, dr_off)
 
 
-def _extend_all(ixs: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+def _extend_all(index_list: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
     """Extend each index with its tokens: ``extend_batch`` when the index module has it."""
     eb = getattr(_ni, "extend_batch", None)
     if eb is not None:
-        eb(ixs, tokens, offsets)
+        eb(index_list, tokens, offsets)
         return
-    for q, ix in enumerate(ixs):
+    for q, ix in enumerate(index_list):
         a, b = int(offsets[q]), int(offsets[q + 1])
         if b > a:
             ix.extend(tokens[a:b])

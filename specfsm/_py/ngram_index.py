@@ -174,13 +174,13 @@ class NgramIndex:
     ) -> None:
         self._lo, self._hi = _check_index_range(min_n, max_n)
         self._earliest = _check_prefer(prefer) == 1
-        self._k, self._kmin, self._kmax = _check_draft_limits(draft_len, min_draft, max_draft)
+        self._draft_len, self._min_draft, self._max_draft = _check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
         self._toks: list[int] = []
         # level j holds (min_n + j)-grams: tuple of tokens -> end of the latest/first one
         self._tables: list[dict[tuple, int]] = [{} for _ in range(self._hi - self._lo + 1)]
         # for the current suffix: per level, end of the chosen earlier occurrence or -1
-        self._ans: list[int] = [-1] * (self._hi - self._lo + 1)
+        self._answers: list[int] = [-1] * (self._hi - self._lo + 1)
         self._steps = 0
         self._drafted = 0
         self._accepted = 0
@@ -234,7 +234,7 @@ class NgramIndex:
     @property
     def draft_len(self) -> int:
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        return self._k
+        return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -256,7 +256,7 @@ class NgramIndex:
         """Bytes this index holds (Python objects, estimated with ``sys.getsizeof``)."""
         self._begin_read()
         try:
-            total = sys.getsizeof(self._toks) + sys.getsizeof(self._ans)
+            total = sys.getsizeof(self._toks) + sys.getsizeof(self._answers)
             for t in self._tables:
                 total += sys.getsizeof(t)
                 for key in t:
@@ -289,19 +289,19 @@ class NgramIndex:
             )
         toks = self._toks
         lo, hi, earliest = self._lo, self._hi, self._earliest
-        ans, tables = self._ans, self._tables
+        answers, tables = self._answers, self._tables
         for t in new:
             toks.append(t)
             L = len(toks)
             for n in range(lo, hi + 1):
                 j = n - lo
                 if n > L:
-                    ans[j] = -1
+                    answers[j] = -1
                     continue
                 key = tuple(toks[L - n :])
                 table = tables[j]
                 prev = table.get(key, -1)
-                ans[j] = prev
+                answers[j] = prev
                 if prev < 0 or not earliest:
                     table[key] = L
 
@@ -312,7 +312,7 @@ class NgramIndex:
     def propose(self, max_k: object = None) -> list:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
-        k = self._k if max_k is None else check_count(max_k, "max_k")
+        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
         self._begin_read()
         try:
             end = self._end()
@@ -324,8 +324,8 @@ class NgramIndex:
 
     def _end(self) -> int:
         for j in range(self._hi - self._lo, -1, -1):
-            if self._ans[j] >= 0:
-                return self._ans[j]
+            if self._answers[j] >= 0:
+                return self._answers[j]
         return -1
 
     def match_length(self) -> int:
@@ -333,7 +333,7 @@ class NgramIndex:
         self._begin_read()
         try:
             for j in range(self._hi - self._lo, -1, -1):
-                if self._ans[j] >= 0:
+                if self._answers[j] >= 0:
                     return self._lo + j
             return 0
         finally:
@@ -353,10 +353,10 @@ class NgramIndex:
                 self._full += 1
             if self._adaptive and p > 0:
                 if a == p:
-                    self._k = min(self._k + GROW_STEP, self._kmax)
+                    self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
                 else:
-                    self._k = max(self._k - SHRINK_STEP, self._kmin)
-            return self._k
+                    self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
+            return self._draft_len
 
     @property
     def stats(self) -> dict:
@@ -368,7 +368,7 @@ class NgramIndex:
             "accepted": self._accepted,
             "full_accepts": self._full,
             "acceptance_rate": self._accepted / self._drafted if self._drafted else 0.0,
-            "draft_len": self._k,
+            "draft_len": self._draft_len,
         }
 
     def __repr__(self) -> str:
@@ -387,8 +387,8 @@ class NgramIndex:
             self._end_read()
         return (
             _rebuild,
-            (type(self), self._lo, self._hi, self.prefer, self._k, self._adaptive,
-             self._kmin, self._kmax, toks,
+            (type(self), self._lo, self._hi, self.prefer, self._draft_len, self._adaptive,
+             self._min_draft, self._max_draft, toks,
              (self._steps, self._drafted, self._accepted, self._full)),
         )
 
@@ -414,24 +414,24 @@ def propose_batch(indexes: object, max_k: object = None):
     ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
     does, ``drafts`` being int64.
     """
-    ixs = _index_list(indexes, NgramIndex)
-    b = len(ixs)
-    ks = _check_batch_k(max_k, b, [ix._k for ix in ixs])
+    index_list = _index_list(indexes, NgramIndex)
+    b = len(index_list)
+    ks = _check_batch_k(max_k, b, [ix._draft_len for ix in index_list])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     marked = 0
     try:
-        for ix in ixs:  # every index marked as read before any is read
+        for ix in index_list:  # every index marked as read before any is read
             ix._begin_read()
             marked += 1
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             end = ix._end()
             if end >= 0 and ks[i] > 0:
                 piece = ix._toks[end : end + int(ks[i])]
                 pieces.extend(piece)
                 lengths[i] = len(piece)
     finally:
-        for ix in ixs[:marked]:
+        for ix in index_list[:marked]:
             ix._end_read()
     off = np.zeros(b + 1, dtype=np.int64)
     np.cumsum(lengths, out=off[1:])
@@ -441,15 +441,15 @@ def propose_batch(indexes: object, max_k: object = None):
 def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:
     """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
     Returns the next draft lengths (int64)."""
-    ixs = _index_list(indexes, NgramIndex)
-    b = len(ixs)
+    index_list = _index_list(indexes, NgramIndex)
+    b = len(index_list)
     p = _check_batch_k(proposed, b, None, "proposed")
     a = _check_batch_k(accepted, b, None, "accepted")
     for i in range(b):
         if a[i] > p[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
     out = np.empty(b, dtype=np.int64)
-    for i, ix in enumerate(ixs):
+    for i, ix in enumerate(index_list):
         out[i] = ix.record(int(p[i]), int(a[i]))
     return out
 
@@ -461,8 +461,8 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
     index appears twice (ValueError) or is in use by another call (RuntimeError), or
     when one would exceed its capacity.
     """
-    ixs = _index_list(indexes, NgramIndex)
-    b = len(ixs)
+    index_list = _index_list(indexes, NgramIndex)
+    b = len(index_list)
     src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
     off = _own_offsets(offsets)
     if off.shape[0] != b + 1:
@@ -473,7 +473,7 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
     marked: list = []
     seen: set = set()
     try:
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             if id(ix) in seen:
                 raise ValueError(
                     f"indexes[{i}] appears twice in the batch; extend_batch takes each "
@@ -485,14 +485,14 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
                 raise RuntimeError(f"indexes[{i}]: {exc}") from None
             marked.append(ix)
             seen.add(id(ix))
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             m = int(off[i + 1] - off[i])
             if len(ix._toks) + m > MAX_INDEX_TOKENS:
                 raise OverflowError(
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                     f"indexes[{i}] has {len(ix._toks)} + {m}, too many"
                 )
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             ix._extend(src[off[i] : off[i + 1]].tolist())
     finally:
         for ix in marked:
