@@ -44,6 +44,7 @@ from specfsm._validate import (
 # the active n-gram index module (compiled, or the twin where only it is available)
 from specfsm._impl import load as _load
 _ni = _load("ngram_index")
+_si = _load("suffix_index")
 
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
@@ -94,6 +95,11 @@ cdef dict _FROM_MASK = {
     "finish": (1 << PREFILL) | (1 << DECODE) | (1 << VERIFY) | (1 << ACCEPT) | (1 << ROLLBACK) | (1 << DONE),
     "release": 1 << DONE,
 }
+
+cdef enum:             # what drafts for a slot (_has_ix)
+    IX_NONE = 0
+    IX_NGRAM = 1
+    IX_SUFFIX = 2
 
 cdef enum:
     C_FREE = 0
@@ -302,7 +308,7 @@ cdef class BatchState:
             raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
         eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
         index_list = _indexes(indexes, b)
-        _check_index_types(index_list, _ni.NgramIndex)
+        _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
         if b and (np.diff(off) == 0).any():
             j = int(np.flatnonzero(np.diff(off) == 0)[0])
             raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
@@ -318,7 +324,8 @@ cdef class BatchState:
             i = sv[j2]
             self._positions[i] = pos[ov[j2] : ov[j2 + 1]].copy()
             self._index[i] = index_list[j2]
-            self._has_ix[i] = index_list[j2] is not None
+            self._has_ix[i] = (IX_NONE if index_list[j2] is None else
+                               IX_NGRAM if isinstance(index_list[j2], _ni.NgramIndex) else IX_SUFFIX)
             self._plen[i] = ov[j2 + 1] - ov[j2]
             self._budget[i] = bv[j2]
             self._eos[i] = ev[j2]
@@ -582,6 +589,37 @@ cdef class BatchState:
                         inv[r0 + 1 + q] = self._draft[i, q]
         return act, inputs, off
 
+    cdef int _apply_drafts(self, const int64_t* av, const int64_t* pos_j, Py_ssize_t count,
+                           object flat, object offsets, object lengths, int64_t* dov) except -1:
+        """Enter Verify with the next drafts an index module returned for the live slots
+        at positions ``pos_j`` (their lengths into ``dov[j + 1]``), each checked before
+        use."""
+        cdef const int64_t* dfv = _ptr(flat)
+        cdef const int64_t* dlv = _ptr(lengths)
+        cdef const int64_t* pov = _ptr(offsets)
+        cdef int64_t n = array_len(flat), m
+        cdef Py_ssize_t q, jj, i, t
+        if array_len(lengths) != count or array_len(offsets) < count:
+            raise RuntimeError(f"the index module returned {array_len(lengths)} drafts for {count} slots")
+        for q in range(count):   # drafts from the index module, checked before use
+            if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
+                raise RuntimeError(
+                    f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
+                    f"for k_max={self._k_max} and {n} draft tokens")
+        with nogil:
+            for q in range(count):
+                jj = pos_j[q]
+                m = dlv[q]
+                dov[jj + 1] = m
+                if m:
+                    i = av[jj]
+                    for t in range(m):
+                        self._draft[i, t] = dfv[pov[q] + t]
+                    self._dlen[i] = m
+                    self._st[i] = C_VERIFY
+                    self._snap[i] = self._cache[i]
+        return 0
+
     cdef tuple _update_indexes(self, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive,
                                object emitted, object eoff, Py_ssize_t w, Py_ssize_t a):
         """Extend the live slots' indexes with what they emitted and propose their next
@@ -718,6 +756,8 @@ cdef class BatchState:
         eov[0] = 0
         memset(drv, 0, a * sizeof(int64_t))
         cdef int64_t* lvv = sc    # positions j of live slots with an index (scratch)
+        cdef int64_t* svv = sc + self._c   # positions j of live SuffixIndex slots (scratch)
+        cdef Py_ssize_t nsuf = 0
         cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0, npre = 0
         cdef int code
         cdef int64_t r0, r1, t, bonus = self._bonus
@@ -781,9 +821,12 @@ cdef class BatchState:
                     else:
                         self._st[i] = C_DECODE
                         self._tok[i] = emv[w - 1]
-                        if self._has_ix[i]:
+                        if self._has_ix[i] == IX_NGRAM:
                             lvv[nlive] = j
                             nlive += 1
+                        elif self._has_ix[i] == IX_SUFFIX:
+                            svv[nsuf] = j
+                            nsuf += 1
         if npre:     # the prompts of the slots that left Prefill are dropped
             for j in range(a):
                 if self._positions[av[j]] is not None:
@@ -836,32 +879,45 @@ cdef class BatchState:
             dflat = np.ascontiguousarray(dflat, dtype=np.int64)
             doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
             dlens = np.ascontiguousarray(dlens, dtype=np.int64)
+        if nsuf:
+            # SuffixIndex slots: their module's batch calls, with the GIL (see _suffix_update)
+            index_list = _pick(self._index, av, svv, nsuf)
+            soff = _new(nsuf + 1)
+            stoks = _new(w)
+            _gather(svv, nsuf, eov, emv, _ptr(soff), _ptr(stoks))
+            slim = _new(nsuf)
+            sdr = _new(nsuf)
+            sacc = _new(nsuf)
+            for q in range(nsuf):
+                jj = svv[q]
+                lim = self._budget[av[jj]]
+                _ptr(slim)[q] = lim if lim < self._k_max else self._k_max
+                _ptr(sdr)[q] = drv[jj]
+                # what the drafter session records: the draft's agreement with what the
+                # slot emitted (the accepted count, and the replacement when it agrees)
+                m = drv[jj]
+                if m > eov[jj + 1] - eov[jj]:
+                    m = eov[jj + 1] - eov[jj]
+                _ptr(sacc)[q] = _prefix(&self._draft[av[jj], 0], emv + eov[jj], m) if m > 0 else 0
+            sflat, sdoff, sdlens = _suffix_update(index_list, stoks[: _ptr(soff)[nsuf]], soff,
+                                                  sdr, sacc, slim)
+            self._apply_drafts(av, svv, nsuf, np.ascontiguousarray(sflat, dtype=np.int64),
+                               np.ascontiguousarray(sdoff, dtype=np.int64),
+                               np.ascontiguousarray(sdlens, dtype=np.int64), dov)
         if nlive:
-            drafts = dflat
-            dfv = _ptr(dflat)
-            dlv = _ptr(dlens)
-            pov = _ptr(doff2)
-            n = array_len(dflat)
-            for q in range(nlive):   # drafts from the index module, checked before use
-                if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
-                    raise RuntimeError(
-                        f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
-                        f"for k_max={self._k_max} and {n} draft tokens")
-            if True:
-                with nogil:
-                    for q in range(nlive):
-                        jj = lvv[q]
-                        dov[jj + 1] = dlv[q]
-                        n = dlv[q]
-                        if n:
-                            i = av[jj]
-                            for t in range(n):
-                                self._draft[i, t] = dfv[pov[q] + t]
-                            self._dlen[i] = n
-                            self._st[i] = C_VERIFY
-                            self._snap[i] = self._cache[i]
-                    for j in range(a):
-                        dov[j + 1] += dov[j]
+            self._apply_drafts(av, lvv, nlive, dflat, doff2, dlens, dov)
+        if nlive or nsuf:
+            for j in range(a):
+                dov[j + 1] += dov[j]
+            if nsuf == 0:
+                drafts = dflat          # the n-gram drafts, already in slot order
+            else:                       # both kinds: gathered from the slots' drafts
+                drafts = _new(dov[a])
+                dfv = _ptr(drafts)
+                for j in range(a):
+                    i = av[j]
+                    for t in range(dov[j + 1] - dov[j]):
+                        dfv[dov[j] + t] = self._draft[i, t]
         return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
 
 
@@ -880,6 +936,38 @@ cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nl
         Py_INCREF(ix)
         PyList_SET_ITEM(out, q, ix)
     return out
+
+
+def _suffix_update(index_list, tokens, offsets, drafted, accepted, limits):
+    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
+    session does it per request: each index that verified a draft records it
+    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
+    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
+    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
+    verified = [q for q in range(len(index_list)) if drafted[q] > 0]
+    if verified:
+        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
+    _extend_suffix(index_list, tokens, offsets)
+    limits = np.array(limits, dtype=np.int64, copy=True)
+    for q in range(len(index_list)):
+        ix = index_list[q]
+        if ix.adaptive and ix.draft_len < limits[q]:
+            limits[q] = ix.draft_len
+    return _si.propose_batch(index_list, limits)
+
+
+def _extend_suffix(index_list, tokens, offsets):
+    """Extend each ``SuffixIndex`` with its tokens: the suffix module's ``extend_batch``
+    where it has one (same contract as ``ngram_index.extend_batch``), else one
+    ``extend`` per index."""
+    eb = getattr(_si, "extend_batch", None)
+    if eb is not None:
+        eb(index_list, tokens, offsets)
+        return
+    for q in range(len(index_list)):
+        a, b = int(offsets[q]), int(offsets[q + 1])
+        if b > a:
+            index_list[q].extend(tokens[a:b])
 
 
 cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,

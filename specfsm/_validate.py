@@ -418,11 +418,13 @@ def _indexes(indexes: object, n: int) -> list:
     return out
 
 
-def _check_index_types(ixs: list, cls: type) -> None:
+def _check_index_types(ixs: list, cls: type | tuple[type, ...]) -> None:
+    """Each entry None or an instance of ``cls`` (the batch's index classes)."""
     for j, ix in enumerate(ixs):
         if ix is not None and not isinstance(ix, cls):
             raise TypeError(
-                f"indexes[{j}] must be an NgramIndex of the same implementation or None, "
+                f"indexes[{j}] must be an NgramIndex or SuffixIndex of the same implementation, "
+                "or None, "
                 f"got {type(ix).__module__}.{type(ix).__name__}"
             )
 

@@ -67,6 +67,7 @@ __all__ = [
     "TraceError",
     "TargetError",
     "SpeculationMismatch",
+    "batchable_drafter",
     "compare_outputs",
 ]
 
@@ -654,15 +655,17 @@ class SpeculativeLoop:
         ``step`` per serving step does acceptance, settle, the transitions, the index
         update and the next drafts for all of them. The target is still asked once per
         request per step (``evaluate``, or ``evaluate_probs`` for the sampling rules).
-        Needs integer token ids and an ``NgramDrafter`` (or no drafter). ``bonus=True``
+        Needs integer token ids and an ``NgramDrafter`` or a ``SuffixDrafter`` without a
+        shared cache (or no drafter; see ``batchable_drafter``). ``bonus=True``
         verifies a K-token draft with K + 1 rows (a fully accepted draft emits K + 1
         tokens); the default is K rows (``specfsm.state``'s convention), whose results equal
         ``run_batch``'s.
         """
         drafter, k, rule = self.drafter, self.k, self.rule
-        if drafter is not None and k and not isinstance(drafter, NgramDrafter):
+        if drafter is not None and k and not batchable_drafter(drafter):
             raise TypeError(
-                f"run_batched drafts with an NgramDrafter (an index per request), got {type(drafter).__name__}"
+                "run_batched drafts with an NgramDrafter or a SuffixDrafter without a shared cache "
+                f"(an index per request), got {drafter!r}"
             )
         use_indexes = drafter is not None and k > 0
         kind = self.impl
@@ -778,6 +781,17 @@ class SpeculativeLoop:
         if check:
             _raise_on_mismatch(results, self.greedy().run_batch(requests))
         return results
+
+
+def batchable_drafter(drafter: Any) -> bool:
+    """Whether ``SpeculativeLoop.run_batched`` can draft with ``drafter`` on the batch API:
+    an ``NgramDrafter``, or a ``specfsm.suffix_index.SuffixDrafter`` without a shared
+    cache (its sessions hold one ``SuffixIndex`` each, which ``BatchState`` serves)."""
+    if isinstance(drafter, NgramDrafter):
+        return True
+    from .suffix_index import SuffixDrafter
+
+    return isinstance(drafter, SuffixDrafter) and drafter.shared is None
 
 
 def compare_outputs(

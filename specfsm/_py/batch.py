@@ -52,6 +52,7 @@ from .._validate import (  # noqa: F401  (shared with the compiled module; re-ex
     settle_reason,
 )
 from . import ngram_index as _ni
+from . import suffix_index as _si
 
 __all__ = [
     "BatchState",
@@ -300,9 +301,11 @@ class BatchState:
 
         For ``step``: ``max_tokens`` (one count or one per slot, at least 1; default
         unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
-        stops it after that token, and ``indexes`` (one ``NgramIndex`` of this
-        implementation, or None, per slot; already extended with the prompt) drafts for
-        it."""
+        stops it after that token, and ``indexes`` (one ``NgramIndex`` or ``SuffixIndex``
+        of this implementation, or None, per slot; already extended with the prompt)
+        drafts for it. A ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session
+        serves one request: it records each verified draft (``record``) and drafts at
+        most its ``draft_len`` when it is ``adaptive``."""
         self._enter()
         s = _slots(slots, self._c)
         b = s.shape[0]
@@ -314,7 +317,7 @@ class BatchState:
             raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
         eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
         index_list = _indexes(indexes, b)
-        _check_index_types(index_list, _ni.NgramIndex)
+        _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
         if b and (off[1:] == off[:-1]).any():
             j = int(np.flatnonzero(off[1:] == off[:-1])[0])
             raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
@@ -628,27 +631,84 @@ class BatchState:
         with_ix = [j for j in live if self._index[int(act[j])] is not None]
         drafts = np.zeros(0, dtype=np.int64)
         if with_ix:
-            index_list = [self._index[int(act[j])] for j in with_ix]
-            toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in with_ix])
-            loff = np.zeros(len(with_ix) + 1, dtype=np.int64)
-            np.cumsum([int(eoff[j + 1] - eoff[j]) for j in with_ix], out=loff[1:])
-            _extend_all(index_list, toks, loff)
-            limits = np.minimum(self._budget[act[with_ix]], self._k_max)
-            dflat, doff, dlens = _ni.propose_batch(index_list, limits)
+            # per kind of index: its module's batch calls (n-gram slots first, then
+            # suffix slots); the drafts come back in slot order
+            by_j: dict[int, np.ndarray] = {}
+            for group in ([j for j in with_ix if isinstance(self._index[int(act[j])], _ni.NgramIndex)],
+                          [j for j in with_ix if not isinstance(self._index[int(act[j])], _ni.NgramIndex)]):
+                if not group:
+                    continue
+                index_list = [self._index[int(act[j])] for j in group]
+                toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in group])
+                loff = np.zeros(len(group) + 1, dtype=np.int64)
+                np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
+                limits = np.minimum(self._budget[act[group]], self._k_max)
+                if isinstance(index_list[0], _ni.NgramIndex):
+                    _extend_all(index_list, toks, loff)
+                    dflat, doff, dlens = _ni.propose_batch(index_list, limits)
+                else:
+                    # what the drafter session records: the draft's agreement with
+                    # what the slot emitted (the accepted count, and the replacement
+                    # when it agrees)
+                    agree = np.zeros(len(group), dtype=np.int64)
+                    for q, j in enumerate(group):
+                        d = self._draft[int(act[j]), : int(drafted[j])]
+                        e = em[int(eoff[j]) : int(eoff[j + 1])][: d.shape[0]]
+                        neq = np.flatnonzero(d[: e.shape[0]] != e)
+                        agree[q] = int(neq[0]) if neq.shape[0] else e.shape[0]
+                    dflat, doff, dlens = _suffix_update(index_list, toks, loff, drafted[group],
+                                                        agree, limits)
+                dflat = np.asarray(dflat, dtype=np.int64)
+                for q, j in enumerate(group):
+                    by_j[j] = dflat[int(doff[q]) : int(doff[q]) + int(dlens[q])]
             lens = np.zeros(a, dtype=np.int64)
-            lens[with_ix] = dlens
+            for j, d in by_j.items():
+                lens[j] = d.shape[0]
             np.cumsum(lens, out=dr_off[1:])
-            drafts = np.asarray(dflat, dtype=np.int64)
-            for q, j in enumerate(with_ix):
-                ln = int(dlens[q])
+            drafts = np.zeros(int(dr_off[a]), dtype=np.int64)
+            for j, d in by_j.items():
+                ln = d.shape[0]
                 if ln:
                     i = int(act[j])
-                    self._draft[i, :ln] = drafts[int(doff[q]) : int(doff[q]) + ln]
+                    drafts[int(dr_off[j]) : int(dr_off[j]) + ln] = d
+                    self._draft[i, :ln] = d
                     self._dlen[i] = ln
                     self._state[i] = VERIFY
                     self._snap[i] = self._cache[i]
         return StepResult(act, em, eoff, acc, drafted, resume,
                           np.asarray(finished, dtype=np.int64), drafts, dr_off)
+
+
+def _suffix_update(index_list: list, tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,
+                   accepted: np.ndarray, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
+    session does it per request: each index that verified a draft records it
+    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
+    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
+    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
+    verified = [q for q in range(len(index_list)) if int(drafted[q]) > 0]
+    if verified:
+        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
+    _extend_suffix(index_list, tokens, offsets)
+    limits = np.array(limits, dtype=np.int64, copy=True)
+    for q, ix in enumerate(index_list):
+        if ix.adaptive and ix.draft_len < limits[q]:
+            limits[q] = ix.draft_len
+    return _si.propose_batch(index_list, limits)
+
+
+def _extend_suffix(index_list: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+    """Extend each ``SuffixIndex`` with its tokens: the suffix module's ``extend_batch``
+    where it has one (same contract as ``ngram_index.extend_batch``), else one
+    ``extend`` per index."""
+    eb = getattr(_si, "extend_batch", None)
+    if eb is not None:
+        eb(index_list, tokens, offsets)
+        return
+    for q, ix in enumerate(index_list):
+        a, b = int(offsets[q]), int(offsets[q + 1])
+        if b > a:
+            ix.extend(tokens[a:b])
 
 
 def _extend_all(index_list: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
