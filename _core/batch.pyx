@@ -716,10 +716,12 @@ cdef class BatchState:
                 np.cumsum(ks, out=doff[1:])
                 dflat = np.concatenate([self._draft_a[x, :y] for x, y in zip(vsl.tolist(), ks.tolist())])
                 ridx = np.concatenate([np.arange(x, x + y) for x, y in zip(off[vja].tolist(), ks.tolist())])
+                # the draft rows are every row (all verifying, K rows each): no copy of them
+                vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
                 if kind == R_SPEC:
-                    out, an = rule.sample_batch(dflat, doff, p[ridx], draft_probs)
+                    out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)
                 else:
-                    out, an = rule.accept_batch(dflat, doff, p[ridx])
+                    out, an = rule.accept_batch(dflat, doff, vrows)
                 an = np.asarray(an, dtype=np.int64)
                 if an.shape[0] != ks.shape[0] or (an < 0).any() or (an > ks).any():
                     raise RuntimeError("the acceptance kernel returned counts outside [0, K]")

@@ -733,10 +733,14 @@ class SpeculativeLoop:
             a = clock()
             kw: dict[str, Any] = {"rule": rule}
             if needs:
+                # one N x V array, rows of a narrower vocabulary padded with zeros (one copy)
                 v = max(p.shape[1] for p in probs_all)
-                kw["probs"] = np.concatenate(
-                    [np.pad(p, ((0, 0), (0, v - p.shape[1]))) if p.shape[1] < v else p for p in probs_all]
-                )
+                allp = np.zeros((sum(p.shape[0] for p in probs_all), v), dtype=np.float64)
+                r0 = 0
+                for p in probs_all:
+                    allp[r0 : r0 + p.shape[0], : p.shape[1]] = p
+                    r0 += p.shape[0]
+                kw["probs"] = allp
             res = bs.step(np.asarray(rows_all, dtype=np.int64), **kw)
             em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
             acc, dr, rr = res.accepted.tolist(), res.drafted.tolist(), res.resume_rows.tolist()

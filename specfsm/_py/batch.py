@@ -558,10 +558,12 @@ class BatchState:
             np.cumsum(ks, out=doff[1:])
             dflat = np.concatenate([self._draft[int(act[j]), : int(k)] for j, k in zip(vj, ks)])
             ridx = np.concatenate([np.arange(int(off[j]), int(off[j]) + int(k)) for j, k in zip(vj, ks)])
+            # the draft rows are every row (all verifying, K rows each): no copy of them
+            vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
             if kind == R_SPEC:
-                out, an = rule.sample_batch(dflat, doff, p[ridx], draft_probs)  # type: ignore[union-attr]
+                out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)  # type: ignore[union-attr]
             else:
-                out, an = rule.accept_batch(dflat, doff, p[ridx])  # type: ignore[union-attr]
+                out, an = rule.accept_batch(dflat, doff, vrows)  # type: ignore[union-attr]
             acc[vj] = an
             repl = np.full(a, 0, dtype=np.int64)
             repl[vj] = out[np.arange(vj.shape[0]), np.minimum(an, ks)]
