@@ -44,6 +44,19 @@ from libc.string cimport memcpy, memset
 from cpython.pycapsule cimport PyCapsule_New
 
 from _typedefs cimport token_t
+from _arrays cimport plain_int_width, array_data, array_len
+cimport numpy as cnp
+
+cnp.import_array()
+
+
+cdef inline object _copy_int64(object a):
+    """A fresh copy of a 1-D C-contiguous int64 ndarray (numpy C API, no Python call)."""
+    cdef cnp.npy_intp n = array_len(a)
+    out = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
+    if n:
+        memcpy(cnp.PyArray_DATA(<cnp.ndarray>out), array_data(a), <size_t>n * sizeof(int64_t))
+    return out
 from _seq cimport Py_SIZE
 
 cdef extern from *:
@@ -1496,8 +1509,15 @@ def extend_batch(indexes, tokens, offsets):
     # every argument converted (Python code may run) and copied before any index is touched
     cdef list index_list = _index_list(indexes)
     cdef int64_t b = len(index_list), i, n
-    src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    off = _own_offsets(offsets)
+    # plain int64 arrays (the usual arguments) copied without the shared checks' calls
+    if plain_int_width(tokens) == 8:
+        src = _copy_int64(tokens)
+    else:
+        src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    if plain_int_width(offsets) == 8 and array_len(offsets) >= 1:
+        off = _copy_int64(offsets)
+    else:
+        off = _own_offsets(offsets)
     if off.shape[0] != b + 1:
         raise ValueError(
             f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
