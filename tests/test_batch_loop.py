@@ -590,3 +590,15 @@ def test_admit_refuses_an_index_of_another_kind(bm):
     with pytest.raises(TypeError, match=r"indexes\[0\] must be an NgramIndex or SuffixIndex"):
         b.admit([0], [1], [0, 1], [0], indexes=[object()])
     assert b.states.tolist() == [bm.FREE]
+
+
+def test_a_step_refuses_one_index_in_two_slots(bm, ni):
+    """The index update takes each index once (as extend_batch does): one NgramIndex
+    admitted for two slots is refused at the step that would extend it twice."""
+    ix = ni.NgramIndex(1, 2)
+    ix.extend([1, 2, 1])
+    b = bm.BatchState(2, 3)
+    b.admit([0, 1], [1, 2, 1, 1, 2, 1], [0, 3, 6], [0, 1], indexes=[ix, ix])
+    with pytest.raises(ValueError, match="appears twice"):
+        b.step(np.array([5, 5, 2, 5, 5, 2], dtype=np.int64))
+    assert len(ix) == 3  # all or nothing: the index is unchanged
