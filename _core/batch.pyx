@@ -966,10 +966,10 @@ def _extend_suffix(index_list, tokens, offsets):
     if eb is not None:
         eb(index_list, tokens, offsets)
         return
+    tl, ol = tokens.tolist(), offsets.tolist()   # lists: each extend's cheapest argument
     for q in range(len(index_list)):
-        a, b = int(offsets[q]), int(offsets[q + 1])
-        if b > a:
-            index_list[q].extend(tokens[a:b])
+        if ol[q + 1] > ol[q]:
+            index_list[q].extend(tl[ol[q] : ol[q + 1]])
 
 
 cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,

@@ -707,10 +707,10 @@ def _extend_suffix(index_list: list, tokens: np.ndarray, offsets: np.ndarray) ->
     if eb is not None:
         eb(index_list, tokens, offsets)
         return
+    tl, ol = tokens.tolist(), offsets.tolist()  # lists: each extend's cheapest argument
     for q, ix in enumerate(index_list):
-        a, b = int(offsets[q]), int(offsets[q + 1])
-        if b > a:
-            ix.extend(tokens[a:b])
+        if ol[q + 1] > ol[q]:
+            ix.extend(tl[ol[q] : ol[q + 1]])
 
 
 def _extend_all(index_list: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
