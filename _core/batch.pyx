@@ -1,8 +1,8 @@
 # cython: language_level=3
 """B request slots as arrays: the batched serving state machine (compiled).
 
-Same names and behaviour as the twin ``specfsm._py.batch``, whose argument checks this
-module imports (every argument is converted into a fresh array the call owns, then
+Same names and behaviour as the twin ``specfsm._py.batch``; both take their argument
+checks from ``specfsm._validate`` (every argument is converted into a fresh array the call owns, then
 validated). Transitions check every slot's state in one C loop, raise before changing
 anything, then apply in a second loop. ``step`` runs the legality-free part of a serving
 step (acceptance for the greedy rules, settle, the transitions, emission with budgets
@@ -13,8 +13,7 @@ batch meanwhile (RuntimeError).
 
 import numpy as np
 
-from specfsm._validate import check_count, settle_reason
-from specfsm._py.batch import (
+from specfsm._validate import (
     ACCEPT,
     DECODE,
     DONE,
@@ -38,21 +37,37 @@ from specfsm._py.batch import (
     _ragged,
     _rule_kind,
     _slots,
+    INT64_MAX,
+    check_count,
+    settle_reason,
 )
-from specfsm._validate import INT64_MAX
-# the active n-gram index module (compiled, or the twin where only it is available)
-from specfsm._impl import load as _load
-_ni = _load("ngram_index")
+from specfsm._values import state_types as _state_types
+# the index modules of the same implementation (a build without them has no compiled batch)
+from specfsm._core import ngram_index as _ni
+from specfsm._core import suffix_index as _si
 
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
 from libc.string cimport memset
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+
+cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
 
 from _arrays cimport plain_int_width, array_data, array_len
 
 cnp.import_array()
+
+# The compiled index module's C entry for the step's index update (extend and propose in
+# one pass on the step's own buffers), or NULL where the index module is the twin.
+ctypedef int (*update_fn)(list, Py_ssize_t, const int64_t*, const int64_t*, const int64_t*,
+                          Py_ssize_t, int64_t*, int64_t*) except -1
+cdef update_fn _UPDATE = NULL
+_update_capsule = getattr(_ni, "_UPDATE_CAPSULE", None)
+if _update_capsule is not None and PyCapsule_IsValid(_update_capsule, UPDATE_CAPSULE_NAME):
+    _UPDATE = <update_fn>PyCapsule_GetPointer(_update_capsule, UPDATE_CAPSULE_NAME)
+del _update_capsule
 
 __all__ = [
     "BatchState",
@@ -80,6 +95,11 @@ cdef dict _FROM_MASK = {
     "finish": (1 << PREFILL) | (1 << DECODE) | (1 << VERIFY) | (1 << ACCEPT) | (1 << ROLLBACK) | (1 << DONE),
     "release": 1 << DONE,
 }
+
+cdef enum:             # what drafts for a slot (_has_ix)
+    IX_NONE = 0
+    IX_NGRAM = 1
+    IX_SUFFIX = 2
 
 cdef enum:
     C_FREE = 0
@@ -113,7 +133,7 @@ cdef class BatchState:
     class has the same methods and behaviour.
     """
 
-    cdef Py_ssize_t _c, _k
+    cdef Py_ssize_t _c, _k_max
     cdef bint _bonus, _busy
     cdef object _state_a, _token_a, _cache_a, _snap_a, _n_a, _dlen_a, _draft_a
     cdef object _budget_a, _eos_a, _has_eos_a, _plen_a, _has_ix_a
@@ -128,7 +148,7 @@ cdef class BatchState:
     def __init__(self, capacity, k_max=8, *, bonus=False):
         c, k = _capacity(capacity, k_max)
         self._c = c
-        self._k = k
+        self._k_max = k
         self._bonus = bool(bonus)
         self._busy = False
         self._state_a = np.zeros(c, dtype=np.int8)
@@ -172,7 +192,7 @@ cdef class BatchState:
 
     @property
     def k_max(self):
-        return self._k
+        return self._k_max
 
     @property
     def bonus(self):
@@ -233,7 +253,7 @@ cdef class BatchState:
     def state_of(self, slot):
         """Slot ``slot`` as a ``specfsm.state`` value (tokens and caches as ints), or None
         when it is FREE."""
-        from specfsm import state as st
+        st = _state_types()
 
         cdef Py_ssize_t i = self._one(slot)
         cdef int code = self._st[i]
@@ -241,16 +261,16 @@ cdef class BatchState:
         if code == C_FREE:
             return None
         if code == C_PREFILL:
-            return st.Prefill(list(self._positions[i]), cache)
+            return st["Prefill"](list(self._positions[i]), cache)
         if code == C_DECODE:
-            return st.Decode(tok, cache)
+            return st["Decode"](tok, cache)
         if code == C_VERIFY:
-            return st.Verify(self.draft(i), int(self._snap[i]), cache)
+            return st["Verify"](self.draft(i), int(self._snap[i]), cache)
         if code == C_ACCEPT:
-            return st.Accept(int(self._n[i]), tok, cache)
+            return st["Accept"](int(self._n[i]), tok, cache)
         if code == C_ROLLBACK:
-            return st.Rollback(cache, tok)
-        return st.Done(cache)
+            return st["Rollback"](cache, tok)
+        return st["Done"](cache)
 
     def __len__(self):
         return self._c
@@ -258,7 +278,7 @@ cdef class BatchState:
     def __repr__(self):
         counts = np.bincount(self._state_a, minlength=7)
         shown = ", ".join(f"{n}={int(c)}" for n, c in zip(STATE_NAMES, counts) if c)
-        return f"BatchState(capacity={self._c}, k_max={self._k}, {shown})"
+        return f"BatchState(capacity={self._c}, k_max={self._k_max}, {shown})"
 
     # -- transitions -------------------------------------------------------------------
     cdef int _check_from(self, str attempted, s) except -1:
@@ -287,8 +307,8 @@ cdef class BatchState:
             j = int(np.argmin(budget))
             raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
         eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-        ixs = _indexes(indexes, b)
-        _check_index_types(ixs, _ni.NgramIndex)
+        index_list = _indexes(indexes, b)
+        _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
         if b and (np.diff(off) == 0).any():
             j = int(np.flatnonzero(np.diff(off) == 0)[0])
             raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
@@ -303,8 +323,9 @@ cdef class BatchState:
         for j2 in range(b):
             i = sv[j2]
             self._positions[i] = pos[ov[j2] : ov[j2 + 1]].copy()
-            self._index[i] = ixs[j2]
-            self._has_ix[i] = ixs[j2] is not None
+            self._index[i] = index_list[j2]
+            self._has_ix[i] = (IX_NONE if index_list[j2] is None else
+                               IX_NGRAM if isinstance(index_list[j2], _ni.NgramIndex) else IX_SUFFIX)
             self._plen[i] = ov[j2 + 1] - ov[j2]
             self._budget[i] = bv[j2]
             self._eos[i] = ev[j2]
@@ -356,9 +377,9 @@ cdef class BatchState:
             m = ov[j + 1] - ov[j]
             if m == 0:
                 raise ValueError(f"the draft for slot {sv[j]} is empty: a verify needs at least one row")
-            if m > self._k:
+            if m > self._k_max:
                 raise ValueError(
-                    f"the draft for slot {sv[j]} holds {m} tokens, more than k_max={self._k}")
+                    f"the draft for slot {sv[j]} holds {m} tokens, more than k_max={self._k_max}")
         for j in range(sv.shape[0]):
             i = sv[j]
             m = ov[j + 1] - ov[j]
@@ -568,6 +589,77 @@ cdef class BatchState:
                         inv[r0 + 1 + q] = self._draft[i, q]
         return act, inputs, off
 
+    cdef int _apply_drafts(self, const int64_t* av, const int64_t* pos_j, Py_ssize_t count,
+                           object flat, object offsets, object lengths, int64_t* dov) except -1:
+        """Enter Verify with the next drafts an index module returned for the live slots
+        at positions ``pos_j`` (their lengths into ``dov[j + 1]``), each checked before
+        use."""
+        cdef const int64_t* dfv = _ptr(flat)
+        cdef const int64_t* dlv = _ptr(lengths)
+        cdef const int64_t* pov = _ptr(offsets)
+        cdef int64_t n = array_len(flat), m
+        cdef Py_ssize_t q, jj, i, t
+        if array_len(lengths) != count or array_len(offsets) < count:
+            raise RuntimeError(f"the index module returned {array_len(lengths)} drafts for {count} slots")
+        for q in range(count):   # drafts from the index module, checked before use
+            if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
+                raise RuntimeError(
+                    f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
+                    f"for k_max={self._k_max} and {n} draft tokens")
+        with nogil:
+            for q in range(count):
+                jj = pos_j[q]
+                m = dlv[q]
+                dov[jj + 1] = m
+                if m:
+                    i = av[jj]
+                    for t in range(m):
+                        self._draft[i, t] = dfv[pov[q] + t]
+                    self._dlen[i] = m
+                    self._st[i] = C_VERIFY
+                    self._snap[i] = self._cache[i]
+        return 0
+
+    cdef tuple _update_indexes(self, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive,
+                               object emitted, object eoff, Py_ssize_t w, Py_ssize_t a):
+        """Extend the live slots' indexes with what they emitted and propose their next
+        drafts through the index module's C entry; returns ``(drafts, offsets,
+        lengths)`` as ``propose_batch`` does. Every buffer is fresh memory of this call."""
+        cdef list index_list = _pick(self._index, av, lvv, nlive)
+        cdef const int64_t* emv = _ptr(emitted)
+        cdef const int64_t* eov = _ptr(eoff)
+        cdef int64_t* srcv
+        cdef int64_t* offv
+        cdef Py_ssize_t q, t, kmax = self._k_max
+        cdef int64_t lim
+        if nlive == a:
+            src, off = emitted, eoff
+        else:
+            off = _new(nlive + 1)
+            src = _new(w)
+            _gather(lvv, nlive, eov, emv, _ptr(off), _ptr(src))
+        limits = _new(nlive)
+        cdef int64_t* limv = _ptr(limits)
+        for q in range(nlive):
+            lim = self._budget[av[lvv[q]]]
+            limv[q] = lim if lim < kmax else kmax
+        square = _new(nlive * kmax if kmax else 1)
+        lengths = _new(nlive)
+        cdef int64_t* sqv = _ptr(square)
+        cdef int64_t* lnv = _ptr(lengths)
+        _UPDATE(index_list, nlive, _ptr(src), _ptr(off), limv, kmax, sqv, lnv)
+        doffs = _new(nlive + 1)
+        cdef int64_t* dov = _ptr(doffs)
+        dov[0] = 0
+        for q in range(nlive):
+            dov[q + 1] = dov[q] + lnv[q]
+        flat = _new(dov[nlive])
+        cdef int64_t* fv = _ptr(flat)
+        for q in range(nlive):
+            for t in range(lnv[q]):
+                fv[dov[q] + t] = sqv[q * kmax + t]
+        return flat, doffs, lengths
+
     def step(self, row_tokens, *, probs=None, rule=None, draft_probs=None):
         """One serving step for every slot in Prefill, Decode or Verify (see the twin's
         docstring: same arguments, same result). The batch is marked busy for the whole
@@ -624,10 +716,12 @@ cdef class BatchState:
                 np.cumsum(ks, out=doff[1:])
                 dflat = np.concatenate([self._draft_a[x, :y] for x, y in zip(vsl.tolist(), ks.tolist())])
                 ridx = np.concatenate([np.arange(x, x + y) for x, y in zip(off[vja].tolist(), ks.tolist())])
+                # the draft rows are every row (all verifying, K rows each): no copy of them
+                vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
                 if kind == R_SPEC:
-                    out, an = rule.sample_batch(dflat, doff, p[ridx], draft_probs)
+                    out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)
                 else:
-                    out, an = rule.accept_batch(dflat, doff, p[ridx])
+                    out, an = rule.accept_batch(dflat, doff, vrows)
                 an = np.asarray(an, dtype=np.int64)
                 if an.shape[0] != ks.shape[0] or (an < 0).any() or (an > ks).any():
                     raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
@@ -664,6 +758,8 @@ cdef class BatchState:
         eov[0] = 0
         memset(drv, 0, a * sizeof(int64_t))
         cdef int64_t* lvv = sc    # positions j of live slots with an index (scratch)
+        cdef int64_t* svv = sc + self._c   # positions j of live SuffixIndex slots (scratch)
+        cdef Py_ssize_t nsuf = 0
         cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0, npre = 0
         cdef int code
         cdef int64_t r0, r1, t, bonus = self._bonus
@@ -727,9 +823,12 @@ cdef class BatchState:
                     else:
                         self._st[i] = C_DECODE
                         self._tok[i] = emv[w - 1]
-                        if self._has_ix[i]:
+                        if self._has_ix[i] == IX_NGRAM:
                             lvv[nlive] = j
                             nlive += 1
+                        elif self._has_ix[i] == IX_SUFFIX:
+                            svv[nsuf] = j
+                            nsuf += 1
         if npre:     # the prompts of the slots that left Prefill are dropped
             for j in range(a):
                 if self._positions[av[j]] is not None:
@@ -744,102 +843,89 @@ cdef class BatchState:
         cdef int64_t* pov
         cdef Py_ssize_t jj, lo, hi
         cdef int64_t lim
-        cdef list ixs, pieces
-        if nlive and nlive <= _SMALL:
-            # a few indexes: their own extend and propose cost less than the batched
-            # calls' argument checks (about 8 µs for extend_batch + propose_batch)
-            pieces = []
-            lo = 0
-            for q in range(nlive):
-                jj = lvv[q]
-                ix = self._index[av[jj]]
-                ix.extend([emv[x] for x in range(eov[jj], eov[jj + 1])])
-                lim = self._budget[av[jj]]
-                if lim > self._k:
-                    lim = self._k
-                d = ix.propose(lim)
-                lo += len(d)
-                pieces.append(d)
-            dflat = _new(lo)
-            doff2 = _new(nlive + 1)
-            dlens = _new(nlive)
-            dfv = _ptr(dflat)
-            pov = _ptr(doff2)
-            dlv = _ptr(dlens)
-            pov[0] = 0
-            for q in range(nlive):
-                dd = pieces[q]
-                hi = len(dd)
-                dlv[q] = hi
-                pov[q + 1] = pov[q] + hi
-                for t in range(hi):
-                    dfv[pov[q] + t] = dd[t]   # propose returned ints: converted here
+        cdef list index_list, pieces
+        if nlive and _UPDATE != NULL:
+            # the compiled index module's C entry: extend and propose in one pass without
+            # the GIL, on this step's own buffers (no argument conversion)
+            dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a)
         elif nlive:
-            ixs = _pick(self._index, av, lvv, nlive)
+            index_list = _pick(self._index, av, lvv, nlive)
             if _HAS_EXTEND_BATCH:
                 if nlive == a:
-                    _ni.extend_batch(ixs, emitted[:w], eoff)
+                    _ni.extend_batch(index_list, emitted[:w], eoff)
                 else:
                     loff = _new(nlive + 1)
                     toks = _new(w)
                     _gather(lvv, nlive, eov, emv, _ptr(loff), _ptr(toks))
-                    _ni.extend_batch(ixs, toks[: _ptr(loff)[nlive]], loff)
+                    _ni.extend_batch(index_list, toks[: _ptr(loff)[nlive]], loff)
             else:
                 em_list = emitted[:w].tolist()
                 for q in range(nlive):
                     jj = lvv[q]
-                    ixs[q].extend(em_list[eov[jj] : eov[jj + 1]])
+                    index_list[q].extend(em_list[eov[jj] : eov[jj + 1]])
             # one count when every slot may draft k_max tokens (the usual case: no array
             # for propose_batch to copy and check), else one count per slot
             for q in range(nlive):
-                if self._budget[av[lvv[q]]] < self._k:
+                if self._budget[av[lvv[q]]] < self._k_max:
                     break
             else:
                 q = nlive
             if q == nlive:
-                limits = self._k
+                limits = self._k_max
             else:
                 limits = _new(nlive)
                 for q in range(nlive):
                     lim = self._budget[av[lvv[q]]]
-                    _ptr(limits)[q] = lim if lim < self._k else self._k
-            dflat, doff2, dlens = _ni.propose_batch(ixs, limits)
+                    _ptr(limits)[q] = lim if lim < self._k_max else self._k_max
+            dflat, doff2, dlens = _ni.propose_batch(index_list, limits)
             dflat = np.ascontiguousarray(dflat, dtype=np.int64)
             doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
             dlens = np.ascontiguousarray(dlens, dtype=np.int64)
+        if nsuf:
+            # SuffixIndex slots: their module's batch calls, with the GIL (see _suffix_update)
+            index_list = _pick(self._index, av, svv, nsuf)
+            soff = _new(nsuf + 1)
+            stoks = _new(w)
+            _gather(svv, nsuf, eov, emv, _ptr(soff), _ptr(stoks))
+            slim = _new(nsuf)
+            sdr = _new(nsuf)
+            sacc = _new(nsuf)
+            for q in range(nsuf):
+                jj = svv[q]
+                lim = self._budget[av[jj]]
+                _ptr(slim)[q] = lim if lim < self._k_max else self._k_max
+                _ptr(sdr)[q] = drv[jj]
+                # what the drafter session records: the draft's agreement with what the
+                # slot emitted (the accepted count, and the replacement when it agrees)
+                m = drv[jj]
+                if m > eov[jj + 1] - eov[jj]:
+                    m = eov[jj + 1] - eov[jj]
+                _ptr(sacc)[q] = _prefix(&self._draft[av[jj], 0], emv + eov[jj], m) if m > 0 else 0
+            sflat, sdoff, sdlens = _suffix_update(index_list, stoks[: _ptr(soff)[nsuf]], soff,
+                                                  sdr, sacc, slim)
+            self._apply_drafts(av, svv, nsuf, np.ascontiguousarray(sflat, dtype=np.int64),
+                               np.ascontiguousarray(sdoff, dtype=np.int64),
+                               np.ascontiguousarray(sdlens, dtype=np.int64), dov)
         if nlive:
-            drafts = dflat
-            dfv = _ptr(dflat)
-            dlv = _ptr(dlens)
-            pov = _ptr(doff2)
-            n = array_len(dflat)
-            for q in range(nlive):   # drafts from the index module, checked before use
-                if dlv[q] < 0 or dlv[q] > self._k or pov[q] < 0 or pov[q] > n - dlv[q]:
-                    raise RuntimeError(
-                        f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
-                        f"for k_max={self._k} and {n} draft tokens")
-            if True:
-                with nogil:
-                    for q in range(nlive):
-                        jj = lvv[q]
-                        dov[jj + 1] = dlv[q]
-                        n = dlv[q]
-                        if n:
-                            i = av[jj]
-                            for t in range(n):
-                                self._draft[i, t] = dfv[pov[q] + t]
-                            self._dlen[i] = n
-                            self._st[i] = C_VERIFY
-                            self._snap[i] = self._cache[i]
-                    for j in range(a):
-                        dov[j + 1] += dov[j]
+            self._apply_drafts(av, lvv, nlive, dflat, doff2, dlens, dov)
+        if nlive or nsuf:
+            for j in range(a):
+                dov[j + 1] += dov[j]
+            if nsuf == 0:
+                drafts = dflat          # the n-gram drafts, already in slot order
+            else:                       # both kinds: gathered from the slots' drafts
+                drafts = _new(dov[a])
+                dfv = _ptr(drafts)
+                for j in range(a):
+                    i = av[j]
+                    for t in range(dov[j + 1] - dov[j]):
+                        dfv[dov[j] + t] = self._draft[i, t]
         return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
 
 
-#: up to this many indexes drafting in one step, each is asked on its own
-_SMALL = 4
 #: whether the index module offers a batched extend (another module's optional feature)
 _HAS_EXTEND_BATCH = hasattr(_ni, "extend_batch")
+
 
 
 cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive):
@@ -852,6 +938,26 @@ cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nl
         Py_INCREF(ix)
         PyList_SET_ITEM(out, q, ix)
     return out
+
+
+def _suffix_update(index_list, tokens, offsets, drafted, accepted, limits):
+    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
+    session does it per request: each index that verified a draft records it
+    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
+    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
+    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
+    verified = [q for q in range(len(index_list)) if drafted[q] > 0]
+    if verified:
+        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
+    _si.extend_batch(index_list, tokens, offsets)
+    limits = np.array(limits, dtype=np.int64, copy=True)
+    for q in range(len(index_list)):
+        ix = index_list[q]
+        if ix.adaptive and ix.draft_len < limits[q]:
+            limits[q] = ix.draft_len
+    return _si.propose_batch(index_list, limits)
+
+
 
 
 cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,

@@ -1,8 +1,8 @@
 # cython: language_level=3
 """Longest-match n-gram drafting and an incremental n-gram index (compiled).
 
-Same names and behaviour as the twin ``specfsm._py.ngram_index`` (whose argument checks
-this module imports, so both raise the same errors).
+Same names and behaviour as the twin ``specfsm._py.ngram_index``; both take their
+argument checks from ``specfsm._validate``, so both raise the same errors.
 
 The index keeps, for each n in [min_n, max_n], an open-addressing hash table over the
 n-grams seen so far. A slot is 8 bytes: a 32-bit hash tag and the end position of one
@@ -17,32 +17,46 @@ growing them never re-reads tokens.
 
 import numpy as np
 
-from specfsm._validate import check_count
-from specfsm._py.ngram_index import (
+from specfsm._validate import (
     BUSY_READING,
     BUSY_WRITING,
     GROW_STEP,
     MAX_INDEX_TOKENS,
     SHRINK_STEP,
-    _as_ids,
-    _check_batch_k,
-    _check_draft_limits,
+    as_ids,
+    check_batch_counts,
+    check_draft_limits,
     _check_index_range,
     _check_ngram_range,
     _check_offsets,
-    _check_prefer,
-    _check_record,
+    check_prefer,
+    check_record,
     _check_stats,
     _check_total,
-    _own_offsets,
-    _validate_offsets,
+    own_offsets,
+    validate_offsets,
+    check_count,
 )
 
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
+from cpython.pycapsule cimport PyCapsule_New
 
 from _typedefs cimport token_t
+from _arrays cimport plain_int_width, array_data, array_len
+cimport numpy as cnp
+
+cnp.import_array()
+
+
+cdef inline object _copy_int64(object a):
+    """A fresh copy of a 1-D C-contiguous int64 ndarray (numpy C API, no Python call)."""
+    cdef cnp.npy_intp n = array_len(a)
+    out = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
+    if n:
+        memcpy(cnp.PyArray_DATA(<cnp.ndarray>out), array_data(a), <size_t>n * sizeof(int64_t))
+    return out
 from _seq cimport Py_SIZE
 
 cdef extern from *:
@@ -71,6 +85,24 @@ cdef extern from *:
     void NGI_PREFETCH(const void* p) nogil
     void NGI_PREFETCH_W(const void* p) nogil
     void NGI_PREFETCH_KEEP(const void* p) nogil
+
+cdef extern from *:
+    """
+    /* tok[e - d:e] == tok[L - d:L] for 1 <= d <= 4 (e, L >= d): the differences OR-ed
+       together, one branch on the result instead of one per token. */
+    static inline int ngi_same_short(const int64_t *tok, int64_t e, int64_t L, int64_t d)
+    {
+        uint64_t x = 0;
+        switch (d) {
+        case 4: x |= (uint64_t)(tok[e - 4] ^ tok[L - 4]); /* fall through */
+        case 3: x |= (uint64_t)(tok[e - 3] ^ tok[L - 3]); /* fall through */
+        case 2: x |= (uint64_t)(tok[e - 2] ^ tok[L - 2]); /* fall through */
+        default: x |= (uint64_t)(tok[e - 1] ^ tok[L - 1]);
+        }
+        return x == 0;
+    }
+    """
+    bint ngi_same_short(const int64_t* tok, int64_t e, int64_t L, int64_t d) nogil
 
 # Slot tables come from an arena of 2 MiB chunks the kernel is asked to back with huge
 # pages (Linux, madvise): a batch update touches random slots of hundreds of tables,
@@ -242,6 +274,7 @@ __all__ = [
 ]
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
+cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
 cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
 
 cdef enum:
@@ -254,7 +287,8 @@ cdef enum:
     CHAIN_MIN_N = 9       # n-grams this long are confirmed by continuing the last match
     PIPE_LEVELS = 8       # extend_batch pipelines indexes with at most this many levels
     PIPE_HASH = 24        # extend_batch hashes and prefetches slots this many positions ahead
-    PIPE_VERIFY = 10      # ... and prefetches the tokens a tag match will compare this far
+    PIPE_TOP = 16         # ... peeks at the longest n this far (earliest) ...
+    PIPE_VERIFY = 8       # ... and prefetches the tokens a tag match will compare this far
     PIPE_RING = 32        # a power of two above PIPE_HASH
     PEEK_STEPS = 8        # slots of a probe chain the token prefetch follows at most
 
@@ -270,7 +304,7 @@ ctypedef struct level_t:
 
 ctypedef struct view_t:   # what a batch proposal needs from one index, read without the GIL
     const int64_t* tok
-    const int32_t* ans
+    const int32_t* answers
     int64_t n_levels
     int64_t k
 
@@ -365,6 +399,38 @@ cdef inline void _probe(level_t* lv, uint32_t tag, const int64_t* tok, int64_t L
     a[0] = found
 
 
+cdef inline void _probe_at(level_t* lv, uint32_t tag, uint64_t idx, const int64_t* tok,
+                           int64_t L, int64_t d, bint earliest, int32_t* a,
+                           uint64_t* work) noexcept nogil:
+    """``_probe`` starting at slot ``idx`` of the chain (every slot before it holds
+    another tag), comparing short n-grams without a loop."""
+    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
+    cdef int32_t found = -1
+    cdef int32_t prev = a[0]
+    cdef slot_t* s
+    cdef bint same
+    while True:
+        s = &lv.slots[idx]
+        if s.end < 0:
+            s.tag = tag
+            s.end = <int32_t>L
+            lv.count += 1
+            break
+        if s.tag == tag:
+            if d <= 4:
+                work[0] += <uint64_t>d
+                same = ngi_same_short(tok, s.end, L, d)
+            else:
+                same = _verify(tok, s.end, L, d, prev, work)
+            if same:
+                found = s.end
+                if not earliest:
+                    s.end = <int32_t>L
+                break
+        idx = (idx + 1) & mask
+    a[0] = found
+
+
 cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
     """Make room for ``need`` entries at load <= 2/3, rehashing by tag; -1 when out of memory."""
     cdef int64_t cap = lv.cap
@@ -398,7 +464,7 @@ cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
 
 
 cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                        int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                        int32_t* answers, int64_t lo, int64_t hi, bint earliest,
                         uint64_t* work) noexcept nogil:
     """Index positions start..stop-1 (tables already reserved for stop - start entries)."""
     cdef int64_t L, d, top
@@ -424,14 +490,14 @@ cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t
             h = _step(h, tok[L - d])
             if d < lo:
                 continue
-            _probe(&levels[d - lo], <uint32_t>(h >> 32), tok, L, d, earliest, &ans[d - lo], &w)
+            _probe(&levels[d - lo], <uint32_t>(h >> 32), tok, L, d, earliest, &answers[d - lo], &w)
         for d in range(top + 1 if top >= lo else lo, hi + 1):
-            ans[d - lo] = -1
+            answers[d - lo] = -1
     work[0] += w
 
 
 cdef void _index_tokens_roll(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                             int32_t* ans, int64_t lo, int64_t hi, bint earliest,
+                             int32_t* answers, int64_t lo, int64_t hi, bint earliest,
                              uint64_t* roll, uint64_t bpow, uint64_t* work) noexcept nogil:
     """``_index_tokens`` with the rolling hash: ``roll`` holds H(start, lo) on entry and
     H(stop, lo) on return; ``bpow`` is RB**lo."""
@@ -447,34 +513,34 @@ cdef void _index_tokens_roll(const int64_t* tok, int64_t start, int64_t stop, le
         if top >= lo:
             h = r
             p = bpow
-            _probe(&levels[0], <uint32_t>(_fin(h) >> 32), tok, L, lo, earliest, &ans[0], &w)
+            _probe(&levels[0], <uint32_t>(_fin(h) >> 32), tok, L, lo, earliest, &answers[0], &w)
             for d in range(lo + 1, top + 1):
                 h += _x(tok[L - d]) * p
                 p *= RB
                 w += 1
                 _probe(&levels[d - lo], <uint32_t>(_fin(h) >> 32), tok, L, d, earliest,
-                       &ans[d - lo], &w)
+                       &answers[d - lo], &w)
         for d in range(top + 1 if top >= lo else lo, hi + 1):
-            ans[d - lo] = -1
+            answers[d - lo] = -1
     roll[0] = r
     work[0] += w
 
 
 cdef inline void _index_range(const int64_t* tok, int64_t start, int64_t stop,
-                              level_t* levels, int32_t* ans, int64_t lo, int64_t hi,
+                              level_t* levels, int32_t* answers, int64_t lo, int64_t hi,
                               bint earliest, bint rolling, uint64_t* roll, uint64_t bpow,
                               uint64_t* work) noexcept nogil:
     if rolling:
-        _index_tokens_roll(tok, start, stop, levels, ans, lo, hi, earliest, roll, bpow, work)
+        _index_tokens_roll(tok, start, stop, levels, answers, lo, hi, earliest, roll, bpow, work)
     else:
-        _index_tokens(tok, start, stop, levels, ans, lo, hi, earliest, work)
+        _index_tokens(tok, start, stop, levels, answers, lo, hi, earliest, work)
 
 
-cdef inline int64_t _chosen_end(const int32_t* ans, int64_t n_levels) noexcept nogil:
+cdef inline int64_t _chosen_end(const int32_t* answers, int64_t n_levels) noexcept nogil:
     cdef int64_t j
     for j in range(n_levels - 1, -1, -1):
-        if ans[j] >= 0:
-            return ans[j]
+        if answers[j] >= 0:
+            return answers[j]
     return -1
 
 
@@ -493,37 +559,8 @@ cdef inline int64_t _suffix_run(const token_t* p, int64_t e, int64_t last, int64
 cdef extern from "scan.h" nogil:
     Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
     Py_ssize_t specfsm_find_last_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
-
-# the forward twin of scan.h's backward search (same blocks, same AVX2 clone)
-cdef extern from *:
-    """
-    #include "scan.h"
-    #define NGI_DEFINE_FIND_FIRST(NAME, T)                                          \
-        SPECFSM_CLONES static ptrdiff_t NAME(const T *p, ptrdiff_t lo, ptrdiff_t hi, T v) \
-        {                                                                           \
-            ptrdiff_t e = lo;                                                       \
-            while (e + (SCAN_BLOCK - 1) <= hi) {                                    \
-                const T *b = p + e;                                                 \
-                int hit = 0;                                                        \
-                for (int k = 0; k < SCAN_BLOCK; k++)                                \
-                    hit |= (b[k] == v);                                             \
-                if (hit) {                                                          \
-                    for (int k = 0; k < SCAN_BLOCK; k++)                            \
-                        if (b[k] == v)                                              \
-                            return e + k;                                           \
-                }                                                                   \
-                e += SCAN_BLOCK;                                                    \
-            }                                                                       \
-            for (; e <= hi; e++)                                                    \
-                if (p[e] == v)                                                      \
-                    return e;                                                       \
-            return -1;                                                              \
-        }
-    NGI_DEFINE_FIND_FIRST(ngi_find_first_i32, int32_t)
-    NGI_DEFINE_FIND_FIRST(ngi_find_first_i64, int64_t)
-    """
-    Py_ssize_t ngi_find_first_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v) nogil
-    Py_ssize_t ngi_find_first_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v) nogil
+    Py_ssize_t specfsm_find_first_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
+    Py_ssize_t specfsm_find_first_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
 
 
 cdef inline int64_t _find_last(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
@@ -537,9 +574,9 @@ cdef inline int64_t _find_last(const token_t* p, int64_t lo, int64_t hi, token_t
 cdef inline int64_t _find_first(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
     """The smallest e in [lo, hi] with p[e] == v, or -1."""
     if token_t is int32_t:
-        return ngi_find_first_i32(p, lo, hi, v)
+        return specfsm_find_first_i32(p, lo, hi, v)
     else:
-        return ngi_find_first_i64(p, lo, hi, v)
+        return specfsm_find_first_i64(p, lo, hi, v)
 
 
 cdef int64_t _lm_end(const token_t* p, int64_t L, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
@@ -625,7 +662,7 @@ def longest_match(history, min_n, max_n, max_k, prefer="latest"):
     if type(prefer) is str and prefer == "latest":
         earliest = False
     else:
-        earliest = _check_prefer(prefer) == 1
+        earliest = check_prefer(prefer) == 1
     arr = history
     if type(history) is np.ndarray:
         try:
@@ -638,7 +675,7 @@ def longest_match(history, min_n, max_n, max_k, prefer="latest"):
             except (ValueError, TypeError, BufferError):
                 pass
     if width == 0:
-        arr = _as_ids(history, "history")
+        arr = as_ids(history, "history")
         if arr.dtype.itemsize == 8:
             h64 = arr
             width = 8
@@ -697,11 +734,11 @@ def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
     """
     # convert every argument first (Python code may run), copying the control arrays
     lo_, hi_ = _check_ngram_range(min_n, max_n)
-    cdef bint earliest = _check_prefer(prefer) == 1
-    arr = _as_ids(tokens, "tokens")
-    off = _own_offsets(offsets)
+    cdef bint earliest = check_prefer(prefer) == 1
+    arr = as_ids(tokens, "tokens")
+    off = own_offsets(offsets)
     cdef int64_t b = off.shape[0] - 1
-    ks = _check_batch_k(max_k, b, None)          # an owned, validated copy
+    ks = check_batch_counts(max_k, b, None)          # an owned, validated copy
     cdef const int32_t[::1] t32
     cdef const int64_t[::1] t64
     cdef int64_t n
@@ -712,7 +749,7 @@ def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
     else:
         t64 = arr
         n = t64.shape[0]
-    _validate_offsets(off, n)                    # the copy, compared neighbour to neighbour
+    validate_offsets(off, n)                    # the copy, compared neighbour to neighbour
     cdef const int64_t[::1] offv = off
     cdef const int64_t[::1] kv = ks
     # an upper bound on the drafts' total, so one allocation serves the whole batch
@@ -764,65 +801,65 @@ cdef class NgramIndex:
     ``[min_draft, max_draft]``. Acceptance statistics are kept either way.
     """
 
-    cdef int64_t _lo, _hi, _nlev
+    cdef int64_t _lo, _hi, _n_levels
     cdef bint _earliest, _adaptive
     cdef object _buf                 # int64 ndarray holding the tokens (capacity >= _len)
     cdef int64_t* _tok
     cdef int64_t _len, _cap
     cdef level_t* _levels
-    cdef int32_t* _ans
+    cdef int32_t* _answers
     # The guard. Every change of these two happens with the GIL held and no Python code
     # in between check and change: an extend sets _writing before anything that can
     # release the GIL or run Python code (argument conversion, numpy copies, the nogil
     # indexing) and clears it last; a batch proposal counts itself in _readers for
     # every index before it reads any, and out after it is done.
     cdef int _readers, _writing
-    cdef int64_t _wstamp             # the extend_batch call holding _writing (duplicates)
+    cdef int64_t _write_stamp             # the extend_batch call holding _writing (duplicates)
     cdef bint _rolling               # min_n > ROLL_MIN_N: the rolling hash
     cdef uint64_t _roll, _bpow       # its state H(_len, min_n) and RB**min_n
     cdef uint64_t _work              # hashing and comparison steps so far (tests)
-    cdef int64_t _k, _kmin, _kmax
+    cdef int64_t _draft_len, _min_draft, _max_draft
     cdef int64_t _steps, _drafted, _accepted, _full
 
     def __cinit__(self):
         self._levels = NULL
-        self._ans = NULL
-        self._nlev = 0
+        self._answers = NULL
+        self._n_levels = 0
 
     def __init__(self, min_n, max_n=None, prefer="latest", *, draft_len=4, adaptive=False,
                  min_draft=1, max_draft=16):
         if self._levels != NULL:
             raise RuntimeError("NgramIndex.__init__ may be called only once")
         lo, hi = _check_index_range(min_n, max_n)
-        earliest = _check_prefer(prefer) == 1
-        k, kmin, kmax = _check_draft_limits(draft_len, min_draft, max_draft)
+        earliest = check_prefer(prefer) == 1
+        k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
         self._lo = lo
         self._hi = hi
-        self._nlev = hi - lo + 1
+        self._n_levels = hi - lo + 1
         self._rolling = lo > ROLL_MIN_N
         self._roll = 0
         self._bpow = _pow(RB, lo)
         self._work = 0
         self._earliest = earliest
         self._adaptive = bool(adaptive)
-        self._k = min(k, MAX_INDEX_TOKENS)
-        self._kmin = min(kmin, MAX_INDEX_TOKENS)
-        self._kmax = min(kmax, MAX_INDEX_TOKENS)
+        self._draft_len = min(k, MAX_INDEX_TOKENS)
+        self._min_draft = min(kmin, MAX_INDEX_TOKENS)
+        self._max_draft = min(kmax, MAX_INDEX_TOKENS)
         self._steps = self._drafted = self._accepted = self._full = 0
         self._len = 0
         self._cap = 64
         self._buf = _token_array(&self._cap)
         cdef int64_t[::1] bv = self._buf
         self._tok = &bv[0]
-        self._levels = <level_t*>malloc(self._nlev * sizeof(level_t))
-        self._ans = <int32_t*>malloc(self._nlev * sizeof(int32_t))
-        if self._levels == NULL or self._ans == NULL:
+        self._levels = <level_t*>malloc(self._n_levels * sizeof(level_t))
+        self._answers = <int32_t*>malloc(self._n_levels * sizeof(int32_t))
+        if self._levels == NULL or self._answers == NULL:
             raise MemoryError()
         cdef int64_t j
-        for j in range(self._nlev):
+        for j in range(self._n_levels):
             self._levels[j].slots = NULL
-            self._ans[j] = -1
-        for j in range(self._nlev):
+            self._answers[j] = -1
+        for j in range(self._n_levels):
             self._levels[j].cap = 1 << MIN_CAP_BITS
             self._levels[j].count = 0
             self._levels[j].shift = 32 - MIN_CAP_BITS
@@ -834,10 +871,10 @@ cdef class NgramIndex:
     def __dealloc__(self):
         cdef int64_t j
         if self._levels != NULL:
-            for j in range(self._nlev):
+            for j in range(self._n_levels):
                 ngi_table_free(self._levels[j].slots, self._levels[j].cap * sizeof(slot_t))
             free(self._levels)
-        free(self._ans)
+        free(self._answers)
 
     cdef int _check_ready(self) except -1:
         if self._levels == NULL:
@@ -856,7 +893,7 @@ cdef class NgramIndex:
         if self._readers:
             raise RuntimeError(BUSY_READING)
         self._writing = 1
-        self._wstamp = 0
+        self._write_stamp = 0
         return 0
 
     @property
@@ -885,7 +922,7 @@ cdef class NgramIndex:
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        return self._k
+        return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
@@ -911,8 +948,8 @@ cdef class NgramIndex:
         if self._buf is not None:
             total += self._buf.nbytes
         if self._levels != NULL:
-            total += self._nlev * (sizeof(level_t) + sizeof(int32_t))
-            for j in range(self._nlev):
+            total += self._n_levels * (sizeof(level_t) + sizeof(int32_t))
+            for j in range(self._n_levels):
                 total += self._levels[j].cap * sizeof(slot_t)
         return total
 
@@ -968,7 +1005,7 @@ cdef class NgramIndex:
                 else:
                     self._ingest(n)
                     return 0
-        arr = _as_ids(tokens, "tokens")
+        arr = as_ids(tokens, "tokens")
         m = arr.shape[0]
         if m == 0:
             return 0
@@ -994,7 +1031,7 @@ cdef class NgramIndex:
                 pass
             else:
                 self._writing = 1
-                self._wstamp = 0
+                self._write_stamp = 0
                 try:
                     self._tok[self._len] = v
                     self._ingest(1)
@@ -1010,7 +1047,7 @@ cdef class NgramIndex:
         cdef int64_t total = self._len + m
         cdef bint earliest = self._earliest
         cdef level_t* levels = self._levels
-        cdef int32_t* ans = self._ans
+        cdef int32_t* answers = self._answers
         cdef const int64_t* tok = self._tok
         cdef bint rolling = self._rolling
         cdef uint64_t bpow = self._bpow
@@ -1025,7 +1062,7 @@ cdef class NgramIndex:
         try:
             while start < total:
                 stop = min(start + CHUNK, total)
-                for j in range(self._nlev):
+                for j in range(self._n_levels):
                     if _reserve(&levels[j], levels[j].count + (stop - start)) < 0:
                         rc = -1
                         break
@@ -1033,10 +1070,10 @@ cdef class NgramIndex:
                     break
                 if stop - start >= NOGIL_MIN // 4:
                     with nogil:
-                        _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                        _index_range(tok, start, stop, levels, answers, lo, hi, earliest,
                                      rolling, &self._roll, bpow, &self._work)
                 else:
-                    _index_range(tok, start, stop, levels, ans, lo, hi, earliest,
+                    _index_range(tok, start, stop, levels, answers, lo, hi, earliest,
                                  rolling, &self._roll, bpow, &self._work)
                 start = stop
         finally:
@@ -1052,12 +1089,12 @@ cdef class NgramIndex:
         if self._writing or self._levels == NULL:
             self._check_ready()
         if max_k is None:
-            k = self._k
+            k = self._draft_len
         else:
             if type(max_k) is not int or max_k < 0:
                 max_k = check_count(max_k, "max_k")
             k = max_k if max_k < self._len else self._len
-        end = _chosen_end(self._ans, self._nlev)
+        end = _chosen_end(self._answers, self._n_levels)
         if end < 0 or k <= 0:
             return []
         stop = end + k if end + k < self._len else self._len
@@ -1068,8 +1105,8 @@ cdef class NgramIndex:
         """The n of the current match (0 when nothing matches)."""
         cdef int64_t j
         self._check_ready()
-        for j in range(self._nlev - 1, -1, -1):
-            if self._ans[j] >= 0:
+        for j in range(self._n_levels - 1, -1, -1):
+            if self._answers[j] >= 0:
                 return self._lo + j
         return 0
 
@@ -1077,10 +1114,10 @@ cdef class NgramIndex:
     def record(self, proposed, accepted):
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
-        p, a = _check_record(proposed, accepted)
+        p, a = check_record(proposed, accepted)
         _check_total(self._drafted, p)
         self._record(p, a)
-        return self._k
+        return self._draft_len
 
     cdef void _record(self, int64_t p, int64_t a) noexcept:
         self._steps += 1
@@ -1090,9 +1127,9 @@ cdef class NgramIndex:
             self._full += 1
         if self._adaptive and p > 0:
             if a == p:
-                self._k = min(self._k + GROW_STEP, self._kmax)
+                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
             else:
-                self._k = max(self._k - SHRINK_STEP, self._kmin)
+                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
 
     @property
     def stats(self):
@@ -1104,7 +1141,7 @@ cdef class NgramIndex:
             "accepted": self._accepted,
             "full_accepts": self._full,
             "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
-            "draft_len": self._k,
+            "draft_len": self._draft_len,
         }
 
     def __repr__(self):
@@ -1118,8 +1155,8 @@ cdef class NgramIndex:
         self._check_ready()
         return (
             _rebuild,
-            (type(self), self._lo, self._hi, self.prefer, self._k, bool(self._adaptive),
-             self._kmin, self._kmax, np.array(self.tokens),
+            (type(self), self._lo, self._hi, self.prefer, self._draft_len, bool(self._adaptive),
+             self._min_draft, self._max_draft, np.array(self.tokens),
              (self._steps, self._drafted, self._accepted, self._full)),
         )
 
@@ -1165,7 +1202,7 @@ cdef void _propose_views(const view_t* views, int64_t b, int64_t* out, int64_t* 
     out_off[0] = 0
     for i in range(b):
         v = &views[i]
-        end = _chosen_end(v.ans, v.n_levels)
+        end = _chosen_end(v.answers, v.n_levels)
         take = 0
         if end >= 0 and v.k > 0:
             take = v.k
@@ -1184,8 +1221,8 @@ def propose_batch(indexes, max_k=None):
     does, ``drafts`` being int64. Refuses (RuntimeError) an index being extended.
     """
     # every argument converted (Python code may run) before any index is touched
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, k, end, bound = 0, one_k = -1, marked = 0
+    cdef list index_list = _index_list(indexes)
+    cdef int64_t b = len(index_list), i, k, end, bound = 0, one_k = -1, marked = 0
     cdef const int64_t[::1] kv
     cdef NgramIndex ix
     if max_k is None:
@@ -1193,7 +1230,7 @@ def propose_batch(indexes, max_k=None):
     elif type(max_k) is int and max_k >= 0:
         one_k = max_k if max_k < MAX_INDEX_TOKENS else MAX_INDEX_TOKENS
     elif isinstance(max_k, (np.ndarray, list, tuple)):
-        kv = _check_batch_k(max_k, b, None)     # an owned, validated copy
+        kv = check_batch_counts(max_k, b, None)     # an owned, validated copy
     else:
         one_k = min(check_count(max_k, "max_k"), MAX_INDEX_TOKENS)
     cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
@@ -1204,22 +1241,22 @@ def propose_batch(indexes, max_k=None):
         # Python code (numpy allocations below may run a collection, hence finalizers)
         # (no Python code runs in this loop: each index is marked, then its view taken)
         for i in range(b):
-            ix = <NgramIndex>ixs[i]
+            ix = <NgramIndex>index_list[i]
             ix._check_ready()
             ix._readers += 1
             marked += 1
             if max_k is None:
-                k = ix._k
+                k = ix._draft_len
             elif one_k >= 0:
                 k = one_k
             else:
                 k = kv[i]
             views[i].tok = ix._tok
-            views[i].ans = ix._ans
-            views[i].n_levels = ix._nlev
+            views[i].answers = ix._answers
+            views[i].n_levels = ix._n_levels
             # clip k to the tokens after the chosen occurrence now, so the nogil pass
             # needs no length (and the output's size is exact)
-            end = _chosen_end(ix._ans, ix._nlev)
+            end = _chosen_end(ix._answers, ix._n_levels)
             if end < 0 or k < 0:
                 k = 0
             elif k > ix._len - end:
@@ -1232,7 +1269,7 @@ def propose_batch(indexes, max_k=None):
         _run_views(views, b, out, out_off, lengths)
     finally:
         for i in range(marked):
-            (<NgramIndex>ixs[i])._readers -= 1
+            (<NgramIndex>index_list[i])._readers -= 1
         free(views)
     return out, out_off, lengths
 
@@ -1250,10 +1287,10 @@ cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, 
 def record_batch(indexes, proposed, accepted):
     """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
     Returns the next draft lengths (int64)."""
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i
-    p = _check_batch_k(proposed, b, None, "proposed")
-    a = _check_batch_k(accepted, b, None, "accepted")
+    cdef list index_list = _index_list(indexes)
+    cdef int64_t b = len(index_list), i
+    p = check_batch_counts(proposed, b, None, "proposed")
+    a = check_batch_counts(accepted, b, None, "accepted")
     cdef const int64_t[::1] pv = p
     cdef const int64_t[::1] av = a
     for i in range(b):
@@ -1263,11 +1300,11 @@ def record_batch(indexes, proposed, accepted):
     cdef int64_t[::1] ov = out
     cdef NgramIndex ix
     for i in range(b):
-        ix = <NgramIndex>ixs[i]
+        ix = <NgramIndex>index_list[i]
         if pv[i] > INT64_MAX_C - ix._drafted:
             _check_total(ix._drafted, pv[i])
         ix._record(pv[i], av[i])
-        ov[i] = ix._k
+        ov[i] = ix._draft_len
     return out
 
 
@@ -1278,7 +1315,7 @@ def record_batch(indexes, proposed, accepted):
 ctypedef struct job_t:    # one index's share of extend_batch, read without the GIL
     int64_t* tok
     level_t* levels
-    int32_t* ans
+    int32_t* answers
     int64_t start         # the index's length before the call
     int64_t first         # its tokens are src[first:first + stop - start]
     int64_t stop
@@ -1286,83 +1323,145 @@ ctypedef struct job_t:    # one index's share of extend_batch, read without the 
     uint64_t* roll
     uint64_t* work
     uint64_t bpow
+    int64_t n_levels
     bint earliest, rolling, piped
 
 ctypedef struct tags_t:
     uint32_t tag[PIPE_LEVELS]
+    uint32_t at[PIPE_LEVELS]  # the slot each level's probe starts from
+    int lower                 # earliest: the shorter n's are to be peeked at too
 
 cdef int64_t _batch_stamp = 0
 
 
-cdef inline void _job_tags(const job_t* jb, int64_t L, uint32_t* tag) noexcept nogil:
-    """The tags of the n-grams ending at L, for a chained-hash job, and a prefetch of
-    each one's home slot."""
+cdef inline uint64_t _home(const level_t* lv, uint32_t tag) noexcept nogil:
+    return (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
+
+
+cdef inline void _job_tags(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
+    """Stage 1 for the n-grams ending at L (a chained-hash job): their tags and home
+    slots, and a prefetch of the home slots the probe will need first: every level's,
+    or with ``prefer="earliest"`` only the longest n's (see ``_job_probe``)."""
     cdef int64_t d, top = jb.hi if jb.hi < L else L
     cdef uint64_t h = 0
-    cdef level_t* lv
+    cdef const level_t* lv
     cdef uint32_t t
+    rg.lower = 0
     for d in range(1, top + 1):
         h = _step(h, jb.tok[L - d])
         if d >= jb.lo:
             lv = &jb.levels[d - jb.lo]
             t = <uint32_t>(h >> 32)
-            tag[d - jb.lo] = t
-            NGI_PREFETCH(&lv.slots[(<uint64_t>t) >> lv.shift if lv.shift < 32 else 0])
+            rg.tag[d - jb.lo] = t
+            rg.at[d - jb.lo] = <uint32_t>_home(lv, t)
+            if not jb.earliest or d == top:
+                NGI_PREFETCH(&lv.slots[rg.at[d - jb.lo]])
 
 
-cdef inline void _job_peek(const job_t* jb, int64_t L, const uint32_t* tag) noexcept nogil:
-    """For each level, find the slot a probe will stop at (the home slot's line was
-    prefetched PIPE_HASH - PIPE_VERIFY positions ago; linear probing puts about half the
-    matches past the home slot) and, where its tag matches, prefetch the history the
-    compare will read: tok[e - d:e], one or two cache lines, each line once."""
-    cdef int64_t d, top = jb.hi if jb.hi < L else L
-    cdef level_t* lv
-    cdef slot_t* sl
-    cdef uint64_t idx, mask
+cdef inline bint _peek_level(const job_t* jb, int64_t d, tags_t* rg,
+                             uintptr_t* last) noexcept nogil:
+    """Walk level d's chain from ``rg.at`` (its line prefetched a stage ago; linear
+    probing puts about half the matches past the home slot) to the slot a probe will
+    stop at and, where its tag matches, prefetch the history the compare will read:
+    tok[e - d:e], one or two cache lines, each line once. The slot it stopped at is
+    kept in ``rg.at``: slots never empty and tags never change during a pass, so every
+    slot before it still holds another tag when the probe comes. True on a tag match."""
+    cdef const level_t* lv = &jb.levels[d - jb.lo]
+    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
+    cdef uint64_t idx = rg.at[d - jb.lo]
+    cdef uint32_t tag = rg.tag[d - jb.lo]
+    cdef const slot_t* sl
     cdef int steps
     cdef int32_t e
-    cdef uintptr_t line, last = 0
-    for d in range(jb.lo, top + 1):
-        lv = &jb.levels[d - jb.lo]
-        mask = <uint64_t>(lv.cap - 1)
-        idx = (<uint64_t>tag[d - jb.lo]) >> lv.shift if lv.shift < 32 else 0
-        for steps in range(PEEK_STEPS):
-            sl = &lv.slots[idx]
-            e = sl.end
-            if e < 0:
-                break
-            if sl.tag == tag[d - jb.lo]:
-                if e >= d:
-                    line = (<uintptr_t>&jb.tok[e - 1]) >> 6
-                    if line != last:
-                        NGI_PREFETCH_KEEP(&jb.tok[e - 1])
-                        last = line
-                    line = (<uintptr_t>&jb.tok[e - d]) >> 6
-                    if line != last:
-                        NGI_PREFETCH_KEEP(&jb.tok[e - d])
-                break
-            idx = (idx + 1) & mask
+    cdef uintptr_t line
+    cdef bint hit = False
+    for steps in range(PEEK_STEPS):
+        sl = &lv.slots[idx]
+        e = sl.end
+        if e < 0:
+            break
+        if sl.tag == tag:
+            hit = True
+            if e >= d:
+                line = (<uintptr_t>&jb.tok[e - 1]) >> 6
+                if line != last[0]:
+                    NGI_PREFETCH_KEEP(&jb.tok[e - 1])
+                    last[0] = line
+                line = (<uintptr_t>&jb.tok[e - d]) >> 6
+                if line != last[0]:
+                    NGI_PREFETCH_KEEP(&jb.tok[e - d])
+            break
+        idx = (idx + 1) & mask
+    rg.at[d - jb.lo] = <uint32_t>idx
+    return hit
 
 
-cdef inline void _job_probe(const job_t* jb, int64_t L, const uint32_t* tag,
-                            uint64_t* w) noexcept nogil:
+cdef inline void _job_peek_top(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
+    """Stage 2, ``prefer="earliest"`` only: peek at the longest n. Without a tag match
+    there the shorter n's will be probed too: their home slots are prefetched now."""
     cdef int64_t d, top = jb.hi if jb.hi < L else L
-    for d in range(jb.lo, top + 1):
-        _probe(&jb.levels[d - jb.lo], tag[d - jb.lo], jb.tok, L, d, jb.earliest,
-               &jb.ans[d - jb.lo], w)
+    cdef uintptr_t last = 0
+    if top < jb.lo:
+        return
+    if not _peek_level(jb, top, rg, &last):
+        rg.lower = 1
+        for d in range(jb.lo, top):
+            NGI_PREFETCH(&jb.levels[d - jb.lo].slots[rg.at[d - jb.lo]])
+
+
+cdef inline void _job_peek(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
+    """Stage 3: peek at every level still to be looked at (all of them for ``latest``;
+    for ``earliest``, the shorter n's when the longest had no tag match)."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    cdef uintptr_t last = 0
+    if jb.earliest:
+        if rg.lower:
+            for d in range(top - 1, jb.lo - 1, -1):
+                if _peek_level(jb, d, rg, &last):
+                    break
+    else:
+        for d in range(jb.lo, top + 1):
+            _peek_level(jb, d, rg, &last)
+
+
+cdef inline void _job_probe(const job_t* jb, int64_t L, const tags_t* rg,
+                            uint64_t* w) noexcept nogil:
+    """Stage 4: probe (and insert) the n-grams ending at L. With ``prefer="earliest"``
+    the longest n goes first and the probe stops at the first n found: every shorter
+    n-gram ending at L is a suffix of that earlier occurrence, so its table already
+    holds it (at its first occurrence, which earliest never moves) and nothing needs
+    writing; those levels' answers are left unknown (-1), which nothing reads while a
+    longer n has an answer."""
+    cdef int64_t d, top = jb.hi if jb.hi < L else L
+    if jb.earliest:
+        d = top
+        while d >= jb.lo:
+            _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
+                      d, True, &jb.answers[d - jb.lo], w)
+            if jb.answers[d - jb.lo] >= 0:
+                break
+            d -= 1
+        while d > jb.lo:
+            d -= 1
+            jb.answers[d - jb.lo] = -1
+    else:
+        for d in range(jb.lo, top + 1):
+            _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
+                      d, False, &jb.answers[d - jb.lo], w)
     for d in range(top + 1 if top >= jb.lo else jb.lo, jb.hi + 1):
-        jb.ans[d - jb.lo] = -1
+        jb.answers[d - jb.lo] = -1
     w[0] += <uint64_t>top
 
 
-cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* pjob,
+cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* job_of,
                        int64_t total, tags_t* ring) noexcept nogil:
     """Index every job's new tokens, positions of all jobs in one software pipeline:
-    position p + PIPE_HASH is hashed and its home slots prefetched, position
-    p + PIPE_VERIFY's matching slots have their tokens prefetched, and position p is
-    probed, so the cache misses of different requests overlap. Each job's positions are
-    still probed in order, so the result equals one extend per index."""
-    cdef int64_t i, p, q, j, L
+    position p + PIPE_HASH is hashed and its first home slots prefetched, position
+    p + PIPE_TOP peeks at its longest n (earliest), position p + PIPE_VERIFY's matching
+    slots have their tokens prefetched, and position p is probed, so the cache misses of
+    different requests overlap. Each job's positions are still probed in order, so the
+    result equals one extend per index."""
+    cdef int64_t i, p, q
     cdef job_t* jb
     cdef uint64_t w
     # the new tokens into each buffer
@@ -1375,22 +1474,27 @@ cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t
     for p in range(-PIPE_HASH, total):
         q = p + PIPE_HASH
         if q < total:
-            jb = &jobs[pjob[q]]
+            jb = &jobs[job_of[q]]
             if jb.piped:
-                _job_tags(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+                _job_tags(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
+        q = p + PIPE_TOP
+        if 0 <= q < total:
+            jb = &jobs[job_of[q]]
+            if jb.piped and jb.earliest:
+                _job_peek_top(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
         q = p + PIPE_VERIFY
         if 0 <= q < total:
-            jb = &jobs[pjob[q]]
+            jb = &jobs[job_of[q]]
             if jb.piped:
-                _job_peek(jb, jb.start + (q - jb.first) + 1, ring[q & (PIPE_RING - 1)].tag)
+                _job_peek(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
         if p >= 0:
-            jb = &jobs[pjob[p]]
+            jb = &jobs[job_of[p]]
             if jb.piped:
                 w = 0
-                _job_probe(jb, jb.start + (p - jb.first) + 1, ring[p & (PIPE_RING - 1)].tag, &w)
+                _job_probe(jb, jb.start + (p - jb.first) + 1, &ring[p & (PIPE_RING - 1)], &w)
                 jb.work[0] += w
             elif p == jb.first:
-                _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.ans, jb.lo, jb.hi,
+                _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.answers, jb.lo, jb.hi,
                              jb.earliest, jb.rolling, jb.roll, jb.bpow, jb.work)
 
 
@@ -1402,12 +1506,18 @@ def extend_batch(indexes, tokens, offsets):
     changing no index, when an index appears twice (ValueError) or is in use by
     another call (RuntimeError), or when one would exceed its capacity.
     """
-    global _batch_stamp
     # every argument converted (Python code may run) and copied before any index is touched
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, j, marked = 0, m, n, total, base
-    src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    off = _own_offsets(offsets)
+    cdef list index_list = _index_list(indexes)
+    cdef int64_t b = len(index_list), i, n
+    # plain int64 arrays (the usual arguments) copied without the shared checks' calls
+    if plain_int_width(tokens) == 8:
+        src = _copy_int64(tokens)
+    else:
+        src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    if plain_int_width(offsets) == 8 and array_len(offsets) >= 1:
+        off = _copy_int64(offsets)
+    else:
+        off = own_offsets(offsets)
     if off.shape[0] != b + 1:
         raise ValueError(
             f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
@@ -1423,24 +1533,38 @@ def extend_batch(indexes, tokens, offsets):
             bad = True
             break
     if bad:
-        _validate_offsets(off, n)
+        validate_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
+    cdef int64_t z = 0
+    _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, 0, NULL, NULL)
+
+
+cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int64_t* off,
+                      const int64_t* limits, int64_t kmax, int64_t* drafts,
+                      int64_t* lengths) except -1:
+    """``extend_batch``'s work on checked arguments the caller owns: index ``i`` (every
+    entry of ``index_list`` an NgramIndex) gets ``src[off[i] - off[0]:off[i + 1] -
+    off[0]]``, ``off`` holding B + 1 nondecreasing entries. With ``drafts`` not NULL it
+    also proposes, in the same pass without the GIL: index ``i``'s draft of at most
+    ``limits[i]`` (clipped to ``kmax``) tokens goes to ``drafts[i * kmax:]`` and its
+    length to ``lengths[i]``."""
+    global _batch_stamp
+    cdef int64_t i, j, marked = 0, m, total, base
     cdef NgramIndex ix
     cdef int64_t stamp
     cdef job_t* jobs = NULL
-    cdef int32_t* pjob = NULL
+    cdef int32_t* job_of = NULL
     cdef tags_t* ring = NULL
-    cdef int64_t z = 0
     _batch_stamp += 1
     stamp = _batch_stamp
     try:
         # the write guard on every index, all or nothing; no Python code runs in this loop
         for i in range(b):
-            ix = <NgramIndex>ixs[i]
+            ix = <NgramIndex>index_list[i]
             if ix._levels == NULL:
                 raise RuntimeError(f"indexes[{i}]: NgramIndex was not initialised")
             if ix._writing:
-                if ix._wstamp == stamp:
+                if ix._write_stamp == stamp:
                     raise ValueError(
                         f"indexes[{i}] appears twice in the batch; extend_batch takes each "
                         "index once"
@@ -1449,25 +1573,25 @@ def extend_batch(indexes, tokens, offsets):
             if ix._readers:
                 raise RuntimeError(f"indexes[{i}]: {BUSY_READING}")
             ix._writing = 1
-            ix._wstamp = stamp
+            ix._write_stamp = stamp
             marked += 1
             # start loading what the next passes read
             NGI_PREFETCH(ix._levels)
-            NGI_PREFETCH(ix._ans)
+            NGI_PREFETCH(ix._answers)
             if ix._len > 0:
                 NGI_PREFETCH(&ix._tok[ix._len - 1])
-        total = ov[b] - ov[0]
-        base = ov[0]
+        total = off[b] - off[0]
+        base = off[0]
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
-        pjob = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
+        job_of = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
         ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
-        if jobs == NULL or pjob == NULL or ring == NULL:
+        if jobs == NULL or job_of == NULL or ring == NULL:
             raise MemoryError()
         # capacities checked and made (no index's content changes before the nogil pass,
         # so a refusal here leaves every index as it was)
         for i in range(b):
-            ix = <NgramIndex>ixs[i]
-            m = ov[i + 1] - ov[i]
+            ix = <NgramIndex>index_list[i]
+            m = off[i + 1] - off[i]
             if ix._len + m > MAX_TOKENS_C:
                 raise OverflowError(
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
@@ -1475,15 +1599,16 @@ def extend_batch(indexes, tokens, offsets):
                 )
             if ix._len + m > ix._cap:
                 ix._grow_buffer(ix._len + m)
-            for j in range(ix._nlev):
+            for j in range(ix._n_levels):
                 if (ix._levels[j].count + m) * 3 > ix._levels[j].cap * 2:
                     if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
                         raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
             jobs[i].tok = ix._tok
             jobs[i].levels = ix._levels
-            jobs[i].ans = ix._ans
+            jobs[i].answers = ix._answers
+            jobs[i].n_levels = ix._n_levels
             jobs[i].start = ix._len
-            jobs[i].first = ov[i] - base
+            jobs[i].first = off[i] - base
             jobs[i].stop = ix._len + m
             jobs[i].lo = ix._lo
             jobs[i].hi = ix._hi
@@ -1492,16 +1617,74 @@ def extend_batch(indexes, tokens, offsets):
             jobs[i].bpow = ix._bpow
             jobs[i].earliest = ix._earliest
             jobs[i].rolling = ix._rolling
-            jobs[i].piped = not ix._rolling and ix._nlev <= PIPE_LEVELS
-            for j in range(ov[i] - base, ov[i + 1] - base):
-                pjob[j] = <int32_t>i
+            jobs[i].piped = not ix._rolling and ix._n_levels <= PIPE_LEVELS
+            for j in range(off[i] - base, off[i + 1] - base):
+                job_of[j] = <int32_t>i
         with nogil:
-            _extend_jobs(jobs, b, &sv[base] if n else &z, pjob, total, ring)
+            _extend_jobs(jobs, b, src, job_of, total, ring)
+            if drafts != NULL:
+                _propose_jobs(jobs, b, limits, kmax, drafts, lengths)
         for i in range(b):
-            (<NgramIndex>ixs[i])._len = jobs[i].stop
+            (<NgramIndex>index_list[i])._len = jobs[i].stop
     finally:
         for i in range(marked):
-            (<NgramIndex>ixs[i])._writing = 0
+            (<NgramIndex>index_list[i])._writing = 0
         free(jobs)
-        free(pjob)
+        free(job_of)
         free(ring)
+    return 0
+
+
+cdef void _propose_jobs(const job_t* jobs, int64_t b, const int64_t* limits, int64_t kmax,
+                        int64_t* drafts, int64_t* lengths) noexcept nogil:
+    """``propose`` for every job after its extend: the draft of job ``i`` (at most
+    ``min(limits[i], kmax)`` tokens) into ``drafts[i * kmax:]``, its length into
+    ``lengths[i]``. The chosen occurrences' tokens are prefetched a few jobs ahead."""
+    cdef int64_t i, j, k, end
+    cdef const job_t* jb
+    for i in range(b):          # the chosen ends first (each index's answers are cached)
+        jb = &jobs[i]
+        end = _chosen_end(jb.answers, jb.n_levels)
+        lengths[i] = end
+        if end >= 0:
+            NGI_PREFETCH(&jb.tok[end])
+    for i in range(b):
+        jb = &jobs[i]
+        end = lengths[i]
+        k = limits[i] if limits[i] < kmax else kmax
+        if end < 0 or k < 0:
+            k = 0
+        elif k > jb.stop - end:
+            k = jb.stop - end
+        for j in range(k):
+            drafts[i * kmax + j] = jb.tok[end + j]
+        lengths[i] = k
+
+
+cdef int _update_and_propose(list index_list, Py_ssize_t b, const int64_t* src,
+                             const int64_t* off, const int64_t* limits, Py_ssize_t kmax,
+                             int64_t* drafts, int64_t* lengths) except -1:
+    """The serving step's index update (``specfsm._core.batch``, through the capsule
+    ``_UPDATE_CAPSULE``): ``extend_batch`` then ``propose_batch`` in one pass without the
+    GIL, on buffers the calling step owns (``src``/``off`` as ``extend_batch``'s copies,
+    ``limits``: one draft limit per index, ``drafts``: ``b * kmax`` entries,
+    ``lengths``: ``b``). Refuses what ``extend_batch`` refuses."""
+    cdef Py_ssize_t i
+    if len(index_list) != b or kmax < 0:
+        raise ValueError(f"the update got {len(index_list)} indexes for {b} token runs")
+    for i in range(b):
+        o = index_list[i]
+        if type(o) is not NgramIndex and not isinstance(o, NgramIndex):
+            raise TypeError(
+                f"indexes[{i}] must be an NgramIndex of the same implementation, "
+                f"got {type(o).__module__}.{type(o).__name__}"
+            )
+        if off[i] > off[i + 1]:
+            raise ValueError("offsets must be nondecreasing")
+    if b and off[0] < 0:
+        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    return _extend_core(index_list, b, src, off, limits, kmax, drafts, lengths)
+
+
+#: the C entry of the serving step's index update (see ``_update_and_propose``)
+_UPDATE_CAPSULE = PyCapsule_New(<void*>_update_and_propose, UPDATE_CAPSULE_NAME, NULL)

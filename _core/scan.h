@@ -1,9 +1,13 @@
-/* Backward search for one token id, the inner loop of n-gram lookup.
+/* Search for one token id, the inner loop of n-gram lookup, in either direction.
  *
- * find_last_eq_*(p, lo, hi, v): the largest e in [lo, hi] with p[e] == v, or -1.
+ * specfsm_find_{i32,i64}(p, lo, hi, v, backward): the largest e in [lo, hi] with
+ * p[e] == v when backward is nonzero, else the smallest; -1 when there is none.
+ * specfsm_find_last_* and specfsm_find_first_* name the two directions.
+ *
  * Blocks of SCAN_BLOCK entries are tested with a branch-free OR of comparisons, which
  * compilers turn into SIMD compares; only a block with a hit is walked entry by entry.
- * On x86-64 GCC, an AVX2 clone is picked at load time where the CPU has it.
+ * On x86-64 GCC, an AVX2 clone is picked at load time where the CPU has it. One
+ * primitive serves both directions: the direction is one predictable branch per block.
  */
 #ifndef SPECFSM_SCAN_H
 #define SPECFSM_SCAN_H
@@ -19,29 +23,65 @@
 #define SPECFSM_CLONES
 #endif
 
-#define SPECFSM_DEFINE_FIND_LAST(NAME, T)                                        \
-    SPECFSM_CLONES static ptrdiff_t NAME(const T *p, ptrdiff_t lo, ptrdiff_t hi, T v) \
-    {                                                                            \
-        ptrdiff_t e = hi;                                                        \
-        while (e - (SCAN_BLOCK - 1) >= lo) {                                     \
-            const T *b = p + (e - (SCAN_BLOCK - 1));                             \
-            int hit = 0;                                                         \
-            for (int k = 0; k < SCAN_BLOCK; k++)                                 \
-                hit |= (b[k] == v);                                              \
-            if (hit) {                                                           \
-                for (int k = SCAN_BLOCK - 1; k >= 0; k--)                        \
-                    if (b[k] == v)                                               \
-                        return e - (SCAN_BLOCK - 1) + k;                         \
-            }                                                                    \
-            e -= SCAN_BLOCK;                                                     \
-        }                                                                        \
-        for (; e >= lo; e--)                                                     \
-            if (p[e] == v)                                                       \
-                return e;                                                        \
-        return -1;                                                               \
+#define SPECFSM_DEFINE_FIND(NAME, T)                                                  \
+    SPECFSM_CLONES static ptrdiff_t NAME(const T *p, ptrdiff_t lo, ptrdiff_t hi, T v, \
+                                         int backward)                                \
+    {                                                                                 \
+        while (hi - (SCAN_BLOCK - 1) >= lo) {                                         \
+            const ptrdiff_t start = backward ? hi - (SCAN_BLOCK - 1) : lo;            \
+            const T *b = p + start;                                                   \
+            int hit = 0;                                                              \
+            for (int k = 0; k < SCAN_BLOCK; k++)                                      \
+                hit |= (b[k] == v);                                                   \
+            if (hit) {                                                                \
+                if (backward) {                                                       \
+                    for (int k = SCAN_BLOCK - 1; k >= 0; k--)                         \
+                        if (b[k] == v)                                                \
+                            return start + k;                                         \
+                } else {                                                              \
+                    for (int k = 0; k < SCAN_BLOCK; k++)                              \
+                        if (b[k] == v)                                                \
+                            return start + k;                                         \
+                }                                                                     \
+            }                                                                         \
+            if (backward)                                                             \
+                hi -= SCAN_BLOCK;                                                     \
+            else                                                                      \
+                lo += SCAN_BLOCK;                                                     \
+        }                                                                             \
+        if (backward) {                                                               \
+            for (; hi >= lo; hi--)                                                    \
+                if (p[hi] == v)                                                       \
+                    return hi;                                                        \
+        } else {                                                                      \
+            for (; lo <= hi; lo++)                                                    \
+                if (p[lo] == v)                                                       \
+                    return lo;                                                        \
+        }                                                                             \
+        return -1;                                                                    \
     }
 
-SPECFSM_DEFINE_FIND_LAST(specfsm_find_last_i32, int32_t)
-SPECFSM_DEFINE_FIND_LAST(specfsm_find_last_i64, int64_t)
+SPECFSM_DEFINE_FIND(specfsm_find_i32, int32_t)
+SPECFSM_DEFINE_FIND(specfsm_find_i64, int64_t)
+
+static inline ptrdiff_t specfsm_find_last_i32(const int32_t *p, ptrdiff_t lo, ptrdiff_t hi, int32_t v)
+{
+    return specfsm_find_i32(p, lo, hi, v, 1);
+}
+
+static inline ptrdiff_t specfsm_find_last_i64(const int64_t *p, ptrdiff_t lo, ptrdiff_t hi, int64_t v)
+{
+    return specfsm_find_i64(p, lo, hi, v, 1);
+}
+
+static inline ptrdiff_t specfsm_find_first_i32(const int32_t *p, ptrdiff_t lo, ptrdiff_t hi, int32_t v)
+{
+    return specfsm_find_i32(p, lo, hi, v, 0);
+}
+
+static inline ptrdiff_t specfsm_find_first_i64(const int64_t *p, ptrdiff_t lo, ptrdiff_t hi, int64_t v)
+{
+    return specfsm_find_i64(p, lo, hi, v, 0);
+}
 
 #endif

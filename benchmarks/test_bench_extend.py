@@ -6,6 +6,9 @@ median).
 
 Run: python -m pytest benchmarks/test_bench_extend.py -c benchmarks/pytest.ini
 Target: extend_batch under 90 ns per appended token (a loop of extend calls: about 270).
+Both ``prefer`` settings are timed: the step benchmark uses ``earliest``, whose batched
+update probes the longest n first and stops at the first n found; ``latest`` moves every
+level's entry to the new occurrence, so it probes every level.
 
 Every round appends the next tokens of each request's own stream, so the two
 contenders do the same work on indexes of the same size; a check after the rounds
@@ -42,10 +45,10 @@ def steps():
     return streams, counts
 
 
-def _build(ngi, streams):
+def _build(ngi, streams, prefer):
     ixs = []
     for s in streams:
-        ix = ngi.NgramIndex(MIN_N, MAX_N)
+        ix = ngi.NgramIndex(MIN_N, MAX_N, prefer)
         ix.extend(s[:HISTORY])
         ixs.append(ix)
     return ixs
@@ -65,12 +68,13 @@ def _rounds(streams, counts):
     return out
 
 
+@pytest.mark.parametrize("prefer", ["latest", "earliest"])
 @pytest.mark.parametrize("how", ["extend-loop", "extend_batch"])
-def test_extend_step(benchmark, steps, how):
-    benchmark.group = f"extend B={B} x {HISTORY} tokens, (2,4)-grams, ~4 tokens each"
+def test_extend_step(benchmark, steps, how, prefer):
+    benchmark.group = f"extend B={B} x {HISTORY} tokens, (2,4)-grams, {prefer}, ~4 tokens each"
     ngi = _ngi()
     streams, counts = steps
-    ixs = _build(ngi, streams)
+    ixs = _build(ngi, streams, prefer)
     plan = iter(_rounds(streams, counts))
 
     if how == "extend-loop":
@@ -89,7 +93,7 @@ def test_extend_step(benchmark, steps, how):
     benchmark.extra_info["tokens_per_step"] = round(float(per_step), 1)
     benchmark.extra_info["ns_per_token"] = round(benchmark.stats.stats.median / per_step * 1e9, 1)
     for i in (0, 97, B - 1):  # the indexes equal ones built in one go
-        want = ngi.NgramIndex(MIN_N, MAX_N)
+        want = ngi.NgramIndex(MIN_N, MAX_N, prefer)
         want.extend(streams[i][: HISTORY + appended[i]])
         assert len(ixs[i]) == len(want)
         assert ixs[i].propose(8) == want.propose(8)

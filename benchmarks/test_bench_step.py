@@ -16,7 +16,10 @@ compiled step at B=256, K=8, 32k: the index update alone (``extend`` per appende
 token, or ``extend_batch`` where the index module has it; ``extend_fresh`` appends new
 tokens every round, as the step does, while ``extend`` re-appends the same ones, so its
 table lines stay cached), ``propose_batch`` alone, and acceptance, settle and the
-transitions without indexes.
+transitions without indexes. The compiled step itself does its n-gram update through
+the index module's C entry (extend and propose fused in one pass, no argument
+conversion), so its update costs about ``extend_fresh`` at the step's token count,
+without ``propose_batch`` and without the Python calls' fixed cost (about 10 µs at B=256).
 """
 
 from __future__ import annotations

@@ -707,13 +707,11 @@ def settle_index_reason(b: int, accepted: int, draft_len: int) -> str:
     )
 
 
-# --- suffix index checks ---
-# The suffix index (compiled ``_core/suffix_index.pyx`` and its twin
-# ``specfsm/_py/suffix_index.py``) takes every argument check from here. The batch and
-# draft-length checks repeat, with the same messages, those of ``specfsm/_py/ngram_index.py``
-# (``_as_ids``, ``_check_batch_k``, ``_check_draft_limits``, ``_check_prefer``,
-# ``_check_record``, ``_own_offsets``, ``_validate_offsets``), so that the compiled core
-# imports nothing from ``specfsm._py``.
+# --- index checks (suffix and n-gram indexes) ---
+# The suffix index (compiled ``_core/suffix_index.pyx``, twin ``specfsm/_py/suffix_index.py``)
+# takes every argument check from here; the token, offsets, per-index count, draft-length
+# and record checks below (``as_ids`` to ``validate_offsets``) serve the n-gram index and
+# the batch state too, with the same messages in both implementations.
 
 #: positions and states are 32-bit: a suffix index holds at most this many tokens
 MAX_SUFFIX_TOKENS = 2**30 - 1
@@ -743,6 +741,10 @@ def as_ids(tokens: object, name: str) -> np.ndarray:
         )
     if len(tokens) == 0:
         return np.zeros(0, dtype=np.int64)
+    if type(tokens) is list or type(tokens) is tuple:
+        kinds = set(map(type, tokens))
+        if bool in kinds or np.bool_ in kinds:  # numpy would read a bool among ints as an int
+            raise TypeError(f"{name} must hold integer ids, got bools")
     try:
         arr = np.asarray(tokens)
     except (ValueError, TypeError) as exc:  # ragged nesting and the like
@@ -883,3 +885,264 @@ def check_suffix_stats(stats: object) -> tuple[int, int, int, int]:
     if steps > limit or drafted > limit:
         raise ValueError("stats: counts beyond 2**62")
     return steps, drafted, accepted, full
+
+
+# --- n-gram index and batch checks ---
+# Shared by specfsm._core.ngram_index / specfsm._core.batch and their twins
+# specfsm._py.ngram_index / specfsm._py.batch (same messages in both).
+
+
+from .errors import IllegalTransition as _IllegalTransition  # noqa: E402
+
+#: the index stores positions as 32-bit ints: at most this many tokens per index
+MAX_INDEX_TOKENS = 2**31 - 2
+#: an index keeps one hash table per n-gram length: at most this many lengths
+MAX_LEVELS = 4096
+
+
+def _check_ngram_range(min_n: object, max_n: object) -> tuple[int, int]:
+    """``(min_n, max_n)`` as ints; ``max_n=None`` means ``min_n``. Refuses ``min_n < 1``
+    and ``min_n > max_n``."""
+    lo = check_count(min_n, "min_n")
+    if lo < 1:
+        raise ValueError(f"min_n must be at least 1, got {lo}")
+    if max_n is None:
+        return lo, lo
+    hi = check_count(max_n, "max_n")
+    if hi < lo:
+        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
+    return lo, hi
+
+
+def _check_index_range(min_n: object, max_n: object) -> tuple[int, int]:
+    """``_check_ngram_range`` for an index, which keeps one table per n: also refuses
+    ``max_n`` beyond ``MAX_INDEX_TOKENS`` and more than ``MAX_LEVELS`` values of n."""
+    lo, hi = _check_ngram_range(min_n, max_n)
+    if hi > MAX_INDEX_TOKENS:
+        raise ValueError(f"max_n must be at most {MAX_INDEX_TOKENS} for an NgramIndex, got {hi}")
+    if hi - lo + 1 > MAX_LEVELS:
+        raise ValueError(
+            f"an NgramIndex keeps at most {MAX_LEVELS} n-gram lengths, got "
+            f"min_n={lo}, max_n={hi}"
+        )
+    return lo, hi
+
+
+
+def _check_offsets(offsets: object, n_tokens: int) -> np.ndarray:
+    """Request boundaries as a fresh int64 array (owned by the call) of B + 1
+    nondecreasing entries within ``[0, n_tokens]``."""
+    off = own_offsets(offsets)
+    validate_offsets(off, n_tokens)
+    return off
+
+
+def _check_total(drafted: int, proposed: int) -> None:
+    """Refuses a record that would take the drafted-token count beyond int64."""
+    if proposed > INT64_MAX - drafted:
+        raise OverflowError(
+            f"proposed={proposed} would take the drafted-token count beyond int64 "
+            f"(already {drafted})"
+        )
+
+
+_STAT_NAMES = ("steps", "drafted", "accepted", "full_accepts")
+
+
+def _check_stats(stats: object) -> tuple[int, int, int, int]:
+    """Unpickled statistics ``(steps, drafted, accepted, full_accepts)``, refused unless
+    they are counts that ``record`` could have produced."""
+    if not isinstance(stats, tuple):
+        raise TypeError(f"stats must be a tuple of 4 counts, got {type(stats).__name__}")
+    if len(stats) != 4:
+        raise ValueError(f"stats must hold 4 counts {_STAT_NAMES}, got {len(stats)}")
+    vals = []
+    for name, v in zip(_STAT_NAMES, stats):
+        c = check_count(v, f"stats {name}")
+        if c > INT64_MAX:
+            raise OverflowError(f"stats {name}={c} is beyond int64")
+        vals.append(c)
+    steps, drafted, accepted, full = vals
+    if accepted > drafted:
+        raise ValueError(f"stats accepted={accepted} is beyond drafted={drafted}")
+    if full > steps or full > accepted:
+        raise ValueError(
+            f"stats full_accepts={full} is beyond steps={steps} or accepted={accepted}"
+        )
+    if steps == 0 and drafted:
+        raise ValueError(f"stats drafted={drafted} with no recorded step")
+    return steps, drafted, accepted, full
+
+
+#: what a call meeting an index in use by another call says (both implementations)
+BUSY_WRITING = "NgramIndex is being extended (by another thread, or by a callback inside extend)"
+BUSY_READING = "NgramIndex is being read by a batch proposal in another thread"
+
+
+
+
+# the batch (specfsm._core.batch, specfsm._py.batch): state codes and argument checks
+FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = range(7)
+STATE_NAMES = ("free", "prefill", "decode", "verify", "accept", "rollback", "done")
+#: at most this many slots per batch and tokens per draft (keeps every index in int32 range)
+MAX_SLOTS = 2**24
+MAX_DRAFT = 4096
+
+def _ids(x: object, name: str) -> np.ndarray:
+    """A 1-D int64 array the call owns (always a fresh copy). Refuses bools, floats,
+    strings, 2-D input and ids beyond int64."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
+    if isinstance(x, np.ndarray):
+        arr = as_token_array(x, name)
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be a flat sequence of integers ({exc})") from None
+        if arr.ndim == 0:
+            raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
+        if arr.size == 0:
+            arr = np.zeros(0, dtype=np.int64)
+        if arr.dtype == object:
+            for v in arr.reshape(-1).tolist():
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"{name} must hold integers, got {type(v).__name__} {v!r}")
+            raise OverflowError(f"{name} holds integers beyond int64")
+        if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
+            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        arr = as_token_array(arr, name)
+    return np.array(arr, dtype=np.int64, copy=True)
+
+
+def _slots(slots: object, capacity: int) -> np.ndarray:
+    """Distinct slot numbers in ``[0, capacity)`` as a fresh int64 array."""
+    if isinstance(slots, (int, np.integer)) and not isinstance(slots, (bool, np.bool_)):
+        slots = [slots]
+    s = _ids(slots, "slots")
+    if s.shape[0]:
+        lo, hi = int(s.min()), int(s.max())
+        if lo < 0 or hi >= capacity:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"slots holds {bad}, outside the batch's {capacity} slots")
+        if np.unique(s).shape[0] != s.shape[0]:
+            u, c = np.unique(s, return_counts=True)
+            raise ValueError(f"slots must be distinct, got slot {int(u[c > 1][0])} twice")
+    return s
+
+
+def _per_slot(x: object, n: int, name: str) -> np.ndarray:
+    """One integer per slot (a scalar applies to every slot) as a fresh int64 array."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        v = int(x)
+        if not -(2**63) <= v <= INT64_MAX:
+            raise OverflowError(f"{name}={v} is beyond int64")
+        return np.full(n, v, dtype=np.int64)
+    a = _ids(x, name)
+    if a.shape[0] != n:
+        raise ValueError(f"{name} holds {a.shape[0]} entries for {n} slots")
+    return a
+
+
+def _ragged(tokens: object, offsets: object, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(tokens, offsets)`` as fresh int64 arrays: ``n + 1`` nondecreasing offsets from 0
+    to ``len(tokens)`` (checked neighbour by neighbour)."""
+    t = _ids(tokens, name)
+    off = _ids(offsets, f"{name}_offsets" if name != "tokens" else "offsets")
+    oname = "offsets" if name == "tokens" else f"{name}_offsets"
+    if off.shape[0] != n + 1:
+        raise ValueError(f"{oname} holds {off.shape[0]} entries; {n} slots need {n + 1}")
+    if off[0] != 0:
+        raise ValueError(f"{oname}[0] must be 0, got {int(off[0])}")
+    if off[-1] != t.shape[0]:
+        raise ValueError(f"{oname}[-1]={int(off[-1])} must equal len({name})={t.shape[0]}")
+    if n and not (off[:-1] <= off[1:]).all():
+        i = int(np.flatnonzero(off[:-1] > off[1:])[0])
+        raise ValueError(
+            f"{oname} must be nondecreasing, got {oname}[{i}]={int(off[i])} > "
+            f"{oname}[{i + 1}]={int(off[i + 1])}"
+        )
+    return t, off
+
+
+def _capacity(capacity: object, k_max: object) -> tuple[int, int]:
+    c = check_count(capacity, "capacity")
+    k = check_count(k_max, "k_max")
+    if not 1 <= c <= MAX_SLOTS:
+        raise ValueError(f"capacity must lie in [1, {MAX_SLOTS}], got {c}")
+    if not 1 <= k <= MAX_DRAFT:
+        raise ValueError(f"k_max must lie in [1, {MAX_DRAFT}], got {k}")
+    return c, k
+
+
+def _indexes(indexes: object, n: int) -> list:
+    """One NgramIndex (of this implementation) or None per admitted slot."""
+    if indexes is None:
+        return [None] * n
+    try:
+        out = list(indexes)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"indexes must be a sequence of NgramIndex or None, got {type(indexes).__name__}") from None
+    if len(out) != n:
+        raise ValueError(f"indexes holds {len(out)} entries for {n} slots")
+    return out
+
+
+def _check_index_types(ixs: list, cls: type | tuple[type, ...]) -> None:
+    """Each entry None or an instance of ``cls`` (the batch's index classes)."""
+    for j, ix in enumerate(ixs):
+        if ix is not None and not isinstance(ix, cls):
+            raise TypeError(
+                f"indexes[{j}] must be an NgramIndex or SuffixIndex of the same implementation, "
+                "or None, "
+                f"got {type(ix).__module__}.{type(ix).__name__}"
+            )
+
+
+#: rule kinds the step knows: greedy exact, min-run, speculative sampling, typical, any other
+R_EXACT, R_MINRUN, R_SPEC, R_TYPICAL, R_OTHER = range(5)
+
+
+def _rule_kind(rule: object) -> tuple[int, int]:
+    """``(kind, m)`` for a rule; refuses objects that are not rules."""
+    if rule is None:
+        return R_EXACT, 0
+    name = type(rule).__name__
+    mod = type(rule).__module__
+    if mod == "specfsm.accept_rule":
+        if name == "Exact":
+            return R_EXACT, 0
+        if name == "MinRun":
+            return R_MINRUN, int(rule.m)  # type: ignore[attr-defined]
+        if name == "SpeculativeSampling":
+            return R_SPEC, 0
+        if name == "TypicalAcceptance":
+            return R_TYPICAL, 0
+    if callable(getattr(rule, "accepted_rows", None)):
+        return R_OTHER, 0
+    raise TypeError(f"rule must be None or an acceptance rule (with accepted_rows), got {name}")
+
+
+def _probs_rows(probs: object, n_rows: int) -> np.ndarray:
+    if probs is None:
+        raise TypeError("this rule needs probs: one probability row per evaluated row (N x V)")
+    if not isinstance(probs, np.ndarray):
+        probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim != 2 or probs.shape[0] != n_rows:
+        raise ValueError(f"probs must be {n_rows} x V (one row per evaluated row), got shape {probs.shape}")
+    return probs
+
+
+def _illegal(attempted: str, slots: list[int], states: list[int], reasons: list[str] | None = None):
+    """``IllegalTransition(attempted)`` naming the slots and the state each was in."""
+    names = [STATE_NAMES[s] for s in states]
+    rs = list(reasons) if reasons else [None] * len(slots)
+    shown = "; ".join(
+        f"slot {s} ({n}): {r}" if r else f"slot {s} is in {n}" for s, n, r in zip(slots[:8], names[:8], rs[:8])
+    )
+    more = f"; and {len(slots) - 8} more slots" if len(slots) > 8 else ""
+    reason = shown + more
+    err = _IllegalTransition(attempted, reason)
+    err.slots = list(slots)
+    err.states = names
+    return err

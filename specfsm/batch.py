@@ -13,9 +13,14 @@ changes nothing. Cache handles are int64 (a row index, a block-table id).
 rule=..., probs=...)`` does the rest of a serving step in one call: acceptance (greedy
 exact, ``MinRun``, ``SpeculativeSampling``, ``TypicalAcceptance`` or any rule with
 ``accepted_rows``), settle and the transitions, budgets and eos, the index update
-(``NgramIndex`` per slot), the placement rows for ``specfsm.gpu.place_rows``
-(``resume_rows``, ``settle_index`` semantics) and the next drafts; it returns a
-``StepResult`` of arrays.
+(an ``NgramIndex`` or a ``SuffixIndex`` per slot, or none), the placement rows for
+``specfsm.gpu.place_rows`` (``resume_rows``, ``settle_index`` semantics) and the next
+drafts; it returns a ``StepResult`` of arrays. On the compiled core the n-gram slots'
+index update (extend, then propose) is one pass without the GIL through a C entry of
+the compiled index module, on the step's own buffers; ``SuffixIndex`` slots record
+each verified draft, are extended (``suffix_index.extend_batch`` where the module has
+it, else one ``extend`` each) and propose through ``suffix_index.propose_batch``, as
+``SuffixDrafter``'s session does per request.
 
 The default verify has K rows for a K-token draft (``ServingState``'s convention: a fully
 accepted draft emits its K tokens and resumes from the last). ``bonus=True`` verifies
@@ -39,9 +44,9 @@ from typing import TYPE_CHECKING
 from . import _impl
 
 if TYPE_CHECKING:  # type checkers read the twin
-    from ._py import batch as _k
+    from ._py import batch as _active
 else:
-    _k = _impl.load("batch")
+    _active = _impl.load("batch")
 
 __all__ = [
     "BatchState",
@@ -56,9 +61,9 @@ __all__ = [
     "STATE_NAMES",
 ]
 
-BatchState = _k.BatchState
-StepResult = _k.StepResult
+BatchState = _active.BatchState
+StepResult = _active.StepResult
 FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = (
-    _k.FREE, _k.PREFILL, _k.DECODE, _k.VERIFY, _k.ACCEPT, _k.ROLLBACK, _k.DONE,
+    _active.FREE, _active.PREFILL, _active.DECODE, _active.VERIFY, _active.ACCEPT, _active.ROLLBACK, _active.DONE,
 )
-STATE_NAMES = _k.STATE_NAMES
+STATE_NAMES = _active.STATE_NAMES

@@ -67,6 +67,7 @@ __all__ = [
     "TraceError",
     "TargetError",
     "SpeculationMismatch",
+    "batchable_drafter",
     "compare_outputs",
 ]
 
@@ -654,15 +655,17 @@ class SpeculativeLoop:
         ``step`` per serving step does acceptance, settle, the transitions, the index
         update and the next drafts for all of them. The target is still asked once per
         request per step (``evaluate``, or ``evaluate_probs`` for the sampling rules).
-        Needs integer token ids and an ``NgramDrafter`` (or no drafter). ``bonus=True``
+        Needs integer token ids and an ``NgramDrafter`` or a ``SuffixDrafter`` without a
+        shared cache (or no drafter; see ``batchable_drafter``). ``bonus=True``
         verifies a K-token draft with K + 1 rows (a fully accepted draft emits K + 1
         tokens); the default is K rows (``specfsm.state``'s convention), whose results equal
         ``run_batch``'s.
         """
         drafter, k, rule = self.drafter, self.k, self.rule
-        if drafter is not None and k and not isinstance(drafter, NgramDrafter):
+        if drafter is not None and k and not batchable_drafter(drafter):
             raise TypeError(
-                f"run_batched drafts with an NgramDrafter (an index per request), got {type(drafter).__name__}"
+                "run_batched drafts with an NgramDrafter or a SuffixDrafter without a shared cache "
+                f"(an index per request), got {drafter!r}"
             )
         use_indexes = drafter is not None and k > 0
         kind = self.impl
@@ -730,10 +733,14 @@ class SpeculativeLoop:
             a = clock()
             kw: dict[str, Any] = {"rule": rule}
             if needs:
+                # one N x V array, rows of a narrower vocabulary padded with zeros (one copy)
                 v = max(p.shape[1] for p in probs_all)
-                kw["probs"] = np.concatenate(
-                    [np.pad(p, ((0, 0), (0, v - p.shape[1]))) if p.shape[1] < v else p for p in probs_all]
-                )
+                allp = np.zeros((sum(p.shape[0] for p in probs_all), v), dtype=np.float64)
+                r0 = 0
+                for p in probs_all:
+                    allp[r0 : r0 + p.shape[0], : p.shape[1]] = p
+                    r0 += p.shape[0]
+                kw["probs"] = allp
             res = bs.step(np.asarray(rows_all, dtype=np.int64), **kw)
             em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
             acc, dr, rr = res.accepted.tolist(), res.drafted.tolist(), res.resume_rows.tolist()
@@ -778,6 +785,17 @@ class SpeculativeLoop:
         if check:
             _raise_on_mismatch(results, self.greedy().run_batch(requests))
         return results
+
+
+def batchable_drafter(drafter: Any) -> bool:
+    """Whether ``SpeculativeLoop.run_batched`` can draft with ``drafter`` on the batch API:
+    an ``NgramDrafter``, or a ``specfsm.suffix_index.SuffixDrafter`` without a shared
+    cache (its sessions hold one ``SuffixIndex`` each, which ``BatchState`` serves)."""
+    if isinstance(drafter, NgramDrafter):
+        return True
+    from .suffix_index import SuffixDrafter
+
+    return isinstance(drafter, SuffixDrafter) and drafter.shared is None
 
 
 def compare_outputs(

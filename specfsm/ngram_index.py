@@ -27,9 +27,9 @@ import numpy as np
 from . import _impl
 
 if TYPE_CHECKING:  # type checkers read the twin
-    from ._py import ngram_index as _k
+    from ._py import ngram_index as _active
 else:
-    _k = _impl.load("ngram_index")
+    _active = _impl.load("ngram_index")
 
 __all__ = [
     "NgramIndex",
@@ -66,7 +66,7 @@ __all__ = [
 #: serialised, never refused. A refused call changes nothing. ``copy.copy``,
 #: ``copy.deepcopy`` and pickling give an independent index; unpickling refuses
 #: statistics ``record`` could not have produced.
-NgramIndex = _k.NgramIndex
+NgramIndex = _active.NgramIndex
 
 
 def longest_match(history: Any, min_n: int, max_n: int, max_k: int, prefer: str = "latest") -> Any:
@@ -80,7 +80,7 @@ def longest_match(history: Any, min_n: int, max_n: int, max_k: int, prefer: str 
     ``min_n < 1``, ``min_n > max_n``, negative ``max_k``, non-integer or 2-D input and ids
     beyond int64.
     """
-    return _k.longest_match(history, min_n, max_n, max_k, prefer)
+    return _active.longest_match(history, min_n, max_n, max_k, prefer)
 
 
 def longest_match_batch(
@@ -94,7 +94,7 @@ def longest_match_batch(
     ``drafts[draft_offsets[i]:draft_offsets[i + 1]]`` and holds ``lengths[i]`` tokens,
     in the dtype of ``tokens``. The compiled core runs the whole batch without the GIL.
     """
-    return _k.longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer)
+    return _active.longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer)
 
 
 def extend_batch(indexes: Any, tokens: Any, offsets: Any) -> None:
@@ -107,7 +107,7 @@ def extend_batch(indexes: Any, tokens: Any, offsets: Any) -> None:
     (ValueError), is being extended or read by another call (RuntimeError), or would
     exceed its capacity (OverflowError) refuses the whole batch and changes no index.
     """
-    _k.extend_batch(indexes, tokens, offsets)
+    _active.extend_batch(indexes, tokens, offsets)
 
 
 def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -118,11 +118,11 @@ def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarr
     ``drafts`` being int64. Refuses anything but a sequence of this implementation's
     ``NgramIndex``.
     """
-    return _k.propose_batch(indexes, max_k)
+    return _active.propose_batch(indexes, max_k)
 
 
 def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
     """``NgramIndex.record`` for B indexes: ``proposed[i]`` drafted tokens of which
     ``accepted[i]`` were accepted. Returns each index's next ``draft_len`` (int64).
     Refuses ``accepted[i] > proposed[i]``."""
-    return _k.record_batch(indexes, proposed, accepted)
+    return _active.record_batch(indexes, proposed, accepted)

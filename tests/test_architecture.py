@@ -32,15 +32,7 @@ SOURCES = PACKAGE.parent / "_core"  # the .pyx sources, in a checkout (absent wh
 # (the batch and index modules move their checks into specfsm._validate and stop building
 # states). Each is an edge "importer -> imported". The lead empties this set when those
 # branches merge: an entry that no longer occurs fails the test, so the set cannot go stale.
-PENDING: set[tuple[str, str]] = {
-    ("specfsm._core.batch", "specfsm._py"),
-    ("specfsm._core.batch", "specfsm._py.batch"),
-    ("specfsm._core.batch", "specfsm._impl"),
-    ("specfsm._core.batch", "specfsm.state"),
-    ("specfsm._core.ngram_index", "specfsm._py"),
-    ("specfsm._core.ngram_index", "specfsm._py.ngram_index"),
-    ("specfsm._py.batch", "specfsm.state"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 # -- the layers (ARCHITECTURE.md, "Which module may import which") ------------------------
 FOUNDATION = {"specfsm.errors", "specfsm._validate", "specfsm._values"}

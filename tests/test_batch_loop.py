@@ -445,3 +445,160 @@ def test_the_readme_step_example_speculates(bm, ni):
         batch.release(res.finished)
     assert out == {0: [(6 + i) % 11 for i in range(1, 31)], 1: [(8 + i) % 11 for i in range(1, 21)]}
     assert steps < 30 and accepted > drafted // 2
+
+
+# -- SuffixIndex slots ------------------------------------------------------------------
+def _suffix_drafter(impl, adaptive=False):
+    from specfsm.suffix_index import SuffixDrafter
+
+    return SuffixDrafter(1, None, "earliest", adaptive=adaptive, draft_len=3, max_draft=6,
+                         index_cls=impl.module("suffix_index").SuffixIndex)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+@pytest.mark.parametrize("rule_i", range(5))
+def test_run_batched_with_a_suffix_drafter_equals_run_batch_for_every_rule(impl, rule_i, adaptive):
+    rule = _rules()[rule_i]
+    reqs = _requests()
+    loop = SpeculativeLoop(None, _suffix_drafter(impl, adaptive), 5, rule)
+    want = loop.run_batch(reqs)
+    got = loop.run_batched(reqs, check=True)
+    assert [r.output for r in got] == [r.output for r in want]
+    # the same drafts (lengths included, adaptive or not) and the same acceptance
+    assert [r.stats.counts() for r in got] == [r.stats.counts() for r in want]
+    assert sum(r.stats.accepted for r in got) > 0
+
+
+def _drive(bm, recs, k, ixs):
+    """Every (prompt, continuation, max_tokens) through one BatchState whose slots draft
+    with ``ixs``, teacher-forced; returns each slot's output and drafted-token count."""
+    b = bm.BatchState(len(recs), k)
+    flat = [t for p, _, _ in recs for t in p]
+    off = np.cumsum([0] + [len(p) for p, _, _ in recs])
+    b.admit(np.arange(len(recs)), flat, off, np.arange(len(recs)),
+            max_tokens=[m for _, _, m in recs], indexes=ixs)
+    targets = [TeacherForcedTarget(p, c) for p, c, _ in recs]
+    outputs = [[] for _ in recs]
+    drafted = [0] * len(recs)
+    while True:
+        slots, inputs, offs = b.pending()
+        if len(slots) == 0:
+            break
+        rows = []
+        for j, i in enumerate(slots.tolist()):
+            code = int(b.states[i])
+            cache = None if code == bm.PREFILL else len(recs[i][0]) + len(outputs[i]) - 1
+            r, _ = targets[i].evaluate(inputs[offs[j]:offs[j + 1]].tolist(), cache)
+            rows += r
+        res = b.step(np.array(rows, dtype=np.int64))
+        for j, i in enumerate(res.slots.tolist()):
+            outputs[i] += res.emitted[res.emitted_offsets[j]:res.emitted_offsets[j + 1]].tolist()
+            drafted[i] += int(res.drafted[j])
+            d = res.drafts[res.draft_offsets[j]:res.draft_offsets[j + 1]].tolist()
+            assert d == b.draft(i)
+    assert (b.states == bm.DONE).all()
+    return outputs, drafted
+
+
+def _recording_drafter(make):
+    """A drafter whose sessions' indexes are kept (``made``)."""
+    d = make()
+    made = []
+    orig = d.session
+
+    def session(prompt):
+        s = orig(prompt)
+        made.append(s.index)
+        return s
+
+    d.session = session
+    return d, made
+
+
+def test_suffix_slots_record_what_their_sessions_record(impl, bm):
+    """Each SuffixIndex slot records every verified draft as the drafter's session does
+    (the index's statistics and adaptive draft length end equal)."""
+    si = impl.module("suffix_index")
+    recs = []
+    for s in range(5):
+        seq = greedy_stream(120, 5, 300 + s)
+        recs.append((seq[:10], seq[10:], 60 + s))
+    loop_ixs, outs = [], []
+    for p, c, m in recs:
+        d, made = _recording_drafter(lambda: _suffix_drafter(impl, adaptive=True))
+        outs.append(SpeculativeLoop(TeacherForcedTarget(p, c), d, 4).run(Request(p, m)).output)
+        loop_ixs.append(made[0])
+    ixs = [_suffix_drafter(impl, adaptive=True).session(p).index for p, _, _ in recs]
+    got, drafted = _drive(bm, recs, 4, ixs)
+    assert got == outs
+    assert isinstance(ixs[0], si.SuffixIndex)
+    for mine, want in zip(ixs, loop_ixs):
+        assert mine.stats["drafted"] == want.stats["drafted"]
+        assert mine.stats["accepted"] == want.stats["accepted"]
+        assert mine.draft_len == want.draft_len
+    assert sum(drafted) > 0 and sum(ix.stats["accepted"] for ix in ixs) > 0
+
+
+def test_a_batch_mixes_ngram_and_suffix_slots(impl, bm, ni):
+    """N-gram slots and suffix slots in one batch draft as their own loops do."""
+    from specfsm.suffix_index import SuffixDrafter
+
+    si = impl.module("suffix_index")
+    recs = []
+    for s in range(6):
+        seq = greedy_stream(90, 4, 500 + s)
+        recs.append((seq[:8], seq[8:], 50 + s))
+    def drafter(q):
+        return (NgramDrafter(1, 3, index_cls=ni.NgramIndex) if q % 2 else
+                SuffixDrafter(1, None, "earliest", index_cls=si.SuffixIndex))
+
+    # each slot's index made (and given the prompt) as its drafter's session makes it
+    ixs = [drafter(q).session(p).index for q, (p, _, _) in enumerate(recs)]
+    outputs, drafted = _drive(bm, recs, 4, ixs)
+    for q, (p, c, m) in enumerate(recs):
+        r = SpeculativeLoop(TeacherForcedTarget(p, c), drafter(q), 4).run(Request(p, m))
+        assert outputs[q] == r.output
+        assert drafted[q] == r.stats.drafted
+    assert min(drafted) > 0
+
+
+def test_suffix_slots_use_the_suffix_modules_extend_batch_where_it_exists(impl, bm, monkeypatch):
+    """The one switch for the suffix module's batched extend: called with the slots'
+    indexes, their emitted tokens and offsets (same contract as ngram_index's)."""
+    si = impl.module("suffix_index")
+    calls = []
+
+    def extend_batch(indexes, tokens, offsets):
+        calls.append((len(indexes), np.asarray(tokens).tolist(), np.asarray(offsets).tolist()))
+        for q, ix in enumerate(indexes):
+            ix.extend(np.asarray(tokens)[offsets[q]:offsets[q + 1]])
+
+    monkeypatch.setattr(si, "extend_batch", extend_batch, raising=False)
+    b = bm.BatchState(2, 3)
+    ixs = [si.SuffixIndex(1), si.SuffixIndex(1)]
+    for ix in ixs:
+        ix.extend([1, 2, 3, 1, 2])
+    b.admit([0, 1], [1, 2, 3, 1, 2, 1, 2, 3, 1, 2], [0, 5, 10], [0, 1], indexes=ixs)
+    res = b.step(np.array([3, 3, 3, 3, 3, 3, 3, 3, 3, 7], dtype=np.int64))
+    assert calls == [(2, [3, 7], [0, 1, 2])]
+    assert res.drafts.tolist() == [1, 2, 3] + []  # slot 0 matched "1 2 3", slot 1 nothing
+    assert len(ixs[0]) == 6 and len(ixs[1]) == 6
+
+
+def test_admit_refuses_an_index_of_another_kind(bm):
+    b = bm.BatchState(1, 3)
+    with pytest.raises(TypeError, match=r"indexes\[0\] must be an NgramIndex or SuffixIndex"):
+        b.admit([0], [1], [0, 1], [0], indexes=[object()])
+    assert b.states.tolist() == [bm.FREE]
+
+
+def test_a_step_refuses_one_index_in_two_slots(bm, ni):
+    """The index update takes each index once (as extend_batch does): one NgramIndex
+    admitted for two slots is refused at the step that would extend it twice."""
+    ix = ni.NgramIndex(1, 2)
+    ix.extend([1, 2, 1])
+    b = bm.BatchState(2, 3)
+    b.admit([0, 1], [1, 2, 1, 1, 2, 1], [0, 3, 6], [0, 1], indexes=[ix, ix])
+    with pytest.raises(ValueError, match="appears twice"):
+        b.step(np.array([5, 5, 2, 5, 5, 2], dtype=np.int64))
+    assert len(ix) == 3  # all or nothing: the index is unchanged

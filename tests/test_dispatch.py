@@ -142,11 +142,13 @@ def test_kernel_modules_are_every_compiled_source():
     assert sorted(specfsm._impl.KERNEL_MODULES) == sources
 
 
-@pytest.mark.parametrize("blocked", ["accept", "ngram_index", "settle"])
+@pytest.mark.parametrize("blocked", ["accept", "ngram_index", "suffix_index", "settle"])
 def test_one_module_failing_to_import_is_a_partial_fallback(blocked):
     """One compiled module that does not import: USE_EXTENSIONS is False, extensions()
     names it with its import error, the others stay compiled, and one RuntimeWarning says
-    so (once, even when the package is imported again)."""
+    so (once, even when the package is imported again). A compiled module that needs the
+    blocked one (the batch state calls the compiled indexes' C entry) falls back with it."""
+    needs_it = [blocked] + (["batch"] if blocked in ("ngram_index", "suffix_index") else [])
     code = (
         "import warnings, importlib\n"
         "with warnings.catch_warnings(record=True) as w:\n"
@@ -157,12 +159,13 @@ def test_one_module_failing_to_import_is_a_partial_fallback(blocked):
         "runtime = [x for x in w if issubclass(x.category, RuntimeWarning)]\n"
         f"print(specfsm.USE_EXTENSIONS, st[{blocked!r}].compiled, st[{blocked!r}].module,\n"
         f"      'blocked' in str(st[{blocked!r}].error),\n"
-        f"      all(s.compiled for n, s in st.items() if n != {blocked!r}),\n"
+        f"      all(s.compiled for n, s in st.items() if n not in {needs_it!r}),\n"
+        f"      all(not st[n].compiled for n in {needs_it!r}),\n"
         f"      len(runtime), {blocked!r} in str(runtime[0].message) if runtime else None)\n"
     )
     proc = run_blocked(f"specfsm._core.{blocked}", code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["False", "False", f"specfsm._py.{blocked}", "True", "True", "1", "True"]
+    assert proc.stdout.split() == ["False", "False", f"specfsm._py.{blocked}", "True", "True", "True", "1", "True"]
 
 
 def test_replay_refuses_to_report_a_partial_build_as_compiled():

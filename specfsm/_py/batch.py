@@ -1,7 +1,7 @@
 """B request slots as arrays: the batched serving state machine (pure-Python twin).
 
-The compiled module ``specfsm._core.batch`` has the same names and behaviour and imports
-its argument checks from here, so both raise the same errors.
+The compiled module ``specfsm._core.batch`` has the same names and behaviour; both take
+their argument checks from ``specfsm._validate``, so both raise the same errors.
 
 Each slot holds one request's state as ``specfsm.ServingState`` would, coded as a
 small integer (``FREE`` for an unused slot, then ``PREFILL`` .. ``DONE``), with the
@@ -21,9 +21,39 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import INT64_MAX, as_token_array, check_count, settle_reason
-from ..errors import IllegalTransition
+from .._validate import (  # noqa: F401  (shared with the compiled module; re-exported)
+    ACCEPT,
+    DECODE,
+    DONE,
+    FREE,
+    INT64_MAX,
+    MAX_DRAFT,
+    MAX_SLOTS,
+    PREFILL,
+    R_EXACT,
+    R_MINRUN,
+    R_OTHER,
+    R_SPEC,
+    R_TYPICAL,
+    ROLLBACK,
+    STATE_NAMES,
+    VERIFY,
+    _capacity,
+    _check_index_types,
+    _ids,
+    _illegal,
+    _indexes,
+    _per_slot,
+    _probs_rows,
+    _ragged,
+    _rule_kind,
+    _slots,
+    check_count,
+    settle_reason,
+)
+from .._values import state_types as _state_types
 from . import ngram_index as _ni
+from . import suffix_index as _si
 
 __all__ = [
     "BatchState",
@@ -38,12 +68,6 @@ __all__ = [
     "StepResult",
 ]
 
-FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = range(7)
-STATE_NAMES = ("free", "prefill", "decode", "verify", "accept", "rollback", "done")
-#: at most this many slots per batch and tokens per draft (keeps every index in int32 range)
-MAX_SLOTS = 2**24
-MAX_DRAFT = 4096
-
 # the state each transition applies to (finish: any state but FREE)
 _FROM = {
     "admit": (FREE,),
@@ -57,152 +81,6 @@ _FROM = {
     "finish": (PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE),
     "release": (DONE,),
 }
-
-
-# --------------------------------------------------------------------------------------
-# argument checks shared with the compiled module (same messages in both)
-# --------------------------------------------------------------------------------------
-def _ids(x: object, name: str) -> np.ndarray:
-    """A 1-D int64 array the call owns (always a fresh copy). Refuses bools, floats,
-    strings, 2-D input and ids beyond int64."""
-    if isinstance(x, (bool, np.bool_, str, bytes)):
-        raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
-    if isinstance(x, np.ndarray):
-        arr = as_token_array(x, name)
-    else:
-        try:
-            arr = np.asarray(x)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be a flat sequence of integers ({exc})") from None
-        if arr.ndim == 0:
-            raise TypeError(f"{name} must be a 1-D sequence of integers, got {type(x).__name__} {x!r}")
-        if arr.size == 0:
-            arr = np.zeros(0, dtype=np.int64)
-        if arr.dtype == object:
-            for v in arr.reshape(-1).tolist():
-                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                    raise TypeError(f"{name} must hold integers, got {type(v).__name__} {v!r}")
-            raise OverflowError(f"{name} holds integers beyond int64")
-        if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
-            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-        arr = as_token_array(arr, name)
-    return np.array(arr, dtype=np.int64, copy=True)
-
-
-def _slots(slots: object, capacity: int) -> np.ndarray:
-    """Distinct slot numbers in ``[0, capacity)`` as a fresh int64 array."""
-    if isinstance(slots, (int, np.integer)) and not isinstance(slots, (bool, np.bool_)):
-        slots = [slots]
-    s = _ids(slots, "slots")
-    if s.shape[0]:
-        lo, hi = int(s.min()), int(s.max())
-        if lo < 0 or hi >= capacity:
-            bad = lo if lo < 0 else hi
-            raise IndexError(f"slots holds {bad}, outside the batch's {capacity} slots")
-        if np.unique(s).shape[0] != s.shape[0]:
-            u, c = np.unique(s, return_counts=True)
-            raise ValueError(f"slots must be distinct, got slot {int(u[c > 1][0])} twice")
-    return s
-
-
-def _per_slot(x: object, n: int, name: str) -> np.ndarray:
-    """One integer per slot (a scalar applies to every slot) as a fresh int64 array."""
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
-        v = int(x)
-        if not -(2**63) <= v <= INT64_MAX:
-            raise OverflowError(f"{name}={v} is beyond int64")
-        return np.full(n, v, dtype=np.int64)
-    a = _ids(x, name)
-    if a.shape[0] != n:
-        raise ValueError(f"{name} holds {a.shape[0]} entries for {n} slots")
-    return a
-
-
-def _ragged(tokens: object, offsets: object, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(tokens, offsets)`` as fresh int64 arrays: ``n + 1`` nondecreasing offsets from 0
-    to ``len(tokens)`` (checked neighbour by neighbour)."""
-    t = _ids(tokens, name)
-    off = _ids(offsets, f"{name}_offsets" if name != "tokens" else "offsets")
-    oname = "offsets" if name == "tokens" else f"{name}_offsets"
-    if off.shape[0] != n + 1:
-        raise ValueError(f"{oname} holds {off.shape[0]} entries; {n} slots need {n + 1}")
-    if off[0] != 0:
-        raise ValueError(f"{oname}[0] must be 0, got {int(off[0])}")
-    if off[-1] != t.shape[0]:
-        raise ValueError(f"{oname}[-1]={int(off[-1])} must equal len({name})={t.shape[0]}")
-    if n and not (off[:-1] <= off[1:]).all():
-        i = int(np.flatnonzero(off[:-1] > off[1:])[0])
-        raise ValueError(
-            f"{oname} must be nondecreasing, got {oname}[{i}]={int(off[i])} > "
-            f"{oname}[{i + 1}]={int(off[i + 1])}"
-        )
-    return t, off
-
-
-def _capacity(capacity: object, k_max: object) -> tuple[int, int]:
-    c = check_count(capacity, "capacity")
-    k = check_count(k_max, "k_max")
-    if not 1 <= c <= MAX_SLOTS:
-        raise ValueError(f"capacity must lie in [1, {MAX_SLOTS}], got {c}")
-    if not 1 <= k <= MAX_DRAFT:
-        raise ValueError(f"k_max must lie in [1, {MAX_DRAFT}], got {k}")
-    return c, k
-
-
-def _indexes(indexes: object, n: int) -> list:
-    """One NgramIndex (of this implementation) or None per admitted slot."""
-    if indexes is None:
-        return [None] * n
-    try:
-        out = list(indexes)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError(f"indexes must be a sequence of NgramIndex or None, got {type(indexes).__name__}") from None
-    if len(out) != n:
-        raise ValueError(f"indexes holds {len(out)} entries for {n} slots")
-    return out
-
-
-def _check_index_types(ixs: list, cls: type) -> None:
-    for j, ix in enumerate(ixs):
-        if ix is not None and not isinstance(ix, cls):
-            raise TypeError(
-                f"indexes[{j}] must be an NgramIndex of the same implementation or None, "
-                f"got {type(ix).__module__}.{type(ix).__name__}"
-            )
-
-
-#: rule kinds the step knows: greedy exact, min-run, speculative sampling, typical, any other
-R_EXACT, R_MINRUN, R_SPEC, R_TYPICAL, R_OTHER = range(5)
-
-
-def _rule_kind(rule: object) -> tuple[int, int]:
-    """``(kind, m)`` for a rule; refuses objects that are not rules."""
-    if rule is None:
-        return R_EXACT, 0
-    name = type(rule).__name__
-    mod = type(rule).__module__
-    if mod == "specfsm.accept_rule":
-        if name == "Exact":
-            return R_EXACT, 0
-        if name == "MinRun":
-            return R_MINRUN, int(rule.m)  # type: ignore[attr-defined]
-        if name == "SpeculativeSampling":
-            return R_SPEC, 0
-        if name == "TypicalAcceptance":
-            return R_TYPICAL, 0
-    if callable(getattr(rule, "accepted_rows", None)):
-        return R_OTHER, 0
-    raise TypeError(f"rule must be None or an acceptance rule (with accepted_rows), got {name}")
-
-
-def _probs_rows(probs: object, n_rows: int) -> np.ndarray:
-    if probs is None:
-        raise TypeError("this rule needs probs: one probability row per evaluated row (N x V)")
-    if not isinstance(probs, np.ndarray):
-        probs = np.asarray(probs, dtype=np.float64)
-    if probs.ndim != 2 or probs.shape[0] != n_rows:
-        raise ValueError(f"probs must be {n_rows} x V (one row per evaluated row), got shape {probs.shape}")
-    return probs
 
 
 class StepResult:
@@ -242,21 +120,6 @@ class StepResult:
     def __repr__(self) -> str:
         return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
                 f"finished={len(self.finished)}, drafts={len(self.drafts)})")
-
-
-def _illegal(attempted: str, slots: list[int], states: list[int], reasons: list[str] | None = None):
-    """``IllegalTransition(attempted)`` naming the slots and the state each was in."""
-    names = [STATE_NAMES[s] for s in states]
-    rs = list(reasons) if reasons else [None] * len(slots)
-    shown = "; ".join(
-        f"slot {s} ({n}): {r}" if r else f"slot {s} is in {n}" for s, n, r in zip(slots[:8], names[:8], rs[:8])
-    )
-    more = f"; and {len(slots) - 8} more slots" if len(slots) > 8 else ""
-    reason = shown + more
-    err = IllegalTransition(attempted, reason)
-    err.slots = list(slots)
-    err.states = names
-    return err
 
 
 def _check_from(attempted: str, state: np.ndarray, s: np.ndarray) -> None:
@@ -306,7 +169,7 @@ class BatchState:
     def __init__(self, capacity: int, k_max: int = 8, *, bonus: bool = False) -> None:
         c, k = _capacity(capacity, k_max)
         self._c = c
-        self._k = k
+        self._k_max = k
         self._state = np.zeros(c, dtype=np.int8)
         self._token = np.zeros(c, dtype=np.int64)
         self._cache = np.zeros(c, dtype=np.int64)
@@ -338,7 +201,7 @@ class BatchState:
 
     @property
     def k_max(self) -> int:
-        return self._k
+        return self._k_max
 
     @property
     def bonus(self) -> bool:
@@ -401,7 +264,7 @@ class BatchState:
     def state_of(self, slot: int) -> Any:
         """Slot ``slot`` as a ``specfsm.state`` value (tokens and caches as ints), or None
         when it is FREE."""
-        from .. import state as st
+        st = _state_types()
 
         i = self._one(slot)
         code = int(self._state[i])
@@ -409,16 +272,16 @@ class BatchState:
         if code == FREE:
             return None
         if code == PREFILL:
-            return st.Prefill(list(self._positions[i]), cache)
+            return st["Prefill"](list(self._positions[i]), cache)
         if code == DECODE:
-            return st.Decode(tok, cache)
+            return st["Decode"](tok, cache)
         if code == VERIFY:
-            return st.Verify(self.draft(i), int(self._snap[i]), cache)
+            return st["Verify"](self.draft(i), int(self._snap[i]), cache)
         if code == ACCEPT:
-            return st.Accept(int(self._n[i]), tok, cache)
+            return st["Accept"](int(self._n[i]), tok, cache)
         if code == ROLLBACK:
-            return st.Rollback(cache, tok)
-        return st.Done(cache)
+            return st["Rollback"](cache, tok)
+        return st["Done"](cache)
 
     def __len__(self) -> int:
         return self._c
@@ -426,7 +289,7 @@ class BatchState:
     def __repr__(self) -> str:
         counts = np.bincount(self._state, minlength=7)
         shown = ", ".join(f"{n}={int(c)}" for n, c in zip(STATE_NAMES, counts) if c)
-        return f"BatchState(capacity={self._c}, k_max={self._k}, {shown})"
+        return f"BatchState(capacity={self._c}, k_max={self._k_max}, {shown})"
 
     # -- transitions -------------------------------------------------------------------
     def admit(
@@ -439,9 +302,11 @@ class BatchState:
 
         For ``step``: ``max_tokens`` (one count or one per slot, at least 1; default
         unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
-        stops it after that token, and ``indexes`` (one ``NgramIndex`` of this
-        implementation, or None, per slot; already extended with the prompt) drafts for
-        it."""
+        stops it after that token, and ``indexes`` (one ``NgramIndex`` or ``SuffixIndex``
+        of this implementation, or None, per slot; already extended with the prompt)
+        drafts for it. A ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session
+        serves one request: it records each verified draft (``record``) and drafts at
+        most its ``draft_len`` when it is ``adaptive``."""
         self._enter()
         s = _slots(slots, self._c)
         b = s.shape[0]
@@ -452,15 +317,15 @@ class BatchState:
             j = int(np.argmin(budget))
             raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
         eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-        ixs = _indexes(indexes, b)
-        _check_index_types(ixs, _ni.NgramIndex)
+        index_list = _indexes(indexes, b)
+        _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
         if b and (off[1:] == off[:-1]).any():
             j = int(np.flatnonzero(off[1:] == off[:-1])[0])
             raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
         _check_from("admit", self._state, s)
         for j, i in enumerate(s.tolist()):
             self._positions[i] = pos[off[j] : off[j + 1]].copy()
-            self._index[i] = ixs[j]
+            self._index[i] = index_list[j]
         self._budget[s] = budget
         self._eos[s] = eos_ids
         self._has_eos[s] = eos is not None
@@ -500,7 +365,7 @@ class BatchState:
         s = _slots(slots, self._c)
         t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
         _check_from("enter_verify", self._state, s)
-        _check_drafts(off, s, self._k)
+        _check_drafts(off, s, self._k_max)
         for j, i in enumerate(s.tolist()):
             m = int(off[j + 1] - off[j])
             self._draft[i, :m] = t[off[j] : off[j + 1]]
@@ -694,10 +559,12 @@ class BatchState:
             np.cumsum(ks, out=doff[1:])
             dflat = np.concatenate([self._draft[int(act[j]), : int(k)] for j, k in zip(vj, ks)])
             ridx = np.concatenate([np.arange(int(off[j]), int(off[j]) + int(k)) for j, k in zip(vj, ks)])
+            # the draft rows are every row (all verifying, K rows each): no copy of them
+            vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
             if kind == R_SPEC:
-                out, an = rule.sample_batch(dflat, doff, p[ridx], draft_probs)  # type: ignore[union-attr]
+                out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)  # type: ignore[union-attr]
             else:
-                out, an = rule.accept_batch(dflat, doff, p[ridx])  # type: ignore[union-attr]
+                out, an = rule.accept_batch(dflat, doff, vrows)  # type: ignore[union-attr]
             acc[vj] = an
             repl = np.full(a, 0, dtype=np.int64)
             repl[vj] = out[np.arange(vj.shape[0]), np.minimum(an, ks)]
@@ -767,22 +634,47 @@ class BatchState:
         with_ix = [j for j in live if self._index[int(act[j])] is not None]
         drafts = np.zeros(0, dtype=np.int64)
         if with_ix:
-            ixs = [self._index[int(act[j])] for j in with_ix]
-            toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in with_ix])
-            loff = np.zeros(len(with_ix) + 1, dtype=np.int64)
-            np.cumsum([int(eoff[j + 1] - eoff[j]) for j in with_ix], out=loff[1:])
-            _extend_all(ixs, toks, loff)
-            limits = np.minimum(self._budget[act[with_ix]], self._k)
-            dflat, doff, dlens = _ni.propose_batch(ixs, limits)
+            # per kind of index: its module's batch calls (n-gram slots first, then
+            # suffix slots); the drafts come back in slot order
+            by_j: dict[int, np.ndarray] = {}
+            for group in ([j for j in with_ix if isinstance(self._index[int(act[j])], _ni.NgramIndex)],
+                          [j for j in with_ix if not isinstance(self._index[int(act[j])], _ni.NgramIndex)]):
+                if not group:
+                    continue
+                index_list = [self._index[int(act[j])] for j in group]
+                toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in group])
+                loff = np.zeros(len(group) + 1, dtype=np.int64)
+                np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
+                limits = np.minimum(self._budget[act[group]], self._k_max)
+                if isinstance(index_list[0], _ni.NgramIndex):
+                    _extend_all(index_list, toks, loff)
+                    dflat, doff, dlens = _ni.propose_batch(index_list, limits)
+                else:
+                    # what the drafter session records: the draft's agreement with
+                    # what the slot emitted (the accepted count, and the replacement
+                    # when it agrees)
+                    agree = np.zeros(len(group), dtype=np.int64)
+                    for q, j in enumerate(group):
+                        d = self._draft[int(act[j]), : int(drafted[j])]
+                        e = em[int(eoff[j]) : int(eoff[j + 1])][: d.shape[0]]
+                        neq = np.flatnonzero(d[: e.shape[0]] != e)
+                        agree[q] = int(neq[0]) if neq.shape[0] else e.shape[0]
+                    dflat, doff, dlens = _suffix_update(index_list, toks, loff, drafted[group],
+                                                        agree, limits)
+                dflat = np.asarray(dflat, dtype=np.int64)
+                for q, j in enumerate(group):
+                    by_j[j] = dflat[int(doff[q]) : int(doff[q]) + int(dlens[q])]
             lens = np.zeros(a, dtype=np.int64)
-            lens[with_ix] = dlens
+            for j, d in by_j.items():
+                lens[j] = d.shape[0]
             np.cumsum(lens, out=dr_off[1:])
-            drafts = np.asarray(dflat, dtype=np.int64)
-            for q, j in enumerate(with_ix):
-                ln = int(dlens[q])
+            drafts = np.zeros(int(dr_off[a]), dtype=np.int64)
+            for j, d in by_j.items():
+                ln = d.shape[0]
                 if ln:
                     i = int(act[j])
-                    self._draft[i, :ln] = drafts[int(doff[q]) : int(doff[q]) + ln]
+                    drafts[int(dr_off[j]) : int(dr_off[j]) + ln] = d
+                    self._draft[i, :ln] = d
                     self._dlen[i] = ln
                     self._state[i] = VERIFY
                     self._snap[i] = self._cache[i]
@@ -790,13 +682,33 @@ class BatchState:
                           np.asarray(finished, dtype=np.int64), drafts, dr_off)
 
 
-def _extend_all(ixs: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
+def _suffix_update(index_list: list, tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,
+                   accepted: np.ndarray, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
+    session does it per request: each index that verified a draft records it
+    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
+    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
+    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
+    verified = [q for q in range(len(index_list)) if int(drafted[q]) > 0]
+    if verified:
+        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
+    _si.extend_batch(index_list, tokens, offsets)
+    limits = np.array(limits, dtype=np.int64, copy=True)
+    for q, ix in enumerate(index_list):
+        if ix.adaptive and ix.draft_len < limits[q]:
+            limits[q] = ix.draft_len
+    return _si.propose_batch(index_list, limits)
+
+
+
+
+def _extend_all(index_list: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
     """Extend each index with its tokens: ``extend_batch`` when the index module has it."""
     eb = getattr(_ni, "extend_batch", None)
     if eb is not None:
-        eb(ixs, tokens, offsets)
+        eb(index_list, tokens, offsets)
         return
-    for q, ix in enumerate(ixs):
+    for q, ix in enumerate(index_list):
         a, b = int(offsets[q]), int(offsets[q + 1])
         if b > a:
             ix.extend(tokens[a:b])

@@ -1,7 +1,7 @@
 """Longest-match n-gram drafting and an incremental n-gram index (pure-Python twin).
 
-The compiled module ``specfsm._core.ngram_index`` has the same names and behaviour; it
-also imports its argument checks from here, so both raise the same errors.
+The compiled module ``specfsm._core.ngram_index`` has the same names and behaviour; both
+take their argument checks from ``specfsm._validate``, so both raise the same errors.
 
 Semantics (both implementations). For a history ``h`` of length ``L``, n runs from
 ``max_n`` down to ``min_n``; the first n for which the last n tokens occur earlier (an
@@ -15,11 +15,31 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
 
 import numpy as np
 
-from .._validate import INT64_MAX, INT64_MIN, as_token_array, check_count
+from .._validate import (  # noqa: F401  (shared with the compiled module; re-exported)
+    BUSY_READING,
+    BUSY_WRITING,
+    GROW_STEP,
+    INT64_MAX,
+    MAX_INDEX_TOKENS,
+    MAX_LEVELS,
+    SHRINK_STEP,
+    as_ids,
+    check_batch_counts,
+    check_draft_limits,
+    _check_index_range,
+    _check_ngram_range,
+    _check_offsets,
+    check_prefer,
+    check_record,
+    _check_stats,
+    _check_total,
+    own_offsets,
+    validate_offsets,
+    check_count,
+)
 
 __all__ = [
     "extend_batch",
@@ -31,220 +51,9 @@ __all__ = [
 ]
 
 _PREFER = ("latest", "earliest")
-#: the index stores positions as 32-bit ints: at most this many tokens per index
-MAX_INDEX_TOKENS = 2**31 - 2
-#: an index keeps one hash table per n-gram length: at most this many lengths
-MAX_LEVELS = 4096
-#: adaptive draft length: added after a fully accepted draft, taken after a rejection
-GROW_STEP = 2
-SHRINK_STEP = 1
-
-
 # --------------------------------------------------------------------------------------
-# argument checks shared with the compiled module (same messages in both)
+# argument checks (those shared with the compiled module live in specfsm._validate)
 # --------------------------------------------------------------------------------------
-
-
-def _check_ngram_range(min_n: object, max_n: object) -> tuple[int, int]:
-    """``(min_n, max_n)`` as ints; ``max_n=None`` means ``min_n``. Refuses ``min_n < 1``
-    and ``min_n > max_n``."""
-    lo = check_count(min_n, "min_n")
-    if lo < 1:
-        raise ValueError(f"min_n must be at least 1, got {lo}")
-    if max_n is None:
-        return lo, lo
-    hi = check_count(max_n, "max_n")
-    if hi < lo:
-        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
-    return lo, hi
-
-
-def _check_index_range(min_n: object, max_n: object) -> tuple[int, int]:
-    """``_check_ngram_range`` for an index, which keeps one table per n: also refuses
-    ``max_n`` beyond ``MAX_INDEX_TOKENS`` and more than ``MAX_LEVELS`` values of n."""
-    lo, hi = _check_ngram_range(min_n, max_n)
-    if hi > MAX_INDEX_TOKENS:
-        raise ValueError(f"max_n must be at most {MAX_INDEX_TOKENS} for an NgramIndex, got {hi}")
-    if hi - lo + 1 > MAX_LEVELS:
-        raise ValueError(
-            f"an NgramIndex keeps at most {MAX_LEVELS} n-gram lengths, got "
-            f"min_n={lo}, max_n={hi}"
-        )
-    return lo, hi
-
-
-def _check_prefer(prefer: object) -> int:
-    """0 for ``"latest"``, 1 for ``"earliest"``; refuses anything else."""
-    if type(prefer) is str:
-        if prefer == "latest":
-            return 0
-        if prefer == "earliest":
-            return 1
-    raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
-
-
-def _overflow(name: str, value: object) -> OverflowError:
-    return OverflowError(f"{name} holds ids beyond int64 (got {value!r})")
-
-
-def _as_ids(tokens: object, name: str) -> np.ndarray:
-    """Token ids as a 1-D C-contiguous int32 or int64 ndarray.
-
-    Accepts a 1-D integer ndarray or a list/tuple (or other sequence) of Python or numpy
-    integers. Refuses 2-D input, non-integer entries (floats, bools, strings) and ids
-    beyond int64.
-    """
-    if isinstance(tokens, np.ndarray):
-        return as_token_array(tokens, name)
-    if isinstance(tokens, (str, bytes, bytearray)) or not isinstance(tokens, Sequence):
-        raise TypeError(
-            f"{name} must be a list, tuple or 1-D integer numpy array, "
-            f"got {type(tokens).__name__}"
-        )
-    if len(tokens) == 0:
-        return np.zeros(0, dtype=np.int64)
-    try:
-        arr = np.asarray(tokens)
-    except (ValueError, TypeError) as exc:  # ragged nesting and the like
-        raise ValueError(f"{name} must be a flat sequence of integer ids ({exc})") from None
-    if arr.dtype == object:
-        for x in arr.reshape(-1).tolist():
-            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-                raise TypeError(
-                    f"{name} must hold integer ids, got {type(x).__name__} {x!r}"
-                )
-            if not INT64_MIN <= int(x) <= INT64_MAX:
-                raise _overflow(name, int(x))
-        raise TypeError(f"{name} must hold integer ids")  # pragma: no cover - unreachable
-    if arr.dtype.kind == "b":
-        raise TypeError(f"{name} must hold integer ids, got bools")
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got a {arr.ndim}-D array of shape {arr.shape}")
-    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and int(arr.max()) > INT64_MAX:
-        raise _overflow(name, int(arr.max()))
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _check_offsets(offsets: object, n_tokens: int) -> np.ndarray:
-    """Request boundaries as a fresh int64 array (owned by the call) of B + 1
-    nondecreasing entries within ``[0, n_tokens]``."""
-    off = _own_offsets(offsets)
-    _validate_offsets(off, n_tokens)
-    return off
-
-
-def _own_offsets(offsets: object) -> np.ndarray:
-    """``offsets`` converted and copied into a fresh int64 array, before any check: a
-    caller's array changed later (another thread) cannot change what was validated."""
-    off = np.array(_as_ids(offsets, "offsets"), dtype=np.int64, copy=True)
-    if off.shape[0] < 1:
-        raise ValueError("offsets must hold at least one entry (B + 1 boundaries for B requests)")
-    return off
-
-
-def _validate_offsets(off: np.ndarray, n_tokens: int) -> None:
-    """Checks an owned offsets copy: first entry >= 0, last <= n_tokens, and each entry
-    <= the next (compared, never subtracted: int64 differences wrap around)."""
-    if off[0] < 0:
-        raise ValueError(f"offsets must be non-negative, got offsets[0]={int(off[0])}")
-    if off[-1] > n_tokens:
-        raise ValueError(
-            f"offsets[-1]={int(off[-1])} is beyond the {n_tokens} tokens given"
-        )
-    if off.shape[0] > 1:
-        down = off[:-1] > off[1:]
-        if down.any():
-            i = int(np.flatnonzero(down)[0])
-            raise ValueError(
-                f"offsets must be nondecreasing, got offsets[{i}]={int(off[i])} > "
-                f"offsets[{i + 1}]={int(off[i + 1])}"
-            )
-
-
-def _check_batch_k(max_k: object, n: int, defaults: list[int] | None, name: str = "max_k") -> np.ndarray:
-    """Per-request draft limits as an int64 array of ``n`` entries.
-
-    ``max_k`` is one count for every request, a sequence or array of ``n`` counts, or
-    (batches of indexes only) None for each index's own ``draft_len``.
-    """
-    if max_k is None:
-        if defaults is None:
-            raise TypeError(f"{name} must be a non-negative integer or one count per request, got None")
-        return np.asarray(defaults, dtype=np.int64).reshape(n)
-    if isinstance(max_k, (np.ndarray, list, tuple)):
-        # copied first, validated after: the copy is what the kernel reads
-        ks = np.array(_as_ids(max_k, name), dtype=np.int64, copy=True)
-        if ks.shape[0] != n:
-            raise ValueError(f"{name} holds {ks.shape[0]} counts for {n} requests")
-        if ks.shape[0] and ks.min() < 0:
-            i = int(np.flatnonzero(ks < 0)[0])
-            raise ValueError(f"{name} must be non-negative, got {name}[{i}]={int(ks[i])}")
-        return ks
-    k = check_count(max_k, name)
-    return np.full(n, min(k, INT64_MAX), dtype=np.int64)
-
-
-def _check_draft_limits(draft_len: object, min_draft: object, max_draft: object) -> tuple[int, int, int]:
-    k = check_count(draft_len, "draft_len")
-    lo = check_count(min_draft, "min_draft")
-    hi = check_count(max_draft, "max_draft")
-    if lo > hi:
-        raise ValueError(f"min_draft must not exceed max_draft, got {lo} > {hi}")
-    if not lo <= k <= hi:
-        raise ValueError(f"draft_len must lie in [min_draft, max_draft] = [{lo}, {hi}], got {k}")
-    return k, lo, hi
-
-
-def _check_record(proposed: object, accepted: object) -> tuple[int, int]:
-    p = check_count(proposed, "proposed")
-    a = check_count(accepted, "accepted")
-    if a > p:
-        raise ValueError(f"accepted={a} is beyond the {p} drafted tokens")
-    return p, a
-
-
-def _check_total(drafted: int, proposed: int) -> None:
-    """Refuses a record that would take the drafted-token count beyond int64."""
-    if proposed > INT64_MAX - drafted:
-        raise OverflowError(
-            f"proposed={proposed} would take the drafted-token count beyond int64 "
-            f"(already {drafted})"
-        )
-
-
-_STAT_NAMES = ("steps", "drafted", "accepted", "full_accepts")
-
-
-def _check_stats(stats: object) -> tuple[int, int, int, int]:
-    """Unpickled statistics ``(steps, drafted, accepted, full_accepts)``, refused unless
-    they are counts that ``record`` could have produced."""
-    if not isinstance(stats, tuple):
-        raise TypeError(f"stats must be a tuple of 4 counts, got {type(stats).__name__}")
-    if len(stats) != 4:
-        raise ValueError(f"stats must hold 4 counts {_STAT_NAMES}, got {len(stats)}")
-    vals = []
-    for name, v in zip(_STAT_NAMES, stats):
-        c = check_count(v, f"stats {name}")
-        if c > INT64_MAX:
-            raise OverflowError(f"stats {name}={c} is beyond int64")
-        vals.append(c)
-    steps, drafted, accepted, full = vals
-    if accepted > drafted:
-        raise ValueError(f"stats accepted={accepted} is beyond drafted={drafted}")
-    if full > steps or full > accepted:
-        raise ValueError(
-            f"stats full_accepts={full} is beyond steps={steps} or accepted={accepted}"
-        )
-    if steps == 0 and drafted:
-        raise ValueError(f"stats drafted={drafted} with no recorded step")
-    return steps, drafted, accepted, full
-
-
-#: what a call meeting an index in use by another call says (both implementations)
-BUSY_WRITING = "NgramIndex is being extended (by another thread, or by a callback inside extend)"
-BUSY_READING = "NgramIndex is being read by a batch proposal in another thread"
 
 
 def _index_list(indexes: object, cls: type) -> list:
@@ -293,8 +102,8 @@ def longest_match(history: object, min_n: object, max_n: object, max_k: object, 
     """
     lo, hi = _check_ngram_range(min_n, max_n)
     k = check_count(max_k, "max_k")
-    earliest = _check_prefer(prefer) == 1
-    arr = _as_ids(history, "history")
+    earliest = check_prefer(prefer) == 1
+    arr = as_ids(history, "history")
     h = arr.tolist()
     end = -1 if k == 0 else _match_end(h, lo, hi, earliest)
     if isinstance(history, np.ndarray):
@@ -314,11 +123,11 @@ def longest_match_batch(tokens: object, offsets: object, min_n: object, max_n: o
     ``drafts`` has the dtype of ``tokens`` (int32 or int64).
     """
     lo, hi = _check_ngram_range(min_n, max_n)
-    earliest = _check_prefer(prefer) == 1
-    arr = _as_ids(tokens, "tokens")
+    earliest = check_prefer(prefer) == 1
+    arr = as_ids(tokens, "tokens")
     off = _check_offsets(offsets, arr.shape[0])
     b = off.shape[0] - 1
-    ks = _check_batch_k(max_k, b, None)
+    ks = check_batch_counts(max_k, b, None)
     flat = arr.tolist()
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
@@ -364,14 +173,14 @@ class NgramIndex:
         max_draft: object = 16,
     ) -> None:
         self._lo, self._hi = _check_index_range(min_n, max_n)
-        self._earliest = _check_prefer(prefer) == 1
-        self._k, self._kmin, self._kmax = _check_draft_limits(draft_len, min_draft, max_draft)
+        self._earliest = check_prefer(prefer) == 1
+        self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
         self._toks: list[int] = []
         # level j holds (min_n + j)-grams: tuple of tokens -> end of the latest/first one
         self._tables: list[dict[tuple, int]] = [{} for _ in range(self._hi - self._lo + 1)]
         # for the current suffix: per level, end of the chosen earlier occurrence or -1
-        self._ans: list[int] = [-1] * (self._hi - self._lo + 1)
+        self._answers: list[int] = [-1] * (self._hi - self._lo + 1)
         self._steps = 0
         self._drafted = 0
         self._accepted = 0
@@ -425,7 +234,7 @@ class NgramIndex:
     @property
     def draft_len(self) -> int:
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        return self._k
+        return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self) -> int:
@@ -447,7 +256,7 @@ class NgramIndex:
         """Bytes this index holds (Python objects, estimated with ``sys.getsizeof``)."""
         self._begin_read()
         try:
-            total = sys.getsizeof(self._toks) + sys.getsizeof(self._ans)
+            total = sys.getsizeof(self._toks) + sys.getsizeof(self._answers)
             for t in self._tables:
                 total += sys.getsizeof(t)
                 for key in t:
@@ -468,7 +277,7 @@ class NgramIndex:
         Refuses (RuntimeError) while another extend or a batch proposal uses the index."""
         self._begin_write()
         try:
-            self._extend(_as_ids(tokens, "tokens").tolist())
+            self._extend(as_ids(tokens, "tokens").tolist())
         finally:
             self._end_write()
 
@@ -480,19 +289,19 @@ class NgramIndex:
             )
         toks = self._toks
         lo, hi, earliest = self._lo, self._hi, self._earliest
-        ans, tables = self._ans, self._tables
+        answers, tables = self._answers, self._tables
         for t in new:
             toks.append(t)
             L = len(toks)
             for n in range(lo, hi + 1):
                 j = n - lo
                 if n > L:
-                    ans[j] = -1
+                    answers[j] = -1
                     continue
                 key = tuple(toks[L - n :])
                 table = tables[j]
                 prev = table.get(key, -1)
-                ans[j] = prev
+                answers[j] = prev
                 if prev < 0 or not earliest:
                     table[key] = L
 
@@ -503,7 +312,7 @@ class NgramIndex:
     def propose(self, max_k: object = None) -> list:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
-        k = self._k if max_k is None else check_count(max_k, "max_k")
+        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
         self._begin_read()
         try:
             end = self._end()
@@ -515,8 +324,8 @@ class NgramIndex:
 
     def _end(self) -> int:
         for j in range(self._hi - self._lo, -1, -1):
-            if self._ans[j] >= 0:
-                return self._ans[j]
+            if self._answers[j] >= 0:
+                return self._answers[j]
         return -1
 
     def match_length(self) -> int:
@@ -524,7 +333,7 @@ class NgramIndex:
         self._begin_read()
         try:
             for j in range(self._hi - self._lo, -1, -1):
-                if self._ans[j] >= 0:
+                if self._answers[j] >= 0:
                     return self._lo + j
             return 0
         finally:
@@ -534,7 +343,7 @@ class NgramIndex:
     def record(self, proposed: object, accepted: object) -> int:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
-        p, a = _check_record(proposed, accepted)
+        p, a = check_record(proposed, accepted)
         with self._lock:  # records from several threads are serialised, never refused
             _check_total(self._drafted, p)
             self._steps += 1
@@ -544,10 +353,10 @@ class NgramIndex:
                 self._full += 1
             if self._adaptive and p > 0:
                 if a == p:
-                    self._k = min(self._k + GROW_STEP, self._kmax)
+                    self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
                 else:
-                    self._k = max(self._k - SHRINK_STEP, self._kmin)
-            return self._k
+                    self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
+            return self._draft_len
 
     @property
     def stats(self) -> dict:
@@ -559,7 +368,7 @@ class NgramIndex:
             "accepted": self._accepted,
             "full_accepts": self._full,
             "acceptance_rate": self._accepted / self._drafted if self._drafted else 0.0,
-            "draft_len": self._k,
+            "draft_len": self._draft_len,
         }
 
     def __repr__(self) -> str:
@@ -578,8 +387,8 @@ class NgramIndex:
             self._end_read()
         return (
             _rebuild,
-            (type(self), self._lo, self._hi, self.prefer, self._k, self._adaptive,
-             self._kmin, self._kmax, toks,
+            (type(self), self._lo, self._hi, self.prefer, self._draft_len, self._adaptive,
+             self._min_draft, self._max_draft, toks,
              (self._steps, self._drafted, self._accepted, self._full)),
         )
 
@@ -605,24 +414,24 @@ def propose_batch(indexes: object, max_k: object = None):
     ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
     does, ``drafts`` being int64.
     """
-    ixs = _index_list(indexes, NgramIndex)
-    b = len(ixs)
-    ks = _check_batch_k(max_k, b, [ix._k for ix in ixs])
+    index_list = _index_list(indexes, NgramIndex)
+    b = len(index_list)
+    ks = check_batch_counts(max_k, b, [ix._draft_len for ix in index_list])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     marked = 0
     try:
-        for ix in ixs:  # every index marked as read before any is read
+        for ix in index_list:  # every index marked as read before any is read
             ix._begin_read()
             marked += 1
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             end = ix._end()
             if end >= 0 and ks[i] > 0:
                 piece = ix._toks[end : end + int(ks[i])]
                 pieces.extend(piece)
                 lengths[i] = len(piece)
     finally:
-        for ix in ixs[:marked]:
+        for ix in index_list[:marked]:
             ix._end_read()
     off = np.zeros(b + 1, dtype=np.int64)
     np.cumsum(lengths, out=off[1:])
@@ -632,15 +441,15 @@ def propose_batch(indexes: object, max_k: object = None):
 def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:
     """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
     Returns the next draft lengths (int64)."""
-    ixs = _index_list(indexes, NgramIndex)
-    b = len(ixs)
-    p = _check_batch_k(proposed, b, None, "proposed")
-    a = _check_batch_k(accepted, b, None, "accepted")
+    index_list = _index_list(indexes, NgramIndex)
+    b = len(index_list)
+    p = check_batch_counts(proposed, b, None, "proposed")
+    a = check_batch_counts(accepted, b, None, "accepted")
     for i in range(b):
         if a[i] > p[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
     out = np.empty(b, dtype=np.int64)
-    for i, ix in enumerate(ixs):
+    for i, ix in enumerate(index_list):
         out[i] = ix.record(int(p[i]), int(a[i]))
     return out
 
@@ -652,19 +461,19 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
     index appears twice (ValueError) or is in use by another call (RuntimeError), or
     when one would exceed its capacity.
     """
-    ixs = _index_list(indexes, NgramIndex)
-    b = len(ixs)
-    src = np.array(_as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    off = _own_offsets(offsets)
+    index_list = _index_list(indexes, NgramIndex)
+    b = len(index_list)
+    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = own_offsets(offsets)
     if off.shape[0] != b + 1:
         raise ValueError(
             f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
         )
-    _validate_offsets(off, src.shape[0])
+    validate_offsets(off, src.shape[0])
     marked: list = []
     seen: set = set()
     try:
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             if id(ix) in seen:
                 raise ValueError(
                     f"indexes[{i}] appears twice in the batch; extend_batch takes each "
@@ -676,14 +485,14 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
                 raise RuntimeError(f"indexes[{i}]: {exc}") from None
             marked.append(ix)
             seen.add(id(ix))
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             m = int(off[i + 1] - off[i])
             if len(ix._toks) + m > MAX_INDEX_TOKENS:
                 raise OverflowError(
                     f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
                     f"indexes[{i}] has {len(ix._toks)} + {m}, too many"
                 )
-        for i, ix in enumerate(ixs):
+        for i, ix in enumerate(index_list):
             ix._extend(src[off[i] : off[i + 1]].tolist())
     finally:
         for ix in marked:

@@ -19,6 +19,7 @@ from ..loop import (
     RequestResult,
     SpeculativeLoop,
     TeacherForcedTarget,
+    batchable_drafter,
     compare_outputs,
 )
 from ..workload import Workload
@@ -144,9 +145,11 @@ def _run_batches(
     loop: SpeculativeLoop, requests: list[Request], batch: int, progress: Progress, bonus: bool = False
 ) -> list[RequestResult]:
     """Run ``requests`` ``batch`` at a time: on the batch API (one ``BatchState.step`` per
-    serving step) when the loop drafts with an n-gram index or not at all, else request by
-    request (prompt lookup keeps a history per request)."""
-    batched = loop.drafter is None or isinstance(loop.drafter, NgramDrafter)
+    serving step) when the loop drafts with an index per request (``NgramDrafter``, a
+    ``SuffixDrafter`` without a shared cache) or not at all, else request by request
+    (prompt lookup keeps a history per request; the shared suffix cache and arctic work
+    per request)."""
+    batched = loop.drafter is None or batchable_drafter(loop.drafter)
     out: list[RequestResult] = []
     for i in range(0, len(requests), batch):
         chunk = requests[i : i + batch]
