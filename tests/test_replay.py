@@ -277,16 +277,17 @@ def test_replay_runs_every_rule_end_to_end(tmp_path, capsys, rule, text, drafter
     assert s["evaluations_speculative"] < s["evaluations_greedy"]
 
 
-def test_replay_bonus_row_saves_evaluations(tmp_path, capsys):
+@pytest.mark.parametrize("drafter", ["ngram", "suffix"])
+def test_replay_bonus_row_saves_evaluations(tmp_path, capsys, drafter):
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
-    args = ["replay", "--workload", path, "--json", "--drafter", "ngram", "--repeat", "1"]
+    args = ["replay", "--workload", path, "--json", "--drafter", drafter, "--repeat", "1"]
     assert cli.main(args) == 0
     plain = json.loads(capsys.readouterr().out)
     assert cli.main(args + ["--bonus"]) == 0
     bonus = json.loads(capsys.readouterr().out)
     assert bonus["identical"] is True and bonus["settings"]["bonus"] is True
     assert bonus["evaluations_speculative"] < plain["evaluations_speculative"]
-    assert cli.main(["replay", "--workload", path, "--bonus"]) == 2
+    assert cli.main(["replay", "--workload", path, "--bonus", "--drafter", "prompt"]) == 2
     assert "--bonus runs on the batch API" in capsys.readouterr().err
 
 

@@ -52,8 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot:
             check_plot_path(args.plot)
         make_drafter(args.drafter, ngram)
-        if args.bonus and args.drafter != "ngram":
-            raise UsageError("--bonus runs on the batch API, which drafts with an index per request: use it with --drafter ngram")
+        if args.bonus and args.drafter not in ("ngram", "suffix"):
+            raise UsageError(
+                "--bonus runs on the batch API, which drafts with an index per request: "
+                "use it with --drafter suffix or --drafter ngram"
+            )
         if args.workload:
             workload = load_jsonl(SHIPPED_WORKLOADS.get(args.workload, args.workload))
             if args.requests is not None and args.requests < len(workload):

@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--k", type=_positive, default=5, help="most tokens per draft (default 5)")
     r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length: for prompt one N (default 3); for ngram a MIN:MAX range, longest match first (default 2:4); for suffix a minimum match N or MIN:MAX (default 1, no maximum)")
     r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="RULE", help="acceptance rule: exact (default), minrun:M, speculative[:SEED] (rejection sampling; the teacher-forced target gives one-hot rows) or typical")
-    r.add_argument("--bonus", action="store_true", help="verify a K-token draft with K + 1 rows, so a fully accepted draft emits K + 1 tokens (the batch API's option; needs --drafter ngram)")
+    r.add_argument("--bonus", action="store_true", help="verify a K-token draft with K + 1 rows, so a fully accepted draft emits K + 1 tokens (the batch API's option; with --drafter suffix or ngram)")
     r.add_argument("--requests", type=_positive, default=None, help="replay only this many requests (default: 24 embedded, or the whole file); more than the workload holds replays all of them, with a note")
     r.add_argument("--batch", type=_positive, default=8, help="requests stepping together (default 8)")
     r.add_argument("--repeat", type=_positive, default=3, help="runs per implementation, fewer once one has taken 2 s (default 3); the fastest control-plane time is reported")
