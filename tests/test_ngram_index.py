@@ -190,7 +190,7 @@ def test_index_equals_longest_match_equals_reference(impl, chunks, lo, span, pre
     k=st.integers(0, 10),
 )
 def test_longest_match_int32_longer_streams(impl, h, lo, span, prefer, k):
-    """Streams past the compiled scan's 32-candidate blocks, one token at a time."""
+    """Streams past the compiled scan's 64-candidate blocks (SCAN_BLOCK), one token at a time."""
     ngi = impl.module("ngram_index")
     ix = ngi.NgramIndex(lo, lo + span, prefer)
     for t in h:
