@@ -1,12 +1,18 @@
-"""Drafting helpers: prompt lookup over the tokens a request has produced so far."""
+"""Drafting helpers: prompt lookup over the tokens a request has produced so far, the
+greedy acceptance count, and ``PromptLookupDrafter`` (prompt lookup as a drafter of
+``specfsm.loop``: one session per request)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _impl
+import numpy as np
 
-__all__ = ["prompt_lookup", "common_prefix"]
+from . import _impl
+from ._validate import check_count
+
+__all__ = ["prompt_lookup", "common_prefix", "PromptLookupDrafter"]
 
 
 def prompt_lookup(history: Any, ngram: int, max_k: int) -> Any:
@@ -14,9 +20,9 @@ def prompt_lookup(history: Any, ngram: int, max_k: int) -> Any:
     ``history``'s last ``ngram`` tokens (``draft_prompt_lookup`` of the Rust design specfsm
     was ported from).
 
-    ``history`` is a list or tuple of any values with ``==`` (integer lists take the
-    compiled path), or a 1-D integer numpy array (int32 or int64; narrower integer
-    dtypes are widened). Returns a list, or for a numpy ``history`` a numpy array of
+    ``history`` is a list or tuple of integer token ids (Python ints or numpy integers;
+    floats, bools and strings are refused with TypeError), or a 1-D integer numpy array
+    (int32 or int64; narrower integer dtypes are widened). Returns a list, or for a numpy ``history`` a numpy array of
     its dtype. The draft is empty when ``ngram`` or ``max_k`` is 0, ``history`` is not
     longer than ``ngram``, or nothing earlier matches. Refuses negative or non-integer
     ``ngram``/``max_k``, 2-D arrays and non-integer dtypes.
@@ -28,3 +34,77 @@ def common_prefix(draft: Any, row_tokens: Any) -> int:
     """How many leading entries of ``draft`` and ``row_tokens`` are equal (the greedy
     acceptance count ``ServingState.accept`` uses)."""
     return _impl.current().common_prefix(draft, row_tokens)
+
+
+class _PromptLookupSession:
+    """Keeps integer histories in a growable int64 buffer (the compiled kernel scans a
+    typed view of it); any other entries in a list."""
+
+    __slots__ = ("buf", "n", "history", "ngram", "lookup")
+
+    def __init__(self, prompt: Sequence[Any], ngram: int, lookup: Callable[..., Any] | None = None) -> None:
+        self.ngram = ngram
+        self.lookup = lookup
+        self.history: list[Any] | None = None
+        self.n = n = len(prompt)
+        self.buf = np.empty(max(1024, 2 * n), dtype=np.int64)
+        try:
+            self.buf[:n] = prompt
+            if isinstance(prompt, np.ndarray) and prompt.dtype.kind not in "iu":
+                raise TypeError
+            if not isinstance(prompt, np.ndarray) and not all(type(t) is int for t in prompt):
+                raise TypeError
+        except (TypeError, ValueError, OverflowError):
+            self.history = list(prompt)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        if self.history is not None:
+            self.history.extend(tokens)
+            return
+        n = self.n
+        m = n + len(tokens)
+        buf = self.buf
+        if m > len(buf):
+            grown = np.empty(2 * m, dtype=np.int64)
+            grown[:n] = buf[:n]
+            self.buf = buf = grown
+        try:
+            # a token that numpy coerces (2.0, True) only changes what gets drafted, and
+            # every draft is verified, so the output cannot change
+            buf[n:m] = tokens
+        except (TypeError, ValueError, OverflowError):  # entries that are not int64 ids
+            self.history = buf[:n].tolist() + list(tokens)
+            return
+        self.n = m
+
+    def propose(self, max_k: int) -> Any:
+        h: Any = self.history
+        if h is None:
+            h = self.buf[: self.n]
+        lookup = self.lookup
+        if lookup is None:  # the active implementation, looked up at call time
+            return _impl.prompt_lookup(h, self.ngram, max_k)
+        return lookup(h, self.ngram, max_k)
+
+
+class PromptLookupDrafter:
+    """Drafts with ``specfsm.prompt_lookup``: the tokens that followed the most recent
+    earlier occurrence of the history's last ``ngram`` tokens (prompt and output alike).
+    Refuses an ``ngram`` that is not a positive integer. ``impl`` (``"compiled"`` or
+    ``"python"``) drafts with that implementation's kernel; None: the active one."""
+
+    name = "prompt"
+
+    def __init__(self, ngram: int = 3, impl: str | None = None) -> None:
+        ngram = check_count(ngram, "ngram")
+        if ngram < 1:
+            raise ValueError(f"ngram must be at least 1, got {ngram}")
+        self.ngram = ngram
+        self.impl = impl
+        self._lookup = None if impl is None else _impl.module(impl, "ngram").prompt_lookup
+
+    def session(self, prompt: Sequence[Any]) -> _PromptLookupSession:
+        return _PromptLookupSession(prompt, self.ngram, self._lookup)
+
+    def __repr__(self) -> str:
+        return f"PromptLookupDrafter(ngram={self.ngram})"

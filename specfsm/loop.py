@@ -13,8 +13,9 @@ once per step when requests run as a batch.
 A *drafter* makes one session per request: ``drafter.session(prompt)`` returns an object
 with ``extend(tokens)`` (tokens the target confirmed, never drafts) and
 ``propose(max_k)`` (a draft of at most ``max_k`` tokens, possibly empty).
-``PromptLookupDrafter`` uses ``specfsm.prompt_lookup``; ``NgramDrafter`` uses
-``specfsm.ngram_index.NgramIndex``.
+``PromptLookupDrafter`` (``specfsm.drafting``) uses ``prompt_lookup``, ``NgramDrafter``
+(``specfsm.ngram_index``) an ``NgramIndex`` and ``SuffixDrafter``
+(``specfsm.suffix_index``) a ``SuffixIndex``; each lives beside its kernel.
 
 A *rule* is ``None`` (greedy exact match, what ``Verify.accept`` does) or any object with
 ``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). The sampling rules
@@ -50,8 +51,11 @@ from ._validate import check_count
 from . import state as _state
 from .state import Accept, Decode, Prefill, ServingState, Verify
 
-# the teacher-forced target lives with the replay workload; re-exported for old imports
-from .workload import TeacherForcedTarget, TraceError  # noqa: E402
+# the drafters live with their kernels and the teacher-forced target with the replay
+# workload; re-exported here for old imports
+from .drafting import PromptLookupDrafter
+from .ngram_index import NgramDrafter
+from .workload import TeacherForcedTarget, TraceError
 
 __all__ = [
     "Target",
@@ -105,126 +109,6 @@ class SpeculationMismatch(RuntimeError):
         shown = ", ".join(f"request {i} at token {p}" for i, p in mismatches[:5])
         more = f" and {len(mismatches) - 5} more" if len(mismatches) > 5 else ""
         super().__init__(f"speculative output differs from plain greedy: {shown}{more}")
-
-
-# --------------------------------------------------------------------------------------
-# drafters
-# --------------------------------------------------------------------------------------
-class _PromptLookupSession:
-    """Keeps integer histories in a growable int64 buffer (the compiled kernel scans a
-    typed view of it); any other entries in a list."""
-
-    __slots__ = ("buf", "n", "history", "ngram", "lookup")
-
-    def __init__(self, prompt: Sequence[Any], ngram: int, lookup: Callable[..., Any] | None = None) -> None:
-        self.ngram = ngram
-        self.lookup = lookup
-        self.history: list[Any] | None = None
-        self.n = n = len(prompt)
-        self.buf = np.empty(max(1024, 2 * n), dtype=np.int64)
-        try:
-            self.buf[:n] = prompt
-            if isinstance(prompt, np.ndarray) and prompt.dtype.kind not in "iu":
-                raise TypeError
-            if not isinstance(prompt, np.ndarray) and not all(type(t) is int for t in prompt):
-                raise TypeError
-        except (TypeError, ValueError, OverflowError):
-            self.history = list(prompt)
-
-    def extend(self, tokens: Sequence[Any]) -> None:
-        if self.history is not None:
-            self.history.extend(tokens)
-            return
-        n = self.n
-        m = n + len(tokens)
-        buf = self.buf
-        if m > len(buf):
-            grown = np.empty(2 * m, dtype=np.int64)
-            grown[:n] = buf[:n]
-            self.buf = buf = grown
-        try:
-            # a token that numpy coerces (2.0, True) only changes what gets drafted, and
-            # every draft is verified, so the output cannot change
-            buf[n:m] = tokens
-        except (TypeError, ValueError, OverflowError):  # entries that are not int64 ids
-            self.history = buf[:n].tolist() + list(tokens)
-            return
-        self.n = m
-
-    def propose(self, max_k: int) -> Any:
-        h: Any = self.history
-        if h is None:
-            h = self.buf[: self.n]
-        lookup = self.lookup
-        if lookup is None:  # the active implementation, looked up at call time
-            return _impl.prompt_lookup(h, self.ngram, max_k)
-        return lookup(h, self.ngram, max_k)
-
-
-class PromptLookupDrafter:
-    """Drafts with ``specfsm.prompt_lookup``: the tokens that followed the most recent
-    earlier occurrence of the history's last ``ngram`` tokens (prompt and output alike).
-    Refuses an ``ngram`` that is not a positive integer. ``impl`` (``"compiled"`` or
-    ``"python"``) drafts with that implementation's kernel; None: the active one."""
-
-    name = "prompt"
-
-    def __init__(self, ngram: int = 3, impl: str | None = None) -> None:
-        ngram = check_count(ngram, "ngram")
-        if ngram < 1:
-            raise ValueError(f"ngram must be at least 1, got {ngram}")
-        self.ngram = ngram
-        self.impl = impl
-        self._lookup = None if impl is None else _impl.module(impl, "ngram").prompt_lookup
-
-    def session(self, prompt: Sequence[Any]) -> _PromptLookupSession:
-        return _PromptLookupSession(prompt, self.ngram, self._lookup)
-
-    def __repr__(self) -> str:
-        return f"PromptLookupDrafter(ngram={self.ngram})"
-
-
-class _NgramSession:
-    __slots__ = ("index",)
-
-    def __init__(self, index: Any, prompt: Sequence[Any]) -> None:
-        self.index = index
-        if len(prompt):
-            index.extend(prompt)
-
-    def extend(self, tokens: Sequence[Any]) -> None:
-        self.index.extend(tokens)
-
-    def propose(self, max_k: int) -> Any:
-        return self.index.propose(max_k)
-
-
-class NgramDrafter:
-    """Drafts with ``NgramIndex(min_n, max_n, prefer)`` from ``specfsm.ngram_index``: the
-    longest suffix match from ``max_n`` down to ``min_n``, in time independent of the
-    history length (``min_n == max_n`` with ``prefer="latest"`` drafts exactly what
-    ``PromptLookupDrafter(min_n)`` does). ``index_cls`` substitutes another class with the
-    same interface (one implementation's kernel)."""
-
-    name = "ngram"
-
-    def __init__(
-        self, min_n: int = 1, max_n: int | None = None, prefer: str = "latest", index_cls: Any = None
-    ) -> None:
-        if index_cls is None:
-            from .ngram_index import NgramIndex as index_cls
-
-        self._cls = index_cls
-        self.min_n = min_n
-        self.max_n = min_n if max_n is None else max_n
-        self.prefer = prefer
-        index_cls(self.min_n, self.max_n, prefer)  # validate the arguments now
-
-    def session(self, prompt: Sequence[Any]) -> _NgramSession:
-        return _NgramSession(self._cls(self.min_n, self.max_n, self.prefer), prompt)
-
-    def __repr__(self) -> str:
-        return f"NgramDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r})"
 
 
 # --------------------------------------------------------------------------------------

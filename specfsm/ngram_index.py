@@ -3,7 +3,8 @@
 ``longest_match`` rescans a history (O(L) per call, vectorised); ``NgramIndex`` keeps
 one request's verified tokens indexed so that each proposal costs the same at 1k tokens
 as at 1M; ``propose_batch``, ``extend_batch`` and ``longest_match_batch`` serve B
-requests per call with the GIL released for the whole batch. The stateless functions
+requests per call with the GIL released for the whole batch; ``NgramDrafter`` is the index
+as a drafter of ``specfsm.loop`` (one session per request). The stateless functions
 are safe from any number of threads: they copy the control arrays they are given
 (offsets, counts) before checking them and read caller token arrays only within the
 checked bounds, so another thread changing those arrays mid-call can at worst change
@@ -20,6 +21,7 @@ followed it, and is empty when nothing matches.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +34,7 @@ else:
     _active = _impl.load("ngram_index")
 
 __all__ = [
+    "NgramDrafter",
     "NgramIndex",
     "extend_batch",
     "longest_match",
@@ -126,3 +129,43 @@ def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
     ``accepted[i]`` were accepted. Returns each index's next ``draft_len`` (int64).
     Refuses ``accepted[i] > proposed[i]``."""
     return _active.record_batch(indexes, proposed, accepted)
+
+
+class _NgramSession:
+    __slots__ = ("index",)
+
+    def __init__(self, index: Any, prompt: Sequence[Any]) -> None:
+        self.index = index
+        if len(prompt):
+            index.extend(prompt)
+
+    def extend(self, tokens: Sequence[Any]) -> None:
+        self.index.extend(tokens)
+
+    def propose(self, max_k: int) -> Any:
+        return self.index.propose(max_k)
+
+
+class NgramDrafter:
+    """Drafts with ``NgramIndex(min_n, max_n, prefer)`` from ``specfsm.ngram_index``: the
+    longest suffix match from ``max_n`` down to ``min_n``, in time independent of the
+    history length (``min_n == max_n`` with ``prefer="latest"`` drafts exactly what
+    ``PromptLookupDrafter(min_n)`` does). ``index_cls`` substitutes another class with the
+    same interface (one implementation's kernel)."""
+
+    name = "ngram"
+
+    def __init__(
+        self, min_n: int = 1, max_n: int | None = None, prefer: str = "latest", index_cls: Any = None
+    ) -> None:
+        self._cls = NgramIndex if index_cls is None else index_cls
+        self.min_n = min_n
+        self.max_n = min_n if max_n is None else max_n
+        self.prefer = prefer
+        self._cls(self.min_n, self.max_n, prefer)  # validate the arguments now
+
+    def session(self, prompt: Sequence[Any]) -> _NgramSession:
+        return _NgramSession(self._cls(self.min_n, self.max_n, self.prefer), prompt)
+
+    def __repr__(self) -> str:
+        return f"NgramDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r})"
