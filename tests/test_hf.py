@@ -331,9 +331,11 @@ def test_online_cost_learns_from_the_run_s_own_forwards(model, references):
     assert gen.cost is None and gen.last_run.calibrate_s == 0  # no separate calibration
     assert gen.online.best and all(r % 1 == 0 and c > 0 for r, c in gen.online.best.items())
     m = gen.online.model()
-    assert all(m(r) <= m(r + 1) for r in range(1, 40))
+    assert m.monotone == "cap"  # as the prior: the kernels' cheap widths are kept
+    r0 = m.rows[0]
+    assert all(m(r) <= m(r0) * r / r0 * (1 + 1e-9) for r in range(r0, 200))
     for r, c in gen.online.best.items():
-        assert m(r) <= c  # measured sizes keep their (monotone-capped) timings
+        assert m(r) <= c  # measured sizes keep their (capped) timings
 
 
 def test_online_cost_scales_the_prior_to_measurements():
