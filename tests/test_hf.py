@@ -88,8 +88,11 @@ def references(model):
     return [_reference(model, p, NEW) for p in _prompts()]
 
 
-def _index_cls(impl):
-    return impl.module("ngram_index").NgramIndex
+def _index_cls(impl, drafter="suffix"):
+    """The index class of ``drafter`` ("suffix", the default drafter, or "ngram") in ``impl``."""
+    if drafter == "ngram":
+        return impl.module("ngram_index").NgramIndex
+    return impl.module("suffix_index").SuffixIndex
 
 
 def _check_equal(model, prompt, got, want):
@@ -97,11 +100,12 @@ def _check_equal(model, prompt, got, want):
     assert gap is None, f"speculative output parts from model.generate: {gap}"
 
 
-def test_single_request_greedy_equals_generate_both_implementations(fsm, model, references):
-    _single_requests(model, references, 3, "ngram", _index_cls(fsm))
+@pytest.mark.parametrize("drafter", ["suffix", "ngram"])
+def test_single_request_greedy_equals_generate_both_implementations(fsm, model, references, drafter):
+    _single_requests(model, references, 3, drafter, _index_cls(fsm, drafter))
 
 
-@pytest.mark.parametrize("k, drafter", [(0, "ngram"), ("adaptive", "ngram"), (3, "prompt")])
+@pytest.mark.parametrize("k, drafter", [(0, "suffix"), ("adaptive", "suffix"), ("adaptive", "ngram"), (3, "prompt")])
 def test_single_request_greedy_equals_generate(model, references, k, drafter):
     _single_requests(model, references, k, drafter, None)
 
@@ -122,8 +126,9 @@ def _single_requests(model, references, k, drafter, index_cls):
         assert gen.last_run.forwards < NEW
 
 
-def test_batch_equals_each_request_alone(fsm, model, references):
-    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, index_cls=_index_cls(fsm))
+@pytest.mark.parametrize("drafter", ["suffix", "ngram"])
+def test_batch_equals_each_request_alone(fsm, model, references, drafter):
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, drafter=drafter, index_cls=_index_cls(fsm, drafter))
     outs = gen.generate(_prompts(), NEW)
     for prompt, out, want in zip(_prompts(), outs, references):
         _check_equal(model, prompt, out.tokens, want)
@@ -240,6 +245,12 @@ def test_refuses_bad_arguments(model):
         SpeculativeGenerator(model, k=-1)
     with pytest.raises(ValueError, match="min_n"):
         SpeculativeGenerator(model, min_n=3, max_n=2)
+    with pytest.raises(ValueError, match="min_n"):
+        SpeculativeGenerator(model, max_n=2.5)
+    with pytest.raises(ValueError, match="prefer"):
+        SpeculativeGenerator(model, prefer="middle")
+    assert SpeculativeGenerator(model, drafter="ngram").max_n == 4  # the n-gram index needs a cap
+    assert SpeculativeGenerator(model, drafter="suffix", max_n=6).max_n == 6
     gen = SpeculativeGenerator(model, k=2)
     with pytest.raises(ValueError, match="max_new_tokens"):
         gen.generate([[1, 2]], 0)
@@ -310,6 +321,59 @@ def test_choose_width_maximises_tokens_per_cost():
     flat = hfcost.CostModel({1: 1.0, 64: 1.0, 128: 2.0})
     assert hfcost.choose_width([[1.0] * 8, [0.0] * 8], [8, 8], flat, 8) == 8
     assert hfcost.choose_width([[1.0] * 8, [0.0] * 8], [8, 8], hfcost.CostModel({1: 1.0, 2: 2.0}), 8) == 0
+
+
+def test_cost_model_cap_keeps_the_kernels_cheap_widths():
+    # 4 rows cheaper than 3 (a CPU's matrix kernels): "cap" keeps that, True flattens it
+    table = {1: 1.0, 2: 1.65, 3: 2.02, 4: 1.52, 5: 1.75, 6: 1.73, 7: 1.96, 8: 1.83}
+    cap = hfcost.CostModel(table, monotone="cap")
+    assert cap.costs == list(table.values()) and cap.monotone == "cap"
+    assert hfcost.CostModel(table).costs == [1.0, 1.52, 1.52, 1.52, 1.73, 1.73, 1.83, 1.83]
+    assert hfcost.CostModel({1: 1.0, 4: 10.0}, monotone="cap").costs == [1.0, 4.0]  # the cap still holds
+    with pytest.raises(ValueError, match="monotone"):
+        hfcost.CostModel(table, monotone="sometimes")
+    # a 2-token draft (3 rows, bonus row included) at 0.6 per position: not worth its
+    # real cost, worth the flattened one; with 4 rows available both take 4
+    cond = [[0.6] * 8]
+    assert hfcost.choose_width(cond, [3], cap, 8) == 0
+    assert hfcost.choose_width(cond, [3], hfcost.CostModel(table), 8) == 3
+    assert hfcost.choose_width(cond, [8], cap, 8) == 4
+    # the prior's shape is SmolLM2's on one thread: 4 rows cost less than 3, and 12 than 11
+    assert hfcost.PRIOR_COST(4) < hfcost.PRIOR_COST(3) and hfcost.PRIOR_COST(12) < hfcost.PRIOR_COST(11)
+    assert hfcost.PRIOR_COST.monotone == "cap" and hfcost.PRIOR_COST(1) == 1.0
+
+
+def test_acceptance_by_match_length():
+    a = hfcost.AcceptanceByMatch(weight=2.0)
+    edges = hfcost.AcceptanceByMatch.EDGES
+    assert [a.bucket(m) for m in (-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 63, 64, 10**6)] == [0, 0, 1, 2, 3, 4, 4, 5, 5, 6, 10, 11, 11]
+    priors = [a.prior(m) for m in edges]
+    assert priors == sorted(priors) and priors[0] == 0.5 and max(priors) == 0.95
+    assert a.conditional(5, 3) == [a.prior(5)] * 3  # no evidence: the prior
+    for _ in range(8):
+        a.record(40, 4, 4)  # long matches: every draft fully accepted
+        a.record(1, 4, 0)  # 1-token matches: rejected at once
+    long, short = a.conditional(40, 4), a.conditional(1, 4)
+    assert long[0] == pytest.approx((8 + 2 * 0.95) / (8 + 2))
+    assert short[0] == pytest.approx((0 + 2 * a.prior(1)) / (8 + 2))
+    assert a.conditional(4, 4) == [a.prior(4)] * 4  # other classes untouched
+    # the chooser drafts long after a long match and decodes after a short one
+    cost = hfcost.CostModel({1: 1.0, 4: 1.5, 8: 1.8, 16: 2.4}, monotone="cap")
+    assert hfcost.choose_width([long + [0.95] * 12], [16], cost, 16) == 16
+    assert hfcost.choose_width([short + [0.5] * 12], [16], cost, 16) == 0
+    with pytest.raises(ValueError, match="weight"):
+        hfcost.AcceptanceByMatch(weight=-1)
+
+
+def test_adaptive_suffix_drafts_learn_acceptance_by_match_length(fsm, model, references):
+    gen = SpeculativeGenerator(model, eos_token_id=None, index_cls=_index_cls(fsm), cost=FLAT_COST)
+    assert gen.drafter == "suffix" and gen.max_n is None and gen.prefer == "latest"
+    outs = gen.generate(_prompts(), NEW)
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    drafted = sum(c.drafted[0] for c in gen.by_match.classes if c.drafted)
+    assert drafted == sum(o.verifies for o in outs) > 0  # every verify recorded in its class
+    assert sum(o.accepted for o in outs) > 0
 
 
 def test_acceptance_stats_by_position():
