@@ -570,7 +570,12 @@ def test_cli_generate_side_by_side_and_identical(checkpoint, tmp_path, capsys):
     rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6",
                    "--batch", "3", "--methods", "greedy,specfsm"])
     text = capsys.readouterr().out
-    assert rc == 0 and "tokens/s" in text and "identity: all 3" in text
+    assert rc == 0 and "tokens/s" in text and "identity: all 3" in text and "specfsm (suffix, k adaptive)" in text
+    # another drafter, named in the settings
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6",
+                   "--drafter", "ngram", "--methods", "greedy,specfsm", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["identical"] and out["settings"]["drafter"] == "ngram"
 
 
 def test_cli_bad_prompts_are_reported_by_line(checkpoint, tmp_path, capsys):
