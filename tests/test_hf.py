@@ -132,8 +132,24 @@ def test_batch_equals_each_request_alone(fsm, model, references, drafter):
     outs = gen.generate(_prompts(), NEW)
     for prompt, out, want in zip(_prompts(), outs, references):
         _check_equal(model, prompt, out.tokens, want)
-    assert gen.last_run.forwards < NEW  # one forward per step for the whole batch
+    steps = len(gen.last_run.widths)
+    assert steps < NEW  # one forward per step for the whole batch
+    assert gen.last_run.forwards == steps + len(_prompts())  # and one per prompt to prefill
     assert sum(o.rollbacks for o in outs) > 0  # ragged acceptance really happened
+
+
+@pytest.mark.parametrize("prefill", ["each", "padded"])
+def test_batch_prefill_each_prompt_alone_or_padded(model, references, prefill):
+    # "each": one forward per prompt, the caches gathered left-padded; "padded": one
+    # forward over the padded prompts; both decode every request as it decodes alone
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, prefill=prefill)
+    outs = gen.generate(_prompts(), NEW)
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    steps = len(gen.last_run.widths)
+    assert gen.last_run.forwards == steps + (len(_prompts()) if prefill == "each" else 1)
+    with pytest.raises(ValueError, match="prefill"):
+        SpeculativeGenerator(model, prefill="chunked")
 
 
 def test_batch_adaptive_with_compaction_and_early_finishers(fsm, model):
@@ -651,7 +667,7 @@ def test_a_padded_request_left_alone_after_prefill(model):
     seen = []
 
     def checked(ids, pos, mask, cache, keep=None):
-        if mask is None:  # no holes allowed: the cache holds exactly the request's tokens
+        if mask is None and pos is not None:  # no holes allowed: the cache holds exactly the request's tokens
             seen.append((cache.get_seq_length(), int(pos[0, 0])))
         return forward(ids, pos, mask, cache, keep)
 
