@@ -409,25 +409,41 @@ def test_online_cost_learns_from_the_run_s_own_forwards(model, references):
     for prompt, out, want in zip(_prompts(), outs, references):
         _check_equal(model, prompt, out.tokens, want)
     assert gen.cost is None and gen.last_run.calibrate_s == 0  # no separate calibration
-    assert gen.online.best and all(r % 1 == 0 and c > 0 for r, c in gen.online.best.items())
+    assert gen.online.samples and all(len(v) <= gen.online.window for v in gen.online.samples.values())
+    assert sum(len(v) for v in gen.online.samples.values()) == min(gen.last_run.forwards - len(_prompts()),
+                                                                   sum(gen.online.window for _ in gen.online.samples))
     m = gen.online.model()
     assert m.monotone == "cap"  # as the prior: the kernels' cheap widths are kept
     r0 = m.rows[0]
     assert all(m(r) <= m(r0) * r / r0 * (1 + 1e-9) for r in range(r0, 200))
-    for r, c in gen.online.best.items():
-        assert m(r) <= c  # measured sizes keep their (capped) timings
 
 
-def test_online_cost_scales_the_prior_to_measurements():
-    o = hfcost.OnlineCost(hfcost.CostModel({1: 1.0, 2: 2.0, 8: 4.0}))
+def test_online_cost_scales_the_prior_to_median_timings_within_bounds():
+    o = hfcost.OnlineCost(hfcost.CostModel({1: 1.0, 2: 2.0, 8: 4.0}), window=4, min_samples=3)
     assert o.model() is o.prior  # no evidence yet: the prior's shape
     o.record(1, 0.5)
-    o.record(1, 0.9)  # slower samples of a size already measured are ignored
-    o.record(0, 1.0)
-    assert o.best == {1: 0.5}
-    assert o.model().costs == [0.5, 1.0, 2.0]
-    o.record(8, 1.0)  # 8 rows measured cheaper than the prior's shape says
-    assert o.model()(8) == 1.0 and o.model()(1) == 0.5
+    o.record(1, 0.9)
+    o.record(0, 1.0)  # ignored
+    assert o.estimates() == {} and o.model() is o.prior  # too few timings of one row
+    o.record(1, 0.6)
+    assert o.estimates() == {1: 0.6}  # the median, not the fastest
+    assert o.model().costs == [0.6, 1.2, 2.4]
+    for t in (1.0, 1.1, 0.9):
+        o.record(8, t)  # 8 rows far cheaper than the prior's shape says: bounded at half
+    assert o.estimates() == {1: 0.6, 8: 1.0}
+    assert o.model()(8) == pytest.approx(4 * 0.6 / 2) and o.model()(1) == pytest.approx(0.6)
+    for t in (0.01, 0.01, 0.01, 0.01):
+        o.record(1, t)  # the window forgets older timings; a lucky streak stays bounded
+    assert o.samples[1] == [0.01] * 4
+    est = o.estimates()
+    scale = sorted([0.01 / 1.0, est[8] / 4.0])[1]
+    assert o.model()(1) == pytest.approx(scale / 2) and o.model()(8) == pytest.approx(min(est[8], 4 * scale * 2))
+    with pytest.raises(ValueError, match="window"):
+        hfcost.OnlineCost(window=0)
+    with pytest.raises(ValueError, match="min_samples"):
+        hfcost.OnlineCost(window=4, min_samples=5)
+    with pytest.raises(ValueError, match="spread"):
+        hfcost.OnlineCost(spread=0.5)
 
 
 def test_adaptive_generator_measures_cost_once(model):
