@@ -17,7 +17,9 @@ A rule the batch does not know settles each request through its own ``ServingSta
 
 The ragged batch cache. All requests share one ``DynamicCache`` of ``T`` columns; a
 column of row ``b`` is either one of that request's consumed tokens or a hole. A 2-D
-attention mask marks the real columns (prompts are left-padded: the padding is holes),
+attention mask marks the real columns (prompts are left-padded: the padding is holes;
+each prompt is prefilled by its own forward and the caches gathered, so no forward
+computes padding),
 and explicit ``position_ids`` give every request its own positions, so holes change
 nothing a request attends to. A step feeds ``W`` columns to every row (a request
 drafting fewer tokens, or decoding, fills its extra columns with holes); after
