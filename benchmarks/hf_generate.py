@@ -14,7 +14,7 @@ both decoders run their whole loop, drafting, acceptance and cache cropping incl
 while the model itself costs next to nothing; a real forward at 128k would dwarf what
 is measured. The time outside the model is wall time minus time inside ``forward``.
 
-    python benchmarks/hf_generate.py smollm2 --requests 4 --max-new-tokens 256
+    python benchmarks/hf_generate.py smollm2 --requests 8 --max-new-tokens 256 --batch 8 --repeat 2
     python benchmarks/hf_generate.py outside --lengths 4096 32768 131072
 """
 
@@ -136,7 +136,24 @@ def outside(lengths: list[int], new: int, repeat: int, vocab: int = 256) -> list
 # --------------------------------------------------------------------------------------
 # SmolLM2
 # --------------------------------------------------------------------------------------
-def smollm2(requests: int, new: int, pld_ks: list[int], spec_ks: list[Any], repeat: int) -> dict[str, Any]:
+def _load() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def smollm2(requests: int, new: int, pld_ks: list[int], spec_ks: list[Any], repeat: int, batch: int,
+            spec_batch_ks: list[Any] | None = None) -> dict[str, Any]:
+    """Every method on every embedded prompt, one request at a time (the methods take
+    turns on each prompt, in an order rotated from prompt to prompt, so a change in the
+    machine's load falls on all of them alike); then, with ``batch`` > 1, the prompts in
+    batches of ``batch``: plain batched greedy ``generate`` and specfsm's batched
+    decoding (transformers' prompt lookup refuses batches: its figure is the sum of its
+    sequential runs above). Each repeat builds fresh generators (specfsm learns its
+    costs and acceptance during the run, from the prior); medians of the repeats'
+    totals are reported."""
     import torch
 
     from specfsm.hf.cli import ForwardMeter, _embedded, _hf_generate, _Progress, _token_ids
@@ -148,53 +165,128 @@ def smollm2(requests: int, new: int, pld_ks: list[int], spec_ks: list[Any], repe
     prompts = _token_ids(_embedded(requests), tok, int(model.config.vocab_size), "embedded")
     meter = ForwardMeter(model)
     bar = _Progress(1, sys.stderr, False)
-    gen_ad = SpeculativeGenerator(model)
-    gen_ad.calibrate(batch=1, context=512)  # measured once, outside the timed runs
-    methods: dict[str, Any] = {"greedy": lambda p: _hf_generate(model, [p], new, 1, None, bar)[0]}
-    for k in pld_ks:
-        methods[f"transformers_pld_k{k}"] = lambda p, k=k: _hf_generate(model, [p], new, 1, k, bar)[0]
-    for k in spec_ks:
-        gen = gen_ad if k == "adaptive" else SpeculativeGenerator(model, k=k)
-        methods[f"specfsm_{k}"] = lambda p, gen=gen: gen.generate([p], new)[0].tokens
-    # the methods take turns on each prompt, so a change in the machine's load falls on
-    # all of them alike; each repeat's totals are kept and the median reported
-    walls: dict[str, list[float]] = {m: [] for m in methods}
-    fwds: dict[str, int] = {m: 0 for m in methods}
+    names = ["greedy"] + [f"transformers_pld_k{k}" for k in pld_ks] + [f"specfsm_{k}" for k in spec_ks]
+    walls: dict[str, list[float]] = {m: [] for m in names}
+    model_s: dict[str, list[float]] = {m: [] for m in names}
+    fwds: dict[str, list[int]] = {m: [] for m in names}
     outs: dict[str, list[list[int]]] = {}
-    for _ in range(repeat):
-        total = {m: 0.0 for m in methods}
-        outs = {m: [] for m in methods}
-        for p in prompts:
-            for m, fn in methods.items():
+    bnames = (["greedy_batched"] + [f"specfsm_batched_{k}" for k in (spec_batch_ks or ["adaptive"])]) if batch > 1 else []
+    bwalls: dict[str, list[float]] = {m: [] for m in bnames}
+    bfwds: dict[str, list[int]] = {m: [] for m in bnames}
+    bouts: dict[str, list[list[int]]] = {}
+    per_prompt: dict[str, list[list[float]]] = {m: [] for m in names}
+    loads = [_load()]
+    print(f"load average at start: {loads[0]}", flush=True)
+    for rep in range(repeat):
+        gens = {f"specfsm_{k}": SpeculativeGenerator(model, k=k) for k in spec_ks}
+
+        def run(m: str, p: list[int]) -> list[int]:
+            if m == "greedy":
+                return _hf_generate(model, [p], new, 1, None, bar)[0]
+            if m.startswith("transformers_pld_k"):
+                return _hf_generate(model, [p], new, 1, int(m.rsplit("k", 1)[1]), bar)[0]
+            return gens[m].generate([p], new)[0].tokens
+
+        total = {m: 0.0 for m in names}
+        inside = {m: 0.0 for m in names}
+        nf = {m: 0 for m in names}
+        times: dict[str, list[float]] = {m: [] for m in names}
+        outs = {m: [] for m in names}
+        for i, p in enumerate(prompts):
+            order = names[i % len(names):] + names[: i % len(names)]
+            for m in order:
                 meter.reset()
                 t0 = time.perf_counter()
-                outs[m].append(fn(p))
-                total[m] += time.perf_counter() - t0
-                fwds[m] = meter.forwards if not outs[m][:-1] else fwds[m] + meter.forwards
-        for m in methods:
+                outs[m].append(run(m, p))
+                dt = time.perf_counter() - t0
+                total[m] += dt
+                times[m].append(dt)
+                inside[m] += meter.seconds
+                nf[m] += meter.forwards
+            print(f"  repeat {rep + 1} prompt {i + 1}/{len(prompts)} done (load {_load()})", file=sys.stderr, flush=True)
+        for m in names:
             walls[m].append(total[m])
+            model_s[m].append(inside[m])
+            fwds[m].append(nf[m])
+            per_prompt[m].append(times[m])
+        print(f"repeat {rep + 1}: " + ", ".join(f"{m} {sum(len(o) for o in outs[m]) / total[m]:.2f}" for m in names) + " tokens/s", flush=True)
+        if batch > 1:
+            bgens = {f"specfsm_batched_{k}": SpeculativeGenerator(model, k=k) for k in (spec_batch_ks or ["adaptive"])}
+            bouts = {m: [] for m in bnames}
+            btotal = {m: 0.0 for m in bnames}
+            bnf = {m: 0 for m in bnames}
+            for i in range(0, len(prompts), batch):
+                group = prompts[i:i + batch]
+                order = bnames if (rep + i // batch) % 2 == 0 else bnames[::-1]
+                for m in order:
+                    meter.reset()
+                    t0 = time.perf_counter()
+                    if m == "greedy_batched":
+                        res = _hf_generate(model, group, new, batch, None, bar)
+                    else:
+                        res = [r.tokens for r in bgens[m].generate(group, new)]
+                    btotal[m] += time.perf_counter() - t0
+                    bnf[m] += meter.forwards
+                    bouts[m] += res
+            for m in bnames:
+                bwalls[m].append(btotal[m])
+                bfwds[m].append(bnf[m])
+            print(f"repeat {rep + 1} batch {batch}: " + ", ".join(f"{m} {sum(len(o) for o in bouts[m]) / btotal[m]:.2f}" for m in bnames) + " tokens/s", flush=True)
+        loads.append(_load())
+    meter.close()
+    greedy_out = outs["greedy"]
     runs: dict[str, dict[str, Any]] = {}
-    for m in methods:
+    for m in names:
         toks = sum(len(o) for o in outs[m])
         wall = statistics.median(walls[m])
-        runs[m] = {"tokens": toks, "seconds": wall, "tokens_per_s": toks / wall, "forwards": fwds[m],
-                   "tokens_per_forward": toks / fwds[m], "outputs": outs[m]}
-        print(f"{m:<28} {toks / wall:7.2f} tokens/s  {fwds[m]:5d} forwards  {toks / fwds[m]:5.2f} tokens/forward", flush=True)
-    greedy = runs["greedy"]
+        f = int(statistics.median(fwds[m]))
+        inside = statistics.median(model_s[m])
+        runs[m] = {"tokens": toks, "seconds": wall, "tokens_per_s": toks / wall, "forwards": f,
+                   "tokens_per_forward": toks / f, "outside_ms_per_forward": (wall - inside) / f * 1e3,
+                   "seconds_per_repeat": walls[m], "identical": outs[m] == greedy_out}
+        print(f"{m:<28} {toks / wall:7.2f} tokens/s  {f:5d} forwards  {toks / f:5.2f} tokens/forward  "
+              f"identical {runs[m]['identical']}  (per repeat s: {', '.join(f'{w:.1f}' for w in walls[m])})", flush=True)
     pld = {k: v for k, v in runs.items() if k.startswith("transformers")}
     best_pld = max(pld, key=lambda k: pld[k]["tokens_per_s"]) if pld else None
-    summary = {
-        "model": info["name"], "requests": requests, "max_new_tokens": new, "threads": 1,
-        "prompt_tokens": [len(p) for p in prompts], "cost_model": repr(gen_ad.cost),
-        "runs": {k: {kk: vv for kk, vv in v.items() if kk != "outputs"} for k, v in runs.items()},
-        "identical": {k: v["outputs"] == greedy["outputs"] for k, v in runs.items() if k != "greedy"},
-        "best_pld": best_pld,
+    summary: dict[str, Any] = {
+        "model": info["name"], "requests": len(prompts), "max_new_tokens": new, "threads": 1, "repeat": repeat,
+        "prompt_tokens": [len(p) for p in prompts], "load_average": loads,
+        "runs": runs, "best_pld": best_pld,
     }
     ad = runs.get("specfsm_adaptive")
     if ad and best_pld:
         summary["specfsm_vs_best_pld"] = ad["tokens_per_s"] / pld[best_pld]["tokens_per_s"]
         summary["specfsm_vs_pld10"] = ad["tokens_per_s"] / runs.get("transformers_pld_k10", pld[best_pld])["tokens_per_s"]
-        summary["specfsm_vs_greedy"] = ad["tokens_per_s"] / greedy["tokens_per_s"]
+    if ad:
+        summary["specfsm_vs_greedy"] = ad["tokens_per_s"] / runs["greedy"]["tokens_per_s"]
+        fixed = {k: v for k, v in runs.items() if k.startswith("specfsm_") and k != "specfsm_adaptive"}
+        if fixed:
+            bf = max(fixed, key=lambda k: fixed[k]["tokens_per_s"])
+            summary["specfsm_vs_best_fixed"] = {"best_fixed": bf, "ratio": ad["tokens_per_s"] / fixed[bf]["tokens_per_s"]}
+    if batch > 1:
+        b: dict[str, Any] = {}
+        for m in bnames:
+            toks = sum(len(o) for o in bouts[m])
+            wall = statistics.median(bwalls[m])
+            f = int(statistics.median(bfwds[m]))
+            b[m] = {"tokens": toks, "seconds": wall, "tokens_per_s": toks / wall, "forwards": f,
+                    "tokens_per_forward": toks / f, "seconds_per_repeat": bwalls[m],
+                    "identical_to_single_greedy": bouts[m] == greedy_out}
+            print(f"batch {batch} {m:<22} {toks / wall:7.2f} tokens/s  {f:5d} forwards  {toks / f:5.2f} tokens/forward  "
+                  f"identical to single greedy {b[m]['identical_to_single_greedy']}", flush=True)
+        if "greedy_batched" in b:
+            b["greedy_batched"]["identical_to_specfsm_batched"] = {
+                m: bouts[m] == bouts["greedy_batched"] for m in bnames if m != "greedy_batched"}
+        for k in pld:
+            b[f"sequential_{k}"] = {"tokens_per_s": pld[k]["tokens_per_s"], "seconds": pld[k]["seconds"]}
+        sb = b.get("specfsm_batched_adaptive")
+        if sb:
+            b["specfsm_batched_vs_greedy_batched"] = sb["tokens_per_s"] / b["greedy_batched"]["tokens_per_s"]
+            if best_pld:
+                b["specfsm_batched_vs_sequential_best_pld"] = sb["tokens_per_s"] / pld[best_pld]["tokens_per_s"]
+                b["specfsm_batched_vs_sequential_pld10"] = sb["tokens_per_s"] / runs.get("transformers_pld_k10", pld[best_pld])["tokens_per_s"]
+        summary["batch"] = b
+    print(f"load average at the end: {_load()}", flush=True)
     return summary
 
 
@@ -202,11 +294,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="part", required=True)
     s = sub.add_parser("smollm2")
-    s.add_argument("--requests", type=int, default=4)
+    s.add_argument("--requests", type=int, default=8, help="embedded prompts (default 8, all of them)")
     s.add_argument("--max-new-tokens", type=int, default=256)
-    s.add_argument("--pld-ks", type=int, nargs="*", default=[10, 4, 16])
-    s.add_argument("--spec-ks", nargs="*", default=["adaptive", "10", "4"])
+    s.add_argument("--pld-ks", type=int, nargs="*", default=[10, 11, 16, 24])
+    s.add_argument("--spec-ks", nargs="*", default=["adaptive", "7", "11", "15", "23"])
+    s.add_argument("--batch", type=int, default=8, help="batch size of the batched part (0 or 1: skip it)")
+    s.add_argument("--spec-batch-ks", nargs="*", default=["adaptive"])
     s.add_argument("--repeat", type=int, default=1)
+    s.add_argument("--json-out", metavar="FILE", help="also write the summary to FILE")
     o = sub.add_parser("outside")
     o.add_argument("--lengths", type=int, nargs="*", default=[4096, 32768, 131072])
     o.add_argument("--new", type=int, default=128)
@@ -214,10 +309,15 @@ def main() -> None:
     args = p.parse_args()
     if args.part == "smollm2":
         ks = [k if k == "adaptive" else int(k) for k in args.spec_ks]
-        out = smollm2(args.requests, args.max_new_tokens, args.pld_ks, ks, args.repeat)
+        bks = [k if k == "adaptive" else int(k) for k in args.spec_batch_ks]
+        out = smollm2(args.requests, args.max_new_tokens, args.pld_ks, ks, args.repeat, args.batch, bks)
     else:
         out = outside(args.lengths, args.new, args.repeat)
-    print(json.dumps(out, indent=2))
+    text = json.dumps(out, indent=2)
+    print(text)
+    if getattr(args, "json_out", None):
+        with open(args.json_out, "w") as f:
+            f.write(text + "\n")
 
 
 if __name__ == "__main__":

@@ -88,8 +88,11 @@ def references(model):
     return [_reference(model, p, NEW) for p in _prompts()]
 
 
-def _index_cls(impl):
-    return impl.module("ngram_index").NgramIndex
+def _index_cls(impl, drafter="suffix"):
+    """The index class of ``drafter`` ("suffix", the default drafter, or "ngram") in ``impl``."""
+    if drafter == "ngram":
+        return impl.module("ngram_index").NgramIndex
+    return impl.module("suffix_index").SuffixIndex
 
 
 def _check_equal(model, prompt, got, want):
@@ -97,11 +100,12 @@ def _check_equal(model, prompt, got, want):
     assert gap is None, f"speculative output parts from model.generate: {gap}"
 
 
-def test_single_request_greedy_equals_generate_both_implementations(fsm, model, references):
-    _single_requests(model, references, 3, "ngram", _index_cls(fsm))
+@pytest.mark.parametrize("drafter", ["suffix", "ngram"])
+def test_single_request_greedy_equals_generate_both_implementations(fsm, model, references, drafter):
+    _single_requests(model, references, 3, drafter, _index_cls(fsm, drafter))
 
 
-@pytest.mark.parametrize("k, drafter", [(0, "ngram"), ("adaptive", "ngram"), (3, "prompt")])
+@pytest.mark.parametrize("k, drafter", [(0, "suffix"), ("adaptive", "suffix"), ("adaptive", "ngram"), (3, "prompt")])
 def test_single_request_greedy_equals_generate(model, references, k, drafter):
     _single_requests(model, references, k, drafter, None)
 
@@ -122,13 +126,30 @@ def _single_requests(model, references, k, drafter, index_cls):
         assert gen.last_run.forwards < NEW
 
 
-def test_batch_equals_each_request_alone(fsm, model, references):
-    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, index_cls=_index_cls(fsm))
+@pytest.mark.parametrize("drafter", ["suffix", "ngram"])
+def test_batch_equals_each_request_alone(fsm, model, references, drafter):
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, drafter=drafter, index_cls=_index_cls(fsm, drafter))
     outs = gen.generate(_prompts(), NEW)
     for prompt, out, want in zip(_prompts(), outs, references):
         _check_equal(model, prompt, out.tokens, want)
-    assert gen.last_run.forwards < NEW  # one forward per step for the whole batch
+    steps = len(gen.last_run.widths)
+    assert steps < NEW  # one forward per step for the whole batch
+    assert gen.last_run.forwards == steps + len(_prompts())  # and one per prompt to prefill
     assert sum(o.rollbacks for o in outs) > 0  # ragged acceptance really happened
+
+
+@pytest.mark.parametrize("prefill", ["each", "padded"])
+def test_batch_prefill_each_prompt_alone_or_padded(model, references, prefill):
+    # "each": one forward per prompt, the caches gathered left-padded; "padded": one
+    # forward over the padded prompts; both decode every request as it decodes alone
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, prefill=prefill)
+    outs = gen.generate(_prompts(), NEW)
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    steps = len(gen.last_run.widths)
+    assert gen.last_run.forwards == steps + (len(_prompts()) if prefill == "each" else 1)
+    with pytest.raises(ValueError, match="prefill"):
+        SpeculativeGenerator(model, prefill="chunked")
 
 
 def test_batch_adaptive_with_compaction_and_early_finishers(fsm, model):
@@ -240,6 +261,12 @@ def test_refuses_bad_arguments(model):
         SpeculativeGenerator(model, k=-1)
     with pytest.raises(ValueError, match="min_n"):
         SpeculativeGenerator(model, min_n=3, max_n=2)
+    with pytest.raises(ValueError, match="min_n"):
+        SpeculativeGenerator(model, max_n=2.5)
+    with pytest.raises(ValueError, match="prefer"):
+        SpeculativeGenerator(model, prefer="middle")
+    assert SpeculativeGenerator(model, drafter="ngram").max_n == 4  # the n-gram index needs a cap
+    assert SpeculativeGenerator(model, drafter="suffix", max_n=6).max_n == 6
     gen = SpeculativeGenerator(model, k=2)
     with pytest.raises(ValueError, match="max_new_tokens"):
         gen.generate([[1, 2]], 0)
@@ -312,6 +339,59 @@ def test_choose_width_maximises_tokens_per_cost():
     assert hfcost.choose_width([[1.0] * 8, [0.0] * 8], [8, 8], hfcost.CostModel({1: 1.0, 2: 2.0}), 8) == 0
 
 
+def test_cost_model_cap_keeps_the_kernels_cheap_widths():
+    # 4 rows cheaper than 3 (a CPU's matrix kernels): "cap" keeps that, True flattens it
+    table = {1: 1.0, 2: 1.65, 3: 2.02, 4: 1.52, 5: 1.75, 6: 1.73, 7: 1.96, 8: 1.83}
+    cap = hfcost.CostModel(table, monotone="cap")
+    assert cap.costs == list(table.values()) and cap.monotone == "cap"
+    assert hfcost.CostModel(table).costs == [1.0, 1.52, 1.52, 1.52, 1.73, 1.73, 1.83, 1.83]
+    assert hfcost.CostModel({1: 1.0, 4: 10.0}, monotone="cap").costs == [1.0, 4.0]  # the cap still holds
+    with pytest.raises(ValueError, match="monotone"):
+        hfcost.CostModel(table, monotone="sometimes")
+    # a 2-token draft (3 rows, bonus row included) at 0.6 per position: not worth its
+    # real cost, worth the flattened one; with 4 rows available both take 4
+    cond = [[0.6] * 8]
+    assert hfcost.choose_width(cond, [3], cap, 8) == 0
+    assert hfcost.choose_width(cond, [3], hfcost.CostModel(table), 8) == 3
+    assert hfcost.choose_width(cond, [8], cap, 8) == 4
+    # the prior's shape is SmolLM2's on one thread: 4 rows cost less than 3, and 12 than 11
+    assert hfcost.PRIOR_COST(4) < hfcost.PRIOR_COST(3) and hfcost.PRIOR_COST(12) < hfcost.PRIOR_COST(11)
+    assert hfcost.PRIOR_COST.monotone == "cap" and hfcost.PRIOR_COST(1) == 1.0
+
+
+def test_acceptance_by_match_length():
+    a = hfcost.AcceptanceByMatch(weight=2.0)
+    edges = hfcost.AcceptanceByMatch.EDGES
+    assert [a.bucket(m) for m in (-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 63, 64, 10**6)] == [0, 0, 1, 2, 3, 4, 4, 5, 5, 6, 10, 11, 11]
+    priors = [a.prior(m) for m in edges]
+    assert priors == sorted(priors) and priors[0] == 0.5 and max(priors) == 0.95
+    assert a.conditional(5, 3) == [a.prior(5)] * 3  # no evidence: the prior
+    for _ in range(8):
+        a.record(40, 4, 4)  # long matches: every draft fully accepted
+        a.record(1, 4, 0)  # 1-token matches: rejected at once
+    long, short = a.conditional(40, 4), a.conditional(1, 4)
+    assert long[0] == pytest.approx((8 + 2 * 0.95) / (8 + 2))
+    assert short[0] == pytest.approx((0 + 2 * a.prior(1)) / (8 + 2))
+    assert a.conditional(4, 4) == [a.prior(4)] * 4  # other classes untouched
+    # the chooser drafts long after a long match and decodes after a short one
+    cost = hfcost.CostModel({1: 1.0, 4: 1.5, 8: 1.8, 16: 2.4}, monotone="cap")
+    assert hfcost.choose_width([long + [0.95] * 12], [16], cost, 16) == 16
+    assert hfcost.choose_width([short + [0.5] * 12], [16], cost, 16) == 0
+    with pytest.raises(ValueError, match="weight"):
+        hfcost.AcceptanceByMatch(weight=-1)
+
+
+def test_adaptive_suffix_drafts_learn_acceptance_by_match_length(fsm, model, references):
+    gen = SpeculativeGenerator(model, eos_token_id=None, index_cls=_index_cls(fsm), cost=FLAT_COST)
+    assert gen.drafter == "suffix" and gen.max_n is None and gen.prefer == "latest"
+    outs = gen.generate(_prompts(), NEW)
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    drafted = sum(c.drafted[0] for c in gen.by_match.classes if c.drafted)
+    assert drafted == sum(o.verifies for o in outs) > 0  # every verify recorded in its class
+    assert sum(o.accepted for o in outs) > 0
+
+
 def test_acceptance_stats_by_position():
     s = hfcost.AcceptanceStats()
     s.record(4, 2)  # positions 1, 2 accepted, 3 rejected, 4 never reached
@@ -329,23 +409,41 @@ def test_online_cost_learns_from_the_run_s_own_forwards(model, references):
     for prompt, out, want in zip(_prompts(), outs, references):
         _check_equal(model, prompt, out.tokens, want)
     assert gen.cost is None and gen.last_run.calibrate_s == 0  # no separate calibration
-    assert gen.online.best and all(r % 1 == 0 and c > 0 for r, c in gen.online.best.items())
+    assert gen.online.samples and all(len(v) <= gen.online.window for v in gen.online.samples.values())
+    assert sum(len(v) for v in gen.online.samples.values()) == min(gen.last_run.forwards - len(_prompts()),
+                                                                   sum(gen.online.window for _ in gen.online.samples))
     m = gen.online.model()
-    assert all(m(r) <= m(r + 1) for r in range(1, 40))
-    for r, c in gen.online.best.items():
-        assert m(r) <= c  # measured sizes keep their (monotone-capped) timings
+    assert m.monotone == "cap"  # as the prior: the kernels' cheap widths are kept
+    r0 = m.rows[0]
+    assert all(m(r) <= m(r0) * r / r0 * (1 + 1e-9) for r in range(r0, 200))
 
 
-def test_online_cost_scales_the_prior_to_measurements():
-    o = hfcost.OnlineCost(hfcost.CostModel({1: 1.0, 2: 2.0, 8: 4.0}))
+def test_online_cost_scales_the_prior_to_median_timings_within_bounds():
+    o = hfcost.OnlineCost(hfcost.CostModel({1: 1.0, 2: 2.0, 8: 4.0}), window=4, min_samples=3)
     assert o.model() is o.prior  # no evidence yet: the prior's shape
     o.record(1, 0.5)
-    o.record(1, 0.9)  # slower samples of a size already measured are ignored
-    o.record(0, 1.0)
-    assert o.best == {1: 0.5}
-    assert o.model().costs == [0.5, 1.0, 2.0]
-    o.record(8, 1.0)  # 8 rows measured cheaper than the prior's shape says
-    assert o.model()(8) == 1.0 and o.model()(1) == 0.5
+    o.record(1, 0.9)
+    o.record(0, 1.0)  # ignored
+    assert o.estimates() == {} and o.model() is o.prior  # too few timings of one row
+    o.record(1, 0.6)
+    assert o.estimates() == {1: 0.6}  # the median, not the fastest
+    assert o.model().costs == [0.6, 1.2, 2.4]
+    for t in (1.0, 1.1, 0.9):
+        o.record(8, t)  # 8 rows far cheaper than the prior's shape says: bounded at half
+    assert o.estimates() == {1: 0.6, 8: 1.0}
+    assert o.model()(8) == pytest.approx(4 * 0.6 / 2) and o.model()(1) == pytest.approx(0.6)
+    for t in (0.01, 0.01, 0.01, 0.01):
+        o.record(1, t)  # the window forgets older timings; a lucky streak stays bounded
+    assert o.samples[1] == [0.01] * 4
+    est = o.estimates()
+    scale = sorted([0.01 / 1.0, est[8] / 4.0])[1]
+    assert o.model()(1) == pytest.approx(scale / 2) and o.model()(8) == pytest.approx(min(est[8], 4 * scale * 2))
+    with pytest.raises(ValueError, match="window"):
+        hfcost.OnlineCost(window=0)
+    with pytest.raises(ValueError, match="min_samples"):
+        hfcost.OnlineCost(window=4, min_samples=5)
+    with pytest.raises(ValueError, match="spread"):
+        hfcost.OnlineCost(spread=0.5)
 
 
 def test_adaptive_generator_measures_cost_once(model):
@@ -504,7 +602,12 @@ def test_cli_generate_side_by_side_and_identical(checkpoint, tmp_path, capsys):
     rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6",
                    "--batch", "3", "--methods", "greedy,specfsm"])
     text = capsys.readouterr().out
-    assert rc == 0 and "tokens/s" in text and "identity: all 3" in text
+    assert rc == 0 and "tokens/s" in text and "identity: all 3" in text and "specfsm (suffix, k adaptive)" in text
+    # another drafter, named in the settings
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6",
+                   "--drafter", "ngram", "--methods", "greedy,specfsm", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["identical"] and out["settings"]["drafter"] == "ngram"
 
 
 def test_cli_bad_prompts_are_reported_by_line(checkpoint, tmp_path, capsys):
@@ -580,7 +683,7 @@ def test_a_padded_request_left_alone_after_prefill(model):
     seen = []
 
     def checked(ids, pos, mask, cache, keep=None):
-        if mask is None:  # no holes allowed: the cache holds exactly the request's tokens
+        if mask is None and pos is not None:  # no holes allowed: the cache holds exactly the request's tokens
             seen.append((cache.get_seq_length(), int(pos[0, 0])))
         return forward(ids, pos, mask, cache, keep)
 

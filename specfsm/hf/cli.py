@@ -59,6 +59,8 @@ def add_parsers(sub: Any) -> None:
     _common(g)
     g.add_argument("--batch", type=_positive, default=1, help="requests decoded together by plain greedy and specfsm (default 1; transformers' prompt lookup runs them one by one)")
     g.add_argument("--k", type=_k, default="adaptive", help="specfsm draft length: 'adaptive' (default) or a fixed K")
+    g.add_argument("--drafter", choices=("suffix", "ngram", "prompt"), default="suffix",
+                   help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
     g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
     g.add_argument("--methods", default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three)")
     g.add_argument("--threads", type=_positive, default=1, help="torch threads, pinned so figures compare (default 1)")
@@ -319,7 +321,7 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
             t0 = time.perf_counter()
             extra: dict[str, Any] = {}
             if m == "specfsm":
-                gen = SpeculativeGenerator(model, k=args.k)
+                gen = SpeculativeGenerator(model, k=args.k, drafter=getattr(args, "drafter", "suffix"))
                 outs = []
                 calib = 0.0
                 for i in range(0, len(prompts), args.batch):
@@ -368,7 +370,8 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
     return {
         "model": info,
         "threads": torch.get_num_threads(),
-        "settings": {"max_new_tokens": n, "batch": args.batch, "k": args.k, "pld_k": args.pld_k, "requests": len(prompts)},
+        "settings": {"max_new_tokens": n, "batch": args.batch, "k": args.k, "drafter": getattr(args, "drafter", "suffix"),
+                     "pld_k": args.pld_k, "requests": len(prompts)},
         "prompt_tokens": [len(p) for p in prompts],
         "methods": results,
         "identity": identity,
@@ -378,7 +381,7 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
 
 
 def format_generate(s: dict[str, Any]) -> str:
-    labels = {"greedy": "plain greedy generate", "pld": f"transformers prompt lookup K={s['settings']['pld_k']}", "specfsm": f"specfsm (k {s['settings']['k']})"}
+    labels = {"greedy": "plain greedy generate", "pld": f"transformers prompt lookup K={s['settings']['pld_k']}", "specfsm": f"specfsm ({s['settings'].get('drafter', 'suffix')}, k {s['settings']['k']})"}
     lines = [
         f"specfsm generate: {s['model']['name']}, {s['settings']['requests']} requests "
         f"({sum(s['prompt_tokens']):,} prompt tokens), up to {s['settings']['max_new_tokens']} new tokens, "

@@ -18,9 +18,18 @@ exactly one decode.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CostModel", "OnlineCost", "PRIOR_COST", "AcceptanceStats", "expected_tokens", "choose_width"]
+__all__ = [
+    "CostModel",
+    "OnlineCost",
+    "PRIOR_COST",
+    "AcceptanceStats",
+    "AcceptanceByMatch",
+    "expected_tokens",
+    "choose_width",
+]
 
 
 class CostModel:
@@ -35,9 +44,15 @@ class CostModel:
     least measured at ``r`` or more rows), so costs never fall as rows grow. On a loaded
     machine a slow sample at one size otherwise makes that width (or every draft) look
     dear, and the chooser falls back to plain decodes. ``measured`` keeps the table as
-    given."""
+    given.
 
-    def __init__(self, costs: Mapping[int, float], *, monotone: bool = True) -> None:
+    ``monotone="cap"`` applies only the first rule. A CPU's matrix kernels are cheaper at
+    some row counts than at fewer rows (SmolLM2-135M, one thread: 4 rows cost less than
+    3, 12 less than 11, multiples of 4 least), and the chooser exploits that when the
+    table keeps it: a longer draft at a cheaper width costs less and expects no fewer
+    tokens. ``monotone=False`` keeps the table as measured."""
+
+    def __init__(self, costs: Mapping[int, float], *, monotone: bool | str = True) -> None:
         if not costs:
             raise ValueError("costs must hold at least one (rows, seconds) entry")
         items = sorted((int(r), float(c)) for r, c in costs.items())
@@ -48,12 +63,16 @@ class CostModel:
                 raise ValueError(f"costs: cost of {r} rows must be positive, got {c}")
         self.rows = [r for r, _ in items]
         self.measured = [c for _, c in items]
+        if monotone not in (True, False, "cap"):
+            raise ValueError(f"monotone must be True, False or 'cap', got {monotone!r}")
         cs = list(self.measured)
         if monotone:
             r0, c0 = self.rows[0], cs[0]
             cs = [min(c, c0 * r / r0) for r, c in zip(self.rows, cs)]
+        if monotone is True:
             for i in range(len(cs) - 2, -1, -1):
                 cs[i] = min(cs[i], cs[i + 1])
+        self.monotone = monotone
         self.costs = cs
 
     def __call__(self, rows: int) -> float:
@@ -72,10 +91,17 @@ class CostModel:
         return "CostModel({" + ", ".join(f"{r}: {c:.3g}" for r, c in zip(self.rows, self.costs)) + "})"
 
 
-#: the shape of a small model's forward cost on a CPU (SmolLM2-135M, one thread, 512
-#: tokens of context: 2 rows about twice one decode, 8 about 2x, 17 about 3.3x), in units
-#: of one decode: what ``OnlineCost`` assumes before it has measured anything
-PRIOR_COST = CostModel({1: 1.0, 2: 1.9, 4: 1.95, 8: 2.0, 12: 2.9, 16: 3.0, 32: 5.5})
+#: the shape of a small model's forward cost on a CPU, in units of one decode: SmolLM2-135M,
+#: one torch thread, 900 tokens of context, each row count the fastest of 5 rounds (rows
+#: a multiple of 4 run cheaper kernels: 4 rows cost 1.52 decodes, 3 rows 2.02). What
+#: ``OnlineCost`` assumes before it has measured anything; kept as measured (``"cap"``).
+_PRIOR_SHAPE = (
+    1.0, 1.65, 2.02, 1.52, 1.75, 1.73, 1.96, 1.83, 2.06, 2.04, 2.15, 1.99, 2.23, 2.22, 2.47, 2.35,
+    2.47, 2.46, 2.7, 2.54, 2.67, 2.69, 2.96, 2.77, 3.0, 3.07, 3.16, 3.16, 3.4, 3.34, 3.34, 3.2,
+)
+PRIOR_COST = CostModel(
+    {**{r + 1: c for r, c in enumerate(_PRIOR_SHAPE)}, 40: 3.75, 48: 4.26, 64: 5.34, 96: 7.52, 128: 9.47}, monotone="cap"
+)
 
 
 class OnlineCost:
@@ -83,39 +109,69 @@ class OnlineCost:
     separate calibration (which on a short run costs more than it saves, and on a loaded
     machine measures the load as much as the model).
 
-    ``record(rows, seconds)`` keeps the fastest forward seen for each row count (the
-    least disturbed by other work on the machine). ``model()`` is ``PRIOR_COST`` (or
-    ``prior``) scaled to the measurements (by the median ratio measured / prior) with the
-    measured row counts in place of the prior's, made monotone by ``CostModel``; before
-    any measurement it is the prior itself: a fixed cost shape until there is
-    evidence."""
+    ``record(rows, seconds)`` keeps the last ``window`` timings of each row count;
+    ``estimates()`` is their median, for row counts timed at least ``min_samples``
+    times. ``model()`` is ``PRIOR_COST`` (or ``prior``) scaled to the estimates (by the
+    median ratio estimate / prior), each estimated row count in place of the prior's
+    but kept within ``spread`` times the scaled prior either way, made monotone as the
+    prior is (``CostModel``'s ``monotone``); before any estimate it is the prior itself.
 
-    __slots__ = ("prior", "best", "_model")
+    Why medians and bounds, not the fastest timing: on a loaded machine the fastest of
+    many timings is far below the fastest of a few, so the row count timed most (plain
+    decodes, once drafting stops) would look ever cheaper than the rest and the chooser
+    would stop drafting for good (measured under load: one row 0.069 s, eight 0.505 s
+    as fastest timings, 7.3 times, where the model's shape is 1.8 times)."""
 
-    def __init__(self, prior: CostModel | None = None) -> None:
+    __slots__ = ("prior", "samples", "window", "min_samples", "spread", "_model")
+
+    def __init__(self, prior: CostModel | None = None, *, window: int = 16, min_samples: int = 3,
+                 spread: float = 2.0) -> None:
+        if type(window) is not int or window < 1:
+            raise ValueError(f"window must be a positive integer, got {window!r}")
+        if type(min_samples) is not int or not 1 <= min_samples <= window:
+            raise ValueError(f"min_samples must be an integer in 1..window={window}, got {min_samples!r}")
+        if not spread >= 1:
+            raise ValueError(f"spread must be at least 1, got {spread!r}")
         self.prior = PRIOR_COST if prior is None else prior
-        self.best: dict[int, float] = {}
+        self.samples: dict[int, list[float]] = {}
+        self.window, self.min_samples, self.spread = window, min_samples, float(spread)
         self._model: CostModel | None = None
 
     def record(self, rows: int, seconds: float) -> None:
-        if rows >= 1 and seconds > 0 and seconds < self.best.get(rows, float("inf")):
-            self.best[rows] = seconds
+        if rows >= 1 and seconds > 0:
+            got = self.samples.setdefault(rows, [])
+            got.append(seconds)
+            if len(got) > self.window:
+                del got[0]
             self._model = None
+
+    def estimates(self) -> dict[int, float]:
+        """The median timing of each row count timed at least ``min_samples`` times."""
+        out = {}
+        for r, got in self.samples.items():
+            if len(got) >= self.min_samples:
+                g = sorted(got)
+                n = len(g)
+                out[r] = g[n // 2] if n % 2 else (g[n // 2 - 1] + g[n // 2]) / 2
+        return out
 
     def model(self) -> CostModel:
         if self._model is None:
-            if not self.best:
+            est = self.estimates()
+            if not est:
                 self._model = self.prior
             else:
-                ratios = sorted(c / self.prior(r) for r, c in self.best.items())
+                ratios = sorted(c / self.prior(r) for r, c in est.items())
                 scale = ratios[len(ratios) // 2]
                 table = {r: self.prior(r) * scale for r in self.prior.rows}
-                table.update(self.best)
-                self._model = CostModel(table)
+                for r, c in est.items():
+                    p = self.prior(r) * scale
+                    table[r] = min(max(c, p / self.spread), p * self.spread)
+                self._model = CostModel(table, monotone=self.prior.monotone)
         return self._model
 
     def __repr__(self) -> str:
-        return f"OnlineCost(measured={{{', '.join(f'{r}: {c:.3g}' for r, c in sorted(self.best.items()))}}})"
+        return f"OnlineCost(estimates={{{', '.join(f'{r}: {c:.3g}' for r, c in sorted(self.estimates().items()))}}})"
 
 
 class AcceptanceStats:
@@ -163,6 +219,48 @@ class AcceptanceStats:
             a = self.accepted[j] if j < len(self.accepted) else 0
             out.append((a + weight * p) / (d + weight))
         return out
+
+
+class AcceptanceByMatch:
+    """Acceptance by draft position, kept apart for each class of match length: how long
+    the earlier occurrence the draft copies matches the current suffix (``SuffixIndex``
+    or ``NgramIndex`` ``match_length()``). It predicts acceptance well: on SmolLM2's
+    edit outputs a 1-token match has its first draft token accepted 22% of the time, a
+    4-token one 75%, 12 or more over 90%. So a long match earns a long draft and a short
+    one a plain decode, where one estimate per request averages them.
+
+    Classes: match lengths ``0, 1, 2, 3, 4-5, 6-7, 8-11, 12-15, 16-23, 24-31, 32-63,
+    64+`` (``EDGES``), one ``AcceptanceStats`` each, shared by every request of a
+    generator. ``conditional(m, k)`` mixes a class's counts with ``prior(m)`` (constant
+    across positions, rising with the match length) worth ``weight`` observations."""
+
+    EDGES = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+
+    __slots__ = ("classes", "weight")
+
+    def __init__(self, weight: float = 2.0, decay: float = 1.0) -> None:
+        if not weight >= 0:
+            raise ValueError(f"weight must be non-negative, got {weight!r}")
+        self.weight = float(weight)
+        self.classes = [AcceptanceStats(decay) for _ in self.EDGES]
+
+    @classmethod
+    def bucket(cls, match_length: int) -> int:
+        """The class of a match length (negative counts as 0)."""
+        return max(bisect.bisect_right(cls.EDGES, match_length) - 1, 0)
+
+    @classmethod
+    def prior(cls, match_length: int) -> float:
+        """The acceptance assumed for a class before evidence: ``0.5 + 0.1 log2(1 + m)``
+        at the class's shortest length ``m``, at most 0.95."""
+        m = cls.EDGES[cls.bucket(match_length)]
+        return min(0.95, 0.5 + 0.1 * math.log2(1 + m))
+
+    def record(self, match_length: int, proposed: int, accepted: int) -> None:
+        self.classes[self.bucket(match_length)].record(proposed, accepted)
+
+    def conditional(self, match_length: int, k: int) -> list[float]:
+        return self.classes[self.bucket(match_length)].conditional(k, self.prior(match_length), self.weight)
 
 
 def expected_tokens(cond: Sequence[float], k: int) -> float:

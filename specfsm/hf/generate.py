@@ -7,14 +7,19 @@ forward for the whole batch, and one ``step()`` (acceptance for every request by
 rule, ``Exact`` for greedy decoding, ``SpeculativeSampling`` or ``TypicalAcceptance``
 against the processed distribution for sampling; settle, budgets); the KV cache keeps
 each request's fed columns up to its ``resume_rows`` and rolls the rest back with the
-cache's own ``crop``. Drafts come from specfsm's n-gram index (or prompt lookup) and
-enter the batch with ``enter_verify`` at the step's adaptive width. With the bonus row
+cache's own ``crop``. Drafts come from specfsm's suffix index (the longest earlier
+match, no cap on its length), its n-gram index or prompt lookup, and enter the batch with
+``enter_verify`` at the step's adaptive width: the width that maximises expected tokens
+per unit of forward cost, the acceptance estimated per match length and the cost learnt
+by rows from the run's own forwards. With the bonus row
 (the default) a K-token draft is verified by the K + 1 rows the forward yields anyway.
 A rule the batch does not know settles each request through its own ``ServingState``.
 
 The ragged batch cache. All requests share one ``DynamicCache`` of ``T`` columns; a
 column of row ``b`` is either one of that request's consumed tokens or a hole. A 2-D
-attention mask marks the real columns (prompts are left-padded: the padding is holes),
+attention mask marks the real columns (prompts are left-padded: the padding is holes;
+each prompt is prefilled by its own forward and the caches gathered, so no forward
+computes padding),
 and explicit ``position_ids`` give every request its own positions, so holes change
 nothing a request attends to. A step feeds ``W`` columns to every row (a request
 drafting fewer tokens, or decoding, fills its extra columns with holes); after
@@ -45,7 +50,7 @@ import numpy as np
 from .. import _impl
 from ..accept_rule import Exact, SpeculativeSampling, TypicalAcceptance
 from ..state import Accept, Decode, Rollback, ServingState, Verify
-from .cost import AcceptanceStats, CostModel, OnlineCost, choose_width
+from .cost import AcceptanceByMatch, AcceptanceStats, CostModel, OnlineCost, choose_width
 
 __all__ = [
     "SUPPORTED_TRANSFORMERS",
@@ -169,7 +174,7 @@ class RunStats:
 
 
 class _Request:
-    __slots__ = ("prompt", "array", "state", "index", "out", "budget", "done", "valid", "idle")
+    __slots__ = ("prompt", "array", "state", "index", "out", "budget", "done", "valid", "idle", "match")
 
     def __init__(self, prompt: list[int], budget: int, index: Any, array: np.ndarray) -> None:
         self.prompt = prompt
@@ -181,6 +186,7 @@ class _Request:
         self.done = False
         self.valid = 0  # columns of the cache this request consumed (== its position)
         self.idle = 0  # steps since this request last verified a draft
+        self.match: int | None = None  # the match length behind the current draft (None: unknown)
 
 
 def _identity(cache: Any) -> Any:
@@ -190,17 +196,25 @@ def _identity(cache: Any) -> Any:
 class SpeculativeGenerator:
     """Drives ``model`` (a transformers causal LM) with speculative decoding.
 
-    ``drafter``: ``"ngram"`` (``specfsm.NgramIndex(min_n, max_n)``, the default: each
-    proposal costs the same at any context length), ``"prompt"`` (``specfsm.prompt_lookup``
-    with ``max_n``-grams over the history) or a callable ``(history list, k) -> draft``.
-    ``k``: the most tokens per draft, or ``"adaptive"`` (the default): each step's draft
-    width maximises expected tokens per unit of measured forward cost (``k_max`` at
-    most; 0, a plain decode, included). ``do_sample`` with ``temperature``/``top_k``/
+    ``drafter``: ``"suffix"`` (the default: ``specfsm.SuffixIndex(min_n, max_n,
+    prefer)``, the continuation of the longest earlier occurrence of the history's
+    suffix, no cap on its length unless ``max_n``; ``prefer`` default ``"latest"``),
+    ``"ngram"`` (``specfsm.NgramIndex(min_n, max_n, prefer)``, ``max_n`` default 4),
+    ``"prompt"`` (``specfsm.prompt_lookup`` with ``max_n``-grams, default 4, over the
+    history) or a callable ``(history list, k) -> draft``; proposals from either index
+    cost the same at any context length. ``k``: the most tokens per draft, or
+    ``"adaptive"`` (the default): each step's draft width maximises expected tokens per
+    unit of forward cost (``k_max`` at most; 0, a plain decode, included), the
+    acceptance by position estimated for each class of match length
+    (``AcceptanceByMatch``, shared by the generator's requests; the index drafters) or
+    per request (prompt lookup, a callable), the cost by rows as the CPU's kernels have
+    it (4 rows can cost less than 3: the draft then grows to the cheaper width). ``do_sample`` with ``temperature``/``top_k``/
     ``top_p``: sample, accepting with ``rule`` (default ``SpeculativeSampling(seed=seed)``)
     against the processed distribution at each row; otherwise greedy with ``Exact``.
     ``periodic``: a draft cut short by the end of the history (the latest match runs
     into it) is continued periodically, as the history repeats from the match on.
-    ``index_cls``: the n-gram index class (default ``specfsm.NgramIndex``).
+    ``index_cls``: the index class (default ``specfsm.SuffixIndex`` or
+    ``specfsm.NgramIndex``, as ``drafter`` says).
     ``eos_token_id``: an id (or ids, or None) that ends a request (default ``"model"``:
     the model's generation config). ``bonus`` (default True): a K-token draft is verified
     with K + 1 rows (the forward over the last token and the draft yields them anyway), so
@@ -208,6 +222,11 @@ class SpeculativeGenerator:
     adaptive width; without one, ``calibrate="online"`` (the default) learns it from the
     run's own forwards (``OnlineCost``, starting from ``PRIOR_COST``'s shape), and
     ``"upfront"`` measures it once before the first step (``calibrate()``).
+    ``prefill``: ``"each"`` (the default) runs each prompt of a batch through its own
+    forward and gathers the caches into the left-padded batch cache, so no forward
+    computes padding (a batch of prompts of 600 to 1,200 tokens pads a third of its
+    rows) and each request's prompt is computed exactly as it is alone; ``"padded"``
+    runs one left-padded forward over all prompts.
     Greedy decoding and the ``SpeculativeSampling``/``TypicalAcceptance`` rules run on
     ``specfsm.BatchState``; other rules settle per request through ``ServingState``.
     Refuses what ``check_model`` refuses.
@@ -217,11 +236,12 @@ class SpeculativeGenerator:
         self,
         model: Any,
         *,
-        drafter: str | Callable[[list[int], int], Sequence[int]] = "ngram",
+        drafter: str | Callable[[list[int], int], Sequence[int]] = "suffix",
         min_n: int = 1,
-        max_n: int = 4,
+        max_n: int | None = None,
+        prefer: str | None = None,
         k: int | str = "adaptive",
-        k_max: int = 16,
+        k_max: int = 31,
         do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int | None = None,
@@ -236,6 +256,7 @@ class SpeculativeGenerator:
         probe_every: int = 8,
         bonus: bool = True,
         calibrate: str = "online",
+        prefill: str = "each",
     ) -> None:
         check_model(model)
         self.model = model
@@ -246,14 +267,24 @@ class SpeculativeGenerator:
         except (TypeError, ValueError):
             params = {}
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        if not (callable(drafter) or drafter in ("ngram", "prompt")):
-            raise ValueError(f"drafter must be 'ngram', 'prompt' or a callable, got {drafter!r}")
+        if not (callable(drafter) or drafter in ("suffix", "ngram", "prompt")):
+            raise ValueError(f"drafter must be 'suffix', 'ngram', 'prompt' or a callable, got {drafter!r}")
         self.drafter = drafter
-        if type(min_n) is not int or type(max_n) is not int or not 1 <= min_n <= max_n:
+        if max_n is None and drafter != "suffix":
+            max_n = 4
+        if type(min_n) is not int or not (max_n is None or type(max_n) is int) or not 1 <= min_n <= (max_n or min_n):
             raise ValueError(f"need integers 1 <= min_n <= max_n, got min_n={min_n!r}, max_n={max_n!r}")
         self.min_n, self.max_n = min_n, max_n
+        if prefer is None:
+            prefer = "latest"
+        if prefer not in ("latest", "earliest"):
+            raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
+        self.prefer = prefer
         if index_cls is None:
-            from ..ngram_index import NgramIndex as index_cls
+            if drafter == "suffix":
+                from ..suffix_index import SuffixIndex as index_cls
+            else:
+                from ..ngram_index import NgramIndex as index_cls
         self.index_cls = index_cls
         self._vocab = int(model.config.vocab_size)
         self.periodic = bool(periodic)
@@ -294,7 +325,12 @@ class SpeculativeGenerator:
         if not 0 < compact_fraction <= 1:
             raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction!r}")
         self.compact_fraction = compact_fraction
+        if prefill not in ("each", "padded"):
+            raise ValueError(f"prefill must be 'each' or 'padded', got {prefill!r}")
+        self.prefill = prefill
         self.global_stats = AcceptanceStats()
+        #: acceptance by position for each class of match length (the index drafters)
+        self.by_match = AcceptanceByMatch()
         self.last_run = RunStats()
 
     # -- sampling ---------------------------------------------------------------------
@@ -332,8 +368,8 @@ class SpeculativeGenerator:
 
     # -- drafting ---------------------------------------------------------------------
     def _new_index(self) -> Any:
-        if self.drafter == "ngram":
-            return self.index_cls(self.min_n, self.max_n)
+        if self.drafter in ("suffix", "ngram"):
+            return self.index_cls(self.min_n, self.max_n, self.prefer)
         return None
 
     def _propose(self, r: _Request, k: int, least: int = 2) -> list[int]:
@@ -341,8 +377,9 @@ class SpeculativeGenerator:
         # draft is worth exactly one decode)
         if k < least:
             return []
-        if self.drafter == "ngram":
+        if r.index is not None:
             d = r.index.propose(k)
+            r.match = r.index.match_length()
         else:
             history = r.prompt + r.out.tokens
             if self.drafter == "prompt":
@@ -608,19 +645,42 @@ class SpeculativeGenerator:
         return [r.out for r in reqs]
 
     def _prefill(self, reqs: list[_Request]) -> tuple[Any, Any, Any]:
-        """One left-padded forward over every prompt (holes masked, positions from 0 at
-        each request's first token); returns ``(cache, mask, logits of the last column)``."""
+        """The prompts into a left-padded batch cache (holes masked, positions from 0 at
+        each request's first token); returns ``(cache, mask, logits of the last
+        column)``. ``prefill="each"``: one forward per prompt, the caches gathered;
+        ``"padded"``: one forward over the left-padded prompts."""
         import torch
 
         b = len(reqs)
         t = max(len(r.prompt) for r in reqs)
-        ids = torch.zeros((b, t), dtype=torch.long)
         mask = torch.zeros((b, t), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            mask[i, t - len(r.prompt) :] = 1
+        if b > 1 and self.prefill == "each":
+            caches, logits = [], []
+            for r in reqs:
+                c = _new_cache(self.model)
+                ids = torch.from_numpy(r.array)[None]
+                logits.append(self._forward(ids, None, None, c, keep=1)[:, -1, :])
+                caches.append(c)
+            cache = caches[0]
+            for li, layer in enumerate(cache.layers):
+                if not getattr(layer, "is_initialized", True) or getattr(layer, "keys", None) is None:
+                    continue
+                k, v = layer.keys, layer.values
+                keys = k.new_zeros((b, k.shape[1], t, k.shape[3]))
+                values = v.new_zeros((b, v.shape[1], t, v.shape[3]))
+                for i, (c, r) in enumerate(zip(caches, reqs)):
+                    n = len(r.prompt)
+                    keys[i, :, t - n :] = c.layers[li].keys[0]
+                    values[i, :, t - n :] = c.layers[li].values[0]
+                layer.keys, layer.values = keys, values
+            return cache, mask, torch.cat(logits)
+        ids = torch.zeros((b, t), dtype=torch.long)
         pos = torch.zeros((b, t), dtype=torch.long)
         for i, r in enumerate(reqs):
             n = len(r.prompt)
             ids[i, t - n :] = torch.from_numpy(r.array)
-            mask[i, t - n :] = 1
             pos[i, t - n :] = torch.arange(n)
         cache = _new_cache(self.model)
         logits = self._forward(ids, pos, mask if b > 1 else None, cache, keep=1)[:, -1, :]
@@ -689,15 +749,19 @@ class SpeculativeGenerator:
                     cost = self.online.model()
                 else:
                     cost = self.calibrate(batch=min(b, 8))
-                prior = self.global_stats.conditional(self.k_max + bonus, prior=0.8, weight=2.0)
-                conds = [r.out.stats.conditional(self.k_max + bonus, prior=prior, weight=4.0) for r in act]
+                kk = self.k_max + bonus
+                prior = self.global_stats.conditional(kk, prior=0.8, weight=2.0)
+                conds = [self.by_match.conditional(r.match, kk) if r.match is not None
+                         else r.out.stats.conditional(kk, prior=prior, weight=4.0) for r in act]
                 # with the bonus row a K-token draft is worth a (K + 1)-token draft without
                 # it: K + 1 rows, the same expected tokens
                 avail = [len(d) + bonus if d else 0 for d in drafts]
                 w = choose_width(conds, avail, cost, self.k_max + bonus) - bonus
                 least = 2 - bonus
                 if w < least and any(r.idle >= self.probe_every and d for r, d in zip(act, drafts)):
-                    drafts = [d[:4] if r.idle >= self.probe_every else [] for r, d in zip(act, drafts)]
+                    # a request that stopped drafting is probed now and then (3 tokens:
+                    # 4 rows, a cheap width): acceptance changes along a request
+                    drafts = [d[:3] if r.idle >= self.probe_every else [] for r, d in zip(act, drafts)]
                 else:
                     drafts = [d[:w] if w >= least else [] for d in drafts]
             run.widths.append(max((len(d) for d in drafts), default=0))
@@ -797,6 +861,8 @@ class SpeculativeGenerator:
                 r.out.rollbacks += n < k
                 r.out.stats.record(k, n)
                 self.global_stats.record(k, n)
+                if r.match is not None:
+                    self.by_match.record(r.match, k, n)
             out = r.out.tokens
             start = len(out)
             for tok in em[eo[j] : eo[j + 1]]:
