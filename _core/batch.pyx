@@ -54,6 +54,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 
 cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
+cdef const char* SUFFIX_CAPSULE_NAME = b"specfsm._core.suffix_index._update_and_propose"
 
 from _arrays cimport plain_int_width, array_data, array_len
 
@@ -67,7 +68,18 @@ cdef update_fn _UPDATE = NULL
 _update_capsule = getattr(_ni, "_UPDATE_CAPSULE", None)
 if _update_capsule is not None and PyCapsule_IsValid(_update_capsule, UPDATE_CAPSULE_NAME):
     _UPDATE = <update_fn>PyCapsule_GetPointer(_update_capsule, UPDATE_CAPSULE_NAME)
+# The same for the SuffixIndex slots: extend, record each verified draft, propose (the
+# suffix index module's C entry; NULL where that module is the twin).
+ctypedef int (*suffix_update_fn)(list, Py_ssize_t, const int64_t*, const int64_t*,
+                                 const int64_t*, const int64_t*, const int64_t*, Py_ssize_t,
+                                 int64_t*, int64_t*) except -1
+cdef suffix_update_fn _SUFFIX_UPDATE = NULL
+_update_capsule = getattr(_si, "_UPDATE_CAPSULE", None)
+if _update_capsule is not None and PyCapsule_IsValid(_update_capsule, SUFFIX_CAPSULE_NAME):
+    _SUFFIX_UPDATE = <suffix_update_fn>PyCapsule_GetPointer(_update_capsule, SUFFIX_CAPSULE_NAME)
 del _update_capsule
+#: whether the step updates its SuffixIndex slots through the suffix module's C entry
+_SUFFIX_IN_C = _SUFFIX_UPDATE != NULL
 
 __all__ = [
     "BatchState",
@@ -850,19 +862,13 @@ cdef class BatchState:
             dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a)
         elif nlive:
             index_list = _pick(self._index, av, lvv, nlive)
-            if _HAS_EXTEND_BATCH:
-                if nlive == a:
-                    _ni.extend_batch(index_list, emitted[:w], eoff)
-                else:
-                    loff = _new(nlive + 1)
-                    toks = _new(w)
-                    _gather(lvv, nlive, eov, emv, _ptr(loff), _ptr(toks))
-                    _ni.extend_batch(index_list, toks[: _ptr(loff)[nlive]], loff)
+            if nlive == a:
+                _ni.extend_batch(index_list, emitted[:w], eoff)
             else:
-                em_list = emitted[:w].tolist()
-                for q in range(nlive):
-                    jj = lvv[q]
-                    index_list[q].extend(em_list[eov[jj] : eov[jj + 1]])
+                loff = _new(nlive + 1)
+                toks = _new(w)
+                _gather(lvv, nlive, eov, emv, _ptr(loff), _ptr(toks))
+                _ni.extend_batch(index_list, toks[: _ptr(loff)[nlive]], loff)
             # one count when every slot may draft k_max tokens (the usual case: no array
             # for propose_batch to copy and check), else one count per slot
             for q in range(nlive):
@@ -901,11 +907,22 @@ cdef class BatchState:
                 if m > eov[jj + 1] - eov[jj]:
                     m = eov[jj + 1] - eov[jj]
                 _ptr(sacc)[q] = _prefix(&self._draft[av[jj], 0], emv + eov[jj], m) if m > 0 else 0
-            sflat, sdoff, sdlens = _suffix_update(index_list, stoks[: _ptr(soff)[nsuf]], soff,
-                                                  sdr, sacc, slim)
-            self._apply_drafts(av, svv, nsuf, np.ascontiguousarray(sflat, dtype=np.int64),
-                               np.ascontiguousarray(sdoff, dtype=np.int64),
-                               np.ascontiguousarray(sdlens, dtype=np.int64), dov)
+            if _SUFFIX_UPDATE != NULL:
+                # one call on this step's own buffers: drafts into nsuf rows of k_max
+                sflat = _new(nsuf * self._k_max if self._k_max else 1)
+                sdlens = _new(nsuf)
+                _SUFFIX_UPDATE(index_list, nsuf, _ptr(stoks), _ptr(soff), _ptr(sdr),
+                               _ptr(sacc), _ptr(slim), self._k_max, _ptr(sflat), _ptr(sdlens))
+                sdoff = _new(nsuf + 1)
+                for q in range(nsuf + 1):
+                    _ptr(sdoff)[q] = q * self._k_max
+                self._apply_drafts(av, svv, nsuf, sflat, sdoff, sdlens, dov)
+            else:
+                sflat, sdoff, sdlens = _suffix_update(index_list, stoks[: _ptr(soff)[nsuf]], soff,
+                                                      sdr, sacc, slim)
+                self._apply_drafts(av, svv, nsuf, np.ascontiguousarray(sflat, dtype=np.int64),
+                                   np.ascontiguousarray(sdoff, dtype=np.int64),
+                                   np.ascontiguousarray(sdlens, dtype=np.int64), dov)
         if nlive:
             self._apply_drafts(av, lvv, nlive, dflat, doff2, dlens, dov)
         if nlive or nsuf:
@@ -921,10 +938,6 @@ cdef class BatchState:
                     for t in range(dov[j + 1] - dov[j]):
                         dfv[dov[j] + t] = self._draft[i, t]
         return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
-
-
-#: whether the index module offers a batched extend (another module's optional feature)
-_HAS_EXTEND_BATCH = hasattr(_ni, "extend_batch")
 
 
 
@@ -946,10 +959,10 @@ def _suffix_update(index_list, tokens, offsets, drafted, accepted, limits):
     (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
     proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
     ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
+    _si.extend_batch(index_list, tokens, offsets)     # all or nothing, before any record
     verified = [q for q in range(len(index_list)) if drafted[q] > 0]
     if verified:
         _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
-    _si.extend_batch(index_list, tokens, offsets)
     limits = np.array(limits, dtype=np.int64, copy=True)
     for q in range(len(index_list)):
         ix = index_list[q]

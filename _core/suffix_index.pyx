@@ -54,6 +54,9 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset
 
 from _seq cimport Py_SIZE
+from cpython.pycapsule cimport PyCapsule_New
+
+cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.suffix_index._update_and_propose"
 
 __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
 
@@ -1246,10 +1249,9 @@ def extend_batch(indexes, tokens, offsets):
     (ValueError) or is in use by another call (RuntimeError), or when one would exceed
     its capacity (OverflowError).
     """
-    global _batch_stamp
     # every argument converted (Python code may run) and copied before any index is touched
     cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, j, marked = 0, m, n, z = 0
+    cdef int64_t b = len(ixs), i, n, z = 0
     src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
     off = own_offsets(offsets)
     if off.shape[0] != b + 1:
@@ -1269,9 +1271,23 @@ def extend_batch(indexes, tokens, offsets):
     if bad:
         validate_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
+    _extend_core(ixs, b, &sv[0] if n else &z, &ov[0], NULL, NULL, NULL, 0, NULL, NULL)
+
+
+cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
+                      const int64_t* drafted, const int64_t* accepted, const int64_t* limits,
+                      int64_t kmax, int64_t* drafts, int64_t* lengths) except -1:
+    """``extend_batch`` on arguments already owned and checked (``ov``: B + 1
+    nondecreasing offsets into ``sv``; every item a SuffixIndex). When ``drafts`` is
+    not NULL (the serving step's update), after the extend each index with
+    ``drafted[i] > 0`` records ``(drafted[i], accepted[i])`` and proposes at most
+    ``min(limits[i], kmax)`` tokens (and at most its ``draft_len`` when adaptive) into
+    ``drafts[i * kmax:]``, the count into ``lengths[i]``, all under the write guard."""
+    global _batch_stamp
     cdef SuffixIndex ix
     cdef job_t* jobs = NULL
-    cdef int64_t stamp
+    cdef int64_t stamp, i, j, m, k, end, marked = 0
+    cdef int64_t z = 0
     cdef bint failed = False
     _batch_stamp += 1
     stamp = _batch_stamp
@@ -1321,7 +1337,7 @@ def extend_batch(indexes, tokens, offsets):
                         ix._widen()
                         break
             jobs[i].m = &ix.m
-            jobs[i].src = &sv[ov[i]] if m else &z
+            jobs[i].src = sv + ov[i] if m else &z
             jobs[i].start = ix._len
             jobs[i].stop = ix._len + m
             jobs[i].done = ix._len
@@ -1338,7 +1354,68 @@ def extend_batch(indexes, tokens, offsets):
                 "extend_batch: a SuffixIndex could not grow its tables (out of memory or past "
                 "2**30 - 1 states or 2**31 - 1 edges); that index is unusable now"
             )
+        if drafts != NULL:
+            # what the drafter session does after a step: record, then propose (each
+            # index still held; a few tokens each, copied with the GIL)
+            for i in range(b):
+                ix = <SuffixIndex>ixs[i]
+                if drafted[i] > 0:
+                    ix._record(drafted[i], accepted[i])
+                k = limits[i] if limits[i] < kmax else kmax
+                if ix._adaptive and ix._draft_len < k:
+                    k = ix._draft_len
+                end = _start(&ix.m)
+                if end < 0 or k < 0:
+                    k = 0
+                elif k > ix._len - end:
+                    k = ix._len - end
+                if ix.m.wide:
+                    for j in range(k):
+                        drafts[i * kmax + j] = ix.m.t64[end + j]
+                else:
+                    for j in range(k):
+                        drafts[i * kmax + j] = ix.m.t32[end + j]
+                lengths[i] = k
     finally:
         for i in range(marked):
             (<SuffixIndex>ixs[i])._writing = 0
         free(jobs)
+    return 0
+
+
+cdef int _update_and_propose(list index_list, Py_ssize_t b, const int64_t* src,
+                             const int64_t* off, const int64_t* drafted,
+                             const int64_t* accepted, const int64_t* limits, Py_ssize_t kmax,
+                             int64_t* drafts, int64_t* lengths) except -1:
+    """The serving step's update of its SuffixIndex slots (``specfsm._core.batch``,
+    through the capsule ``_UPDATE_CAPSULE``): ``extend_batch``, then ``record`` for each
+    index that verified a draft (``drafted[i] > 0``), then ``propose`` of at most
+    ``min(limits[i], kmax)`` tokens (and ``draft_len`` when adaptive) into
+    ``drafts[i * kmax:]`` (``b * kmax`` entries) with the count in ``lengths[i]``, in one
+    call on buffers the calling step owns (copies, never changed meanwhile). Refuses
+    what ``extend_batch`` refuses, changing no index."""
+    cdef Py_ssize_t i
+    if len(index_list) != b or kmax < 0:
+        raise ValueError(f"the update got {len(index_list)} indexes for {b} token runs")
+    for i in range(b):
+        o = index_list[i]
+        if type(o) is not SuffixIndex and not isinstance(o, SuffixIndex):
+            raise TypeError(
+                f"indexes[{i}] must be a SuffixIndex of the same implementation, "
+                f"got {type(o).__module__}.{type(o).__name__}"
+            )
+        if off[i] > off[i + 1]:
+            raise ValueError("offsets must be nondecreasing")
+        if drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]:
+            raise ValueError(
+                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
+            )
+        if limits[i] < 0:
+            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
+    if b and off[0] < 0:
+        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    return _extend_core(index_list, b, src, off, drafted, accepted, limits, kmax, drafts, lengths)
+
+
+#: the C entry of the serving step's suffix-index update (see ``_update_and_propose``)
+_UPDATE_CAPSULE = PyCapsule_New(<void*>_update_and_propose, UPDATE_CAPSULE_NAME, NULL)

@@ -596,25 +596,33 @@ class SpeculativeLoop:
             rows_all: list[Any] = []
             probs_all: list[Any] = []
             row_caches: list[Any] = []
-            control = clock() - t0
+            in_all, in_off = inputs.tolist(), offs.tolist()
+            # everything but the target's calls is control time, as the inputs and rows
+            # handled inside run_batch's pending/absorb are there
+            in_target = 0
             for j, i in enumerate(sl):
-                inp = inputs[offs[j] : offs[j + 1]].tolist()
+                inp = in_all[in_off[j] : in_off[j + 1]]
                 a = clock()
                 rows, probs, rc = _evaluate(targets[i], rule, inp, caches[i])
-                stats[i].target_ns += clock() - a
-                rows = list(rows)
+                a = clock() - a
+                stats[i].target_ns += a
+                in_target += a
+                if type(rows) is not list:
+                    rows = list(rows)
                 if len(rows) != len(inp) or len(rc) != len(inp):
                     raise TargetError(
                         f"the target answered {len(inp)} input rows with {len(rows)} row tokens "
                         f"and {len(rc)} row caches; it needs one of each per row"
                     )
-                if probs is not None and codes[j] != verify:
-                    rows[-1] = _decode_choice(rule, probs[-1], rows[-1])
-                rows_all += rows
                 if probs is not None:
+                    if codes[j] != verify:
+                        rows = rows[:]      # the target's list is not changed
+                        rows[-1] = _decode_choice(rule, probs[-1], rows[-1])
                     probs_all.append(np.asarray(probs, dtype=np.float64))
+                rows_all += rows
                 row_caches.append(rc)
             a = clock()
+            control = a - t0 - in_target
             kw: dict[str, Any] = {"rule": rule}
             if needs:
                 # one N x V array, rows of a narrower vocabulary padded with zeros (one copy)

@@ -3,6 +3,8 @@ request): the same tokens, the same drafts, the same accepted counts."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -562,9 +564,13 @@ def test_a_batch_mixes_ngram_and_suffix_slots(impl, bm, ni):
     assert min(drafted) > 0
 
 
-def test_suffix_slots_use_the_suffix_modules_extend_batch_where_it_exists(impl, bm, monkeypatch):
-    """The one switch for the suffix module's batched extend: called with the slots'
-    indexes, their emitted tokens and offsets (same contract as ngram_index's)."""
+def test_suffix_slots_use_the_suffix_modules_extend_batch_in_the_twin(impl, bm, monkeypatch):
+    """The twin's suffix update (the reference): the module's batched extend, called with
+    the slots' indexes, their emitted tokens and offsets (same contract as
+    ngram_index's). The compiled step goes through the module's C entry instead."""
+    if impl.name == "compiled":
+        pytest.skip("the compiled step updates SuffixIndex slots through the C entry "
+                    "(test_the_compiled_step_updates_suffix_slots_in_c)")
     si = impl.module("suffix_index")
     calls = []
 
@@ -583,6 +589,99 @@ def test_suffix_slots_use_the_suffix_modules_extend_batch_where_it_exists(impl, 
     assert calls == [(2, [3, 7], [0, 1, 2])]
     assert res.drafts.tolist() == [1, 2, 3] + []  # slot 0 matched "1 2 3", slot 1 nothing
     assert len(ixs[0]) == 6 and len(ixs[1]) == 6
+
+
+def test_the_compiled_step_updates_suffix_slots_in_c(impl, bm, monkeypatch):
+    """The compiled step reads the suffix module's C entry at import and calls none of
+    its Python batch functions; the drafts are those of the twin's path."""
+    if impl.name != "compiled":
+        pytest.skip("the twin's step is the Python reference path")
+    si = impl.module("suffix_index")
+    assert bm._SUFFIX_IN_C
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a Python batch function was called")
+
+    for name in ("extend_batch", "record_batch", "propose_batch"):
+        monkeypatch.setattr(si, name, refuse)
+    b = bm.BatchState(2, 3)
+    ixs = [si.SuffixIndex(1), si.SuffixIndex(1)]
+    for ix in ixs:
+        ix.extend([1, 2, 3, 1, 2])
+    b.admit([0, 1], [1, 2, 3, 1, 2, 1, 2, 3, 1, 2], [0, 5, 10], [0, 1], indexes=ixs)
+    res = b.step(np.array([3, 3, 3, 3, 3, 3, 3, 3, 3, 7], dtype=np.int64))
+    assert res.drafts.tolist() == [1, 2, 3]
+    assert res.draft_offsets.tolist() == [0, 3, 3]
+    assert len(ixs[0]) == 6 and len(ixs[1]) == 6
+    # a verified draft is recorded (3 drafted, 1 accepted: 1 then a replacement)
+    res = b.step(np.array([1, 9, 9, 5], dtype=np.int64))
+    assert res.accepted.tolist() == [1, 0]
+    assert res.emitted.tolist() == [1, 9, 5]
+    assert ixs[0].stats["drafted"] == 3 and ixs[0].stats["accepted"] == 1
+    assert ixs[1].stats["drafted"] == 0
+
+
+def test_a_step_refuses_one_suffix_index_in_two_slots(bm, impl):
+    """One SuffixIndex admitted for two slots is refused at the step that would extend
+    it twice: nothing recorded, nothing appended, the guard released."""
+    si = impl.module("suffix_index")
+    ix = si.SuffixIndex(1, adaptive=True)
+    ix.extend([1, 2, 1])
+    b = bm.BatchState(2, 3)
+    b.admit([0, 1], [1, 2, 1, 1, 2, 1], [0, 3, 6], [0, 1], indexes=[ix, ix])
+    with pytest.raises(ValueError, match="appears twice"):
+        b.step(np.array([5, 5, 2, 5, 5, 2], dtype=np.int64))
+    assert len(ix) == 3 and ix.stats["steps"] == 0
+    ix.extend([7])          # the write guard was released
+    assert ix.propose(2) == []
+
+
+def test_a_step_refuses_a_suffix_index_being_extended(bm, impl):
+    """A SuffixIndex whose write guard another call holds (an extend converting its
+    tokens, which runs the step meanwhile) refuses the step with RuntimeError, before
+    any index of the step changes."""
+    si = impl.module("suffix_index")
+    ixs = [si.SuffixIndex(1), si.SuffixIndex(1)]
+    for ix in ixs:
+        ix.extend([1, 2, 3, 1, 2])
+    b = bm.BatchState(2, 3)
+    b.admit([0, 1], [1, 2, 3, 1, 2, 1, 2, 3, 1, 2], [0, 5, 10], [0, 1], indexes=ixs)
+    got = []
+
+    class Tokens(Sequence):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, q):
+            if isinstance(q, slice):
+                return [self[x] for x in range(*q.indices(1))]
+            if q != 0:
+                raise IndexError(q)
+            if not got:
+                try:
+                    b.step(np.array([3, 3, 3, 3, 3, 3, 3, 3, 3, 7], dtype=np.int64))
+                except RuntimeError as e:
+                    got.append(str(e))
+            return 9
+
+    ixs[1].extend(Tokens())
+    assert len(got) == 1 and "indexes[1]" in got[0] and "extended" in got[0]
+    assert len(ixs[0]) == 5 and len(ixs[1]) == 6   # the step changed neither index
+    assert ixs[0].stats["steps"] == 0
+
+
+def test_suffix_slots_take_tokens_past_int32(bm, impl):
+    """Emitted tokens that do not fit int32 widen the slot's index; drafts carry them."""
+    si = impl.module("suffix_index")
+    big = 2**40 + 5
+    ix = si.SuffixIndex(1)
+    ix.extend([big, 2, big])
+    b = bm.BatchState(1, 3)
+    b.admit([0], [big, 2, big], [0, 3], [0], indexes=[ix])
+    res = b.step(np.array([1, 1, 2], dtype=np.int64))
+    assert res.emitted.tolist() == [2]
+    assert res.drafts.tolist() == [big, 2]     # after "big 2": "big 2"
+    assert ix.tokens.tolist() == [big, 2, big, 2]
 
 
 def test_admit_refuses_an_index_of_another_kind(bm):

@@ -689,10 +689,10 @@ def _suffix_update(index_list: list, tokens: np.ndarray, offsets: np.ndarray, dr
     (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
     proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
     ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
+    _si.extend_batch(index_list, tokens, offsets)     # all or nothing, before any record
     verified = [q for q in range(len(index_list)) if int(drafted[q]) > 0]
     if verified:
         _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
-    _si.extend_batch(index_list, tokens, offsets)
     limits = np.array(limits, dtype=np.int64, copy=True)
     for q, ix in enumerate(index_list):
         if ix.adaptive and ix.draft_len < limits[q]:
