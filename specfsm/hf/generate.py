@@ -385,7 +385,8 @@ class SpeculativeGenerator:
             if self.drafter == "prompt":
                 arr = np.asarray(history, dtype=np.int64)
                 d = []
-                for n in range(self.max_n, self.min_n - 1, -1):
+                top = self.max_n if self.max_n is not None else 4  # set in __init__ for "prompt"
+                for n in range(top, self.min_n - 1, -1):
                     found = _impl.prompt_lookup(arr, n, k)
                     if len(found):
                         d = found.tolist()
