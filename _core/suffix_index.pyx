@@ -45,7 +45,7 @@ from specfsm._validate import (
     check_record,
     check_suffix_range,
     check_suffix_stats,
-    own_offsets,
+    own_batch_arrays,
     validate_offsets,
 )
 
@@ -1252,12 +1252,7 @@ def extend_batch(indexes, tokens, offsets):
     # every argument converted (Python code may run) and copied before any index is touched
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i, n, z = 0
-    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    off = own_offsets(offsets)
-    if off.shape[0] != b + 1:
-        raise ValueError(
-            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
-        )
+    src, off = own_batch_arrays(tokens, offsets, b)
     cdef const int64_t[::1] sv = src
     n = sv.shape[0]
     cdef const int64_t[::1] ov = off

@@ -846,6 +846,18 @@ def validate_offsets(off: np.ndarray, n_tokens: int) -> None:
             )
 
 
+def own_batch_arrays(tokens: object, offsets: object, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """A B-index batch call's ``tokens`` and ``offsets`` converted and copied into fresh
+    int64 arrays the call owns, ``offsets`` holding B + 1 entries (their values are
+    checked by ``validate_offsets``, or by the caller's own loop over the copy)."""
+    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    off = own_offsets(offsets)
+    if off.shape[0] != b + 1:
+        raise ValueError(
+            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
+        )
+    return src, off
+
 def check_suffix_range(min_n: object, max_n: object) -> tuple[int, int]:
     """``(min_n, max_n)`` as ints, ``max_n=None`` meaning no cap (``UNBOUNDED``).
     Refuses ``min_n < 1`` and ``min_n > max_n``."""

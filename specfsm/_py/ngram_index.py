@@ -36,7 +36,7 @@ from .._validate import (  # noqa: F401  (shared with the compiled module; re-ex
     check_record,
     _check_stats,
     _check_total,
-    own_offsets,
+    own_batch_arrays,
     validate_offsets,
     check_count,
 )
@@ -463,12 +463,7 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
     """
     index_list = _index_list(indexes, NgramIndex)
     b = len(index_list)
-    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    off = own_offsets(offsets)
-    if off.shape[0] != b + 1:
-        raise ValueError(
-            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
-        )
+    src, off = own_batch_arrays(tokens, offsets, b)
     validate_offsets(off, src.shape[0])
     marked: list = []
     seen: set = set()

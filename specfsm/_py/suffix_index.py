@@ -40,7 +40,7 @@ from .._validate import (
     check_record,
     check_suffix_range,
     check_suffix_stats,
-    own_offsets,
+    own_batch_arrays,
     validate_offsets,
 )
 
@@ -468,12 +468,7 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
     """
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
-    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    off = own_offsets(offsets)
-    if off.shape[0] != b + 1:
-        raise ValueError(
-            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
-        )
+    src, off = own_batch_arrays(tokens, offsets, b)
     validate_offsets(off, src.shape[0])
     marked: list = []
     seen: set = set()
