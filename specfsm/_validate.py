@@ -147,30 +147,26 @@ def as_entries(x: object, name: str) -> Sequence:
     )
 
 
-def check_entries(tokens: Any, name: str, needed_by: str) -> Any:
-    """``tokens`` as it is when it is a non-empty list, tuple, 1-D integer array or other
-    sequence (the state machine's entries: any values compared with ``==``).
+def check_entries(tokens: Any, name: str) -> Any:
+    """``tokens`` as it is when it is a list, tuple, 1-D integer array or other sequence
+    (the state machine's entries: any values compared with ``==``), empty included: the
+    original design's ``start`` and ``enter_verify`` take any ``Vec``.
 
-    Refuses anything else (TypeError, or ValueError for a 2-D array) and an empty
-    sequence (ValueError: ``needed_by`` needs at least one row).
+    Refuses anything else (TypeError, or ValueError for a 2-D array).
     """
     t = type(tokens)
     if t is list or t is tuple:
-        if tokens:
-            return tokens
-    elif isinstance(tokens, np.ndarray):
+        return tokens
+    if isinstance(tokens, np.ndarray):
         as_token_array(tokens, name)  # raises on 2-D arrays and unsupported dtypes
-        if tokens.shape[0]:
-            return tokens
-    elif isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__") or not hasattr(
+        return tokens
+    if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__") or not hasattr(
         tokens, "__getitem__"
     ):
         raise TypeError(
             f"{name} must be a list, tuple or 1-D integer numpy array, got {t.__name__}"
         )
-    elif len(tokens):
-        return tokens
-    raise ValueError(f"{name} is empty: {needed_by} needs at least one row")
+    return tokens
 
 
 def id_value(x: object, name: str, i: int) -> int:

@@ -94,11 +94,14 @@ _IMMUTABLE = frozenset({int, float, complex, bool, str, bytes, type(None), range
 
 
 def default_clone(cache: object) -> object:
-    """The snapshot ``enter_verify`` takes of a cache.
+    """The snapshot ``enter_verify`` takes of a cache by default: the pre-draft contents.
 
     Arrays are copied (numpy on the host, CuPy on its device, torch tensors cloned);
-    lists, dicts and tuples are rebuilt around copies of the arrays they hold; immutable
-    values and other objects are kept as they are (pass ``clone=`` for those).
+    lists, dicts and tuples are rebuilt around copies of what they hold (a tuple of
+    immutable values is kept as it is); sets and bytearrays are copied; any other object
+    with a ``clone()`` or ``copy()`` method is copied through it; immutable values (int,
+    str, bytes, None...) and objects without such a method are shared (pass a callable
+    ``clone=`` to ``enter_verify`` for those).
     """
     t = type(cache)
     if t in _IMMUTABLE:
@@ -124,6 +127,10 @@ def default_clone(cache: object) -> object:
         return cache.clone()  # type: ignore[attr-defined]
     if t in (set, bytearray):
         return t(cache)  # type: ignore[call-arg,call-overload]
+    for name in ("clone", "copy"):  # any other object that can copy itself
+        method = getattr(cache, name, None)
+        if callable(method):
+            return method()
     return cache
 
 

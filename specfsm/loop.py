@@ -404,8 +404,9 @@ class SpeculativeLoop:
 
     ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
     the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
-    ``clone`` is passed to ``enter_verify`` (None: the snapshot is the cache handle;
-    True or a callable: an independent copy, for backends that write caches in place);
+    ``clone`` is passed to ``enter_verify`` (None or True: the snapshot is a copy of a
+    cache that can change in place and the handle itself when it is immutable; False:
+    always the handle; a callable: what it returns);
     ``impl`` (``"compiled"`` or ``"python"``) runs the loop's kernels (acceptance, settle,
     the batch API) on that implementation without rebinding any module's globals; None
     (the default): the active implementation, ``specfsm._impl``'s.

@@ -14,9 +14,11 @@ Nothing is checked at run time beyond what the docstrings say.
 The kernels (``common_prefix``, ``settle``) are those of ``specfsm._impl.current()``:
 the active implementation, or the one a ``with specfsm._impl.using(kind):`` block picks.
 
-Empty input is refused with ValueError, as ``BatchState`` and the replay CLI refuse it:
-``start([])`` (prefill needs at least one row) and ``enter_verify([])`` (a verify needs at
-least one row; a ``Verify`` without rows could never be left by ``accept``).
+As in the design, ``start`` takes any positions, none included, and ``enter_verify`` any
+draft, the empty one included; ``accept`` and ``accept_rows`` on a ``Verify`` with an empty
+draft refuse with ``IllegalTransition`` and leave it intact (``finish`` still leaves it).
+``BatchState`` refuses an empty prompt or draft as a batching rule, and the replay CLI
+and the JSONL reader refuse an empty prompt as bad input.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 from . import _impl
 from .accept_rule import select_rows
-from ._validate import as_token_array, check_count, check_entries
+from ._validate import as_token_array, check_count, check_entries, settle_reason
 from ._values import Clone, default_clone, hash_key, register_state_types, seq_eq, value_eq
 from .errors import IllegalTransition
 
@@ -65,7 +67,9 @@ class ServingState(Generic[Entry, Cache]):
     def start(positions: Sequence[Entry], cache: Cache) -> Prefill[Entry, Cache]:
         """Enter the state machine at ``Prefill`` with an empty ``cache``.
 
-        Refuses an empty ``positions`` (ValueError: prefill needs at least one row).
+        ``positions`` may be any token sequence, the empty one included (the design's
+        ``start`` takes any ``Vec``: a caller whose first evaluation produces the first
+        entry starts from none); anything that is not a sequence raises TypeError.
         """
         return Prefill(positions, cache)
 
@@ -144,8 +148,8 @@ class ServingState(Generic[Entry, Cache]):
 
 
 class Prefill(ServingState[Entry, Cache]):
-    """``positions``: the prompt token ids for one M-row evaluation (at least one);
-    ``cache`` starts empty."""
+    """``positions``: the prompt token ids for one M-row evaluation (any number, none
+    included); ``cache`` starts empty."""
 
     __slots__ = ("positions", "cache")
     __match_args__ = ("positions", "cache")
@@ -155,7 +159,7 @@ class Prefill(ServingState[Entry, Cache]):
     cache: Cache
 
     def __init__(self, positions: Sequence[Entry], cache: Cache) -> None:
-        _set(self, "positions", check_entries(positions, "positions", "prefill"))
+        _set(self, "positions", check_entries(positions, "positions"))
         _set(self, "cache", cache)
 
     def advance_prefill(self, next_token: Entry, cache: Cache) -> Decode[Entry, Cache]:
@@ -181,43 +185,47 @@ class Decode(ServingState[Entry, Cache]):
     def enter_verify(
         self, draft: Sequence[Entry], clone: Clone | bool | None = None
     ) -> Verify[Entry, Cache]:
-        """The current cache becomes ``snapshot`` (see ``Verify``).
+        """The current cache becomes ``snapshot``, restorable verbatim (see ``Verify``).
 
-        Refuses an empty ``draft`` (ValueError: a verify needs at least one row; decode
-        instead), as ``BatchState.enter_verify`` does, and a draft that is not a token
-        sequence (TypeError; ValueError for an array that is not 1-D).
+        ``draft`` may be any token sequence, the empty one included (the design's
+        ``enter_verify`` takes any ``Vec``; ``accept`` then refuses it); a value that is
+        not a sequence raises TypeError (ValueError for an array that is not 1-D).
 
-        By default (``clone=None`` or ``False``) ``snapshot`` is the cache handle itself,
-        at a cost independent of the cache's size. ``clone=True`` makes it an independent
-        copy (arrays copied: numpy, CuPy, torch, and lists/tuples/dicts of them);
-        a callable ``clone`` makes it whatever ``clone(cache)`` returns. Refuses any
-        other ``clone`` (TypeError)."""
+        ``clone`` decides how the snapshot is taken. By default (``None`` or ``True``) a
+        cache that can change in place is copied (numpy and CuPy arrays, torch tensors,
+        lists, dicts and tuples rebuilt around copies of what they hold, any other object
+        through its ``clone()`` or ``copy()`` method) and an immutable handle (int, str,
+        bytes, a tuple of them, ``None``, any object without ``clone``/``copy``) is
+        shared, so the handles a serving backend usually passes cost nothing. A callable
+        ``clone`` makes the snapshot ``clone(cache)``. ``clone=False`` shares the cache
+        itself at no cost: only for a caller that never restores the snapshot or never
+        writes the cache in place, since a write through ``cache`` then changes
+        ``snapshot`` too and a rollback to it restores the post-draft contents. Refuses
+        any other ``clone`` (TypeError)."""
         cache = self.cache
         snapshot: Any
-        if clone is None or clone is False:
-            snapshot = cache
-        elif clone is True:
+        if clone is None or clone is True:
             snapshot = default_clone(cache)
+        elif clone is False:
+            snapshot = cache
         elif callable(clone):
             snapshot = clone(cache)
         else:
             raise TypeError(
                 f"clone must be None, a bool or a callable, got {type(clone).__name__} {clone!r}"
             )
-        return _verify(check_entries(draft, "draft", "a verify"), snapshot, cache)
+        return _verify(check_entries(draft, "draft"), snapshot, cache)
 
 
 class Verify(ServingState[Entry, Cache]):
-    """``draft``: the speculator's tokens (at least one), scored in one K-row evaluation;
-    ``snapshot``: the pre-draft cache.
+    """``draft``: the speculator's tokens, scored in one K-row evaluation (an empty draft
+    is held, and refused by ``accept``/``accept_rows``); ``snapshot``: the pre-draft cache,
+    restorable verbatim on rejection.
 
-    ``snapshot`` is what the cache was when the draft was entered. By default it is the
-    same handle as ``cache`` (the original design clones a handle: a block table, a row
-    index, a tensor the backend owns), so it costs nothing whatever the cache's size, and it
-    stays the pre-draft state only as long as nothing writes the cache in place.
-    Nothing in specfsm reads it: ``accept`` resumes from the verify's ``row_caches``.
-    Ask ``enter_verify(draft, clone=True)`` (or a callable) for an independent copy
-    when a backend updates its cache in place and needs the pre-draft contents back.
+    ``enter_verify`` copies a cache that can change in place into ``snapshot`` (see its
+    ``clone``), so a backend that writes its cache in place during the verify still has
+    the pre-draft contents here; immutable handles are shared at no cost. specfsm itself
+    never reads ``snapshot``: ``accept`` resumes from the verify's ``row_caches``.
     """
 
     __slots__ = ("draft", "snapshot", "cache")
@@ -229,7 +237,7 @@ class Verify(ServingState[Entry, Cache]):
     cache: Cache
 
     def __init__(self, draft: Sequence[Entry], snapshot: Cache, cache: Cache) -> None:
-        _set(self, "draft", check_entries(draft, "draft", "a verify"))
+        _set(self, "draft", check_entries(draft, "draft"))
         _set(self, "snapshot", snapshot)
         _set(self, "cache", cache)
 
@@ -242,8 +250,9 @@ class Verify(ServingState[Entry, Cache]):
         follows ``last``, row ``i > 0`` follows ``draft[i - 1]``); ``row_caches[i]`` is the
         cache that evaluation produced at row ``i``, one per draft row. All rows accepted:
         ``Accept`` resuming from ``row_caches[-1]``; rejected at row ``n``: ``Rollback`` to
-        ``row_tokens[n]`` from ``row_caches[n]``. Refuses (``IllegalTransition`` with a
-        reason) rows of the wrong length.
+        ``row_tokens[n]`` from ``row_caches[n]``. Refuses (``IllegalTransition("accept")``
+        with a reason, the state left intact) rows of the wrong length and an empty
+        draft, which has no row to settle.
 
         ``Accept.next`` and ``Rollback.to`` are elements of ``draft`` and ``row_tokens``:
         a numpy integer (an element of an array, or inside a list) comes back as a Python
@@ -266,7 +275,8 @@ class Verify(ServingState[Entry, Cache]):
 
         ``row_tokens`` must reach row ``accepted`` unless every draft row was accepted;
         ``row_caches`` always holds one entry per draft row. Refuses ``accepted`` beyond
-        the draft (``IllegalTransition`` with a reason); a float, bool or negative
+        the draft and an empty draft (``IllegalTransition("accept_rows")`` with a
+        reason); a float, bool or negative
         ``accepted`` raises TypeError/ValueError. Tokens come back as for ``accept``.
         ``settle`` picks one implementation's settle kernel (``specfsm._impl.module(kind,
         "settle").settle``) instead of the current one (``specfsm._impl.current()``).
@@ -279,6 +289,8 @@ class Verify(ServingState[Entry, Cache]):
         """``accept_rows`` with the accepted count (and the row tokens) decided by ``rule``
         (see ``specfsm.accept_rule.accept_with`` for the arguments)."""
         draft = self.draft
+        if not len(draft):  # before the rule sees it: there is no row to settle
+            raise IllegalTransition("accept_rows", settle_reason(0, 0, 0, 0))
         accepted, row_tokens = select_rows(rule, draft, choices, *args, **kwargs)
         return _settled(draft, accepted, row_tokens, row_caches, "accept_rows")
 

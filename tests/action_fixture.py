@@ -91,7 +91,7 @@ def run_speculative(policy) -> Trace:
     assert first is not None
     env = env.apply(first)
     trace.history.append(first)
-    state: ServingState = ServingState.start([first], Environment()).advance_prefill(first, env)
+    state: ServingState = ServingState.start([], Environment()).advance_prefill(first, env)
     while not state.cache.finished:
         assert isinstance(state, Decode)
         draft = draft_macro(state.cache)

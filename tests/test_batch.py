@@ -18,33 +18,6 @@ def bm(impl):
 
 
 # --------------------------------------------------------------------------------------
-# snapshots
-# --------------------------------------------------------------------------------------
-def test_enter_verify_keeps_the_cache_handle_by_default():
-    cache = np.zeros(1 << 20)
-    v = Decode(1, cache).enter_verify([2])
-    assert v.snapshot is cache and v.cache is cache
-    v = Decode(1, cache).enter_verify([2], clone=False)
-    assert v.snapshot is cache
-
-
-def test_enter_verify_clone_true_copies_and_a_callable_is_called():
-    cache = np.zeros(4)
-    v = Decode(1, cache).enter_verify([2], clone=True)
-    assert v.snapshot is not cache
-    cache[0] = 3.0
-    assert v.snapshot[0] == 0.0
-    v = Decode(1, cache).enter_verify([2], clone=lambda c: ("copy", c.sum()))
-    assert v.snapshot == ("copy", 3.0)
-
-
-@pytest.mark.parametrize("bad", [1, "yes", 2.0, object()])
-def test_enter_verify_refuses_a_clone_that_is_neither_bool_nor_callable(bad):
-    with pytest.raises(TypeError, match="clone"):
-        Decode(1, 0).enter_verify([2], clone=bad)
-
-
-# --------------------------------------------------------------------------------------
 # BatchState: walkthrough and refusals
 # --------------------------------------------------------------------------------------
 def ragged(seqs):

@@ -128,12 +128,13 @@ def test_serving_state_accept_rejects_mismatched_or_empty_draft():
         "it needs one per draft row"
     )
 
-    # The original design refused an empty draft only at ``accept``, leaving a Verify
-    # that no accept could leave; here ``enter_verify`` refuses it (ValueError, as
-    # BatchState.enter_verify does).
-    decoding = ServingState.start([1], cache).advance_prefill(2, cache)
-    with pytest.raises(ValueError, match="draft is empty"):
-        decoding.enter_verify([])
+    # ``enter_verify`` accepts any draft, the empty one included; ``accept`` must refuse
+    # it (the design: "accept must not panic on it") and leave the Verify intact.
+    empty_draft = ServingState.start([1], cache).advance_prefill(2, cache).enter_verify([])
+    with pytest.raises(IllegalTransition) as err:
+        empty_draft.accept([], [])
+    assert err.value == IllegalTransition("accept")
+    assert empty_draft == Verify([], cache, cache)
 
 
 def test_serving_state_draft_prompt_lookup_finds_the_earlier_occurrence():

@@ -10,6 +10,9 @@ from dataclasses import FrozenInstanceError
 import numpy as np
 import pytest
 
+import specfsm
+from specfsm._values import value_eq
+
 from specfsm import (
     Accept,
     Decode,
@@ -152,8 +155,66 @@ def test_states_pickle_and_copy():
     assert err == IllegalTransition("accept") and err.attempted == "accept"
 
 
+class InPlaceCache:
+    """A cache a backend writes in place, with a copy method (as many cache objects have)."""
+
+    def __init__(self, rows):
+        self.rows = list(rows)
+
+    def append(self, row):
+        self.rows.append(row)
+
+    def copy(self):
+        return InPlaceCache(self.rows)
+
+    def __eq__(self, other):
+        return isinstance(other, InPlaceCache) and self.rows == other.rows
+
+
+@pytest.mark.parametrize("make", [lambda: np.arange(6.0), lambda: [np.zeros(2), np.ones(2)],
+                                  lambda: {"k": np.zeros(3)}, lambda: InPlaceCache([1, 2]),
+                                  lambda: bytearray(b"kv")])
+def test_snapshot_is_the_pre_draft_cache_by_default(make):
+    # the design clones the cache into Verify.snapshot: restorable verbatim after the
+    # verify wrote the cache in place
+    cache, before = make(), make()
+    verifying = ServingState.start([1], cache).advance_prefill(2, cache).enter_verify([3, 4])
+    assert verifying.cache is cache and verifying.snapshot is not cache
+    if isinstance(cache, np.ndarray):
+        cache[:] = -1.0
+    elif isinstance(cache, list):
+        cache[0][:] = 9.0
+    elif isinstance(cache, dict):
+        cache["k"][0] = 5.0
+    elif isinstance(cache, InPlaceCache):
+        cache.append(3)
+    else:
+        cache[0] = 0
+    assert value_eq(verifying.snapshot, before)
+    assert not value_eq(verifying.cache, before)
+    # rejected at row 0: the rollback row is the caller's; the snapshot is still the
+    # pre-draft cache, restorable verbatim
+    settled = verifying.accept([7, 7], [cache, cache])
+    assert isinstance(settled, Rollback)
+
+
+def test_snapshot_shares_immutable_handles_and_clone_false_shares_anything():
+    for handle in (17, "block-3", (4, 5), None, frozenset({1})):
+        assert Decode(1, handle).enter_verify([2]).snapshot is handle
+    big = np.zeros(1 << 20)
+    v = Decode(1, big).enter_verify([2], clone=False)
+    assert v.snapshot is big and v.cache is big
+    assert Decode(1, big).enter_verify([2]).snapshot is not big
+
+
+@pytest.mark.parametrize("bad", [1, "yes", 2.0, object()])
+def test_enter_verify_refuses_a_clone_that_is_neither_bool_nor_callable(bad):
+    with pytest.raises(TypeError, match="clone"):
+        Decode(1, 0).enter_verify([2], clone=bad)
+
+
 def test_enter_verify_snapshots_arrays_and_keeps_immutable_values():
-    # clone=True asks for an independent copy (the default keeps the handle: test_batch.py)
+    # clone=True is the default: an independent copy of what can change in place
     cache = np.zeros(4)
     verifying = Decode(1, cache).enter_verify([2], clone=True)
     assert verifying.cache is cache
@@ -272,29 +333,52 @@ def test_illegal_transition_keeps_its_reason_through_pickle_and_repr():
 
 
 @pytest.mark.parametrize("draft", [[], (), np.array([], dtype=np.int64), np.array([], dtype=np.int32)])
-def test_enter_verify_refuses_an_empty_draft(draft):
-    with pytest.raises(ValueError, match="draft is empty: a verify needs at least one row"):
-        Decode(0, "c").enter_verify(draft)
-    with pytest.raises(ValueError, match="draft is empty"):
-        Verify(draft, "s", "c")
+def test_enter_verify_takes_an_empty_draft_and_accept_refuses_it(draft):
+    # the design: enter_verify accepts any Vec, accept and accept_rows refuse an empty
+    # draft and leave the state intact
+    verifying = Decode(0, "c").enter_verify(draft)
+    assert isinstance(verifying, Verify) and len(verifying.draft) == 0
+    assert Verify(draft, "s", "c").snapshot == "s"
+    for call, attempted in (
+        (lambda: verifying.accept([], []), "accept"),
+        (lambda: verifying.accept([7], ["r"]), "accept"),
+        (lambda: verifying.accept_rows(0, [], []), "accept_rows"),
+        (lambda: verifying.accept_rows(0, [7], ["r"]), "accept_rows"),
+        (lambda: verifying.accept_with(specfsm.Exact(), [7], ["r"]), "accept_rows"),
+    ):
+        with pytest.raises(IllegalTransition) as err:
+            call()
+        assert err.value.attempted == attempted
+        assert "the draft is empty" in str(err.value)
+    assert verifying == Verify(draft, "c", "c")
+    assert verifying.finish() == Done("c")
 
 
 @pytest.mark.parametrize("positions", [[], (), np.array([], dtype=np.int64)])
-def test_start_refuses_an_empty_prompt_as_the_cli_and_the_batch_do(positions):
-    with pytest.raises(ValueError, match="positions is empty: prefill needs at least one row"):
-        ServingState.start(positions, None)
-    with pytest.raises(ValueError, match="positions is empty"):
-        Prefill(positions, None)
+def test_start_takes_an_empty_prompt_as_the_design_does(positions):
+    # the design's start takes any Vec; its action fixture starts from none and lets the
+    # first advance_prefill produce the first entry
+    state = ServingState.start(positions, None)
+    assert isinstance(state, Prefill) and len(state.positions) == 0
+    assert Prefill(positions, None) == state
+    assert state.advance_prefill(4, 1) == Decode(4, 1)
 
 
-def test_empty_refusals_match_the_batch_state_in_kind():
+def test_empty_prompts_are_a_batching_rule_only():
     from specfsm.batch import BatchState
 
     batch = BatchState(2, 4)
     with pytest.raises(ValueError, match="empty"):
         batch.admit([0], [], [0, 0], [0])
-    with pytest.raises(ValueError, match="empty"):
-        ServingState.start([], 0)
+    assert isinstance(ServingState.start([], 0), Prefill)
+
+
+@pytest.mark.parametrize("bad", ["abc", b"ab", 3, None, np.zeros((2, 2), dtype=np.int64)])
+def test_start_and_enter_verify_refuse_what_is_not_a_sequence(bad):
+    with pytest.raises((TypeError, ValueError)):
+        ServingState.start(bad, 0)
+    with pytest.raises((TypeError, ValueError)):
+        Decode(0, 0).enter_verify(bad)
 
 
 def test_accept_next_and_rollback_to_are_python_ints_for_numpy_tokens():
