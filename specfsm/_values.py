@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["seq_eq", "value_eq", "hash_key", "default_clone", "register_state_types", "state_types"]
+__all__ = ["seq_eq", "value_eq", "hash_key", "default_clone", "IMMUTABLE", "register_state_types", "state_types"]
 
 # The state-value classes (Prefill, Decode, Verify, Accept, Rollback, Done) by name.
 # specfsm.state registers them when it is imported (importing specfsm does), so the batch
@@ -90,7 +90,9 @@ def hash_key(v: object) -> object:
     return v
 
 
-_IMMUTABLE = frozenset({int, float, complex, bool, str, bytes, type(None), range, frozenset})
+# the types a snapshot shares (nothing can change them in place); state.py tests a cache
+# against it before calling default_clone, so the usual int handle costs one set lookup
+IMMUTABLE = frozenset({int, float, complex, bool, str, bytes, type(None), range, frozenset})
 
 
 def default_clone(cache: object) -> object:
@@ -104,7 +106,7 @@ def default_clone(cache: object) -> object:
     ``clone=`` to ``enter_verify`` for those).
     """
     t = type(cache)
-    if t in _IMMUTABLE:
+    if t in IMMUTABLE:
         return cache
     if t is np.ndarray:
         return cache.copy()  # type: ignore[attr-defined]

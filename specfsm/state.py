@@ -32,7 +32,7 @@ import numpy as np
 from . import _impl
 from .accept_rule import select_rows
 from ._validate import as_token_array, check_count, check_entries, settle_reason
-from ._values import Clone, default_clone, hash_key, register_state_types, seq_eq, value_eq
+from ._values import IMMUTABLE, Clone, default_clone, hash_key, register_state_types, seq_eq, value_eq
 from .errors import IllegalTransition
 
 __all__ = ["ServingState", "Prefill", "Decode", "Verify", "Accept", "Rollback", "Done"]
@@ -205,7 +205,7 @@ class Decode(ServingState[Entry, Cache]):
         cache = self.cache
         snapshot: Any
         if clone is None or clone is True:
-            snapshot = default_clone(cache)
+            snapshot = cache if type(cache) in IMMUTABLE else default_clone(cache)
         elif clone is False:
             snapshot = cache
         elif callable(clone):
