@@ -116,7 +116,7 @@ def test_python_block_runs(block, fsm):
         pytest.skip(f"marked not run: {block.not_run}")
     missing = _missing_optional(block.code)
     if missing:
-        pytest.skip(f"imports {', '.join(missing)}, which is not installed (pip install \".[hf]\")")
+        pytest.skip(f"needs {' and '.join(missing)}, not installed here (pip install \".[hf]\")")
     exec(compile(block.code, f"{block.id} (python block)", "exec"), {"__name__": "doc_example"})
 
 
