@@ -121,15 +121,18 @@ def test_python_block_runs(block, fsm):
 
 
 def test_only_marked_blocks_are_skipped():
-    """A block that downloads a model or needs vLLM carries the marker; every marker sits
-    right before a ```python fence, so a block is never skipped by accident."""
+    """A block that downloads a model or needs vLLM carries the marker, and only such a
+    block does; every marker sits right before a ```python fence, so a block is never
+    skipped by accident."""
     if not BLOCKS:
         pytest.skip("the README is not next to the tests (an installed copy)")
     problems = []
     for b in BLOCKS:
+        needs = [why for pattern, why in NEEDS_MARKER if pattern.search(b.code)]
         if b.not_run is None:
-            problems += [f"{b.id}: {why}: mark it <!-- not run: needs ... -->"
-                         for pattern, why in NEEDS_MARKER if pattern.search(b.code)]
+            problems += [f"{b.id}: {why}: mark it <!-- not run: needs ... -->" for why in needs]
+        elif not needs:  # a marker may not silence a block that could run here
+            problems.append(f"{b.id}: marked not run, but it neither downloads a model nor needs vLLM")
     for rel in doc_files():
         lines = _read(rel)
         for n, line in enumerate(lines):
