@@ -225,6 +225,8 @@ def _trace_from(obj: Any, lineno: int) -> tuple[Trace | None, str | None]:
     if eos is not None:
         if type(eos) is not int or eos < 0:
             return None, f"'eos' must be a non-negative integer token id, got {_show(eos)}"
+        if eos > _INT64_MAX:
+            return None, f"'eos' = {_show(eos)} is outside the token id range 0..2**63-1"
         if eos in output[:-1]:
             return None, (
                 f"'eos' {eos} occurs at output[{output.index(eos)}] before the end: "
@@ -376,9 +378,17 @@ class TeacherForcedTarget:
     over ``vocab`` ids, whatever the inputs (a sampled token that departs from the
     recording is answered, not refused), so a sampling rule's emitted tokens can be
     checked against that known distribution.
+
+    A row is dense, so ``evaluate_probs`` refuses (ValueError naming the vocabulary and
+    ``MAX_VOCAB``, 2**22 ids: 32 MiB a row) a vocabulary larger than that, as the default
+    one is for a recording with large ids; ``specfsm replay`` first maps a workload's ids
+    to a compact vocabulary (``specfsm.cli.orchestrate.compact_ids``).
     """
 
     __slots__ = ("sequence", "prompt_len", "off_trace", "vocab", "temperature")
+
+    #: the largest vocabulary ``evaluate_probs`` builds dense rows for
+    MAX_VOCAB = 1 << 22
 
     def __init__(
         self, prompt: Sequence[Any], continuation: Sequence[Any], off_trace: Any = -1, *,
@@ -404,8 +414,16 @@ class TeacherForcedTarget:
         """``evaluate`` with one probability row per input (see the class docstring)."""
         import numpy as np
 
-        rows, caches = self.evaluate(inputs, cache)
         v = self.vocab
+        if v > self.MAX_VOCAB:
+            ids = [x for x in self.sequence if type(x) is int]
+            largest = f"the recording's largest id is {max(ids)}; " if ids else ""
+            raise ValueError(
+                f"vocab={v} is too large for dense probability rows ({largest}the limit is "
+                f"MAX_VOCAB={self.MAX_VOCAB} ids): map the ids to a compact vocabulary first, "
+                "as specfsm replay does"
+            )
+        rows, caches = self.evaluate(inputs, cache)
         probs = np.zeros((len(rows), v), dtype=np.float64)
         if self.temperature == 0.0:
             for i, t in enumerate(rows):
