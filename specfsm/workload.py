@@ -145,7 +145,8 @@ def stdlib_workload(requests: int | None = None, root: str | None = None) -> Wor
 
     Takes the top-level public ``.py`` modules of 4-24 kB in ``root`` (default: this
     Python's stdlib), sorted by name, and picks ``requests`` of them evenly spaced
-    (default 24). Each must parse and define a function or class; its prompt is the
+    (default ``DEFAULT_REQUESTS``, 24), or all of them when there are fewer (74 on
+    CPython 3.11, so ``requests=100`` gives 74 requests). Each must parse and define a function or class; its prompt is the
     source and its output the source after ``rename_edit``. Raises ``WorkloadError``
     when no usable source files are found (for example a Python without its .py files).
     """
@@ -272,8 +273,10 @@ def load_jsonl(
     path: str | os.PathLike[str], max_errors: int = 20, max_line_bytes: int = MAX_LINE_BYTES
 ) -> Workload:
     """Read one request per line: a JSON object with ``prompt`` and ``output`` (lists of
-    non-negative integer token ids, neither empty), optionally ``eos`` (an id that may
-    only end the output) and ``name``. Blank lines are skipped; other keys are ignored.
+    integer token ids in 0..2**63-1, neither empty), optionally ``eos`` (an id in the same
+    range that may only end the output) and ``name``. Blank lines are skipped; other keys
+    are ignored. An empty prompt is a bad line: the state machine accepts an empty prompt,
+    as the original design does; the CLI refuses it as bad input.
 
     Every line is checked: a file with bad lines raises ``WorkloadError`` naming each of
     them as ``file:line`` (up to ``max_errors``, then a count), never returning the good
@@ -338,6 +341,10 @@ def load_jsonl(
     if not traces:
         raise WorkloadError(f"workload {path!r} holds no requests (every line is blank)")
     return Workload(traces, source=f"file: {path} ({len(traces)} request{'' if len(traces) == 1 else 's'})", details={"path": path})
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token{'' if n == 1 else 's'}"
 
 
 # --------------------------------------------------------------------------------------
@@ -461,13 +468,13 @@ class TeacherForcedTarget:
         if pos + 1 >= end:
             raise TraceError(
                 f"asked for the token after position {pos}, past the recording's "
-                f"{end - self.prompt_len} continuation tokens"
+                f"{end - self.prompt_len} continuation token{'' if end - self.prompt_len == 1 else 's'}"
             )
         if self.temperature > 0.0:  # positional: every row answers its position
             if pos + n >= end:
                 raise TraceError(
                     f"asked for {n} rows after position {pos}, past the recording's "
-                    f"{end - self.prompt_len} continuation tokens"
+                    f"{end - self.prompt_len} continuation token{'' if end - self.prompt_len == 1 else 's'}"
                 )
             return seq[pos + 1 : pos + 1 + n], list(range(pos + 1, pos + 1 + n))
         if inputs[0] != seq[pos]:
@@ -490,7 +497,7 @@ class TeacherForcedTarget:
 
     def __repr__(self) -> str:
         return (
-            f"TeacherForcedTarget(prompt={self.prompt_len} tokens, "
-            f"continuation={len(self.sequence) - self.prompt_len} tokens)"
+            f"TeacherForcedTarget(prompt={_tokens(self.prompt_len)}, "
+            f"continuation={_tokens(len(self.sequence) - self.prompt_len)})"
         )
 

@@ -792,3 +792,36 @@ def test_a_drafter_returning_non_integers_is_refused(model, draft, words):
         gen.generate([[1, 2, 1, 2]], 6)
     ok = SpeculativeGenerator(model, k=3, drafter=lambda history, k: np.array([1, 2], dtype=np.int32), eos_token_id=None)
     assert len(ok.generate([[1, 2, 1, 2]], 6)[0].tokens) == 6
+
+
+# -- the command line's time estimate, progress lines and counts (issue 18) -----------------
+def test_cli_generate_says_how_long_and_shows_progress_lines_off_a_terminal(checkpoint, tmp_path, capsys):
+    """stderr is not a terminal here: one line per method and per finished request (it
+    printed nothing until the end), after an up-front estimate of the run's length."""
+    import json
+
+    prompts = _prompts()[:2]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p}) for p in prompts])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "4",
+                   "--requests", "5", "--methods", "greedy,specfsm"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    lines = err.splitlines()
+    assert f"specfsm generate: note: --requests 5: {path} holds 2 prompts; running all of them" in lines
+    est = next(line for line in lines if "plain greedy takes " in line)
+    assert est.startswith("specfsm generate: 2 methods x 2 requests x up to 4 new tokens: ")
+    assert "ms a decode step" in est and "the whole run at most " in est
+    for label in ("plain greedy", "specfsm"):
+        assert f"specfsm generate: {label}: started" in lines
+        assert any(line.startswith(f"specfsm generate: {label}: 1 of 2 done, ") for line in lines)
+        assert any(line.startswith(f"specfsm generate: {label}: 2 of 2 done, ") for line in lines)
+    assert lines.index(est) < lines.index("specfsm generate: plain greedy: started")
+    assert "\r[" not in err  # no bar redraws into a file
+
+
+def test_estimate_seconds_scales_with_the_run(model):
+    from specfsm.hf import cli
+
+    total, per_token, decode = cli.estimate_seconds(model, _prompts()[:2], 50)
+    assert decode > 0 and per_token >= 0
+    assert total == pytest.approx(sum(len(p) * per_token + 50 * decode for p in _prompts()[:2]))
