@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["UsageError", "positive"]
+__all__ = ["UsageError", "positive", "plural", "SubcommandParser"]
 
 
 class UsageError(Exception):
@@ -23,3 +23,22 @@ def positive(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
     return v
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 request``, ``2 requests``, ``1,200 requests`` (``many`` for an irregular
+    plural): every count the commands print goes through it."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """The parser of one sub-command (``add_subparsers(parser_class=SubcommandParser)``):
+    an argument it does not know is refused here, with this sub-command's usage
+    (``specfsm replay --frobnicate`` prints ``usage: specfsm replay ...``), instead of
+    being handed up to the top-level parser, whose usage names no sub-command's options."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras

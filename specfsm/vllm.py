@@ -194,7 +194,9 @@ class RowTrackingProposer:
     ``max_model_len`` from the ``VllmConfig`` unless given as keywords; ``verify`` is
     ``"sparse"`` (default) or ``"full"``.
 
-    Not thread-safe: a second concurrent ``propose`` raises RuntimeError.
+    Not thread-safe: a second concurrent ``propose`` raises RuntimeError. Constructing
+    this class itself, or a subclass without the two required hooks, raises TypeError
+    (vLLM would otherwise load it by class path and fail at the first ``propose``).
     """
 
     #: tokens at the end of a row's indexed history compared every step
@@ -220,6 +222,15 @@ class RowTrackingProposer:
         max_model_len: Any = None,
         verify: Any = None,
     ) -> None:
+        cls = type(self)
+        if cls._new_index is RowTrackingProposer._new_index or (
+            cls._propose_indexes is RowTrackingProposer._propose_indexes
+        ):
+            raise TypeError(
+                f"{cls.__name__} is a base class to subclass (it supplies _new_index and "
+                "_propose_indexes for an index type), not a proposer: load "
+                "specfsm.vllm.SpecfsmNgramProposer or specfsm.vllm.SpecfsmSuffixProposer"
+            )
         spec = getattr(vllm_config, "speculative_config", None)
         model = getattr(vllm_config, "model_config", None)
         if num_speculative_tokens is None:
@@ -343,17 +354,21 @@ class RowTrackingProposer:
         L = lens[:b].astype(np.int64)  # a copy the call owns
         if b and (int(L.min()) < 0 or int(L.max()) > tok.shape[1]):
             i = int(np.flatnonzero((L < 0) | (L > tok.shape[1]))[0])
+            shown = int(lens[i]) if lens.dtype == np.uint64 else int(L[i])  # (uint64 wraps in L)
             raise ValueError(
-                f"num_tokens_no_spec[{i}]={int(L[i])} is outside [0, {tok.shape[1]}] "
-                "(token_ids_cpu's width)"
+                f"num_tokens_no_spec[{i}]={shown} is outside [0, {tok.shape[1]}]: row {i} of "
+                f"token_ids_cpu (shape {tok.shape}) cannot hold that history"
             )
         return b, ns, L, tok
 
     def _reserve(self, rows: int) -> None:
+        """Room for at least ``rows`` rows (grown geometrically; sized by the batch, not
+        by ``token_ids_cpu``'s row count, which costs the caller nothing to make huge)."""
         have = self._len.shape[0]
         if rows <= have:
             return
-        more = rows - have
+        more = max(rows, 2 * have) - have
+        rows = have + more
         self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
         self._ix.extend([None] * more)
         self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
@@ -569,7 +584,7 @@ class RowTrackingProposer:
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         if b == 0 or K == 0:
             return [[] for _ in range(b)]
-        self._reserve(max(b, tok.shape[0]))
+        self._reserve(b)
         step = self.stats["steps"]
         self.stats["steps"] = step + 1
         if self._used > b:  # rows past the batch hold no request now
@@ -594,16 +609,20 @@ class RowTrackingProposer:
             lmax = int(Lr.max())
         n_old = self._len[sel].copy()
         T = self.TAIL
-        # the last TAIL tokens at each row's indexed length and at its new length: one gather
-        if tok.flags.c_contiguous and int(n_old.min()) >= T and lmin >= T:
+        # the last TAIL tokens at each row's indexed length and at its new length: one
+        # gather. A row cut back below its index (n_old > Lr) fails the check below
+        # whatever it reads, so it reads at Lr: the row may now be narrower than its
+        # index (vLLM handing a token_ids_cpu cut to fewer columns)
+        n_at = np.minimum(n_old, Lr)
+        if tok.flags.c_contiguous and int(n_at.min()) >= T and lmin >= T:
             # no clamping needed: flat positions straight from the row starts
             base = rows * tok.shape[1]
             flat = np.empty((rows.size, 2 * T), dtype=np.int64)
-            np.add((n_old + base).reshape(-1, 1), self._tail_off, out=flat[:, :T])
+            np.add((n_at + base).reshape(-1, 1), self._tail_off, out=flat[:, :T])
             np.add((Lr + base).reshape(-1, 1), self._tail_off, out=flat[:, T:])
             got = tok.reshape(-1).take(flat).astype(np.int64, copy=False)
         else:
-            got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_old), self._tail_pos(Lr)], axis=1))
+            got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_at), self._tail_pos(Lr)], axis=1))
         tail_new = got[:, T:]
 
         # 1. rows whose index still describes the row's prefix (the common case)

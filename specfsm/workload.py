@@ -145,7 +145,8 @@ def stdlib_workload(requests: int | None = None, root: str | None = None) -> Wor
 
     Takes the top-level public ``.py`` modules of 4-24 kB in ``root`` (default: this
     Python's stdlib), sorted by name, and picks ``requests`` of them evenly spaced
-    (default 24). Each must parse and define a function or class; its prompt is the
+    (default ``DEFAULT_REQUESTS``, 24), or all of them when there are fewer (74 on
+    CPython 3.11, so ``requests=100`` gives 74 requests). Each must parse and define a function or class; its prompt is the
     source and its output the source after ``rename_edit``. Raises ``WorkloadError``
     when no usable source files are found (for example a Python without its .py files).
     """
@@ -225,6 +226,8 @@ def _trace_from(obj: Any, lineno: int) -> tuple[Trace | None, str | None]:
     if eos is not None:
         if type(eos) is not int or eos < 0:
             return None, f"'eos' must be a non-negative integer token id, got {_show(eos)}"
+        if eos > _INT64_MAX:
+            return None, f"'eos' = {_show(eos)} is outside the token id range 0..2**63-1"
         if eos in output[:-1]:
             return None, (
                 f"'eos' {eos} occurs at output[{output.index(eos)}] before the end: "
@@ -270,8 +273,10 @@ def load_jsonl(
     path: str | os.PathLike[str], max_errors: int = 20, max_line_bytes: int = MAX_LINE_BYTES
 ) -> Workload:
     """Read one request per line: a JSON object with ``prompt`` and ``output`` (lists of
-    non-negative integer token ids, neither empty), optionally ``eos`` (an id that may
-    only end the output) and ``name``. Blank lines are skipped; other keys are ignored.
+    integer token ids in 0..2**63-1, neither empty), optionally ``eos`` (an id in the same
+    range that may only end the output) and ``name``. Blank lines are skipped; other keys
+    are ignored. An empty prompt is a bad line: the state machine accepts an empty prompt,
+    as the original design does; the CLI refuses it as bad input.
 
     Every line is checked: a file with bad lines raises ``WorkloadError`` naming each of
     them as ``file:line`` (up to ``max_errors``, then a count), never returning the good
@@ -338,6 +343,10 @@ def load_jsonl(
     return Workload(traces, source=f"file: {path} ({len(traces)} request{'' if len(traces) == 1 else 's'})", details={"path": path})
 
 
+def _tokens(n: int) -> str:
+    return f"{n} token{'' if n == 1 else 's'}"
+
+
 # --------------------------------------------------------------------------------------
 # the teacher-forced target (moved here from specfsm.loop, which re-exports it)
 # --------------------------------------------------------------------------------------
@@ -376,9 +385,17 @@ class TeacherForcedTarget:
     over ``vocab`` ids, whatever the inputs (a sampled token that departs from the
     recording is answered, not refused), so a sampling rule's emitted tokens can be
     checked against that known distribution.
+
+    A row is dense, so ``evaluate_probs`` refuses (ValueError naming the vocabulary and
+    ``MAX_VOCAB``, 2**22 ids: 32 MiB a row) a vocabulary larger than that, as the default
+    one is for a recording with large ids; ``specfsm replay`` first maps a workload's ids
+    to a compact vocabulary (``specfsm.cli.orchestrate.compact_ids``).
     """
 
     __slots__ = ("sequence", "prompt_len", "off_trace", "vocab", "temperature")
+
+    #: the largest vocabulary ``evaluate_probs`` builds dense rows for
+    MAX_VOCAB = 1 << 22
 
     def __init__(
         self, prompt: Sequence[Any], continuation: Sequence[Any], off_trace: Any = -1, *,
@@ -404,8 +421,16 @@ class TeacherForcedTarget:
         """``evaluate`` with one probability row per input (see the class docstring)."""
         import numpy as np
 
-        rows, caches = self.evaluate(inputs, cache)
         v = self.vocab
+        if v > self.MAX_VOCAB:
+            ids = [x for x in self.sequence if type(x) is int]
+            largest = f"the recording's largest id is {max(ids)}; " if ids else ""
+            raise ValueError(
+                f"vocab={v} is too large for dense probability rows ({largest}the limit is "
+                f"MAX_VOCAB={self.MAX_VOCAB} ids): map the ids to a compact vocabulary first, "
+                "as specfsm replay does"
+            )
+        rows, caches = self.evaluate(inputs, cache)
         probs = np.zeros((len(rows), v), dtype=np.float64)
         if self.temperature == 0.0:
             for i, t in enumerate(rows):
@@ -443,13 +468,13 @@ class TeacherForcedTarget:
         if pos + 1 >= end:
             raise TraceError(
                 f"asked for the token after position {pos}, past the recording's "
-                f"{end - self.prompt_len} continuation tokens"
+                f"{end - self.prompt_len} continuation token{'' if end - self.prompt_len == 1 else 's'}"
             )
         if self.temperature > 0.0:  # positional: every row answers its position
             if pos + n >= end:
                 raise TraceError(
                     f"asked for {n} rows after position {pos}, past the recording's "
-                    f"{end - self.prompt_len} continuation tokens"
+                    f"{end - self.prompt_len} continuation token{'' if end - self.prompt_len == 1 else 's'}"
                 )
             return seq[pos + 1 : pos + 1 + n], list(range(pos + 1, pos + 1 + n))
         if inputs[0] != seq[pos]:
@@ -472,7 +497,7 @@ class TeacherForcedTarget:
 
     def __repr__(self) -> str:
         return (
-            f"TeacherForcedTarget(prompt={self.prompt_len} tokens, "
-            f"continuation={len(self.sequence) - self.prompt_len} tokens)"
+            f"TeacherForcedTarget(prompt={_tokens(self.prompt_len)}, "
+            f"continuation={_tokens(len(self.sequence) - self.prompt_len)})"
         )
 

@@ -184,3 +184,101 @@ def test_replay_leaves_the_kernel_globals_alone(tmp_path, capsys, monkeypatch):
     assert cli.main(["replay", "--workload", path, "--repeat", "1", "--drafter", "ngram"]) == 0
     assert not [n for n in seen if n in ("common_prefix", "prompt_lookup", "settle")]
     assert not hasattr(cli, "routed")
+
+
+# -- issue 18: each sub-command's own usage, --methods before the model, counts ---------------
+@pytest.mark.parametrize("command", ["replay", "generate", "record"])
+def test_an_unknown_option_prints_the_sub_command_s_usage(capsys, command):
+    """It printed the top level's usage (``usage: specfsm [-h] [--version] COMMAND``)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([command, "--frobnicate"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: specfsm {command} ")
+    assert f"specfsm {command}: error: unrecognized arguments: --frobnicate" in err
+    with pytest.raises(SystemExit):
+        cli.main(["--frobnicate", command])  # an option of the top level's: its usage
+    assert capsys.readouterr().err.startswith("usage: specfsm [-h]")
+
+
+def test_generate_refuses_an_unknown_method_before_the_model_loads(capsys, monkeypatch):
+    from specfsm.hf import loading
+
+    def no_load(*a, **kw):  # pragma: no cover - the point is that it is never called
+        raise AssertionError("the model was loaded before --methods was checked")
+
+    monkeypatch.setattr(loading, "load_model", no_load)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "--methods", "greedy,bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: specfsm generate" in err
+    assert "unknown method 'bogus'" in err and "choose from greedy, pld, specfsm" in err
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--methods", ","])
+    assert "name at least one of greedy, pld, specfsm" in capsys.readouterr().err
+    from specfsm.hf import cli as hf_cli
+
+    assert hf_cli.parse_methods("specfsm, greedy,specfsm") == ["specfsm", "greedy"]
+
+
+def test_generate_summary_counts_agree_with_their_nouns():
+    from specfsm.hf import cli as hf_cli
+
+    s = {
+        "model": {"name": "tiny"}, "threads": 1, "prompt_tokens": [1],
+        "settings": {"max_new_tokens": 1, "batch": 1, "k": 3, "drafter": "suffix", "pld_k": 10, "requests": 1},
+        "methods": {m: {"tokens_per_s": 1.0, "speedup_vs_greedy": 1.0, "forwards": 1, "tokens_per_forward": 1.0,
+                        "outside_us_per_token": 1.0} for m in ("greedy", "specfsm")},
+        "identity": {"specfsm": {"identical": True, "mismatches": []}},
+    }
+    text = hf_cli.format_generate(s)
+    assert "1 request (1 prompt token), up to 1 new token, batch 1, 1 torch thread" in text
+    assert "identity: the specfsm (suffix, k 3) output equals plain greedy's" in text
+    assert "1 requests" not in text and "all 1 " not in text and "1 tokens" not in text
+    s["settings"].update(requests=2, max_new_tokens=256)
+    s["prompt_tokens"], s["threads"] = [3, 4], 2
+    text = hf_cli.format_generate(s)
+    assert "2 requests (7 prompt tokens), up to 256 new tokens, batch 1, 2 torch threads" in text
+    assert "identity: all 2 specfsm (suffix, k 3) outputs equal plain greedy's" in text
+
+
+def test_embedded_requests_beyond_this_python_s_modules_say_how_many_there_are(tmp_path, capsys, monkeypatch):
+    """The embedded workload holds one request per usable standard-library module (74 on
+    CPython 3.11): ``--requests`` picks that many evenly spaced, and beyond it says so."""
+    from specfsm import workload as wl
+
+    for i in range(3):  # three usable "modules"
+        (tmp_path / f"mod{i}.py").write_text(("def f%d():\n    return f%d()\n" % (i, i)) * 300)
+    monkeypatch.setattr(cli, "stdlib_workload", lambda n=None: wl.stdlib_workload(n, root=str(tmp_path)))
+    assert cli.main(["replay", "--requests", "5", *FAST]) == 0
+    out, err = capsys.readouterr()
+    note = ("--requests 5: the embedded workload holds 3 requests on this Python (one per usable "
+            "standard-library module); replaying all of them")
+    assert note in err and note in out
+    assert cli.main(["replay", "--requests", "2", *FAST]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert wl.DEFAULT_REQUESTS == 24
+
+
+def test_help_states_the_request_counts_and_the_empty_prompt_rule(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default 24; 74 modules on CPython 3.11" in text
+    assert "the CLI refuses it as bad input" in text
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default 4; 67 modules on CPython 3.11" in text
+    assert "the state machine itself accepts an empty prompt" in text
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the counts the help states are CPython 3.11's")
+def test_the_stated_counts_are_this_python_s():
+    from specfsm.hf.prompts import edit_prompts
+    from specfsm.workload import stdlib_workload
+
+    assert len(stdlib_workload()) == 24
+    assert len(stdlib_workload(1000)) == 74
+    assert len(edit_prompts(1000)) == 67

@@ -693,3 +693,135 @@ def test_a_padded_request_left_alone_after_prefill(model):
     assert outs[1].tokens == [eos] and outs[1].finished_by_eos
     _check_equal(model, short, outs[0].tokens, want)
     assert len(want) > 1 and gen.last_run.compactions >= 1
+
+
+# -- constructor arguments of the wrong type (issue 19) ------------------------------------
+class _NoCalls(torch.nn.Module):
+    """A model that fails the test if anything calls it: refusals come first."""
+
+    def __init__(self, real):
+        super().__init__()
+        self.config = real.config
+        self.generation_config = real.generation_config
+
+    def forward(self, *a, **k):  # pragma: no cover - the point is that it is never called
+        raise AssertionError("the model was called before the argument was refused")
+
+
+@pytest.mark.parametrize(
+    "kw, exc, words",
+    [
+        ({"compact_fraction": "0.5"}, TypeError, "compact_fraction must be a number"),
+        ({"compact_fraction": None}, TypeError, "compact_fraction"),
+        ({"compact_fraction": True}, TypeError, "compact_fraction"),
+        ({"compact_fraction": 0.0}, ValueError, "compact_fraction"),
+        ({"compact_fraction": float("nan")}, ValueError, "compact_fraction"),
+        ({"eos_token_id": "2"}, ValueError, "eos_token_id must be 'model', None"),
+        ({"eos_token_id": 2.0}, TypeError, "eos_token_id"),
+        ({"eos_token_id": True}, TypeError, "eos_token_id must be an integer"),
+        ({"eos_token_id": [1, "x"]}, TypeError, r"eos_token_id\[1\] must be an integer"),
+        ({"eos_token_id": [1, 2.5]}, TypeError, r"eos_token_id\[1\]"),
+        ({"eos_token_id": -1}, ValueError, "eos_token_id=-1 is outside the model's vocabulary"),
+        ({"eos_token_id": VOCAB}, ValueError, f"eos_token_id={VOCAB} is outside"),
+        ({"eos_token_id": b"\x01"}, TypeError, "eos_token_id"),
+        ({"probe_every": "8"}, TypeError, "probe_every must be an integer"),
+        ({"probe_every": 2.5}, TypeError, "probe_every"),
+        ({"probe_every": 0}, ValueError, "probe_every must be at least 1"),
+        ({"probe_every": None}, TypeError, "probe_every"),
+        ({"cost": {1: 1.0}}, TypeError, "cost must be a CostModel or None, got dict"),
+        ({"cost": lambda rows: 1.0}, TypeError, "cost must be a CostModel"),
+        ({"periodic": "no"}, TypeError, "periodic must be True or False"),
+        ({"bonus": 1}, TypeError, "bonus must be True or False"),
+        ({"do_sample": "yes"}, TypeError, "do_sample must be True or False"),
+        ({"k_max": 4.0}, TypeError, "k_max must be an integer"),
+        ({"k_max": -1}, ValueError, "k_max"),
+        ({"k": 2.0}, ValueError, "k must be"),
+        ({"k": True}, ValueError, "k must be"),
+        ({"temperature": "hot"}, TypeError, "temperature must be a number"),
+        ({"temperature": -1.0}, ValueError, "temperature"),
+        ({"do_sample": True, "temperature": 0.0}, ValueError, "temperature must be finite and positive"),
+        ({"top_k": 2.5}, TypeError, "top_k must be an integer"),
+        ({"top_p": 1.5}, ValueError, r"top_p must be in \(0, 1\]"),
+        ({"top_p": "x"}, TypeError, "top_p"),
+        ({"seed": 1.5}, TypeError, "seed must be an integer"),
+        ({"seed": -3}, ValueError, "seed must be at least 0"),
+        ({"rule": "exact"}, TypeError, "rule must be an acceptance rule"),
+        ({"index_cls": 5}, TypeError, "index_cls must be an index class"),
+        ({"index_cls": dict}, TypeError, "index_cls"),
+        ({"calibrate": ["online"]}, ValueError, "calibrate"),
+        ({"prefill": None}, ValueError, "prefill"),
+        ({"drafter": np.array([1, 2])}, ValueError, "drafter must be"),
+        ({"min_n": True}, ValueError, "min_n"),
+    ],
+)
+def test_refuses_constructor_arguments_of_the_wrong_type_before_any_model_call(kw, exc, words):
+    """Each was stored as given and failed later, inside a run (a TypeError from a
+    comparison, ``int('2')`` iterating a string, a cost that is not callable the way
+    the chooser calls it), or was taken silently (``periodic='no'`` is true)."""
+    model = _NoCalls(_llama())
+    with pytest.raises(exc, match=words):
+        SpeculativeGenerator(model, **kw)
+
+
+def test_accepted_argument_forms_stay_accepted(model):
+    gen = SpeculativeGenerator(model, eos_token_id=np.int64(3), probe_every=np.int32(4), compact_fraction=1,
+                               periodic=np.bool_(False), seed=np.uint8(7), top_k=None, top_p=None)
+    assert gen.eos == frozenset({3}) and gen.probe_every == 4 and gen.compact_fraction == 1.0
+    assert gen.periodic is False
+    assert SpeculativeGenerator(model, eos_token_id=(1, np.int16(2))).eos == frozenset({1, 2})
+    assert SpeculativeGenerator(model, eos_token_id=None).eos == frozenset()
+    assert SpeculativeGenerator(model, temperature=0.0).do_sample is False  # ignored when greedy
+
+
+@pytest.mark.parametrize(
+    "draft, words",
+    [
+        ([1.7, 2.0], "non-integer token id at position 0: float 1.7"),
+        (["3", "4"], "non-integer token id at position 0: str"),
+        ([1, True], "non-integer token id at position 1: bool"),
+        (None, "must return a sequence of token ids, got NoneType"),
+        ("12", "must return a sequence of token ids, got str"),
+        (np.array([[1, 2]]), "1-D sequence"),
+        (np.array([1.5, 2.5]), "non-integer token id at position 0"),
+    ],
+)
+def test_a_drafter_returning_non_integers_is_refused(model, draft, words):
+    """``int(1.7)`` was taken as id 1, and ``int('3')`` as id 3."""
+    gen = SpeculativeGenerator(model, k=3, drafter=lambda history, k: draft, eos_token_id=None)
+    with pytest.raises(TypeError, match=words):
+        gen.generate([[1, 2, 1, 2]], 6)
+    ok = SpeculativeGenerator(model, k=3, drafter=lambda history, k: np.array([1, 2], dtype=np.int32), eos_token_id=None)
+    assert len(ok.generate([[1, 2, 1, 2]], 6)[0].tokens) == 6
+
+
+# -- the command line's time estimate, progress lines and counts (issue 18) -----------------
+def test_cli_generate_says_how_long_and_shows_progress_lines_off_a_terminal(checkpoint, tmp_path, capsys):
+    """stderr is not a terminal here: one line per method and per finished request (it
+    printed nothing until the end), after an up-front estimate of the run's length."""
+    import json
+
+    prompts = _prompts()[:2]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p}) for p in prompts])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "4",
+                   "--requests", "5", "--methods", "greedy,specfsm"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    lines = err.splitlines()
+    assert f"specfsm generate: note: --requests 5: {path} holds 2 prompts; running all of them" in lines
+    est = next(line for line in lines if "plain greedy takes " in line)
+    assert est.startswith("specfsm generate: 2 methods x 2 requests x up to 4 new tokens: ")
+    assert "ms a decode step" in est and "the whole run at most " in est
+    for label in ("plain greedy", "specfsm"):
+        assert f"specfsm generate: {label}: started" in lines
+        assert any(line.startswith(f"specfsm generate: {label}: 1 of 2 done, ") for line in lines)
+        assert any(line.startswith(f"specfsm generate: {label}: 2 of 2 done, ") for line in lines)
+    assert lines.index(est) < lines.index("specfsm generate: plain greedy: started")
+    assert "\r[" not in err  # no bar redraws into a file
+
+
+def test_estimate_seconds_scales_with_the_run(model):
+    from specfsm.hf import cli
+
+    total, per_token, decode = cli.estimate_seconds(model, _prompts()[:2], 50)
+    assert decode > 0 and per_token >= 0
+    assert total == pytest.approx(sum(len(p) * per_token + 50 * decode for p in _prompts()[:2]))

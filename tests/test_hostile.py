@@ -35,6 +35,7 @@ SCENARIOS = [
     "threads_place",
     "ngram_threads",
     "public",
+    "vllm_rows", "vllm_threads",  # tests/hostile/scenarios_vllm.py
 ]
 
 

@@ -148,6 +148,8 @@ def test_load_jsonl_reads_every_line(tmp_path):
         ({"prompt": [], "output": [1]}, "'prompt' is empty"),
         ({"prompt": 5, "output": [1]}, "'prompt' must be a list of token ids, got int"),
         ({"prompt": [1], "output": [2, 0, 3], "eos": 0}, r"'eos' 0 occurs at output\[1\] before the end"),
+        ({"prompt": [1], "output": [2], "eos": 2**63}, r"'eos' = 9223372036854775808 is outside the token id range"),
+        ({"prompt": [1], "output": [2], "eos": 10**20}, r"'eos' = 100000000000000000000 is outside the token id range"),
         ([1, 2], "expected a JSON object, got list"),
         ("{not json", "not valid JSON"),
     ],
@@ -552,3 +554,80 @@ def test_the_shipped_smollm2_workload_replays_by_name(capsys):
     assert s["identical"] is True and s["requests"] >= 1
     assert s["evaluations_speculative"] < s["evaluations_greedy"]
     assert "smollm2_edits.jsonl" in s["workload"]["source"]
+
+
+# --------------------------------------------------------------------------------------
+# large ids: an eos beyond int64, and the sampling rules on ids far past any vocabulary
+# --------------------------------------------------------------------------------------
+def test_an_eos_beyond_int64_is_a_named_bad_line_exit_2(tmp_path):
+    """It was an OverflowError traceback from deep in the replay (exit 1)."""
+    good = edit_traces(1)[0]
+    path = write_jsonl(tmp_path / "w.jsonl", [good, {"prompt": [1, 2], "output": [3, 4], "eos": 2**64 + 3}])
+    proc = run_cli("replay", "--workload", path, "--repeat", "1", cwd=str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}:2: 'eos' = 18446744073709551619 is outside the token id range 0..2**63-1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _big_id_traces():
+    big = 2**63 - 1
+    out = []
+    for r in range(3):
+        prompt = [big - (7 * i + r) % 23 for i in range(60)] + [big - 1, 3, big, 2**40] * 4
+        output = list(prompt)
+        output[10 + r] = 2**62 + r
+        out.append({"prompt": prompt, "output": output + [2**50 + 7], "name": f"big {r}", "eos": 2**50 + 7})
+    return out
+
+
+@pytest.mark.parametrize("rule", ["speculative:3", "typical", "exact"])
+def test_sampling_rules_replay_ids_far_past_any_vocabulary(tmp_path, capsys, rule):
+    """Ids up to 2**63 - 1: the probability rows are sized by the ids present (it tried
+    to allocate a dense row of 2**63 + 1 floats)."""
+    path = write_jsonl(tmp_path / "big.jsonl", _big_id_traces())
+    assert cli.main(["replay", "--workload", path, "--json", "--rule", rule, "--repeat", "1"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["identical"] is True and s["requests"] == 3
+    assert s["evaluations_speculative"] < s["evaluations_greedy"]
+
+
+@pytest.mark.parametrize("rule", [("speculative", 5), ("typical", 0)])
+@pytest.mark.parametrize("drafter", ["suffix", "ngram", "suffix-shared", "prompt"])
+def test_compact_ids_keep_the_summary_identical(rule, drafter):
+    """The sampling rules replay on ids remapped to 0..V-1: on a normal workload the
+    summary (all but the timings) is the one the original ids give."""
+    from specfsm.cli import orchestrate
+
+    w = load_jsonl(orchestrate.SHIPPED_WORKLOADS["smollm2"])
+    w.traces = w.traces[:4]
+
+    def run():
+        s = orchestrate.replay(w, drafter=drafter, rule=rule, repeat=1, kinds=["python"])
+        s.pop("control_us_per_token")
+        for r in s["per_request"]:
+            r.pop("control_us_per_token")
+        return s
+
+    remapped = run()
+    real = orchestrate.compact_ids
+    orchestrate.compact_ids = lambda workload: workload
+    try:
+        original = run()
+    finally:
+        orchestrate.compact_ids = real
+    assert remapped == original
+    c = real(w)
+    ids = sorted({x for t in w.traces for x in (*t.prompt, *t.output)})
+    assert max(x for t in c.traces for x in t.output) < len(ids)
+    assert [ids[x] for x in c.traces[0].output] == w.traces[0].output
+
+
+def test_the_teacher_forced_target_refuses_a_dense_vocabulary_past_its_limit():
+    from specfsm.workload import TeacherForcedTarget
+
+    t = TeacherForcedTarget([1, 2**40], [5, 6])
+    assert t.evaluate([1, 2**40], None) == ([2**40, 5], [1, 2])  # the exact rules need no rows
+    with pytest.raises(ValueError, match=r"largest id is 1099511627776.*MAX_VOCAB=4194304"):
+        t.evaluate_probs([1, 2**40], None)
+    rows, probs, _ = TeacherForcedTarget([1, 2], [5, 6]).evaluate_probs([1, 2], None)
+    assert probs.shape == (2, 8)  # the largest id + 2

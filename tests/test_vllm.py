@@ -238,7 +238,8 @@ def test_same_drafts_as_vllm_rule(impl, history, lo, extra, k, slack):
 
 
 # -- state that survives vLLM's row movements ---------------------------------------------
-def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False, calm=0.0):
+def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False, calm=0.0,
+            narrow=False):
     kern = impl.module("ngram_index")
     p = make(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
@@ -246,7 +247,7 @@ def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verif
         return kern.longest_match(history.astype(np.int64), lo, hi, kk, prefer).tolist()
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow), p
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -340,6 +341,87 @@ def test_refuses_arguments_that_do_not_fit(impl, args, exc, words):
         p.propose(*args)
     # the failed call left no state behind: the next call drafts right
     assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
+
+
+# -- every shape vLLM can hand over (issue 19) ---------------------------------------------
+def _both(impl, **kw):
+    return [make(impl, **kw), make_suffix(impl, **kw)]
+
+
+@pytest.mark.parametrize("verify", ["sparse", "full"])
+@pytest.mark.parametrize("n", [5, 40, 300])
+def test_a_narrower_token_ids_cpu_after_a_cut_back_drafts_from_the_row(impl, verify, n):
+    """A row cut back below what its index holds, handed over in a ``token_ids_cpu``
+    narrower than that index: the drafts are a fresh rescan's (it raised IndexError)."""
+    rng = np.random.default_rng(n)
+    for p in _both(impl, min_n=1, max_n=3, num_speculative_tokens=3, verify=verify):
+        rows = [rng.integers(0, 4, n + 3).tolist(), rng.integers(0, 4, n).tolist()]
+        tok = np.zeros((2, n + 10), np.int32)
+        for i, r in enumerate(rows):
+            tok[i, : len(r)] = r
+        lens = np.array([len(r) for r in rows], np.int32)
+        for _ in range(2):
+            p.propose([[0], [0]], lens, tok)
+        for width, cut in ((n - 2, n - 3), (4, 3), (1, 1), (n - 1, n - 1)):
+            t2 = tok[:, :width]
+            for arr in (t2, np.ascontiguousarray(t2), t2.astype(np.int64)):
+                l2 = np.array([cut, min(width, n)], np.int32)
+                out = p.propose([[0], [0]], l2, arr)
+                assert out == [p.rescan(arr[i, : l2[i]], 3) for i in range(2)], (type(p).__name__, width, cut)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_narrower_and_reshaped_token_ids_cpu_under_row_movements(impl, seed):
+    """vLLM's row movements, with ``token_ids_cpu`` handed over cut to as few columns
+    (and rows) as still hold every history, strided, copied or int64."""
+    eng, _ = _engine(impl, seed, vocab=3, rows=5, cap=60, k=3, lo=1, hi=3, verify=("sparse", "full")[seed % 2], narrow=True)
+    seng, _ = _suffix_engine(impl, seed, vocab=3, rows=5, cap=60, k=3, lo=1, hi=None, prefer="latest", narrow=True)
+    for _ in range(60):
+        eng.step()
+        seng.step()
+    assert eng.moves["narrower token_ids_cpu"] > 10 and eng.moves["output cut back in place"] > 0
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_narrower_token_ids_cpu_on_the_steady_path(impl, seed):
+    eng, p = _engine(impl, seed, vocab=50, rows=12, cap=700, k=3, lo=1, hi=3, long=True, calm=0.7, narrow=True)
+    for _ in range(40):
+        eng.step()
+    assert p.stats["steady"] > 0 and eng.moves["narrower token_ids_cpu"] > 10
+
+
+def test_a_token_ids_cpu_with_huge_row_count_costs_nothing(impl):
+    """Per-row state is sized by the batch, not by ``token_ids_cpu``'s row count (a
+    zero-width array of 10**12 rows is free to make; sizing by it raised MemoryError)."""
+    for p in _both(impl, min_n=1, max_n=1):
+        assert p.propose([[5]], np.array([0]), np.zeros((10**12, 0), np.int32)) == [[]]
+        assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
+        assert p._len.shape[0] < 10
+
+
+def test_a_history_longer_than_its_row_names_the_row(impl):
+    for p in _both(impl, min_n=1, max_n=1):
+        with pytest.raises(ValueError, match=r"num_tokens_no_spec\[1\]=9 .*row 1 of token_ids_cpu"):
+            p.propose([[1], [1]], np.array([2, 9]), np.zeros((2, 4), np.int32))
+        with pytest.raises(ValueError, match=r"num_tokens_no_spec\[0\]=18446744073709551615 "):
+            p.propose([[1]], np.array([2**64 - 1], np.uint64), np.zeros((1, 4), np.int32))
+        assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
+
+
+def test_the_base_class_refuses_construction():
+    """vLLM loads a class path and constructs it: the base class (or a subclass without
+    the hooks) is refused there, not at the first ``propose`` (NotImplementedError)."""
+    cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64)
+    with pytest.raises(TypeError, match="RowTrackingProposer is a base class to subclass"):
+        sv.RowTrackingProposer(cfg)
+
+    class Half(sv.RowTrackingProposer):
+        def _new_index(self):
+            return LastTokenIndex()
+
+    with pytest.raises(TypeError, match="Half is a base class to subclass"):
+        Half(cfg)
+    assert LastTokenProposer(cfg).num_speculative_tokens == 3  # both hooks: a proposer
 
 
 def test_accepts_cpu_tensors_through_their_numpy_view(impl):
@@ -590,7 +672,8 @@ def test_suffix_proposer_drafts_the_longest_match(impl):
     assert want == [9, 9, 5]
 
 
-def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="sparse", long=False, calm=0.0):
+def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="sparse", long=False, calm=0.0,
+                   narrow=False):
     sk = impl.module("suffix_index")
     nk = impl.module("ngram_index")
     p = make_suffix(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
@@ -604,7 +687,7 @@ def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="s
         return got
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow), p
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -23,7 +23,11 @@ operations in ``GPUModelRunner._update_states`` / ``_bookkeeping_sync`` /
 - a step whose input does not fit the drafter appends tokens but calls no ``propose``;
 - a request stops at ``max_model_len``;
 - with ``calm > 0``, steps where nothing moves (as most steps of a busy server are),
-  which the proposers serve on their steady path.
+  which the proposers serve on their steady path;
+- with ``narrow=True``, ``token_ids_cpu`` handed over as any array that still holds every
+  row's history: cut to fewer columns (down to the longest history), to the batch's
+  rows, as a strided view or a copy, int32 or int64 (so a row cut back can be narrower
+  than what its index holds).
 """
 
 from __future__ import annotations
@@ -150,9 +154,11 @@ class Engine:
     returned draft with ``expected(history, k)``."""
 
     def __init__(self, proposer, rng: random.Random, *, max_num_reqs: int, max_model_len: int,
-                 vocab: int, k: int, long_prompts: bool = False, expected=None, calm: float = 0.0) -> None:
+                 vocab: int, k: int, long_prompts: bool = False, expected=None, calm: float = 0.0,
+                 narrow: bool = False) -> None:
         self.p = proposer
         self.calm = calm
+        self.narrow = narrow
         self._expected = expected
         self.rng = rng
         self.batch = InputBatchModel(max_num_reqs, max_model_len)
@@ -288,8 +294,11 @@ class Engine:
         if r.random() < 0.05:
             self._count("step without propose")
             return
-        self.last = (sampled, b.num_tokens_no_spec.copy(), b.token_ids_cpu.copy())
-        out = self.p.propose(sampled, b.num_tokens_no_spec, b.token_ids_cpu)
+        tok = b.token_ids_cpu
+        if self.narrow and r.random() < 0.7:
+            tok = self._narrowed(tok, b.num_tokens_no_spec[: b.num_reqs])
+        self.last = (sampled, b.num_tokens_no_spec.copy(), tok.copy())
+        out = self.p.propose(sampled, b.num_tokens_no_spec, tok)
         self.calls += 1
         assert len(out) == len(sampled)
         for idx, (s, draft) in enumerate(zip(sampled, out)):
@@ -304,6 +313,21 @@ class Engine:
             assert draft == want, (f"row {idx} ({rid}, {L} tokens): proposed {draft}, "
                                    f"a fresh rescan gives {want}; moves so far {self.moves}")
             self.checked_rows += 1
+
+    def _narrowed(self, tok: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """``tok`` cut to as few columns as still hold every history, or a few more, and
+        maybe to the batch's rows; a view or a copy, sometimes int64."""
+        r = self.rng
+        need = int(lens.max()) if lens.size else 0
+        width = r.choice([need, need, min(need + r.randint(1, 3), tok.shape[1])])
+        out = tok[: max(len(lens), 1) if r.random() < 0.5 else tok.shape[0], :width]
+        pick = r.randrange(3)
+        if pick == 0:
+            out = np.ascontiguousarray(out)
+        elif pick == 1:
+            out = out.astype(np.int64)
+        self._count("narrower token_ids_cpu")
+        return out
 
     def expected(self, history: np.ndarray, k: int) -> list[int]:
         if self._expected is not None:

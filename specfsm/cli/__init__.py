@@ -67,8 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             workload = stdlib_workload(args.requests)
         if args.requests is not None and args.requests > len(workload):
+            holds = (
+                f"the workload holds {plural(len(workload), 'request')}" if args.workload else
+                f"the embedded workload holds {plural(len(workload), 'request')} on this Python "
+                "(one per usable standard-library module)"
+            )
             notes.append(
-                f"--requests {args.requests}: the workload holds {plural(len(workload), 'request')}; "
+                f"--requests {args.requests}: {holds}; "
                 f"replaying {'it' if len(workload) == 1 else 'all of them'}"
             )
             print(f"specfsm replay: note: {notes[-1]}", file=sys.stderr)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from .._cli_args import UsageError, positive
-from ..workload import MAX_LINE_BYTES
+from .._cli_args import SubcommandParser, UsageError, positive
+from ..workload import DEFAULT_REQUESTS, MAX_LINE_BYTES
 
 __all__ = ["UsageError", "build_parser", "check_plot_path", "rule_text"]
 
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``specfsm`` parser with every sub-command."""
     p = argparse.ArgumentParser(prog="specfsm", description="specfsm: a control plane for speculative decoding.")
     p.add_argument("--version", action="version", version=_version())
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     r = sub.add_parser(
         "replay",
         help="replay recorded requests through the speculative serving loop",
@@ -116,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
             "a file: one JSON object per line: {\"prompt\": [ids], \"output\": [ids]} (optional \"eos\", "
             f"\"name\"); at most {MAX_LINE_BYTES >> 20} MiB per line. A file with an unreadable "
             "line (not UTF-8, not JSON, too deeply nested, an integer too long, a line over "
-            "the limit, a bad request) is refused with its file:line and exit status 2"
+            "the limit, a bad request, an empty prompt or output, an id or eos outside 0..2**63-1) is "
+            "refused with its file:line and exit status 2. (The state machine accepts an empty "
+            "prompt, as the original design does; the CLI refuses it as bad input.)"
         ),
     )
     r.add_argument("--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help=(
@@ -128,7 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length: for prompt one N (default 3); for ngram a MIN:MAX range, longest match first (default 2:4); for suffix a minimum match N or MIN:MAX (default 1, no maximum)")
     r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="RULE", help="acceptance rule: exact (default), minrun:M, speculative[:SEED] (rejection sampling; the teacher-forced target gives one-hot rows) or typical")
     r.add_argument("--bonus", action="store_true", help="verify a K-token draft with K + 1 rows, so a fully accepted draft emits K + 1 tokens (the batch API's option; with --drafter suffix or ngram)")
-    r.add_argument("--requests", type=_positive, default=None, help="replay only this many requests (default: 24 embedded, or the whole file); more than the workload holds replays all of them, with a note")
+    r.add_argument("--requests", type=_positive, default=None, metavar="N", help=(
+        "how many requests: for a --workload file its first N (default all); for the embedded "
+        f"workload N code edits, one per standard-library module, evenly spaced over this Python's "
+        f"usable modules (default {DEFAULT_REQUESTS}; 74 modules on CPython 3.11). Asking for more "
+        "than the workload holds replays all of them, with a note"))
     r.add_argument("--batch", type=_positive, default=8, help="requests stepping together (default 8)")
     r.add_argument("--repeat", type=_positive, default=3, help="runs per implementation, fewer once one has taken 2 s (default 3); the fastest control-plane time is reported")
     r.add_argument("--impl", choices=("both", "compiled", "python"), default="both", help="implementations to measure (default both); compiled needs every kernel module compiled (see specfsm.extensions())")

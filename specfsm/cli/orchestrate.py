@@ -21,13 +21,14 @@ from ..loop import (
     TeacherForcedTarget,
     batchable_drafter,
     compare_outputs,
+    needs_probs,
 )
-from ..workload import Workload
+from ..workload import Trace, Workload
 from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, rule_text
 from .progress import Progress
 from .summary import LABELS
 
-__all__ = ["replay", "make_rule", "make_drafter", "available_kinds", "default_ngram", "SHIPPED_WORKLOADS"]
+__all__ = ["replay", "make_rule", "make_drafter", "available_kinds", "default_ngram", "compact_ids", "SHIPPED_WORKLOADS"]
 
 _REPEAT_BUDGET_S = 2.0  # no further repeats once an implementation has run this long
 
@@ -141,6 +142,36 @@ def _requests(workload: Workload) -> list[Request]:
     ]
 
 
+def compact_ids(workload: Workload) -> Workload:
+    """``workload`` with every id (prompt, output, eos) replaced by its rank among the
+    distinct ids the workload uses, so ids run 0..V-1 for V distinct ids.
+
+    The sampling rules (``--rule speculative``, ``--rule typical``) read one probability
+    row over the whole vocabulary per target row, and the teacher-forced target's
+    vocabulary is the largest id + 2: with ids as large as 2**63 - 1 that row could not
+    be allocated. The mapping keeps the ids' order and is one to one, and everything the
+    replay computes depends only on which ids are equal (the drafters' matches, the
+    recording) or on one-hot rows whose draws do not depend on the row's length, so the
+    summary is the same as with the original ids."""
+    ids: set[int] = set()
+    for t in workload.traces:
+        ids.update(t.prompt)
+        ids.update(t.output)
+        if t.eos is not None:
+            ids.add(t.eos)
+    rank = {x: i for i, x in enumerate(sorted(ids))}
+    traces = [
+        Trace(
+            [rank[x] for x in t.prompt],
+            [rank[x] for x in t.output],
+            name=t.name,
+            eos=None if t.eos is None else rank[t.eos],
+        )
+        for t in workload.traces
+    ]
+    return Workload(traces, workload.source, dict(workload.details))
+
+
 def _run_batches(
     loop: SpeculativeLoop, requests: list[Request], batch: int, progress: Progress, bonus: bool = False
 ) -> list[RequestResult]:
@@ -174,6 +205,8 @@ def replay(
 ) -> dict[str, Any]:
     """Replay ``workload`` with speculation under each implementation in ``kinds`` and
     with plain greedy decoding; return the summary ``specfsm replay --json`` prints."""
+    if needs_probs(make_rule(rule)):  # probability rows sized by the ids present
+        workload = compact_ids(workload)
     requests = _requests(workload)
     if ngram is None:
         ngram = default_ngram(drafter)

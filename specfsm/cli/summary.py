@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._cli_args import plural
+
 __all__ = ["format_summary", "plural", "LABELS"]
 
 LABELS = {"compiled": "compiled core", "python": "python twin"}
@@ -17,9 +19,6 @@ DRAFTER_LABELS = {
 }
 
 
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """``1 request``, ``2 requests`` (``many`` for an irregular plural)."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
 def _num(v: float | None, spec: str = ".2f") -> str:

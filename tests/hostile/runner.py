@@ -783,6 +783,7 @@ SCENARIOS = {
     "ngram_threads": scenario_ngram_threads,
     "public": scenario_public,
 }
+SCENARIOS.update(__import__("scenarios_vllm").scenarios(sys.modules[__name__]))  # the vLLM proposers
 
 
 def main(argv):
