@@ -52,6 +52,7 @@ from specfsm._values import state_types as _state_types
 from specfsm._core import ngram_index as _ni
 from specfsm._core import suffix_index as _si
 
+cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
 from libc.string cimport memset
@@ -373,6 +374,7 @@ cdef class BatchState:
                 codes.append(int(self._st[sv[j]]))
         raise _illegal(attempted, bad, codes)
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def admit(self, slots=REQUIRED, positions=REQUIRED, offsets=REQUIRED, caches=REQUIRED, *,
               max_tokens=None, eos=None, indexes=None):
         """FREE -> Prefill (``ServingState.start``): slot ``slots[j]`` gets the prompt
@@ -451,6 +453,7 @@ cdef class BatchState:
             self._tok[i] = tv[j]
             self._cache[i] = cv[j]
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def advance_prefill(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
         """Prefill -> Decode: slot ``slots[j]``'s prompt evaluation chose
         ``next_tokens[j]`` and left cache handle ``caches[j]``."""
@@ -462,6 +465,7 @@ cdef class BatchState:
         finally:
             guard_done_write(&self._g)
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def advance_decode(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
         """Decode -> Decode: slot ``slots[j]``'s single-row evaluation chose
         ``next_tokens[j]`` and left cache handle ``caches[j]``."""
@@ -473,6 +477,7 @@ cdef class BatchState:
         finally:
             guard_done_write(&self._g)
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def enter_verify(self, slots=REQUIRED, tokens=REQUIRED, offsets=REQUIRED):
         """Decode -> Verify: slot ``slots[j]`` drafts ``tokens[offsets[j]:offsets[j + 1]]``;
         its cache handle becomes the snapshot (no copy). Refuses (ValueError) a draft
@@ -510,6 +515,7 @@ cdef class BatchState:
             self._st[i] = C_VERIFY
             self._snap[i] = self._cache[i]
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def accept(self, slots=REQUIRED, row_tokens=REQUIRED, row_offsets=REQUIRED, row_caches=REQUIRED, cache_offsets=REQUIRED):
         """Verify -> Accept | Rollback, as ``Verify.accept`` per slot: the accepted count is
         the common prefix of slot ``slots[j]``'s draft and its row tokens
@@ -523,6 +529,7 @@ cdef class BatchState:
         finally:
             guard_done_write(&self._g)
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def accept_rows(self, slots=REQUIRED, accepted=REQUIRED, row_tokens=REQUIRED, row_offsets=REQUIRED, row_caches=REQUIRED, cache_offsets=REQUIRED):
         """``accept`` with slot ``slots[j]``'s accepted count ``accepted[j]`` supplied
         (``Verify.accept_rows``); ``row_tokens``/``row_offsets`` and
@@ -607,6 +614,7 @@ cdef class BatchState:
             self._dlen[i] = 0
             self._snap[i] = 0
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def resume(self, slots=REQUIRED):
         """Accept -> Decode for every slot in ``slots``: decoding resumes from ``next``
         with the placed cache."""
@@ -627,6 +635,7 @@ cdef class BatchState:
             self._st[sv[j]] = C_DECODE
             self._n[sv[j]] = 0
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def rollback(self, slots=REQUIRED):
         """Rollback -> Decode for every slot in ``slots``: decoding resumes from ``to``
         with the snapshot."""
@@ -646,6 +655,7 @@ cdef class BatchState:
         for j in range(sv.shape[0]):
             self._st[sv[j]] = C_DECODE
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def finish(self, slots=REQUIRED):
         """Any state but FREE -> Done for every slot in ``slots`` (Rollback keeps its
         snapshot as the cache)."""
@@ -671,6 +681,7 @@ cdef class BatchState:
             self._n[i] = 0
             self._dlen[i] = 0
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def release(self, slots=REQUIRED):
         """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
         if slots is REQUIRED:
@@ -846,6 +857,7 @@ cdef class BatchState:
                 fv[dov[q] + t] = sqv[q * kmax + t]
         return flat, doffs, lengths
 
+    @cython.embedsignature(False)   # the real signature: __signature__ below
     def step(self, row_tokens=REQUIRED, *, probs=None, rule=None, draft_probs=None):
         """One serving step for every slot in Prefill, Decode or Verify.
 
