@@ -35,6 +35,7 @@ SCENARIOS = [
     "threads_place",
     "ngram_threads",
     "public",
+    "batch",
 ]
 
 

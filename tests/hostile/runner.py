@@ -782,6 +782,7 @@ SCENARIOS = {
     "threads_place": scenario_threads_place,
     "ngram_threads": scenario_ngram_threads,
     "public": scenario_public,
+    "batch": __import__("scenarios_batch").scenario_batch,    # BatchState, StepResult
 }
 
 
