@@ -1174,6 +1174,8 @@ def _resume_index(slots: np.ndarray, rows: np.ndarray, capacity: object) -> np.n
     ``capacity`` entries, -1 for a slot the step did not evaluate. Refuses a capacity
     that does not cover every slot of the step."""
     c = check_count(capacity, "capacity")
+    if slots.shape[0] and int(slots.min()) < 0:
+        raise ValueError(f"slots holds {int(slots.min())}: a step's slots are non-negative")
     if slots.shape[0] and int(slots.max()) >= c:
         raise ValueError(
             f"capacity={c} does not cover slot {int(slots.max())} of this step: "

@@ -178,7 +178,7 @@ def new_index(mods, rng):
     return ix
 
 
-def drive(rng, b, mods, hostile):
+def drive(rng, b, mods, hostile, publish=None):
     """One call on ``b``: a plausible transition or step, or (``hostile``) one with
     hostile arguments. Returns ``(name, outcome)``."""
     bm = mods["batch"]
@@ -252,6 +252,8 @@ def drive(rng, b, mods, hostile):
         from specfsm import accept_rule
 
         rule = rng.choice([accept_rule.Exact(), accept_rule.MinRun(2)])
+    if publish is not None:
+        publish(rows)            # another thread scribbles into it while the step reads it
     if hostile and rng.random() < 0.3:
         rows = Hook(rows, reentry(rng, b, mods))
     out = attempt(b.step, rows, rule=rule)
@@ -315,8 +317,10 @@ def scenario_batch(impl, rng, seconds):
             errors.append(exc)
             stop.set()
 
+    box = [None]
+
     def stepper(r):
-        drive(r, b, mods, r.random() < 0.2)
+        drive(r, b, mods, r.random() < 0.2, publish=lambda rows: box.__setitem__(0, rows))
         st = b.states
         if (st == bm.DONE).all() or r.random() < 0.02:
             attempt(b.finish, np.flatnonzero((st != bm.FREE) & (st != bm.DONE)))
@@ -325,9 +329,16 @@ def scenario_batch(impl, rng, seconds):
     def caller(r):
         reentry(r, b, mods)()
 
+    def scribbler(r):
+        rows = box[0]
+        if rows is not None and rows.size:
+            for _ in range(r.randrange(1, 50)):
+                rows[r.randrange(rows.size)] = r.choice([-1, 2**62, -(2**63), 0, 3])
+
     threads = [threading.Thread(target=loop, args=(stepper, random.Random(rng.randrange(2**32))), daemon=True)]
     threads += [threading.Thread(target=loop, args=(caller, random.Random(rng.randrange(2**32))), daemon=True)
                 for _ in range(3)]
+    threads.append(threading.Thread(target=loop, args=(scribbler, random.Random(rng.randrange(2**32))), daemon=True))
     for t in threads:
         t.start()
     stop.wait(seconds / 2)
