@@ -241,19 +241,19 @@ def test_another_thread_is_refused_every_call_while_a_step_runs(bm):
     assert res.emitted_by_slot() == {0: [5, 6], 2: [9]}
 
 
-def test_pending_counts_itself_a_reader(bm):
-    """A transition that arrives while ``pending`` holds the reader count is refused
-    (seen through the guard: pending finishes before the GIL is taken back in practice,
-    so a held reader is simulated by a callback of the guard's own test hook)."""
+def test_pending_is_refused_while_a_writer_holds_the_guard_and_reads_its_own_copy(bm):
+    """``pending`` takes the guard (a reader): refused while a writer holds it; its layout
+    is computed into buffers of the call (no scratch shared with another reader)."""
     b = bm.BatchState(2)
     b.admit([0], [1], [0, 1], [0])
     slots, inputs, off = b.pending()
     assert slots.tolist() == [0] and inputs.tolist() == [1] and off.tolist() == [0, 1]
     b._hold_guard(True)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="BatchState is being changed"):
         b.pending()
     b._hold_guard(False)
-    assert b.pending()[1].tolist() == [1]
+    a, bb = b.pending(), b.pending()
+    assert a[1].tolist() == [1] and a[0] is not bb[0] and a[2] is not bb[2]
 
 
 # --------------------------------------------------------------------------------------
