@@ -6,9 +6,12 @@ checks from ``specfsm._validate`` (every argument is converted into a fresh arra
 validated). Transitions check every slot's state in one C loop, raise before changing
 anything, then apply in a second loop. ``step`` runs the legality-free part of a serving
 step (acceptance for the greedy rules, settle, the transitions, emission with budgets
-and eos, the placement rows, entering Verify with the next drafts) without the GIL; an
-object flag (``busy``) set before the GIL is released refuses any other call on the
-batch meanwhile (RuntimeError).
+and eos, the placement rows, entering Verify with the next drafts) without the GIL. The
+batch takes the one guard of ``_core/_guard.pxd``: a transition or ``step`` holds the
+writer flag for its whole duration (set before the GIL is released or any Python code
+runs), ``pending`` counts itself as a reader, and every other call checks it, so another
+thread's call, or a callback's, meanwhile raises RuntimeError; a second ``__init__`` is
+refused and an object whose ``__init__`` never completed refuses every call.
 """
 
 import numpy as np
@@ -35,7 +38,10 @@ from specfsm._validate import (
     _per_slot,
     _probs_rows,
     _ragged,
+    _resume_index,
     _rule_kind,
+    _missing,
+    REQUIRED,
     _slots,
     INT64_MAX,
     check_count,
@@ -46,6 +52,7 @@ from specfsm._values import state_types as _state_types
 from specfsm._core import ngram_index as _ni
 from specfsm._core import suffix_index as _si
 
+cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int64_t
 from libc.string cimport memset
@@ -57,6 +64,8 @@ cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_p
 cdef const char* SUFFIX_CAPSULE_NAME = b"specfsm._core.suffix_index._update_and_propose"
 
 from _arrays cimport plain_int_width, array_data, array_len
+from _guard cimport (guard_t, GUARD_READY, guard_begin_init, guard_end_init, guard_check,
+                     guard_write, guard_done_write, guard_read, guard_done_read)
 
 cnp.import_array()
 
@@ -138,15 +147,40 @@ cdef inline int64_t _prefix(const int64_t* d, const int64_t* r, int64_t m) noexc
     return n
 
 
-cdef class BatchState:
-    """``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE.
+cdef str _NAME = "BatchState"
 
-    See ``specfsm._py.batch.BatchState`` (the twin) for the transitions; the compiled
-    class has the same methods and behaviour.
+
+def _signature(text):
+    """An ``inspect.Signature`` from a parameter list (the compiled methods whose
+    required parameters default to ``REQUIRED`` show their real signature)."""
+    import inspect
+    ns = {}
+    exec(f"def f({text}): pass", ns)
+    return inspect.signature(ns["f"])
+
+
+cdef class BatchState:
+    """``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE;
+    ``bonus`` (default False): ``step`` verifies a K-token draft with K + 1 rows.
+
+    Transitions (each takes ``slots``, distinct slot numbers, and arrays with one entry
+    per slot in the same order): ``admit`` (FREE -> Prefill: ``ServingState.start``),
+    ``advance_prefill``, ``advance_decode``, ``enter_verify`` (ragged drafts: flat tokens
+    and ``offsets``; an empty draft or one over ``k_max`` is refused with ValueError),
+    ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
+    (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
+    snapshot. ``state_of(slot)`` gives a slot as a ``ServingState`` (None when FREE).
+
+    One guard (``specfsm._py._guard``) protects the slots: a second ``__init__`` is
+    refused, an object whose ``__init__`` never completed refuses every call, and while
+    a transition or ``step`` runs (another thread, or a callback inside it) every other
+    call on the batch raises RuntimeError, changing nothing. The arrays it exposes
+    (``states``, ``tokens``, ...) are fresh copies: writing to them changes nothing.
     """
 
+    cdef guard_t _g
     cdef Py_ssize_t _c, _k_max
-    cdef bint _bonus, _busy
+    cdef bint _bonus
     cdef object _state_a, _token_a, _cache_a, _snap_a, _n_a, _dlen_a, _draft_a
     cdef object _budget_a, _eos_a, _has_eos_a, _plen_a, _has_ix_a
     cdef int8_t[::1] _st
@@ -157,12 +191,16 @@ cdef class BatchState:
     cdef object _scratch_a
     cdef int64_t[::1] _scratch
 
-    def __init__(self, capacity, k_max=8, *, bonus=False):
+    def __cinit__(self):
+        # the guard is zeroed (UNINIT) by the allocation; nothing else is usable until
+        # __init__ completes, and every call checks the guard first
+        self._c = 0
+        self._k_max = 0
+
+    def __init__(self, capacity, k_max=8, bonus=False):
+        guard_begin_init(&self._g, _NAME)
         c, k = _capacity(capacity, k_max)
-        self._c = c
-        self._k_max = k
-        self._bonus = bool(bonus)
-        self._busy = False
+        cdef bint bn = bool(bonus)
         self._state_a = np.zeros(c, dtype=np.int8)
         self._token_a = np.zeros(c, dtype=np.int64)
         self._cache_a = np.zeros(c, dtype=np.int64)
@@ -175,6 +213,7 @@ cdef class BatchState:
         self._has_eos_a = np.zeros(c, dtype=np.int8)
         self._plen_a = np.zeros(c, dtype=np.int64)
         self._has_ix_a = np.zeros(c, dtype=np.int8)
+        self._scratch_a = np.empty(5 * c + 1, dtype=np.int64)
         self._st = self._state_a
         self._tok = self._token_a
         self._cache = self._cache_a
@@ -187,78 +226,103 @@ cdef class BatchState:
         self._has_eos = self._has_eos_a
         self._plen = self._plen_a
         self._has_ix = self._has_ix_a
+        self._scratch = self._scratch_a
         self._positions = [None] * c
         self._index = [None] * c
-        self._scratch_a = np.empty(2 * c + 1, dtype=np.int64)
-        self._scratch = self._scratch_a
+        self._c = c
+        self._k_max = k
+        self._bonus = bn
+        guard_end_init(&self._g)
 
-    cdef int _enter(self) except -1:
-        if self._busy:
-            raise RuntimeError("this BatchState is in use by another thread (a step is running)")
-        return 0
+    # -- the guard ---------------------------------------------------------------------
+    def _hold_guard(self, on):
+        """Tests only: ``on=True`` takes the writer flag as a transition would (refusing
+        like one), ``on=False`` releases it."""
+        if on:
+            guard_write(&self._g, _NAME)
+        else:
+            guard_done_write(&self._g)
+
+    @property
+    def busy(self):
+        """True while a transition or ``step`` runs (any other call on the batch then
+        raises RuntimeError); refuses only a batch whose ``__init__`` never completed."""
+        if self._g.phase != GUARD_READY:
+            guard_check(&self._g, _NAME)
+        return bool(self._g.writing)
 
     # -- views -----------------------------------------------------------------------
     @property
     def capacity(self):
+        """The number of slots."""
+        guard_check(&self._g, _NAME)
         return self._c
 
     @property
     def k_max(self):
+        """The longest draft a slot may hold."""
+        guard_check(&self._g, _NAME)
         return self._k_max
 
     @property
     def bonus(self):
         """Whether ``step`` verifies a K-token draft with K + 1 rows (see ``step``)."""
+        guard_check(&self._g, _NAME)
         return self._bonus
 
     @property
-    def busy(self):
-        return self._busy
-
-    cdef object _ro(self, a):
-        v = a.view()
-        v.flags.writeable = False
-        return v
+    def remaining(self):
+        """Tokens each slot may still emit in ``step`` (int64, a fresh copy)."""
+        guard_check(&self._g, _NAME)
+        return _copy(self._budget_a)
 
     @property
     def states(self):
-        return self._ro(self._state_a)
+        """State code per slot (int8, a fresh copy): FREE, PREFILL .. DONE."""
+        guard_check(&self._g, _NAME)
+        return _copy(self._state_a)
 
     @property
     def tokens(self):
-        return self._ro(self._token_a)
+        """``last`` / ``next`` / ``to`` per slot (int64, a fresh copy)."""
+        guard_check(&self._g, _NAME)
+        return _copy(self._token_a)
 
     @property
     def caches(self):
-        return self._ro(self._cache_a)
+        """Cache handle per slot (int64, a fresh copy; Rollback: its snapshot)."""
+        guard_check(&self._g, _NAME)
+        return _copy(self._cache_a)
 
     @property
     def accepted(self):
-        return self._ro(self._n_a)
+        """``Accept.n`` per slot (int64, a fresh copy; 0 elsewhere)."""
+        guard_check(&self._g, _NAME)
+        return _copy(self._n_a)
 
     @property
     def draft_lens(self):
-        return self._ro(self._dlen_a)
-
-    @property
-    def remaining(self):
-        return self._ro(self._budget_a)
+        """Draft length per slot in Verify (int64, a fresh copy; 0 elsewhere)."""
+        guard_check(&self._g, _NAME)
+        return _copy(self._dlen_a)
 
     def slots_in(self, state):
-        """The slots (ascending, int64) whose state code is ``state``."""
+        """The slots (ascending, int64) whose state code is ``state`` (0..6)."""
         code = check_count(state, "state")
         if code > DONE:
             raise ValueError(f"state must be a state code 0..{DONE}, got {code}")
+        guard_check(&self._g, _NAME)
         return np.flatnonzero(self._state_a == code).astype(np.int64)
 
     cdef Py_ssize_t _one(self, slot) except -1:
         i = check_count(slot, "slot")
+        guard_check(&self._g, _NAME)
         if i >= self._c:
             raise IndexError(f"slot {i} is outside the batch's {self._c} slots")
         return i
 
     def draft(self, slot):
-        """The draft of a slot in Verify (empty elsewhere)."""
+        """The draft of slot ``slot`` when it is in Verify (empty elsewhere)."""
         cdef Py_ssize_t i = self._one(slot)
         return self._draft_a[i, : self._dlen[i]].tolist()
 
@@ -277,7 +341,7 @@ cdef class BatchState:
         if code == C_DECODE:
             return st["Decode"](tok, cache)
         if code == C_VERIFY:
-            return st["Verify"](self.draft(i), int(self._snap[i]), cache)
+            return st["Verify"](self._draft_a[i, : self._dlen[i]].tolist(), int(self._snap[i]), cache)
         if code == C_ACCEPT:
             return st["Accept"](int(self._n[i]), tok, cache)
         if code == C_ROLLBACK:
@@ -285,9 +349,12 @@ cdef class BatchState:
         return st["Done"](cache)
 
     def __len__(self):
+        guard_check(&self._g, _NAME)
         return self._c
 
     def __repr__(self):
+        if self._g.phase != GUARD_READY:
+            return "BatchState(<not initialised>)"
         counts = np.bincount(self._state_a, minlength=7)
         shown = ", ".join(f"{n}={int(c)}" for n, c in zip(STATE_NAMES, counts) if c)
         return f"BatchState(capacity={self._c}, k_max={self._k_max}, {shown})"
@@ -307,9 +374,30 @@ cdef class BatchState:
                 codes.append(int(self._st[sv[j]]))
         raise _illegal(attempted, bad, codes)
 
-    def admit(self, slots, positions, offsets, caches, *, max_tokens=None, eos=None, indexes=None):
-        """FREE -> Prefill (``ServingState.start``); see the twin for the arguments."""
-        self._enter()
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def admit(self, slots=REQUIRED, positions=REQUIRED, offsets=REQUIRED, caches=REQUIRED, *,
+              max_tokens=None, eos=None, indexes=None):
+        """FREE -> Prefill (``ServingState.start``): slot ``slots[j]`` gets the prompt
+        ``positions[offsets[j]:offsets[j + 1]]`` and cache handle ``caches[j]``. The
+        batch refuses an empty prompt as a batching rule (ValueError; ``ServingState``
+        accepts one, as the original design does).
+
+        For ``step``: ``max_tokens`` (one count or one per slot, at least 1; default
+        unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
+        stops it after that token, and ``indexes`` (one ``NgramIndex`` or ``SuffixIndex``
+        of this implementation, or None, per slot; already extended with the prompt)
+        drafts for it. A ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session
+        serves one request: it records each verified draft (``record``) and drafts at
+        most its ``draft_len`` when it is ``adaptive``."""
+        if slots is REQUIRED or positions is REQUIRED or offsets is REQUIRED or caches is REQUIRED:
+            _missing("admit", ("slots", "positions", "offsets", "caches"), (slots, positions, offsets, caches))
+        guard_write(&self._g, _NAME)
+        try:
+            self._admit(slots, positions, offsets, caches, max_tokens, eos, indexes)
+        finally:
+            guard_done_write(&self._g)
+
+    cdef _admit(self, slots, positions, offsets, caches, max_tokens, eos, indexes):
         s = _slots(slots, self._c)
         b = s.shape[0]
         pos, off = _ragged(positions, offsets, b, "positions")
@@ -350,7 +438,6 @@ cdef class BatchState:
             self._dlen[i] = 0
 
     cdef _advance(self, str attempted, slots, next_tokens, caches):
-        self._enter()
         s = _slots(slots, self._c)
         t = _per_slot(next_tokens, s.shape[0], "next_tokens")
         cc = _per_slot(caches, s.shape[0], "caches")
@@ -366,18 +453,45 @@ cdef class BatchState:
             self._tok[i] = tv[j]
             self._cache[i] = cv[j]
 
-    def advance_prefill(self, slots, next_tokens, caches):
-        """Prefill -> Decode: the prompt's evaluation chose ``next_tokens[j]``."""
-        self._advance("advance_prefill", slots, next_tokens, caches)
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def advance_prefill(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
+        """Prefill -> Decode: slot ``slots[j]``'s prompt evaluation chose
+        ``next_tokens[j]`` and left cache handle ``caches[j]``."""
+        if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
+            _missing("advance_prefill", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
+        guard_write(&self._g, _NAME)
+        try:
+            self._advance("advance_prefill", slots, next_tokens, caches)
+        finally:
+            guard_done_write(&self._g)
 
-    def advance_decode(self, slots, next_tokens, caches):
-        """Decode -> Decode: one single-row evaluation per slot."""
-        self._advance("advance_decode", slots, next_tokens, caches)
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def advance_decode(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
+        """Decode -> Decode: slot ``slots[j]``'s single-row evaluation chose
+        ``next_tokens[j]`` and left cache handle ``caches[j]``."""
+        if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
+            _missing("advance_decode", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
+        guard_write(&self._g, _NAME)
+        try:
+            self._advance("advance_decode", slots, next_tokens, caches)
+        finally:
+            guard_done_write(&self._g)
 
-    def enter_verify(self, slots, tokens, offsets):
-        """Decode -> Verify with ragged drafts; the cache handle becomes the snapshot.
-        Refuses (ValueError) an empty draft and one longer than ``k_max``."""
-        self._enter()
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def enter_verify(self, slots=REQUIRED, tokens=REQUIRED, offsets=REQUIRED):
+        """Decode -> Verify: slot ``slots[j]`` drafts ``tokens[offsets[j]:offsets[j + 1]]``;
+        its cache handle becomes the snapshot (no copy). Refuses (ValueError) a draft
+        longer than ``k_max``, and an empty draft as a batching rule (``ServingState``
+        accepts one, as the original design does)."""
+        if slots is REQUIRED or tokens is REQUIRED or offsets is REQUIRED:
+            _missing("enter_verify", ("slots", "tokens", "offsets"), (slots, tokens, offsets))
+        guard_write(&self._g, _NAME)
+        try:
+            self._enter_verify(slots, tokens, offsets)
+        finally:
+            guard_done_write(&self._g)
+
+    cdef _enter_verify(self, slots, tokens, offsets):
         s = _slots(slots, self._c)
         t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
         self._check_from("enter_verify", s)
@@ -401,16 +515,34 @@ cdef class BatchState:
             self._st[i] = C_VERIFY
             self._snap[i] = self._cache[i]
 
-    def accept(self, slots, row_tokens, row_offsets, row_caches, cache_offsets):
-        """Verify -> Accept | Rollback as ``Verify.accept`` per slot."""
-        self._settle("accept", slots, None, row_tokens, row_offsets, row_caches, cache_offsets)
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def accept(self, slots=REQUIRED, row_tokens=REQUIRED, row_offsets=REQUIRED, row_caches=REQUIRED, cache_offsets=REQUIRED):
+        """Verify -> Accept | Rollback, as ``Verify.accept`` per slot: the accepted count is
+        the common prefix of slot ``slots[j]``'s draft and its row tokens
+        ``row_tokens[row_offsets[j]:row_offsets[j + 1]]``; ``row_caches[cache_offsets[j]:
+        cache_offsets[j + 1]]`` holds one cache handle per draft row."""
+        if slots is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
+            _missing("accept", ("slots", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, row_tokens, row_offsets, row_caches, cache_offsets))
+        guard_write(&self._g, _NAME)
+        try:
+            self._settle("accept", slots, None, row_tokens, row_offsets, row_caches, cache_offsets)
+        finally:
+            guard_done_write(&self._g)
 
-    def accept_rows(self, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
-        """``accept`` with the accepted count per slot supplied (``Verify.accept_rows``)."""
-        self._settle("accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def accept_rows(self, slots=REQUIRED, accepted=REQUIRED, row_tokens=REQUIRED, row_offsets=REQUIRED, row_caches=REQUIRED, cache_offsets=REQUIRED):
+        """``accept`` with slot ``slots[j]``'s accepted count ``accepted[j]`` supplied
+        (``Verify.accept_rows``); ``row_tokens``/``row_offsets`` and
+        ``row_caches``/``cache_offsets`` as in ``accept``."""
+        if slots is REQUIRED or accepted is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
+            _missing("accept_rows", ("slots", "accepted", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets))
+        guard_write(&self._g, _NAME)
+        try:
+            self._settle("accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
+        finally:
+            guard_done_write(&self._g)
 
     cdef _settle(self, str attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
-        self._enter()
         s = _slots(slots, self._c)
         b = s.shape[0]
         acc = None if accepted is None else _per_slot(accepted, b, "accepted")
@@ -482,9 +614,19 @@ cdef class BatchState:
             self._dlen[i] = 0
             self._snap[i] = 0
 
-    def resume(self, slots):
-        """Accept -> Decode."""
-        self._enter()
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def resume(self, slots=REQUIRED):
+        """Accept -> Decode for every slot in ``slots``: decoding resumes from ``next``
+        with the placed cache."""
+        if slots is REQUIRED:
+            _missing("resume", ("slots",), (slots,))
+        guard_write(&self._g, _NAME)
+        try:
+            self._resume(slots)
+        finally:
+            guard_done_write(&self._g)
+
+    cdef _resume(self, slots):
         s = _slots(slots, self._c)
         self._check_from("resume", s)
         cdef int64_t[::1] sv = s
@@ -493,9 +635,19 @@ cdef class BatchState:
             self._st[sv[j]] = C_DECODE
             self._n[sv[j]] = 0
 
-    def rollback(self, slots):
-        """Rollback -> Decode."""
-        self._enter()
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def rollback(self, slots=REQUIRED):
+        """Rollback -> Decode for every slot in ``slots``: decoding resumes from ``to``
+        with the snapshot."""
+        if slots is REQUIRED:
+            _missing("rollback", ("slots",), (slots,))
+        guard_write(&self._g, _NAME)
+        try:
+            self._rollback(slots)
+        finally:
+            guard_done_write(&self._g)
+
+    cdef _rollback(self, slots):
         s = _slots(slots, self._c)
         self._check_from("rollback", s)
         cdef int64_t[::1] sv = s
@@ -503,9 +655,19 @@ cdef class BatchState:
         for j in range(sv.shape[0]):
             self._st[sv[j]] = C_DECODE
 
-    def finish(self, slots):
-        """Any state but FREE -> Done (Rollback keeps its snapshot as the cache)."""
-        self._enter()
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def finish(self, slots=REQUIRED):
+        """Any state but FREE -> Done for every slot in ``slots`` (Rollback keeps its
+        snapshot as the cache)."""
+        if slots is REQUIRED:
+            _missing("finish", ("slots",), (slots,))
+        guard_write(&self._g, _NAME)
+        try:
+            self._finish(slots)
+        finally:
+            guard_done_write(&self._g)
+
+    cdef _finish(self, slots):
         s = _slots(slots, self._c)
         self._check_from("finish", s)
         cdef int64_t[::1] sv = s
@@ -519,9 +681,18 @@ cdef class BatchState:
             self._n[i] = 0
             self._dlen[i] = 0
 
-    def release(self, slots):
-        """Done -> FREE: the slot can be admitted again."""
-        self._enter()
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def release(self, slots=REQUIRED):
+        """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
+        if slots is REQUIRED:
+            _missing("release", ("slots",), (slots,))
+        guard_write(&self._g, _NAME)
+        try:
+            self._release(slots)
+        finally:
+            guard_done_write(&self._g)
+
+    cdef _release(self, slots):
         s = _slots(slots, self._c)
         self._check_from("release", s)
         cdef int64_t[::1] sv = s
@@ -556,22 +727,25 @@ cdef class BatchState:
             off[a] = total
         return a
 
-    cdef tuple _layout_arrays(self):
-        act = np.empty(self._c, dtype=np.int64)
-        off = np.empty(self._c + 1, dtype=np.int64)
-        cdef int64_t[::1] av = act
-        cdef int64_t[::1] ov = off
-        cdef Py_ssize_t a
-        with nogil:
-            a = self._layout(&av[0], &ov[0])
-        return act[:a], off[: a + 1]
-
     def pending(self):
-        """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for (see the
-        twin)."""
-        self._enter()
+        """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for (no
+        parameters; fresh arrays). Slot ``slots[j]`` (every slot in Prefill, Decode or
+        Verify, ascending) evaluates ``inputs[offsets[j]:offsets[j + 1]]``: its prompt,
+        ``[last]``, or for a K-token draft ``[last, draft[0], ..., draft[K - 2]]`` (with
+        ``bonus``: ``..., draft[K - 1]``). A reader: refused while a transition or
+        ``step`` runs, and it holds them off while it runs.
+        """
+        guard_read(&self._g, _NAME)
+        try:
+            return self._pending()
+        finally:
+            guard_done_read(&self._g)
+
+    cdef tuple _pending(self):
         cdef Py_ssize_t a, j, i, q, r0, m
-        cdef int64_t* sc = &self._scratch[0]
+        # the layout into buffers of this call (readers may run side by side)
+        sca = _new(2 * self._c + 1)
+        cdef int64_t* sc = _ptr(sca)
         with nogil:
             a = self._layout(sc, sc + self._c)
         act = _new(a)
@@ -601,23 +775,33 @@ cdef class BatchState:
                         inv[r0 + 1 + q] = self._draft[i, q]
         return act, inputs, off
 
-    cdef int _apply_drafts(self, const int64_t* av, const int64_t* pos_j, Py_ssize_t count,
-                           object flat, object offsets, object lengths, int64_t* dov) except -1:
-        """Enter Verify with the next drafts an index module returned for the live slots
-        at positions ``pos_j`` (their lengths into ``dov[j + 1]``), each checked before
-        use."""
-        cdef const int64_t* dfv = _ptr(flat)
+    cdef int _check_drafts_out(self, Py_ssize_t count, object flat, object offsets,
+                               object lengths) except -1:
+        """The drafts an index module returned for ``count`` live slots, checked before
+        anything is changed (``_apply_drafts`` then copies them without checks)."""
         cdef const int64_t* dlv = _ptr(lengths)
         cdef const int64_t* pov = _ptr(offsets)
-        cdef int64_t n = array_len(flat), m
-        cdef Py_ssize_t q, jj, i, t
+        cdef int64_t n = array_len(flat)
+        cdef Py_ssize_t q
         if array_len(lengths) != count or array_len(offsets) < count:
             raise RuntimeError(f"the index module returned {array_len(lengths)} drafts for {count} slots")
-        for q in range(count):   # drafts from the index module, checked before use
+        for q in range(count):
             if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
                 raise RuntimeError(
                     f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
                     f"for k_max={self._k_max} and {n} draft tokens")
+        return 0
+
+    cdef void _apply_drafts(self, const int64_t* av, const int64_t* pos_j, Py_ssize_t count,
+                            object flat, object offsets, object lengths, int64_t* dov) noexcept:
+        """Enter Verify with the next drafts (checked by ``_check_drafts_out``) an index
+        module returned for the live slots at positions ``pos_j`` (their lengths into
+        ``dov[j + 1]``)."""
+        cdef const int64_t* dfv = _ptr(flat)
+        cdef const int64_t* dlv = _ptr(lengths)
+        cdef const int64_t* pov = _ptr(offsets)
+        cdef int64_t m
+        cdef Py_ssize_t q, jj, i, t
         with nogil:
             for q in range(count):
                 jj = pos_j[q]
@@ -630,18 +814,17 @@ cdef class BatchState:
                     self._dlen[i] = m
                     self._st[i] = C_VERIFY
                     self._snap[i] = self._cache[i]
-        return 0
 
     cdef tuple _update_indexes(self, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive,
-                               object emitted, object eoff, Py_ssize_t w, Py_ssize_t a):
+                               object emitted, object eoff, Py_ssize_t w, Py_ssize_t a,
+                               const int64_t* nbv):
         """Extend the live slots' indexes with what they emitted and propose their next
-        drafts through the index module's C entry; returns ``(drafts, offsets,
-        lengths)`` as ``propose_batch`` does. Every buffer is fresh memory of this call."""
+        drafts (at most ``min(k_max, nbv[j])`` tokens, ``nbv`` the step's new budgets)
+        through the index module's C entry; returns ``(drafts, offsets, lengths)`` as
+        ``propose_batch`` does. Every buffer is fresh memory of this call."""
         cdef list index_list = _pick(self._index, av, lvv, nlive)
         cdef const int64_t* emv = _ptr(emitted)
         cdef const int64_t* eov = _ptr(eoff)
-        cdef int64_t* srcv
-        cdef int64_t* offv
         cdef Py_ssize_t q, t, kmax = self._k_max
         cdef int64_t lim
         if nlive == a:
@@ -653,7 +836,7 @@ cdef class BatchState:
         limits = _new(nlive)
         cdef int64_t* limv = _ptr(limits)
         for q in range(nlive):
-            lim = self._budget[av[lvv[q]]]
+            lim = nbv[lvv[q]]
             limv[q] = lim if lim < kmax else kmax
         square = _new(nlive * kmax if kmax else 1)
         lengths = _new(nlive)
@@ -664,6 +847,8 @@ cdef class BatchState:
         cdef int64_t* dov = _ptr(doffs)
         dov[0] = 0
         for q in range(nlive):
+            if lnv[q] < 0 or lnv[q] > kmax:
+                raise RuntimeError(f"the index module returned a draft of {lnv[q]} tokens for k_max={kmax}")
             dov[q + 1] = dov[q] + lnv[q]
         flat = _new(dov[nlive])
         cdef int64_t* fv = _ptr(flat)
@@ -672,16 +857,43 @@ cdef class BatchState:
                 fv[dov[q] + t] = sqv[q * kmax + t]
         return flat, doffs, lengths
 
-    def step(self, row_tokens, *, probs=None, rule=None, draft_probs=None):
-        """One serving step for every slot in Prefill, Decode or Verify (see the twin's
-        docstring: same arguments, same result). The batch is marked busy for the whole
-        call: another thread's call on it meanwhile raises RuntimeError."""
-        self._enter()
-        self._busy = True
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def step(self, row_tokens=REQUIRED, *, probs=None, rule=None, draft_probs=None):
+        """One serving step for every slot in Prefill, Decode or Verify.
+
+        ``row_tokens`` holds the target's chosen token for every row of ``pending()``'s
+        layout (a prefill reads its last row, a decode its one row). A verify settles by
+        ``rule`` (None: greedy exact; ``MinRun``; ``SpeculativeSampling`` and
+        ``TypicalAcceptance`` read ``probs``, one probability row per evaluated row,
+        and ``draft_probs`` for the draft rows; any other rule's ``accepted_rows``),
+        exactly as ``Verify.accept_rows`` then ``resume``/``rollback``, and emits the
+        accepted draft tokens and the target's token at the first rejected row. With
+        ``bonus`` a fully accepted K-token draft also emits row K's token (K + 1
+        tokens), and resumes from it. Emitted tokens are cut at ``max_tokens`` and after
+        ``eos`` (the slot then goes to Done); the others extend their index and draft up
+        to ``min(k_max, remaining)`` tokens, entering Verify when the draft is
+        non-empty. Cache handles are kept: ``resume_rows`` says which row of its own
+        evaluation each slot's cache resumes from (see ``StepResult``).
+
+        All or nothing: the step refuses, changing neither the batch nor any index,
+        rows that do not match the layout, probabilities the rule refuses, a rule that
+        raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``),
+        an index listed for two live slots (ValueError) and an index in use by another
+        call (RuntimeError); the same step can then be retried. (Left open: another
+        thread taking an index between the step's updates of its n-gram and its suffix
+        indexes, or, where the index module is the pure-Python twin, between an index's extend
+        and its propose; the step then
+        refuses with the batch unchanged but the indexes already updated keep the
+        step's tokens.) A rule callback that calls back into the batch is refused
+        (RuntimeError) like any call during the step.
+        """
+        if row_tokens is REQUIRED:
+            _missing("step", ("row_tokens",), (row_tokens,))
+        guard_write(&self._g, _NAME)
         try:
             return self._step(row_tokens, probs, rule, draft_probs)
         finally:
-            self._busy = False
+            guard_done_write(&self._g)
 
     cdef object _step(self, row_tokens, probs, rule, draft_probs):
         cdef int kind = R_EXACT
@@ -771,8 +983,13 @@ cdef class BatchState:
         memset(drv, 0, a * sizeof(int64_t))
         cdef int64_t* lvv = sc    # positions j of live slots with an index (scratch)
         cdef int64_t* svv = sc + self._c   # positions j of live SuffixIndex slots (scratch)
+        # each slot's budget, token and state after the step, computed aside: the batch
+        # is changed only once everything that can refuse has run (all or nothing)
+        cdef int64_t* nbv = sc + 2 * self._c + 1
+        cdef int64_t* ntv = sc + 3 * self._c + 1
+        cdef int64_t* nsv = sc + 4 * self._c + 1
         cdef Py_ssize_t nsuf = 0
-        cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0, npre = 0
+        cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0
         cdef int code
         cdef int64_t r0, r1, t, bonus = self._bonus
         cdef bint stop
@@ -784,8 +1001,6 @@ cdef class BatchState:
                     r0 = ov[j]
                     r1 = ov[j + 1]
                     e0 = w
-                    npre += code == C_PREFILL
-                    rsv[j] = -1
                     if code == C_VERIFY:
                         k = self._dlen[i]
                         if computed:
@@ -808,11 +1023,10 @@ cdef class BatchState:
                             w += 1
                             rsv[j] = n
                         drv[j] = k
-                        self._dlen[i] = 0
-                        self._snap[i] = 0
                     else:
                         emv[w] = rp[r1 - 1]
                         w += 1
+                        rsv[j] = r1 - 1 - r0    # a prefill's last prompt row, a decode's row 0
                     cnt = w - e0
                     room = self._budget[i]
                     stop = cnt >= room
@@ -826,26 +1040,23 @@ cdef class BatchState:
                                 break
                     w = e0 + cnt
                     eov[j + 1] = w
-                    self._budget[i] = room - cnt
+                    nbv[j] = room - cnt
                     if stop:
-                        self._st[i] = C_DONE
-                        self._tok[i] = 0
+                        nsv[j] = C_DONE
+                        ntv[j] = 0
                         finv[nfin] = i
                         nfin += 1
                     else:
-                        self._st[i] = C_DECODE
-                        self._tok[i] = emv[w - 1]
+                        nsv[j] = C_DECODE
+                        ntv[j] = emv[w - 1]
                         if self._has_ix[i] == IX_NGRAM:
                             lvv[nlive] = j
                             nlive += 1
                         elif self._has_ix[i] == IX_SUFFIX:
                             svv[nsuf] = j
                             nsuf += 1
-        if npre:     # the prompts of the slots that left Prefill are dropped
-            for j in range(a):
-                if self._positions[av[j]] is not None:
-                    self._positions[av[j]] = None
-        # index update and next drafts (each batched call releases the GIL for its loop)
+        # index update and next drafts (each batched call releases the GIL for its loop;
+        # each refuses before it changes any index)
         dr_off = _new(a + 1)
         drafts = _EMPTY
         cdef int64_t* dov = _ptr(dr_off)
@@ -856,10 +1067,15 @@ cdef class BatchState:
         cdef Py_ssize_t jj, lo, hi
         cdef int64_t lim
         cdef list index_list, pieces
+        if nlive and nsuf:
+            # two module calls: what would refuse the second is checked before the first
+            index_list = _pick(self._index, av, svv, nsuf)
+            _check_distinct(index_list)
+            _si.propose_batch(index_list, 0)       # refuses an index in use, changes nothing
         if nlive and _UPDATE != NULL:
             # the compiled index module's C entry: extend and propose in one pass without
             # the GIL, on this step's own buffers (no argument conversion)
-            dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a)
+            dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a, nbv)
         elif nlive:
             index_list = _pick(self._index, av, lvv, nlive)
             if nlive == a:
@@ -872,7 +1088,7 @@ cdef class BatchState:
             # one count when every slot may draft k_max tokens (the usual case: no array
             # for propose_batch to copy and check), else one count per slot
             for q in range(nlive):
-                if self._budget[av[lvv[q]]] < self._k_max:
+                if nbv[lvv[q]] < self._k_max:
                     break
             else:
                 q = nlive
@@ -881,12 +1097,14 @@ cdef class BatchState:
             else:
                 limits = _new(nlive)
                 for q in range(nlive):
-                    lim = self._budget[av[lvv[q]]]
+                    lim = nbv[lvv[q]]
                     _ptr(limits)[q] = lim if lim < self._k_max else self._k_max
             dflat, doff2, dlens = _ni.propose_batch(index_list, limits)
             dflat = np.ascontiguousarray(dflat, dtype=np.int64)
             doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
             dlens = np.ascontiguousarray(dlens, dtype=np.int64)
+        if nlive:
+            self._check_drafts_out(nlive, dflat, doff2, dlens)
         if nsuf:
             # SuffixIndex slots: their module's batch calls, with the GIL (see _suffix_update)
             index_list = _pick(self._index, av, svv, nsuf)
@@ -898,7 +1116,7 @@ cdef class BatchState:
             sacc = _new(nsuf)
             for q in range(nsuf):
                 jj = svv[q]
-                lim = self._budget[av[jj]]
+                lim = nbv[jj]
                 _ptr(slim)[q] = lim if lim < self._k_max else self._k_max
                 _ptr(sdr)[q] = drv[jj]
                 # what the drafter session records: the draft's agreement with what the
@@ -916,13 +1134,26 @@ cdef class BatchState:
                 sdoff = _new(nsuf + 1)
                 for q in range(nsuf + 1):
                     _ptr(sdoff)[q] = q * self._k_max
-                self._apply_drafts(av, svv, nsuf, sflat, sdoff, sdlens, dov)
             else:
                 sflat, sdoff, sdlens = _suffix_update(index_list, stoks[: _ptr(soff)[nsuf]], soff,
                                                       sdr, sacc, slim)
-                self._apply_drafts(av, svv, nsuf, np.ascontiguousarray(sflat, dtype=np.int64),
-                                   np.ascontiguousarray(sdoff, dtype=np.int64),
-                                   np.ascontiguousarray(sdlens, dtype=np.int64), dov)
+                sflat = np.ascontiguousarray(sflat, dtype=np.int64)
+                sdoff = np.ascontiguousarray(sdoff, dtype=np.int64)
+                sdlens = np.ascontiguousarray(sdlens, dtype=np.int64)
+            self._check_drafts_out(nsuf, sflat, sdoff, sdlens)
+        # commit: nothing below can refuse or run Python code
+        for j in range(a):
+            i = av[j]
+            if self._st[i] == C_VERIFY:
+                self._dlen[i] = 0
+                self._snap[i] = 0
+            elif self._st[i] == C_PREFILL:
+                self._positions[i] = None    # the prompt of a slot that left Prefill
+            self._budget[i] = nbv[j]
+            self._tok[i] = ntv[j]
+            self._st[i] = <int8_t>nsv[j]
+        if nsuf:
+            self._apply_drafts(av, svv, nsuf, sflat, sdoff, sdlens, dov)
         if nlive:
             self._apply_drafts(av, lvv, nlive, dflat, doff2, dlens, dov)
         if nlive or nsuf:
@@ -939,6 +1170,19 @@ cdef class BatchState:
                         dfv[dov[j] + t] = self._draft[i, t]
         return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
 
+
+
+cdef int _check_distinct(list index_list) except -1:
+    """ValueError when one index is listed for two live slots (the batch step's check,
+    made before any index changes)."""
+    cdef dict seen = {}
+    cdef Py_ssize_t q
+    for q in range(len(index_list)):
+        if seen.setdefault(id(index_list[q]), q) != q:
+            raise ValueError(
+                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
+            )
+    return 0
 
 
 cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive):
@@ -986,9 +1230,23 @@ cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, cons
 
 
 cdef class StepResult:
-    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (see the twin's
-    ``StepResult``: same attributes and methods). Every array is fresh memory of that
-    step (or a shared read-only empty array): a later step never writes into it."""
+    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the slots the step
+    evaluated: every slot that was in Prefill, Decode or Verify, ascending).
+
+    ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens slot
+    ``slots[j]`` emitted; ``accepted`` and ``drafted`` its verify counts (0 for a prefill
+    or a decode); ``resume_rows[j]`` the row of this step's evaluation, counted within
+    that slot's own rows of ``pending()``'s layout, whose cache the slot resumes from (a
+    prefill: its last prompt row, ``len(prompt) - 1``; a decode: 0; a verify: the settle
+    row, ``K - 1 + bonus`` when all K draft tokens were accepted, else the accepted
+    count), so ``offsets[j] + resume_rows[j]`` (``offsets`` from ``pending()``) is the
+    flat row; a slot that finished carries its row too, though it does not resume.
+    ``resume_rows`` is in ``slots`` order: for ``specfsm.gpu.place_rows`` over per-slot
+    states in capacity order, use ``resume_index(capacity)``. ``drafts`` (with
+    ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
+    ``finished`` the slots that reached Done. Every array is fresh memory of that step
+    (or a shared read-only empty array): a later step never writes into it.
+    """
 
     cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows
     cdef readonly object finished, drafts, draft_offsets
@@ -1006,8 +1264,17 @@ cdef class StepResult:
         self.draft_offsets = draft_offsets
 
     def emitted_by_slot(self):
+        """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
         e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
         return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
+
+    def resume_index(self, capacity):
+        """``resume_rows`` scattered into capacity order: entry ``s`` is slot ``s``'s
+        resume row, -1 for a slot this step did not evaluate (``capacity`` entries, a
+        fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
+        per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
+        slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
+        return _resume_index(self.slots, self.resume_rows, capacity)
 
     def __repr__(self):
         return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
@@ -1020,9 +1287,34 @@ cdef inline object _new(Py_ssize_t n):
     return cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
 
 
+cdef inline object _copy(object a):
+    """A fresh copy of one of the batch's 1-D arrays (what its views return)."""
+    return cnp.PyArray_NewCopy(<cnp.ndarray>a, cnp.NPY_CORDER)
+
+
 cdef inline int64_t* _ptr(object a) noexcept:
     return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
+
+
+# the real signatures of the methods whose required parameters default to REQUIRED (so
+# that a missing one is named in the TypeError): help() and inspect show these
+_TRANSITION = "self, slots"
+for _name, _text in (
+    ("admit", "self, slots, positions, offsets, caches, *, max_tokens=None, eos=None, indexes=None"),
+    ("advance_prefill", "self, slots, next_tokens, caches"),
+    ("advance_decode", "self, slots, next_tokens, caches"),
+    ("enter_verify", "self, slots, tokens, offsets"),
+    ("accept", "self, slots, row_tokens, row_offsets, row_caches, cache_offsets"),
+    ("accept_rows", "self, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets"),
+    ("resume", _TRANSITION),
+    ("rollback", _TRANSITION),
+    ("finish", _TRANSITION),
+    ("release", _TRANSITION),
+    ("step", "self, row_tokens, *, probs=None, rule=None, draft_probs=None"),
+):
+    BatchState.__dict__[_name].__signature__ = _signature(_text)
+del _name, _text, _TRANSITION

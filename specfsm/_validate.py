@@ -1141,6 +1141,47 @@ def _probs_rows(probs: object, n_rows: int) -> np.ndarray:
     return probs
 
 
+class _Required:
+    """The default that marks a required parameter of the compiled batch's methods:
+    Cython's own message for a missing positional argument does not name it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+#: see ``_Required``; ``_missing`` raises the TypeError Python itself would
+REQUIRED = _Required()
+
+
+def _missing(method: str, names: tuple[str, ...], values: tuple[object, ...]) -> None:
+    """TypeError naming the parameters of ``method`` left at ``REQUIRED`` (as Python's
+    own message for a missing positional argument does)."""
+    gone = [n for n, v in zip(names, values) if v is REQUIRED]
+    if gone:
+        shown = " and ".join(repr(n) for n in gone)
+        plural = "s" if len(gone) > 1 else ""
+        raise TypeError(f"{method}() missing {len(gone)} required positional argument{plural}: {shown}")
+
+
+def _resume_index(slots: np.ndarray, rows: np.ndarray, capacity: object) -> np.ndarray:
+    """``StepResult.resume_index``: ``rows`` (one per entry of ``slots``) scattered into
+    ``capacity`` entries, -1 for a slot the step did not evaluate. Refuses a capacity
+    that does not cover every slot of the step."""
+    c = check_count(capacity, "capacity")
+    if slots.shape[0] and int(slots.min()) < 0:
+        raise ValueError(f"slots holds {int(slots.min())}: a step's slots are non-negative")
+    if slots.shape[0] and int(slots.max()) >= c:
+        raise ValueError(
+            f"capacity={c} does not cover slot {int(slots.max())} of this step: "
+            "resume_index needs the batch's capacity"
+        )
+    out = np.full(c, -1, dtype=np.int64)
+    out[slots] = rows
+    return out
+
+
 def _illegal(attempted: str, slots: list[int], states: list[int], reasons: list[str] | None = None):
     """``IllegalTransition(attempted)`` naming the slots and the state each was in."""
     names = [STATE_NAMES[s] for s in states]

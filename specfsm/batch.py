@@ -1,6 +1,6 @@
 """B requests per serving step: the batched state machine and the fused step.
 
-``BatchState(capacity, k_max=8, *, bonus=False)`` holds ``capacity`` request slots as
+``BatchState(capacity, k_max=8, bonus=False)`` holds ``capacity`` request slots as
 arrays (state code, last token, cache handle, draft, accepted count, budget). Its
 transitions (``admit``, ``advance_prefill``, ``advance_decode``, ``enter_verify``,
 ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``) take
@@ -13,9 +13,27 @@ changes nothing. Cache handles are int64 (a row index, a block-table id).
 rule=..., probs=...)`` does the rest of a serving step in one call: acceptance (greedy
 exact, ``MinRun``, ``SpeculativeSampling``, ``TypicalAcceptance`` or any rule with
 ``accepted_rows``), settle and the transitions, budgets and eos, the index update
-(an ``NgramIndex`` or a ``SuffixIndex`` per slot, or none), the placement rows for
-``specfsm.gpu.place_rows`` (``resume_rows``, ``settle_index`` semantics) and the next
-drafts; it returns a ``StepResult`` of arrays. On the compiled core the n-gram slots'
+(an ``NgramIndex`` or a ``SuffixIndex`` per slot, or none), the placement rows and the
+next drafts; it returns a ``StepResult`` of arrays. A step is all or nothing: when it
+refuses (rows that do not match, a rule that raises, an index listed twice or in use
+elsewhere) neither the batch nor any index has changed, and the same step can be
+retried.
+
+Placement: ``StepResult.resume_rows[j]`` is the row, within slot ``slots[j]``'s own rows
+of ``pending()``'s layout, whose cache that slot resumes from (a prefill's last prompt
+row, a decode's row 0, a verify's settle row), in ``slots`` order; for
+``specfsm.gpu.place_rows(src, index, dst)`` over per-slot states in capacity order pass
+``index=result.resume_index(capacity)`` (-1, skipped, for the slots the step did not
+evaluate). ``resume_rows`` itself is the right ``index`` only when every slot was
+evaluated; otherwise ``place_rows`` refuses it for its length.
+
+Safety: one guard (``_core/_guard.pxd`` and its twin) covers every call: a transition or
+``step`` holds it as a writer for its whole duration, ``pending`` as a reader, so any
+other call meanwhile (another thread, a rule callback, an ``__index__`` of an argument)
+raises RuntimeError and changes nothing; a second ``__init__`` is refused and an
+object whose ``__init__`` never completed refuses every call. The arrays the batch
+exposes (``states``, ``tokens``, ``caches``, ``accepted``, ``draft_lens``,
+``remaining``) are fresh copies (a few hundred bytes: well under a microsecond each). On the compiled core the n-gram slots'
 index update (extend, then propose) is one pass without the GIL through a C entry of
 the compiled index module, on the step's own buffers; ``SuffixIndex`` slots record
 each verified draft, are extended (``suffix_index.extend_batch`` where the module has

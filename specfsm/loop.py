@@ -652,13 +652,13 @@ class SpeculativeLoop:
                         apos[i][min(nn, len(apos[i])) - 1] += 1
                     if nn < kk:
                         st.rollbacks += 1
-                    caches[i] = rc[rr[j]]
+                elif code == prefill:
+                    st.prefills += 1
                 else:
-                    if code == prefill:
-                        st.prefills += 1
-                    else:
-                        st.decodes += 1
-                    caches[i] = rc[-1]
+                    st.decodes += 1
+                # the row of this slot's own evaluation its cache resumes from (a
+                # prefill's or a decode's last row)
+                caches[i] = rc[rr[j]]
                 outputs[i] += em[eo[j] : eo[j + 1]]
             control += clock() - a
             share = control // len(sl)

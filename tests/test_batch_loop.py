@@ -298,7 +298,7 @@ def test_a_call_on_the_batch_during_its_step_is_refused(bm, ni):
             return 0
 
     before = b.state_of(0)
-    with pytest.raises(RuntimeError, match="in use"):
+    with pytest.raises(RuntimeError, match="BatchState is being changed"):
         b.step([1], rule=Reentrant())
     assert seen == [True] and not b.busy and b.state_of(0) == before
     b.step([1])

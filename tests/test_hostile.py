@@ -36,6 +36,7 @@ SCENARIOS = [
     "ngram_threads",
     "public",
     "vllm_rows", "vllm_threads",  # tests/hostile/scenarios_vllm.py
+    "batch",  # tests/hostile/scenarios_batch.py
 ]
 
 

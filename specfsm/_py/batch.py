@@ -46,12 +46,14 @@ from .._validate import (  # noqa: F401  (shared with the compiled module; re-ex
     _per_slot,
     _probs_rows,
     _ragged,
+    _resume_index,
     _rule_kind,
     _slots,
     check_count,
     settle_reason,
 )
 from .._values import state_types as _state_types
+from . import _guard
 from . import ngram_index as _ni
 from . import suffix_index as _si
 
@@ -84,13 +86,23 @@ _FROM = {
 
 
 class StepResult:
-    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the active slots,
-    ascending): ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens
-    slot ``slots[j]`` emitted; ``accepted``/``drafted`` its verify counts (0 for a
-    prefill or decode); ``resume_rows`` the verify row its cache resumes from (the
-    ``index`` for ``place_rows``; -1 for a prefill or decode); ``drafts`` (with
-    ``draft_offsets``) its next draft (empty: it decodes next step); ``finished`` the
-    slots that reached Done."""
+    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the slots the step
+    evaluated: every slot that was in Prefill, Decode or Verify, ascending).
+
+    ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens slot
+    ``slots[j]`` emitted; ``accepted`` and ``drafted`` its verify counts (0 for a prefill
+    or a decode); ``resume_rows[j]`` the row of this step's evaluation, counted within
+    that slot's own rows of ``pending()``'s layout, whose cache the slot resumes from (a
+    prefill: its last prompt row, ``len(prompt) - 1``; a decode: 0; a verify: the settle
+    row, ``K - 1 + bonus`` when all K draft tokens were accepted, else the accepted
+    count), so ``offsets[j] + resume_rows[j]`` (``offsets`` from ``pending()``) is the
+    flat row; a slot that finished carries its row too, though it does not resume.
+    ``resume_rows`` is in ``slots`` order: for ``specfsm.gpu.place_rows`` over per-slot
+    states in capacity order, use ``resume_index(capacity)``. ``drafts`` (with
+    ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
+    ``finished`` the slots that reached Done. Every array is fresh memory of that step
+    (or a shared read-only empty array): a later step never writes into it.
+    """
 
     __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
                  "finished", "drafts", "draft_offsets")
@@ -114,8 +126,17 @@ class StepResult:
         raise AttributeError(f"StepResult is read-only: cannot set {name!r}")
 
     def emitted_by_slot(self) -> dict[int, list[int]]:
+        """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
         e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
         return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
+
+    def resume_index(self, capacity: int) -> np.ndarray:
+        """``resume_rows`` scattered into capacity order: entry ``s`` is slot ``s``'s
+        resume row, -1 for a slot this step did not evaluate (``capacity`` entries, a
+        fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
+        per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
+        slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
+        return _resume_index(self.slots, self.resume_rows, capacity)
 
     def __repr__(self) -> str:
         return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
@@ -154,8 +175,12 @@ def _settle_one(k: int, n: int, n_rows: int, n_caches: int) -> tuple[int, str | 
 # --------------------------------------------------------------------------------------
 # the batch
 # --------------------------------------------------------------------------------------
+_NAME = "BatchState"
+
+
 class BatchState:
-    """``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE.
+    """``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE;
+    ``bonus`` (default False): ``step`` verifies a K-token draft with K + 1 rows.
 
     Transitions (each takes ``slots``, distinct slot numbers, and arrays with one entry
     per slot in the same order): ``admit`` (FREE -> Prefill: ``ServingState.start``),
@@ -164,10 +189,18 @@ class BatchState:
     ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
     snapshot. ``state_of(slot)`` gives a slot as a ``ServingState`` (None when FREE).
+
+    One guard (``specfsm._py._guard``) protects the slots: a second ``__init__`` is
+    refused, an object whose ``__init__`` never completed refuses every call, and while
+    a transition or ``step`` runs (another thread, or a callback inside it) every other
+    call on the batch raises RuntimeError, changing nothing. The arrays it exposes
+    (``states``, ``tokens``, ...) are fresh copies: writing to them changes nothing.
     """
 
-    def __init__(self, capacity: int, k_max: int = 8, *, bonus: bool = False) -> None:
+    def __init__(self, capacity: int, k_max: int = 8, bonus: bool = False) -> None:
+        g = _guard.begin_init(self, _NAME)
         c, k = _capacity(capacity, k_max)
+        bonus = bool(bonus)
         self._c = c
         self._k_max = k
         self._state = np.zeros(c, dtype=np.int8)
@@ -178,85 +211,112 @@ class BatchState:
         self._dlen = np.zeros(c, dtype=np.int64)
         self._draft = np.zeros((c, k), dtype=np.int64)
         self._positions: list[Any] = [None] * c
-        self._bonus = bool(bonus)
+        self._bonus = bonus
         self._budget = np.zeros(c, dtype=np.int64)
         self._eos = np.zeros(c, dtype=np.int64)
         self._has_eos = np.zeros(c, dtype=np.bool_)
         self._index: list[Any] = [None] * c
-        self._busy = False
+        g.end_init()
 
-    def _enter(self) -> None:
-        if self._busy:
-            raise RuntimeError("this BatchState is in use by another thread (a step is running)")
+    # -- the guard ---------------------------------------------------------------------
+    def _check(self) -> None:
+        _guard.guard_of(self, _NAME).check()
+
+    def _write(self) -> _guard.Guard:
+        g = _guard.guard_of(self, _NAME)
+        g.write()
+        return g
+
+    def _hold_guard(self, on: bool) -> None:
+        """Tests only: ``on=True`` takes the writer flag as a transition would (refusing
+        like one), ``on=False`` releases it."""
+        g = _guard.guard_of(self, _NAME)
+        if on:
+            g.write()
+        else:
+            g.done_write()
 
     @property
     def busy(self) -> bool:
-        """True while a ``step`` runs (any other call on the batch then raises RuntimeError)."""
-        return self._busy
+        """True while a transition or ``step`` runs (any other call on the batch then
+        raises RuntimeError); refuses only a batch whose ``__init__`` never completed."""
+        g = _guard.guard_of(self, _NAME)
+        if g.phase != _guard.READY:
+            g.check()
+        return bool(g.writing)
 
     # -- views -----------------------------------------------------------------------
     @property
     def capacity(self) -> int:
+        """The number of slots."""
+        self._check()
         return self._c
 
     @property
     def k_max(self) -> int:
+        """The longest draft a slot may hold."""
+        self._check()
         return self._k_max
 
     @property
     def bonus(self) -> bool:
         """Whether ``step`` verifies a K-token draft with K + 1 rows (see ``step``)."""
+        self._check()
         return self._bonus
 
     @property
     def remaining(self) -> np.ndarray:
-        """Tokens each slot may still emit in ``step`` (int64, read-only view)."""
-        return self._ro(self._budget)
-
-    def _ro(self, a: np.ndarray) -> np.ndarray:
-        v = a.view()
-        v.flags.writeable = False
-        return v
+        """Tokens each slot may still emit in ``step`` (int64, a fresh copy)."""
+        self._check()
+        return self._budget.copy()
 
     @property
     def states(self) -> np.ndarray:
-        """State code per slot (int8, read-only view): FREE, PREFILL .. DONE."""
-        return self._ro(self._state)
+        """State code per slot (int8, a fresh copy): FREE, PREFILL .. DONE."""
+        self._check()
+        return self._state.copy()
 
     @property
     def tokens(self) -> np.ndarray:
-        """``last`` / ``next`` / ``to`` per slot (int64, read-only view)."""
-        return self._ro(self._token)
+        """``last`` / ``next`` / ``to`` per slot (int64, a fresh copy)."""
+        self._check()
+        return self._token.copy()
 
     @property
     def caches(self) -> np.ndarray:
-        """Cache handle per slot (int64, read-only view; Rollback: its snapshot)."""
-        return self._ro(self._cache)
+        """Cache handle per slot (int64, a fresh copy; Rollback: its snapshot)."""
+        self._check()
+        return self._cache.copy()
 
     @property
     def accepted(self) -> np.ndarray:
-        """``Accept.n`` per slot (int64, read-only view; 0 elsewhere)."""
-        return self._ro(self._n)
+        """``Accept.n`` per slot (int64, a fresh copy; 0 elsewhere)."""
+        self._check()
+        return self._n.copy()
 
     @property
     def draft_lens(self) -> np.ndarray:
-        """Draft length per slot in Verify (int64, read-only view; 0 elsewhere)."""
-        return self._ro(self._dlen)
+        """Draft length per slot in Verify (int64, a fresh copy; 0 elsewhere)."""
+        self._check()
+        return self._dlen.copy()
 
     def slots_in(self, state: int) -> np.ndarray:
-        """The slots (ascending, int64) whose state code is ``state``."""
+        """The slots (ascending, int64) whose state code is ``state`` (0..6)."""
         code = check_count(state, "state")
         if code > DONE:
             raise ValueError(f"state must be a state code 0..{DONE}, got {code}")
+        self._check()
         return np.flatnonzero(self._state == code).astype(np.int64)
 
     def draft(self, slot: int) -> list[int]:
-        """The draft of a slot in Verify (empty elsewhere)."""
+        """The draft of slot ``slot`` when it is in Verify (empty elsewhere)."""
         i = self._one(slot)
+        self._check()
         return self._draft[i, : self._dlen[i]].tolist()
 
     def _one(self, slot: object) -> int:
         i = check_count(slot, "slot")
+        self._check()
         if i >= self._c:
             raise IndexError(f"slot {i} is outside the batch's {self._c} slots")
         return i
@@ -267,6 +327,7 @@ class BatchState:
         st = _state_types()
 
         i = self._one(slot)
+        self._check()
         code = int(self._state[i])
         tok, cache = int(self._token[i]), int(self._cache[i])
         if code == FREE:
@@ -276,7 +337,7 @@ class BatchState:
         if code == DECODE:
             return st["Decode"](tok, cache)
         if code == VERIFY:
-            return st["Verify"](self.draft(i), int(self._snap[i]), cache)
+            return st["Verify"](self._draft[i, : self._dlen[i]].tolist(), int(self._snap[i]), cache)
         if code == ACCEPT:
             return st["Accept"](int(self._n[i]), tok, cache)
         if code == ROLLBACK:
@@ -284,9 +345,13 @@ class BatchState:
         return st["Done"](cache)
 
     def __len__(self) -> int:
+        self._check()
         return self._c
 
     def __repr__(self) -> str:
+        g = _guard.guard_of(self, _NAME)
+        if g.phase != _guard.READY:
+            return "BatchState(<not initialised>)"
         counts = np.bincount(self._state, minlength=7)
         shown = ", ".join(f"{n}={int(c)}" for n, c in zip(STATE_NAMES, counts) if c)
         return f"BatchState(capacity={self._c}, k_max={self._k_max}, {shown})"
@@ -297,8 +362,9 @@ class BatchState:
         max_tokens: Any = None, eos: Any = None, indexes: Any = None,
     ) -> None:
         """FREE -> Prefill (``ServingState.start``): slot ``slots[j]`` gets the prompt
-        ``positions[offsets[j]:offsets[j + 1]]`` (non-empty) and cache handle
-        ``caches[j]``.
+        ``positions[offsets[j]:offsets[j + 1]]`` and cache handle ``caches[j]``. The
+        batch refuses an empty prompt as a batching rule (ValueError; ``ServingState``
+        accepts one, as the original design does).
 
         For ``step``: ``max_tokens`` (one count or one per slot, at least 1; default
         unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
@@ -307,87 +373,106 @@ class BatchState:
         drafts for it. A ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session
         serves one request: it records each verified draft (``record``) and drafts at
         most its ``draft_len`` when it is ``adaptive``."""
-        self._enter()
-        s = _slots(slots, self._c)
-        b = s.shape[0]
-        pos, off = _ragged(positions, offsets, b, "positions")
-        cc = _per_slot(caches, b, "caches")
-        budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else _per_slot(max_tokens, b, "max_tokens")
-        if b and budget.min() < 1:
-            j = int(np.argmin(budget))
-            raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
-        eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-        index_list = _indexes(indexes, b)
-        _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
-        if b and (off[1:] == off[:-1]).any():
-            j = int(np.flatnonzero(off[1:] == off[:-1])[0])
-            raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
-        _check_from("admit", self._state, s)
-        for j, i in enumerate(s.tolist()):
-            self._positions[i] = pos[off[j] : off[j + 1]].copy()
-            self._index[i] = index_list[j]
-        self._budget[s] = budget
-        self._eos[s] = eos_ids
-        self._has_eos[s] = eos is not None
-        self._state[s] = PREFILL
-        self._cache[s] = cc
-        self._token[s] = 0
-        self._snap[s] = 0
-        self._n[s] = 0
-        self._dlen[s] = 0
+        g = self._write()
+        try:
+            s = _slots(slots, self._c)
+            b = s.shape[0]
+            pos, off = _ragged(positions, offsets, b, "positions")
+            cc = _per_slot(caches, b, "caches")
+            budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else _per_slot(max_tokens, b, "max_tokens")
+            if b and budget.min() < 1:
+                j = int(np.argmin(budget))
+                raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
+            eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
+            index_list = _indexes(indexes, b)
+            _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
+            if b and (off[1:] == off[:-1]).any():
+                j = int(np.flatnonzero(off[1:] == off[:-1])[0])
+                raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
+            _check_from("admit", self._state, s)
+            for j, i in enumerate(s.tolist()):
+                self._positions[i] = pos[off[j] : off[j + 1]].copy()
+                self._index[i] = index_list[j]
+            self._budget[s] = budget
+            self._eos[s] = eos_ids
+            self._has_eos[s] = eos is not None
+            self._state[s] = PREFILL
+            self._cache[s] = cc
+            self._token[s] = 0
+            self._snap[s] = 0
+            self._n[s] = 0
+            self._dlen[s] = 0
+        finally:
+            g.done_write()
 
     def _advance(self, attempted: str, slots: Any, next_tokens: Any, caches: Any) -> None:
-        self._enter()
-        s = _slots(slots, self._c)
-        t = _per_slot(next_tokens, s.shape[0], "next_tokens")
-        cc = _per_slot(caches, s.shape[0], "caches")
-        _check_from(attempted, self._state, s)
-        for i in s.tolist():
-            self._positions[i] = None
-        self._state[s] = DECODE
-        self._token[s] = t
-        self._cache[s] = cc
+        g = self._write()
+        try:
+            s = _slots(slots, self._c)
+            t = _per_slot(next_tokens, s.shape[0], "next_tokens")
+            cc = _per_slot(caches, s.shape[0], "caches")
+            _check_from(attempted, self._state, s)
+            for i in s.tolist():
+                self._positions[i] = None
+            self._state[s] = DECODE
+            self._token[s] = t
+            self._cache[s] = cc
+        finally:
+            g.done_write()
 
     def advance_prefill(self, slots: Any, next_tokens: Any, caches: Any) -> None:
-        """Prefill -> Decode: the prompt's evaluation chose ``next_tokens[j]`` and left
-        cache ``caches[j]``."""
+        """Prefill -> Decode: slot ``slots[j]``'s prompt evaluation chose
+        ``next_tokens[j]`` and left cache handle ``caches[j]``."""
         self._advance("advance_prefill", slots, next_tokens, caches)
 
     def advance_decode(self, slots: Any, next_tokens: Any, caches: Any) -> None:
-        """Decode -> Decode: one single-row evaluation per slot."""
+        """Decode -> Decode: slot ``slots[j]``'s single-row evaluation chose
+        ``next_tokens[j]`` and left cache handle ``caches[j]``."""
         self._advance("advance_decode", slots, next_tokens, caches)
 
     def enter_verify(self, slots: Any, tokens: Any, offsets: Any) -> None:
         """Decode -> Verify: slot ``slots[j]`` drafts ``tokens[offsets[j]:offsets[j + 1]]``;
-        its cache handle becomes the snapshot (no copy). Refuses (ValueError) an empty
-        draft and one longer than ``k_max``."""
-        self._enter()
-        s = _slots(slots, self._c)
-        t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
-        _check_from("enter_verify", self._state, s)
-        _check_drafts(off, s, self._k_max)
-        for j, i in enumerate(s.tolist()):
-            m = int(off[j + 1] - off[j])
-            self._draft[i, :m] = t[off[j] : off[j + 1]]
-            self._dlen[i] = m
-        self._state[s] = VERIFY
-        self._snap[s] = self._cache[s]
+        its cache handle becomes the snapshot (no copy). Refuses (ValueError) a draft
+        longer than ``k_max``, and an empty draft as a batching rule (``ServingState``
+        accepts one, as the original design does)."""
+        g = self._write()
+        try:
+            s = _slots(slots, self._c)
+            t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
+            _check_from("enter_verify", self._state, s)
+            _check_drafts(off, s, self._k_max)
+            for j, i in enumerate(s.tolist()):
+                m = int(off[j + 1] - off[j])
+                self._draft[i, :m] = t[off[j] : off[j + 1]]
+                self._dlen[i] = m
+            self._state[s] = VERIFY
+            self._snap[s] = self._cache[s]
+        finally:
+            g.done_write()
 
     def accept(self, slots: Any, row_tokens: Any, row_offsets: Any, row_caches: Any, cache_offsets: Any) -> None:
         """Verify -> Accept | Rollback, as ``Verify.accept`` per slot: the accepted count is
-        the common prefix of the draft and its row tokens
-        ``row_tokens[row_offsets[j]:row_offsets[j + 1]]``; ``row_caches`` (with
-        ``cache_offsets``) holds one cache handle per draft row."""
+        the common prefix of slot ``slots[j]``'s draft and its row tokens
+        ``row_tokens[row_offsets[j]:row_offsets[j + 1]]``; ``row_caches[cache_offsets[j]:
+        cache_offsets[j + 1]]`` holds one cache handle per draft row."""
         self._settle("accept", slots, None, row_tokens, row_offsets, row_caches, cache_offsets)
 
     def accept_rows(
         self, slots: Any, accepted: Any, row_tokens: Any, row_offsets: Any, row_caches: Any, cache_offsets: Any
     ) -> None:
-        """``accept`` with the accepted count per slot supplied (``Verify.accept_rows``)."""
+        """``accept`` with slot ``slots[j]``'s accepted count ``accepted[j]`` supplied
+        (``Verify.accept_rows``); ``row_tokens``/``row_offsets`` and
+        ``row_caches``/``cache_offsets`` as in ``accept``."""
         self._settle("accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
 
     def _settle(self, attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
-        self._enter()
+        g = self._write()
+        try:
+            self._settle_held(attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
+        finally:
+            g.done_write()
+
+    def _settle_held(self, attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
         s = _slots(slots, self._c)
         b = s.shape[0]
         acc = None if accepted is None else _per_slot(accepted, b, "accepted")
@@ -440,43 +525,58 @@ class BatchState:
             self._snap[i] = 0
 
     def resume(self, slots: Any) -> None:
-        """Accept -> Decode: decoding resumes from ``next`` with the placed cache."""
-        self._enter()
-        s = _slots(slots, self._c)
-        _check_from("resume", self._state, s)
-        self._state[s] = DECODE
-        self._n[s] = 0
+        """Accept -> Decode for every slot in ``slots``: decoding resumes from ``next``
+        with the placed cache."""
+        g = self._write()
+        try:
+            s = _slots(slots, self._c)
+            _check_from("resume", self._state, s)
+            self._state[s] = DECODE
+            self._n[s] = 0
+        finally:
+            g.done_write()
 
     def rollback(self, slots: Any) -> None:
-        """Rollback -> Decode: decoding resumes from ``to`` with the snapshot."""
-        self._enter()
-        s = _slots(slots, self._c)
-        _check_from("rollback", self._state, s)
-        self._state[s] = DECODE
+        """Rollback -> Decode for every slot in ``slots``: decoding resumes from ``to``
+        with the snapshot."""
+        g = self._write()
+        try:
+            s = _slots(slots, self._c)
+            _check_from("rollback", self._state, s)
+            self._state[s] = DECODE
+        finally:
+            g.done_write()
 
     def finish(self, slots: Any) -> None:
-        """Any state but FREE -> Done (Rollback keeps its snapshot as the cache)."""
-        self._enter()
-        s = _slots(slots, self._c)
-        _check_from("finish", self._state, s)
-        for i in s.tolist():
-            self._positions[i] = None
-        self._state[s] = DONE
-        self._token[s] = 0
-        self._snap[s] = 0
-        self._n[s] = 0
-        self._dlen[s] = 0
+        """Any state but FREE -> Done for every slot in ``slots`` (Rollback keeps its
+        snapshot as the cache)."""
+        g = self._write()
+        try:
+            s = _slots(slots, self._c)
+            _check_from("finish", self._state, s)
+            for i in s.tolist():
+                self._positions[i] = None
+            self._state[s] = DONE
+            self._token[s] = 0
+            self._snap[s] = 0
+            self._n[s] = 0
+            self._dlen[s] = 0
+        finally:
+            g.done_write()
 
     def release(self, slots: Any) -> None:
-        """Done -> FREE: the slot can be admitted again."""
-        self._enter()
-        s = _slots(slots, self._c)
-        _check_from("release", self._state, s)
-        for i in s.tolist():
-            self._index[i] = None
-        self._state[s] = FREE
-        self._cache[s] = 0
-        self._budget[s] = 0
+        """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
+        g = self._write()
+        try:
+            s = _slots(slots, self._c)
+            _check_from("release", self._state, s)
+            for i in s.tolist():
+                self._index[i] = None
+            self._state[s] = FREE
+            self._cache[s] = 0
+            self._budget[s] = 0
+        finally:
+            g.done_write()
 
     # -- the fused step ------------------------------------------------------------------
     def _layout(self) -> tuple[np.ndarray, np.ndarray]:
@@ -493,24 +593,30 @@ class BatchState:
         return act, off
 
     def pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for. Slot
-        ``slots[j]`` (every slot in Prefill, Decode or Verify, ascending) evaluates
-        ``inputs[offsets[j]:offsets[j + 1]]``: its prompt, ``[last]``, or for a K-token
-        draft ``[last, draft[0], ..., draft[K - 2]]`` (with ``bonus``: ``..., draft[K - 1]``).
+        """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for (no
+        parameters; fresh arrays). Slot ``slots[j]`` (every slot in Prefill, Decode or
+        Verify, ascending) evaluates ``inputs[offsets[j]:offsets[j + 1]]``: its prompt,
+        ``[last]``, or for a K-token draft ``[last, draft[0], ..., draft[K - 2]]`` (with
+        ``bonus``: ``..., draft[K - 1]``). A reader: refused while a transition or
+        ``step`` runs, and it holds them off while it runs.
         """
-        self._enter()
-        act, off = self._layout()
-        inputs = np.empty(int(off[-1]), dtype=np.int64)
-        for j, i in enumerate(act.tolist()):
-            a, code = int(off[j]), int(self._state[i])
-            if code == PREFILL:
-                inputs[a : int(off[j + 1])] = self._positions[i]
-            else:
-                inputs[a] = self._token[i]
-                if code == VERIFY:
-                    m = int(off[j + 1]) - a - 1
-                    inputs[a + 1 : a + 1 + m] = self._draft[i, :m]
-        return act, inputs, off
+        g = _guard.guard_of(self, _NAME)
+        g.read()
+        try:
+            act, off = self._layout()
+            inputs = np.empty(int(off[-1]), dtype=np.int64)
+            for j, i in enumerate(act.tolist()):
+                a, code = int(off[j]), int(self._state[i])
+                if code == PREFILL:
+                    inputs[a : int(off[j + 1])] = self._positions[i]
+                else:
+                    inputs[a] = self._token[i]
+                    if code == VERIFY:
+                        m = int(off[j + 1]) - a - 1
+                        inputs[a + 1 : a + 1 + m] = self._draft[i, :m]
+            return act, inputs, off
+        finally:
+            g.done_read()
 
     def step(self, row_tokens: Any, *, probs: Any = None, rule: Any = None, draft_probs: Any = None) -> StepResult:
         """One serving step for every slot in Prefill, Decode or Verify.
@@ -526,17 +632,26 @@ class BatchState:
         tokens), and resumes from it. Emitted tokens are cut at ``max_tokens`` and after
         ``eos`` (the slot then goes to Done); the others extend their index and draft up
         to ``min(k_max, remaining)`` tokens, entering Verify when the draft is
-        non-empty. Cache handles are kept: ``resume_rows`` says which verify row each
-        slot's cache resumes from. Refuses (before changing anything) rows that do not
-        match the layout, probabilities the rule refuses and counts a rule puts outside
-        ``[0, K]`` (``IllegalTransition("accept_rows")``).
+        non-empty. Cache handles are kept: ``resume_rows`` says which row of its own
+        evaluation each slot's cache resumes from (see ``StepResult``).
+
+        All or nothing: the step refuses, changing neither the batch nor any index,
+        rows that do not match the layout, probabilities the rule refuses, a rule that
+        raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``),
+        an index listed for two live slots (ValueError) and an index in use by another
+        call (RuntimeError); the same step can then be retried. (Left open: another
+        thread taking an index between the step's updates of its n-gram and its suffix
+        indexes, or, where the index module is the pure-Python twin, between an index's extend
+        and its propose; the step then
+        refuses with the batch unchanged but the indexes already updated keep the
+        step's tokens.) A rule callback that calls back into the batch is refused
+        (RuntimeError) like any call during the step.
         """
-        self._enter()
-        self._busy = True
+        g = self._write()
         try:
             return self._step(row_tokens, probs, rule, draft_probs)
         finally:
-            self._busy = False
+            g.done_write()
 
     def _step(self, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
         kind, m = _rule_kind(rule)
@@ -565,9 +680,12 @@ class BatchState:
                 out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)  # type: ignore[union-attr]
             else:
                 out, an = rule.accept_batch(dflat, doff, vrows)  # type: ignore[union-attr]
+            an = np.asarray(an, dtype=np.int64)
+            if an.shape != ks.shape or (an < 0).any() or (an > ks).any():
+                raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
             acc[vj] = an
             repl = np.full(a, 0, dtype=np.int64)
-            repl[vj] = out[np.arange(vj.shape[0]), np.minimum(an, ks)]
+            repl[vj] = np.asarray(out)[np.arange(vj.shape[0]), np.minimum(an, ks)]
         else:
             for j in vj.tolist():
                 i = int(act[j])
@@ -584,11 +702,15 @@ class BatchState:
                     if kind == R_MINRUN and n < m:
                         n = 0
                 acc[j] = n
-        # pass 2: transitions, emission, budgets
+        # pass 2: emission, budgets and the next state of each slot, computed aside (the
+        # batch is changed only once the index update below has succeeded)
         emitted: list[int] = []
         eoff = np.zeros(a + 1, dtype=np.int64)
         drafted = np.zeros(a, dtype=np.int64)
-        resume = np.full(a, -1, dtype=np.int64)
+        resume = np.zeros(a, dtype=np.int64)
+        new_state = np.zeros(a, dtype=np.int8)
+        new_token = np.zeros(a, dtype=np.int64)
+        new_budget = np.zeros(a, dtype=np.int64)
         finished: list[int] = []
         for j in range(a):
             i = int(act[j])
@@ -606,11 +728,9 @@ class BatchState:
                     out = d[:n] + [t]
                     resume[j] = n
                 drafted[j] = k
-                self._dlen[i] = 0
-                self._snap[i] = 0
             else:
                 out = [int(rows[r1 - 1])]
-                self._positions[i] = None
+                resume[j] = r1 - 1 - r0      # a prefill's last prompt row, a decode's row 0
             room = int(self._budget[i])
             stop = len(out) >= room
             out = out[:room]
@@ -619,67 +739,95 @@ class BatchState:
                 if e in out:
                     out = out[: out.index(e) + 1]
                     stop = True
-            self._budget[i] = room - len(out)
+            new_budget[j] = room - len(out)
             # a live slot resumes from its last emitted token (a cut emission stops it)
-            self._token[i] = 0 if stop else out[-1]
-            self._state[i] = DONE if stop else DECODE
+            new_token[j] = 0 if stop else out[-1]
+            new_state[j] = DONE if stop else DECODE
             if stop:
                 finished.append(i)
             emitted += out
             eoff[j + 1] = len(emitted)
         em = np.asarray(emitted, dtype=np.int64)
-        live = [j for j in range(a) if int(self._state[int(act[j])]) == DECODE]
-        # index update and next drafts
-        dr_off = np.zeros(a + 1, dtype=np.int64)
+        live = [j for j in range(a) if new_state[j] == DECODE]
+        # index update and next drafts: every refusal comes before any index changes
+        # (each module's batch calls are all or nothing), and the batch is changed after
         with_ix = [j for j in live if self._index[int(act[j])] is not None]
-        drafts = np.zeros(0, dtype=np.int64)
-        if with_ix:
-            # per kind of index: its module's batch calls (n-gram slots first, then
-            # suffix slots); the drafts come back in slot order
-            by_j: dict[int, np.ndarray] = {}
-            for group in ([j for j in with_ix if isinstance(self._index[int(act[j])], _ni.NgramIndex)],
-                          [j for j in with_ix if not isinstance(self._index[int(act[j])], _ni.NgramIndex)]):
-                if not group:
-                    continue
-                index_list = [self._index[int(act[j])] for j in group]
-                toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in group])
-                loff = np.zeros(len(group) + 1, dtype=np.int64)
-                np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
-                limits = np.minimum(self._budget[act[group]], self._k_max)
-                if isinstance(index_list[0], _ni.NgramIndex):
-                    _extend_all(index_list, toks, loff)
-                    dflat, doff, dlens = _ni.propose_batch(index_list, limits)
-                else:
-                    # what the drafter session records: the draft's agreement with
-                    # what the slot emitted (the accepted count, and the replacement
-                    # when it agrees)
-                    agree = np.zeros(len(group), dtype=np.int64)
-                    for q, j in enumerate(group):
-                        d = self._draft[int(act[j]), : int(drafted[j])]
-                        e = em[int(eoff[j]) : int(eoff[j + 1])][: d.shape[0]]
-                        neq = np.flatnonzero(d[: e.shape[0]] != e)
-                        agree[q] = int(neq[0]) if neq.shape[0] else e.shape[0]
-                    dflat, doff, dlens = _suffix_update(index_list, toks, loff, drafted[group],
-                                                        agree, limits)
-                dflat = np.asarray(dflat, dtype=np.int64)
+        groups = [g for g in ([j for j in with_ix if isinstance(self._index[int(act[j])], _ni.NgramIndex)],
+                              [j for j in with_ix if not isinstance(self._index[int(act[j])], _ni.NgramIndex)])
+                  if g]
+        if len(groups) == 2:
+            # two module calls: what would refuse the second is checked before the first
+            later = [self._index[int(act[j])] for j in groups[1]]
+            _check_distinct(later)
+            _si.propose_batch(later, 0)       # refuses an index in use, changes nothing
+        by_j: dict[int, np.ndarray] = {}
+        for group in groups:
+            index_list = [self._index[int(act[j])] for j in group]
+            toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in group])
+            loff = np.zeros(len(group) + 1, dtype=np.int64)
+            np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
+            limits = np.minimum(new_budget[group], self._k_max)
+            if isinstance(index_list[0], _ni.NgramIndex):
+                _extend_all(index_list, toks, loff)
+                dflat, doff, dlens = _ni.propose_batch(index_list, limits)
+            else:
+                # what the drafter session records: the draft's agreement with what the
+                # slot emitted (the accepted count, and the replacement when it agrees)
+                agree = np.zeros(len(group), dtype=np.int64)
                 for q, j in enumerate(group):
-                    by_j[j] = dflat[int(doff[q]) : int(doff[q]) + int(dlens[q])]
-            lens = np.zeros(a, dtype=np.int64)
-            for j, d in by_j.items():
-                lens[j] = d.shape[0]
-            np.cumsum(lens, out=dr_off[1:])
-            drafts = np.zeros(int(dr_off[a]), dtype=np.int64)
-            for j, d in by_j.items():
-                ln = d.shape[0]
-                if ln:
-                    i = int(act[j])
-                    drafts[int(dr_off[j]) : int(dr_off[j]) + ln] = d
-                    self._draft[i, :ln] = d
-                    self._dlen[i] = ln
-                    self._state[i] = VERIFY
-                    self._snap[i] = self._cache[i]
+                    d = self._draft[int(act[j]), : int(drafted[j])]
+                    e = em[int(eoff[j]) : int(eoff[j + 1])][: d.shape[0]]
+                    neq = np.flatnonzero(d[: e.shape[0]] != e)
+                    agree[q] = int(neq[0]) if neq.shape[0] else e.shape[0]
+                dflat, doff, dlens = _suffix_update(index_list, toks, loff, drafted[group],
+                                                    agree, limits)
+            dflat = np.asarray(dflat, dtype=np.int64)
+            for q, j in enumerate(group):
+                d = dflat[int(doff[q]) : int(doff[q]) + int(dlens[q])]
+                if d.shape[0] > min(self._k_max, int(new_budget[j])):
+                    raise RuntimeError(
+                        f"the index module returned a draft of {d.shape[0]} tokens for "
+                        f"k_max={self._k_max}")
+                by_j[j] = d
+        dr_off = np.zeros(a + 1, dtype=np.int64)
+        lens = np.zeros(a, dtype=np.int64)
+        for j, d in by_j.items():
+            lens[j] = d.shape[0]
+        np.cumsum(lens, out=dr_off[1:])
+        drafts = np.zeros(int(dr_off[a]), dtype=np.int64)
+        # commit: nothing below can refuse
+        for j in range(a):
+            i = int(act[j])
+            if codes[j] == VERIFY:
+                self._dlen[i] = 0
+                self._snap[i] = 0
+            elif codes[j] == PREFILL:
+                self._positions[i] = None
+        self._budget[act] = new_budget
+        self._token[act] = new_token
+        self._state[act] = new_state
+        for j, d in by_j.items():
+            ln = d.shape[0]
+            if ln:
+                i = int(act[j])
+                drafts[int(dr_off[j]) : int(dr_off[j]) + ln] = d
+                self._draft[i, :ln] = d
+                self._dlen[i] = ln
+                self._state[i] = VERIFY
+                self._snap[i] = self._cache[i]
         return StepResult(act, em, eoff, acc, drafted, resume,
                           np.asarray(finished, dtype=np.int64), drafts, dr_off)
+
+
+def _check_distinct(index_list: list) -> None:
+    """ValueError when one index is listed for two live slots (the batch step's check,
+    made before any index changes)."""
+    seen: dict[int, int] = {}
+    for q, ix in enumerate(index_list):
+        if seen.setdefault(id(ix), q) != q:
+            raise ValueError(
+                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
+            )
 
 
 def _suffix_update(index_list: list, tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,

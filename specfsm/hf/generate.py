@@ -908,8 +908,9 @@ class SpeculativeGenerator:
                 choice = logits.argmax(-1).numpy()
                 rows = np.concatenate([choice[j, : int(n_in[j])] for j in range(b)])
                 res = batch.step(rows)
-            # a verify keeps its fed columns up to its resume row, a decode (-1) its one column
-            consumed = np.where(res.resume_rows >= 0, res.resume_rows + 1, 1).tolist()
+            # each slot keeps its fed columns up to its resume row (a decode: row 0, its
+            # one column)
+            consumed = (res.resume_rows + 1).tolist()
             for j, r in enumerate(act):
                 used = consumed[j]
                 buf[j, width - w + used : width] = 0

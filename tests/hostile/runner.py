@@ -782,6 +782,7 @@ SCENARIOS = {
     "threads_place": scenario_threads_place,
     "ngram_threads": scenario_ngram_threads,
     "public": scenario_public,
+    "batch": __import__("scenarios_batch").scenario_batch,    # BatchState, StepResult
 }
 SCENARIOS.update(__import__("scenarios_vllm").scenarios(sys.modules[__name__]))  # the vLLM proposers
 
