@@ -35,6 +35,8 @@ SCENARIOS = [
     "threads_place",
     "ngram_threads",
     "public",
+    "index_reentry",
+    "index_threads",
 ]
 
 

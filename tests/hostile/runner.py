@@ -782,6 +782,7 @@ SCENARIOS = {
     "threads_place": scenario_threads_place,
     "ngram_threads": scenario_ngram_threads,
     "public": scenario_public,
+    **__import__("scenarios_index").SCENARIOS,  # index_reentry, index_threads (tests/hostile/scenarios_index.py)
 }
 
 
