@@ -57,9 +57,14 @@ __all__ = [
 #: ``draft_len`` as ``NgramIndex`` does. ``prefer="latest"`` also refreshes the last
 #: position of the match's shorter suffixes on every token: O(1) typically, at most
 #: O(min(max_n, L)) per token on one token repeated. Pickles and copies as its settings,
-#: tokens and statistics. Under threads (compiled core): an ``extend`` running in one
-#: thread makes every other call on the same index raise RuntimeError, and ``extend``
-#: (or ``extend_batch``) refuses to start while a ``propose_batch`` reads the index.
+#: tokens and statistics (every state ``record`` reaches round-trips); ``record``
+#: refuses (OverflowError, changing nothing) a drafted total beyond int64, as
+#: ``NgramIndex`` does. Under threads, and from callbacks inside a call (both
+#: implementations, one guard protocol): while an ``extend``/``append``/``extend_batch``
+#: holds an index every other call on it, properties included, raises RuntimeError, and
+#: a writer refuses to start while a reader that may let other threads run (``tokens``,
+#: ``last_tokens``, pickling, ``propose_batch``) is in. An index made with ``__new__``
+#: (or whose ``__init__`` failed) refuses every call; a second ``__init__`` is refused.
 SuffixIndex = _k.SuffixIndex
 
 
