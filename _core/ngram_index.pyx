@@ -1200,6 +1200,20 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
     return ix
 
 
+cdef int _refuse(guard_t* g, Py_ssize_t i, bint write) except -1:
+    """The guard's refusal of ``indexes[i]`` in a batch call, the index named (the
+    callers test the guard inline first: this runs only when it refuses)."""
+    try:
+        if write:
+            guard_write(g, NAME)
+            guard_done_write(g)      # not reached: the caller saw a refusal coming
+        else:
+            guard_check(g, NAME)
+    except RuntimeError as exc:
+        raise RuntimeError(f"indexes[{i}]: {exc}") from None
+    return 0
+
+
 cdef list _index_list(object indexes):
     if isinstance(indexes, NgramIndex):
         raise TypeError("indexes must be a sequence of NgramIndex, got a single NgramIndex")
@@ -1327,10 +1341,8 @@ def record_batch(indexes, proposed, accepted):
     # up) checked before any changes; no Python code runs from here to the last change
     for i in range(b):
         ix = <NgramIndex>index_list[i]
-        try:
-            guard_check(&ix._g, NAME)
-        except RuntimeError as exc:
-            raise RuntimeError(f"indexes[{i}]: {exc}") from None
+        if ix._g.phase != GUARD_READY or ix._g.writing:
+            _refuse(&ix._g, i, False)
         ix._pending = 0
     for i in range(b):
         ix = <NgramIndex>index_list[i]
@@ -1597,15 +1609,14 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         # the write guard on every index, all or nothing; no Python code runs in this loop
         for i in range(b):
             ix = <NgramIndex>index_list[i]
-            if ix._g.writing and ix._write_stamp == stamp:
-                raise ValueError(
-                    f"indexes[{i}] appears twice in the batch; extend_batch takes each "
-                    "index once"
-                )
-            try:
-                guard_write(&ix._g, NAME)
-            except RuntimeError as exc:
-                raise RuntimeError(f"indexes[{i}]: {exc}") from None
+            if ix._g.phase != GUARD_READY or ix._g.writing or ix._g.readers:
+                if ix._g.writing and ix._write_stamp == stamp:
+                    raise ValueError(
+                        f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                        "index once"
+                    )
+                _refuse(&ix._g, i, True)
+            ix._g.writing = 1
             ix._write_stamp = stamp
             marked += 1
             # start loading what the next passes read
