@@ -18,8 +18,6 @@ growing them never re-reads tokens.
 import numpy as np
 
 from specfsm._validate import (
-    BUSY_READING,
-    BUSY_WRITING,
     GROW_STEP,
     MAX_INDEX_TOKENS,
     SHRINK_STEP,
@@ -58,6 +56,19 @@ cdef inline object _copy_int64(object a):
         memcpy(cnp.PyArray_DATA(<cnp.ndarray>out), array_data(a), <size_t>n * sizeof(int64_t))
     return out
 from _seq cimport Py_SIZE
+from _guard cimport (
+    GUARD_READY,
+    guard_begin_init,
+    guard_check,
+    guard_done_read,
+    guard_done_write,
+    guard_end_init,
+    guard_read,
+    guard_t,
+    guard_write,
+)
+
+NAME = "NgramIndex"            # the guard's refusals name the class
 
 cdef extern from *:
     """
@@ -808,13 +819,15 @@ cdef class NgramIndex:
     cdef int64_t _len, _cap
     cdef level_t* _levels
     cdef int32_t* _answers
-    # The guard. Every change of these two happens with the GIL held and no Python code
-    # in between check and change: an extend sets _writing before anything that can
-    # release the GIL or run Python code (argument conversion, numpy copies, the nogil
-    # indexing) and clears it last; a batch proposal counts itself in _readers for
-    # every index before it reads any, and out after it is done.
-    cdef int _readers, _writing
-    cdef int64_t _write_stamp             # the extend_batch call holding _writing (duplicates)
+    # The guard (the shared protocol, _core/_guard.pxd). Every change of it happens with
+    # the GIL held and no Python code in between check and change: an extend takes the
+    # writer flag before anything that can release the GIL or run Python code (argument
+    # conversion, numpy copies, the nogil indexing) and drops it last; a batch proposal
+    # and pickling count themselves as readers for every index before they read any,
+    # and out after they are done; every other method and property checks it.
+    cdef guard_t _g
+    cdef int64_t _write_stamp        # the extend_batch call holding the writer flag (duplicates)
+    cdef int64_t _pending            # record_batch: drafted tokens this call adds (duplicates)
     cdef bint _rolling               # min_n > ROLL_MIN_N: the rolling hash
     cdef uint64_t _roll, _bpow       # its state H(_len, min_n) and RB**min_n
     cdef uint64_t _work              # hashing and comparison steps so far (tests)
@@ -828,8 +841,7 @@ cdef class NgramIndex:
 
     def __init__(self, min_n, max_n=None, prefer="latest", *, draft_len=4, adaptive=False,
                  min_draft=1, max_draft=16):
-        if self._levels != NULL:
-            raise RuntimeError("NgramIndex.__init__ may be called only once")
+        guard_begin_init(&self._g, NAME)    # a second __init__ is refused, changing nothing
         lo, hi = _check_index_range(min_n, max_n)
         earliest = check_prefer(prefer) == 1
         k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
@@ -867,6 +879,7 @@ cdef class NgramIndex:
             if self._levels[j].slots == NULL:
                 raise MemoryError()
             memset(self._levels[j].slots, 0xFF, (1 << MIN_CAP_BITS) * sizeof(slot_t))
+        guard_end_init(&self._g)
 
     def __dealloc__(self):
         cdef int64_t j
@@ -876,25 +889,20 @@ cdef class NgramIndex:
             free(self._levels)
         free(self._answers)
 
-    cdef int _check_ready(self) except -1:
-        if self._levels == NULL:
-            raise RuntimeError("NgramIndex was not initialised")
-        if self._writing:
-            raise RuntimeError(BUSY_WRITING)
-        return 0
-
     cdef int _begin_write(self) except -1:
-        """Takes the write guard (refusing when anyone holds the index); no Python code
+        """Takes the writer flag (refusing when anyone holds the index); no Python code
         runs between the checks and the mark."""
-        if self._levels == NULL:
-            raise RuntimeError("NgramIndex was not initialised")
-        if self._writing:
-            raise RuntimeError(BUSY_WRITING)
-        if self._readers:
-            raise RuntimeError(BUSY_READING)
-        self._writing = 1
+        guard_write(&self._g, NAME)
         self._write_stamp = 0
         return 0
+
+    def _hold_guard(self, on):
+        """Tests only: take the writer flag as a writer would (refusing like one), or,
+        with ``on`` false, release it."""
+        if on:
+            self._begin_write()
+        else:
+            guard_done_write(&self._g)
 
     @property
     def _work_done(self):
@@ -905,36 +913,39 @@ cdef class NgramIndex:
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self):
+        guard_check(&self._g, NAME)
         return self._lo
 
     @property
     def max_n(self):
+        guard_check(&self._g, NAME)
         return self._hi
 
     @property
     def prefer(self):
+        guard_check(&self._g, NAME)
         return "earliest" if self._earliest else "latest"
 
     @property
     def adaptive(self):
+        guard_check(&self._g, NAME)
         return bool(self._adaptive)
 
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
+        guard_check(&self._g, NAME)
         return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
+        guard_check(&self._g, NAME)
         return self._len
 
     @property
     def tokens(self):
         """The indexed tokens, as a read-only int64 view of the index's buffer."""
-        if self._writing:
-            raise RuntimeError(BUSY_WRITING)
-        if self._buf is None:
-            return np.zeros(0, dtype=np.int64)
+        guard_check(&self._g, NAME)     # slicing lets no other thread run
         v = self._buf[: self._len]
         v.flags.writeable = False
         return v
@@ -943,19 +954,17 @@ cdef class NgramIndex:
     def nbytes(self):
         """Bytes this index holds: the token buffer and every level's hash table."""
         cdef int64_t total = 0, j
-        if self._writing:
-            raise RuntimeError(BUSY_WRITING)
-        if self._buf is not None:
-            total += self._buf.nbytes
-        if self._levels != NULL:
-            total += self._n_levels * (sizeof(level_t) + sizeof(int32_t))
-            for j in range(self._n_levels):
-                total += self._levels[j].cap * sizeof(slot_t)
+        guard_check(&self._g, NAME)
+        total += self._buf.nbytes
+        total += self._n_levels * (sizeof(level_t) + sizeof(int32_t))
+        for j in range(self._n_levels):
+            total += self._levels[j].cap * sizeof(slot_t)
         return total
 
     @property
     def bytes_per_token(self):
         """``nbytes`` per indexed token (0.0 while empty)."""
+        guard_check(&self._g, NAME)
         return self.nbytes / (<double>self._len) if self._len else 0.0
 
     cdef int _grow_buffer(self, int64_t need) except -1:
@@ -980,7 +989,7 @@ cdef class NgramIndex:
         try:
             self._extend(tokens)
         finally:
-            self._writing = 0
+            guard_done_write(&self._g)
 
     cdef int _extend(self, object tokens) except -1:
         """extend's work; the caller holds the write guard."""
@@ -1023,20 +1032,20 @@ cdef class NgramIndex:
     def append(self, token):
         """Append one verified token."""
         cdef int64_t v
-        if type(token) is int and self._len < self._cap and self._levels != NULL \
-                and not self._writing and not self._readers:
+        if type(token) is int and self._len < self._cap and self._g.phase == GUARD_READY \
+                and not self._g.writing and not self._g.readers:
             try:
                 v = token
             except OverflowError:
                 pass
             else:
-                self._writing = 1
+                self._g.writing = 1
                 self._write_stamp = 0
                 try:
                     self._tok[self._len] = v
                     self._ingest(1)
                 finally:
-                    self._writing = 0
+                    guard_done_write(&self._g)
                 return
         self.extend([token])
 
@@ -1086,14 +1095,16 @@ cdef class NgramIndex:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
         cdef int64_t k, end, i, stop
-        if self._writing or self._levels == NULL:
-            self._check_ready()
         if max_k is None:
             k = self._draft_len
         else:
             if type(max_k) is not int or max_k < 0:
-                max_k = check_count(max_k, "max_k")
+                max_k = check_count(max_k, "max_k")   # may run Python code: before the check
             k = max_k if max_k < self._len else self._len
+        # checked after the conversion; the copy below lets no other thread run (it
+        # allocates no object the garbage collector tracks but the list itself, first)
+        if self._g.phase != GUARD_READY or self._g.writing:
+            guard_check(&self._g, NAME)
         end = _chosen_end(self._answers, self._n_levels)
         if end < 0 or k <= 0:
             return []
@@ -1104,7 +1115,7 @@ cdef class NgramIndex:
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
         cdef int64_t j
-        self._check_ready()
+        guard_check(&self._g, NAME)
         for j in range(self._n_levels - 1, -1, -1):
             if self._answers[j] >= 0:
                 return self._lo + j
@@ -1115,8 +1126,15 @@ cdef class NgramIndex:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
         p, a = check_record(proposed, accepted)
-        _check_total(self._drafted, p)
-        self._record(p, a)
+        cdef int64_t pv, av
+        if p > INT64_MAX_C - self._drafted:
+            guard_check(&self._g, NAME)
+            _check_total(self._drafted, p)   # raises
+        pv = p
+        av = a
+        # no Python code runs from the check to the change
+        guard_check(&self._g, NAME)
+        self._record(pv, av)
         return self._draft_len
 
     cdef void _record(self, int64_t p, int64_t a) noexcept:
@@ -1135,6 +1153,7 @@ cdef class NgramIndex:
     def stats(self):
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
+        guard_check(&self._g, NAME)
         return {
             "steps": self._steps,
             "drafted": self._drafted,
@@ -1145,23 +1164,29 @@ cdef class NgramIndex:
         }
 
     def __repr__(self):
-        return (
-            f"NgramIndex(min_n={self._lo}, max_n={self._hi}, prefer={self.prefer!r}, "
-            f"len={self._len})"
-        )
+        if self._g.phase != GUARD_READY:
+            return "NgramIndex(<not initialised>)"
+        prefer = "earliest" if self._earliest else "latest"
+        return f"NgramIndex(min_n={self._lo}, max_n={self._hi}, prefer={prefer!r}, len={self._len})"
 
     def __reduce__(self):
         # pickled as its settings, tokens and statistics; unpickling re-indexes the tokens
-        self._check_ready()
-        return (
-            _rebuild,
-            (type(self), self._lo, self._hi, self.prefer, self._draft_len, bool(self._adaptive),
-             self._min_draft, self._max_draft, np.array(self.tokens),
-             (self._steps, self._drafted, self._accepted, self._full)),
-        )
+        guard_read(&self._g, NAME)   # the token copy may let other threads run
+        try:
+            return (
+                _rebuild,
+                (type(self), self._lo, self._hi, "earliest" if self._earliest else "latest",
+                 self._draft_len, bool(self._adaptive), self._min_draft, self._max_draft,
+                 np.array(self._buf[: self._len]),
+                 (self._steps, self._drafted, self._accepted, self._full)),
+            )
+        finally:
+            guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
-        self._steps, self._drafted, self._accepted, self._full = _check_stats(stats)
+        steps, drafted, accepted, full = _check_stats(stats)
+        guard_check(&self._g, NAME)
+        self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
@@ -1173,6 +1198,20 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
     ix.extend(tokens)
     ix._restore_stats(stats)
     return ix
+
+
+cdef int _refuse(guard_t* g, Py_ssize_t i, bint write) except -1:
+    """The guard's refusal of ``indexes[i]`` in a batch call, the index named (the
+    callers test the guard inline first: this runs only when it refuses)."""
+    try:
+        if write:
+            guard_write(g, NAME)
+            guard_done_write(g)      # not reached: the caller saw a refusal coming
+        else:
+            guard_check(g, NAME)
+    except RuntimeError as exc:
+        raise RuntimeError(f"indexes[{i}]: {exc}") from None
+    return 0
 
 
 cdef list _index_list(object indexes):
@@ -1242,8 +1281,7 @@ def propose_batch(indexes, max_k=None):
         # (no Python code runs in this loop: each index is marked, then its view taken)
         for i in range(b):
             ix = <NgramIndex>index_list[i]
-            ix._check_ready()
-            ix._readers += 1
+            guard_read(&ix._g, NAME)
             marked += 1
             if max_k is None:
                 k = ix._draft_len
@@ -1269,7 +1307,7 @@ def propose_batch(indexes, max_k=None):
         _run_views(views, b, out, out_off, lengths)
     finally:
         for i in range(marked):
-            (<NgramIndex>index_list[i])._readers -= 1
+            guard_done_read(&(<NgramIndex>index_list[i])._g)
         free(views)
     return out, out_off, lengths
 
@@ -1299,10 +1337,20 @@ def record_batch(indexes, proposed, accepted):
     out = np.empty(b, dtype=np.int64)
     cdef int64_t[::1] ov = out
     cdef NgramIndex ix
+    # all or nothing: every index's guard and every total (an index listed twice adds
+    # up) checked before any changes; no Python code runs from here to the last change
     for i in range(b):
         ix = <NgramIndex>index_list[i]
-        if pv[i] > INT64_MAX_C - ix._drafted:
-            _check_total(ix._drafted, pv[i])
+        if ix._g.phase != GUARD_READY or ix._g.writing:
+            _refuse(&ix._g, i, False)
+        ix._pending = 0
+    for i in range(b):
+        ix = <NgramIndex>index_list[i]
+        if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
+            _check_total(ix._drafted + ix._pending, pv[i])   # raises
+        ix._pending += pv[i]
+    for i in range(b):
+        ix = <NgramIndex>index_list[i]
         ix._record(pv[i], av[i])
         ov[i] = ix._draft_len
     return out
@@ -1561,18 +1609,14 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         # the write guard on every index, all or nothing; no Python code runs in this loop
         for i in range(b):
             ix = <NgramIndex>index_list[i]
-            if ix._levels == NULL:
-                raise RuntimeError(f"indexes[{i}]: NgramIndex was not initialised")
-            if ix._writing:
-                if ix._write_stamp == stamp:
+            if ix._g.phase != GUARD_READY or ix._g.writing or ix._g.readers:
+                if ix._g.writing and ix._write_stamp == stamp:
                     raise ValueError(
                         f"indexes[{i}] appears twice in the batch; extend_batch takes each "
                         "index once"
                     )
-                raise RuntimeError(f"indexes[{i}]: {BUSY_WRITING}")
-            if ix._readers:
-                raise RuntimeError(f"indexes[{i}]: {BUSY_READING}")
-            ix._writing = 1
+                _refuse(&ix._g, i, True)
+            ix._g.writing = 1
             ix._write_stamp = stamp
             marked += 1
             # start loading what the next passes read
@@ -1628,7 +1672,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             (<NgramIndex>index_list[i])._len = jobs[i].stop
     finally:
         for i in range(marked):
-            (<NgramIndex>index_list[i])._writing = 0
+            guard_done_write(&(<NgramIndex>index_list[i])._g)
         free(jobs)
         free(job_of)
         free(ring)

@@ -22,11 +22,16 @@ kept as int32 while every token fits, as int64 from the first one that does not 
 edge's 32 bits then only pick candidates: the whole token is read from the history).
 ``prefer="latest"`` adds a 4-byte last end position per state.
 
-Thread safety. ``extend`` and ``extend_batch`` set a writing flag before they convert
-their arguments (that conversion and the nogil indexing may let other threads run) and
-clear it last; while it is set every other call on the index raises RuntimeError.
-``propose_batch`` counts itself as a reader for its nogil section and the writers refuse
-to start while a reader is counted, so no reader ever sees a buffer being moved or freed.
+Thread safety: the shared guard protocol (``_core/_guard.pxd``). ``extend``,
+``append``, ``extend_batch`` (and the serving step's update through ``_UPDATE_CAPSULE``)
+hold the writer flag from before they convert their arguments (that conversion, numpy
+copies and the nogil indexing may let other threads run) until they are done; while it
+is held every other call on the index, properties included, raises RuntimeError.
+Readers that may let other threads run (``tokens``, ``last_tokens``, pickling,
+``propose_batch``) count themselves and writers refuse to start while one is counted;
+the other reads never release the GIL after their check and only check. An index made
+with ``__new__``, or whose ``__init__`` failed, refuses every call; so does one that ran
+out of memory part way through an extend.
 """
 
 import numpy as np
@@ -45,6 +50,7 @@ from specfsm._validate import (
     check_record,
     check_suffix_range,
     check_suffix_stats,
+    _check_total,
     own_batch_arrays,
     validate_offsets,
 )
@@ -54,14 +60,25 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset
 
 from _seq cimport Py_SIZE
+from _guard cimport (
+    GUARD_READY,
+    guard_begin_init,
+    guard_break,
+    guard_check,
+    guard_done_read,
+    guard_done_write,
+    guard_end_init,
+    guard_read,
+    guard_t,
+    guard_write,
+)
 from cpython.pycapsule cimport PyCapsule_New
 
 cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.suffix_index._update_and_propose"
 
 __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
 
-BUSY_WRITING = "SuffixIndex is being extended by another thread"
-BUSY_READING = "SuffixIndex is being read by a batch proposal in another thread"
+NAME = "SuffixIndex"           # the guard's refusals name the class
 
 cdef extern from *:
     """
@@ -85,6 +102,7 @@ cdef enum:
     LEN_MASK = (1 << 30) - 1
     HAS_EDGES = 1 << 30   # in clone_t.len: the clone has table edges
 
+cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 cdef int64_t INT32_LO = -2147483648
 cdef int64_t INT32_HI = 2147483647
 
@@ -649,20 +667,19 @@ cdef class SuffixIndex:
     cdef sam_t m
     cdef object _buf                 # int32 (or, once wide, int64) ndarray of the tokens
     cdef int64_t _len, _cap          # tokens held, room in _buf and the position arrays
-    cdef int _readers, _writing, _broken
-    cdef int64_t _wstamp             # the extend_batch call holding _writing (duplicates)
+    cdef guard_t _g                  # the shared guard protocol (_core/_guard.pxd)
+    cdef int64_t _wstamp             # the extend_batch call holding the writer flag (duplicates)
+    cdef int64_t _pending            # record_batch: drafted tokens this call adds (duplicates)
     cdef bint _adaptive
     cdef int64_t _draft_len, _min_draft, _max_draft
     cdef int64_t _steps, _drafted, _accepted, _full
 
     def __cinit__(self):
-        memset(&self.m, 0, sizeof(sam_t))
-        self._writing = 1            # unusable until __init__ completes
+        memset(&self.m, 0, sizeof(sam_t))   # the guard is zeroed too: UNINIT
 
     def __init__(self, min_n=1, max_n=None, prefer="earliest", *, draft_len=8, adaptive=False,
                  min_draft=1, max_draft=32, anchor_n=0, anchor_span=64, anchor_misses=4):
-        if self.m.plink != NULL:
-            raise RuntimeError("SuffixIndex.__init__ may be called only once")
+        guard_begin_init(&self._g, NAME)    # a second __init__ is refused, changing nothing
         lo, hi = check_suffix_range(min_n, max_n)
         an, aspan, amiss = check_anchor(anchor_n, anchor_span, anchor_misses)
         earliest = check_prefer(prefer)
@@ -703,7 +720,7 @@ cdef class SuffixIndex:
         self.m.cursor = 0
         self.m.match_len = 0
         self.m.match_end = -1
-        self._writing = 0
+        guard_end_init(&self._g)
 
     def __dealloc__(self):
         free(self.m.plink)
@@ -715,65 +732,75 @@ cdef class SuffixIndex:
         free(self.m.sl)
         free(self.m.hd)
 
-    cdef int _check_ready(self) except -1:
-        if self.m.plink == NULL:
-            raise RuntimeError("SuffixIndex was not initialised")
-        if self._writing:
-            raise RuntimeError(BUSY_WRITING)
-        if self._broken:
-            raise RuntimeError("SuffixIndex ran out of memory while extending and is unusable")
-        return 0
+    def _hold_guard(self, on):
+        """Tests only: take the writer flag as a writer would (refusing like one), or,
+        with ``on`` false, release it."""
+        if on:
+            guard_write(&self._g, NAME)
+        else:
+            guard_done_write(&self._g)
 
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self):
+        guard_check(&self._g, NAME)
         return self.m.min_n
 
     @property
     def max_n(self):
+        guard_check(&self._g, NAME)
         return None if self.m.max_n >= UNBOUNDED else self.m.max_n
 
     @property
     def prefer(self):
+        guard_check(&self._g, NAME)
         return "earliest" if self.m.earliest else "latest"
 
     @property
     def adaptive(self):
+        guard_check(&self._g, NAME)
         return bool(self._adaptive)
 
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
+        guard_check(&self._g, NAME)
         return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
+        guard_check(&self._g, NAME)
         return self._len
 
     @property
     def tokens(self):
         """The indexed tokens as a read-only int64 array (a view of the index's buffer
         once it holds int64, else a copy)."""
-        if self._buf is None:
-            return np.zeros(0, dtype=np.int64)
-        if self.m.wide:
-            v = self._buf[: self._len]
-        else:
-            v = self._buf[: self._len].astype(np.int64)
+        guard_read(&self._g, NAME)   # the copy may let other threads run
+        try:
+            if self.m.wide:
+                v = self._buf[: self._len]
+            else:
+                v = self._buf[: self._len].astype(np.int64)
+        finally:
+            guard_done_read(&self._g)
         v.flags.writeable = False
         return v
 
     def last_tokens(self, count):
         """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
         k = check_count(count, "count")
-        if self._buf is None:
-            return np.zeros(0, dtype=np.int64)
-        start = self._len - k if k < self._len else 0
-        return self._buf[start : self._len].astype(np.int64)
+        guard_read(&self._g, NAME)
+        try:
+            start = self._len - k if k < self._len else 0
+            return self._buf[start : self._len].astype(np.int64)
+        finally:
+            guard_done_read(&self._g)
 
     @property
     def n_edges(self):
         """Transitions of the automaton."""
+        guard_check(&self._g, NAME)  # the count below runs no Python code
         cdef int64_t i, total = self.m.npos + self.m.n_ed
         for i in range(self.m.n_cl):
             if self.m.cl[i].dst >= 0:
@@ -783,14 +810,14 @@ cdef class SuffixIndex:
     @property
     def n_states(self):
         """States of the automaton, the root included."""
-        return self.m.npos + 1 + self.m.n_cl if self.m.plink != NULL else 0
+        guard_check(&self._g, NAME)
+        return self.m.npos + 1 + self.m.n_cl
 
     @property
     def nbytes(self):
         """Bytes this index holds: the tokens, the position and clone records, the edges
         and both tables."""
-        if self.m.plink == NULL:
-            return 0
+        guard_check(&self._g, NAME)
         cdef int64_t per_pos = 4 + (4 if not self.m.earliest else 0)
         cdef int64_t per_clone = sizeof(clone_t) + (4 if not self.m.earliest else 0)
         return (self._buf.nbytes + (self._cap + 1) * per_pos + ((self._cap + 8) >> 3)
@@ -800,6 +827,7 @@ cdef class SuffixIndex:
     @property
     def bytes_per_token(self):
         """``nbytes`` per indexed token (0.0 while empty)."""
+        guard_check(&self._g, NAME)
         return self.nbytes / (<double>self._len) if self._len else 0.0
 
     cdef int _set_buffer(self, object buf) except -1:
@@ -876,12 +904,14 @@ cdef class SuffixIndex:
         cdef int64_t m, i, v
         cdef Py_ssize_t n
         # take the guard first: nothing below may run while another call holds it
-        self._check_ready()
-        if self._readers:
-            raise RuntimeError(BUSY_READING)
-        self._writing = 1
+        guard_write(&self._g, NAME)
         try:
             if type(tokens) is list and Py_SIZE(tokens) <= SMALL_LIST:
+                # a few exact ints, read in C. Growing the buffer may run Python code or
+                # let other threads run (numpy), so the list's size is read again after
+                # it; the loop itself runs none (a token that needs the int64 buffer, or
+                # anything but an exact int, leaves for the general path, which converts
+                # the list into memory of its own before reading it)
                 n = Py_SIZE(tokens)
                 if self._len + n > self._cap and self._len + n <= MAX_SUFFIX_TOKENS:
                     self._grow_buffer(self._len + n)
@@ -899,8 +929,7 @@ cdef class SuffixIndex:
                         elif INT32_LO <= v <= INT32_HI:
                             self.m.t32[self._len + i] = <int32_t>v
                         else:
-                            self._widen()
-                            self.m.t64[self._len + i] = v
+                            break
                     else:
                         self._ingest(n)
                         return
@@ -918,34 +947,34 @@ cdef class SuffixIndex:
             self._store(arr, self._len)
             self._ingest(m)
         finally:
-            self._writing = 0
+            guard_done_write(&self._g)
 
     def append(self, token):
         """Append one verified token."""
         cdef int64_t v
-        if (type(token) is int and self._len < self._cap and not self._writing
-                and not self._readers and not self._broken and self.m.plink != NULL):
+        if (type(token) is int and self._len < self._cap and self._g.phase == GUARD_READY
+                and not self._g.writing and not self._g.readers):
             try:
                 v = token
             except OverflowError:
                 pass
             else:
                 if self.m.wide or INT32_LO <= v <= INT32_HI:
-                    self._writing = 1
-                    if self.m.wide:
-                        self.m.t64[self._len] = v
-                    else:
-                        self.m.t32[self._len] = <int32_t>v
+                    self._g.writing = 1
                     try:
+                        if self.m.wide:
+                            self.m.t64[self._len] = v
+                        else:
+                            self.m.t32[self._len] = <int32_t>v
                         self._ingest(1)
                     finally:
-                        self._writing = 0
+                        guard_done_write(&self._g)
                     return
         self.extend([token])
 
     cdef int _ingest(self, int64_t m) except -1:
         """Index the m tokens already written at positions _len.._len + m - 1 (the
-        caller holds the writing flag)."""
+        caller holds the writer flag)."""
         cdef int64_t start = self._len, total = self._len + m, done
         if m == 0:
             return 0
@@ -961,7 +990,7 @@ cdef class SuffixIndex:
         """After indexing up to ``total``: ``done`` positions were indexed."""
         self._len = done
         if done < total:
-            self._broken = 1
+            guard_break(&self._g)
             raise MemoryError(
                 f"SuffixIndex could not grow its tables (after {done} tokens): out of memory "
                 "or past 2**30 - 1 states or 2**31 - 1 edges; the index is unusable now"
@@ -972,14 +1001,16 @@ cdef class SuffixIndex:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
         cdef int64_t k, end, i, stop
-        if self._writing or self._broken:
-            self._check_ready()
         if max_k is None:
             k = self._draft_len
         else:
             if type(max_k) is not int or max_k < 0:
-                max_k = check_count(max_k, "max_k")
+                max_k = check_count(max_k, "max_k")   # may run Python code: before the check
             k = max_k if max_k < self._len else self._len
+        # checked after the conversion; the copy below lets no other thread run (it
+        # allocates no object the garbage collector tracks but the list itself, first)
+        if self._g.phase != GUARD_READY or self._g.writing:
+            guard_check(&self._g, NAME)
         end = _start(&self.m)
         if end < 0 or k <= 0:
             return []
@@ -995,7 +1026,7 @@ cdef class SuffixIndex:
         first occurrence. Returns ``(n, draft)``; ``(0, [])`` when none."""
         cdef int64_t k, n = 0, i, e, stop, c
         cdef int32_t s = 0, d, ref
-        self._check_ready()
+        guard_check(&self._g, NAME)
         if max_k is None:
             k = self._draft_len
         else:
@@ -1003,7 +1034,7 @@ cdef class SuffixIndex:
         arr = np.array(as_ids(context, "context"), dtype=np.int64, copy=True)
         cdef const int64_t[::1] cv = arr
         # converting may have let another thread in: check again, then keep the GIL
-        self._check_ready()
+        guard_check(&self._g, NAME)
         cdef sam_t* m = &self.m
         for i in range(cv.shape[0]):
             c = cv[i]
@@ -1029,37 +1060,50 @@ cdef class SuffixIndex:
 
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
-        self._check_ready()
+        guard_check(&self._g, NAME)
         return self.m.match_len if self.m.match_end >= 0 else 0
 
     def match_end(self):
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
         or the anchor when it applies; -1 when there is nothing to draft."""
-        self._check_ready()
+        guard_check(&self._g, NAME)
         return _start(&self.m)
 
     @property
     def anchor_n(self):
         """Matches at least this long set the anchor (0: no anchor)."""
+        guard_check(&self._g, NAME)
         return self.m.anchor_n
 
     @property
     def anchor_span(self):
         """How many tokens past the last long match the anchor keeps drafting."""
+        guard_check(&self._g, NAME)
         return self.m.anchor_span
 
     @property
     def anchor_misses(self):
         """How many appended tokens may differ from the anchored text before the anchor
         is dropped."""
+        guard_check(&self._g, NAME)
         return self.m.anchor_misses
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed, accepted):
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
-        the draft length to use next (changed only when ``adaptive``)."""
+        the draft length to use next (changed only when ``adaptive``). Refuses
+        (OverflowError, changing nothing) a record that would take the drafted-token
+        count beyond int64, as ``NgramIndex`` does."""
         p, a = check_record(proposed, accepted)
-        self._record(p, a)
+        cdef int64_t pv, av
+        if p > INT64_MAX_C - self._drafted:
+            guard_check(&self._g, NAME)
+            _check_total(self._drafted, p)   # raises
+        pv = p
+        av = a
+        # no Python code runs from the check to the change
+        guard_check(&self._g, NAME)
+        self._record(pv, av)
         return self._draft_len
 
     cdef void _record(self, int64_t p, int64_t a) noexcept:
@@ -1078,6 +1122,7 @@ cdef class SuffixIndex:
     def stats(self):
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
+        guard_check(&self._g, NAME)
         return {
             "steps": self._steps,
             "drafted": self._drafted,
@@ -1088,24 +1133,30 @@ cdef class SuffixIndex:
         }
 
     def __repr__(self):
-        return (
-            f"SuffixIndex(min_n={self.m.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
-            f"len={self._len})"
-        )
+        if self._g.phase != GUARD_READY:
+            return "SuffixIndex(<not initialised or unusable>)"
+        hi = None if self.m.max_n >= UNBOUNDED else self.m.max_n
+        prefer = "earliest" if self.m.earliest else "latest"
+        return f"SuffixIndex(min_n={self.m.min_n}, max_n={hi}, prefer={prefer!r}, len={self._len})"
 
     def __reduce__(self):
         # pickled (and copied) as its settings, tokens and statistics; re-indexed on load
-        self._check_ready()
-        return (
-            _rebuild,
-            (type(self), self.m.min_n, self.max_n, self.prefer, self._draft_len, bool(self._adaptive),
-             self._min_draft, self._max_draft, np.array(self.tokens),
-             (self._steps, self._drafted, self._accepted, self._full), self.m.anchor_n, self.m.anchor_span,
-             self.m.anchor_misses),
-        )
+        guard_read(&self._g, NAME)   # the token copy may let other threads run
+        try:
+            return (
+                _rebuild,
+                (type(self), self.m.min_n, None if self.m.max_n >= UNBOUNDED else self.m.max_n,
+                 "earliest" if self.m.earliest else "latest", self._draft_len,
+                 bool(self._adaptive), self._min_draft, self._max_draft, np.array(self.tokens),
+                 (self._steps, self._drafted, self._accepted, self._full), self.m.anchor_n,
+                 self.m.anchor_span, self.m.anchor_misses),
+            )
+        finally:
+            guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
         steps, drafted, accepted, full = check_suffix_stats(stats)
+        guard_check(&self._g, NAME)
         self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
 
 
@@ -1122,6 +1173,20 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, 
 # ------------------------------------------------------------------------------------
 # batches of indexes
 # ------------------------------------------------------------------------------------
+
+cdef int _refuse(guard_t* g, Py_ssize_t i, bint write) except -1:
+    """The guard's refusal of ``indexes[i]`` in a batch call, the index named (the
+    callers test the guard inline first: this runs only when it refuses)."""
+    try:
+        if write:
+            guard_write(g, NAME)
+            guard_done_write(g)      # not reached: the caller saw a refusal coming
+        else:
+            guard_check(g, NAME)
+    except RuntimeError as exc:
+        raise RuntimeError(f"indexes[{i}]: {exc}") from None
+    return 0
+
 
 cdef list _index_list(object indexes):
     if isinstance(indexes, SuffixIndex):
@@ -1178,8 +1243,7 @@ def propose_batch(indexes, max_k=None):
         # count every index as read before looking at any, so none can move under us
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
-            ix._check_ready()
-            ix._readers += 1
+            guard_read(&ix._g, NAME)
             taken += 1
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
@@ -1201,7 +1265,7 @@ def propose_batch(indexes, max_k=None):
         _run_views(views, b, out, out_off, lengths)
     finally:
         for i in range(taken):
-            (<SuffixIndex>ixs[i])._readers -= 1
+            guard_done_read(&(<SuffixIndex>ixs[i])._g)
         free(views)
     return out, out_off, lengths
 
@@ -1231,6 +1295,18 @@ def record_batch(indexes, proposed, accepted):
     out = np.empty(b, dtype=np.int64)
     cdef int64_t[::1] ov = out
     cdef SuffixIndex ix
+    # all or nothing: every index's guard and every total (an index listed twice adds
+    # up) checked before any changes; no Python code runs from here to the last change
+    for i in range(b):
+        ix = <SuffixIndex>ixs[i]
+        if ix._g.phase != GUARD_READY or ix._g.writing:
+            _refuse(&ix._g, i, False)
+        ix._pending = 0
+    for i in range(b):
+        ix = <SuffixIndex>ixs[i]
+        if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
+            _check_total(ix._drafted + ix._pending, pv[i])   # raises
+        ix._pending += pv[i]
     for i in range(b):
         ix = <SuffixIndex>ixs[i]
         ix._record(pv[i], av[i])
@@ -1290,22 +1366,14 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
         # the write guard on every index, all or nothing; no Python code runs in this loop
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
-            if ix.m.plink == NULL:
-                raise RuntimeError(f"indexes[{i}]: SuffixIndex was not initialised")
-            if ix._writing:
-                if ix._wstamp == stamp:
+            if ix._g.phase != GUARD_READY or ix._g.writing or ix._g.readers:
+                if ix._g.writing and ix._wstamp == stamp:
                     raise ValueError(
                         f"indexes[{i}] appears twice in the batch; extend_batch takes each "
                         "index once"
                     )
-                raise RuntimeError(f"indexes[{i}]: {BUSY_WRITING}")
-            if ix._readers:
-                raise RuntimeError(f"indexes[{i}]: {BUSY_READING}")
-            if ix._broken:
-                raise RuntimeError(
-                    f"indexes[{i}]: SuffixIndex ran out of memory while extending and is unusable"
-                )
-            ix._writing = 1
+                _refuse(&ix._g, i, True)
+            ix._g.writing = 1
             ix._wstamp = stamp
             marked += 1
         for i in range(b):
@@ -1315,6 +1383,11 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
                 raise OverflowError(
                     f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"
+                )
+            if drafts != NULL and drafted[i] > INT64_MAX_C - ix._drafted:
+                raise OverflowError(
+                    f"indexes[{i}]: proposed={drafted[i]} would take the drafted-token "
+                    f"count beyond int64 (already {ix._drafted})"
                 )
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
         if jobs == NULL:
@@ -1342,7 +1415,7 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
             ix = <SuffixIndex>ixs[i]
             ix._len = jobs[i].done
             if jobs[i].done < jobs[i].stop:
-                ix._broken = 1
+                guard_break(&ix._g)
                 failed = True
         if failed:
             raise MemoryError(
@@ -1373,7 +1446,7 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
                 lengths[i] = k
     finally:
         for i in range(marked):
-            (<SuffixIndex>ixs[i])._writing = 0
+            guard_done_write(&(<SuffixIndex>ixs[i])._g)
         free(jobs)
     return 0
 

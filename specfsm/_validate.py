@@ -879,20 +879,10 @@ def check_anchor(anchor_n: object, anchor_span: object, anchor_misses: object) -
 
 def check_suffix_stats(stats: object) -> tuple[int, int, int, int]:
     """Pickled statistics ``(steps, drafted, accepted, full_accepts)``, checked to be
-    counts that some sequence of ``record`` calls could have produced."""
-    if not isinstance(stats, tuple) or len(stats) != 4:
-        raise ValueError(f"stats must be a tuple of 4 counts, got {stats!r}")
-    steps, drafted, accepted, full = (
-        check_count(v, name) for v, name in zip(stats, ("steps", "drafted", "accepted", "full_accepts"))
-    )
-    if accepted > drafted:
-        raise ValueError(f"stats: accepted={accepted} is beyond drafted={drafted}")
-    if full > steps:
-        raise ValueError(f"stats: full_accepts={full} is beyond steps={steps}")
-    limit = 2**62
-    if steps > limit or drafted > limit:
-        raise ValueError("stats: counts beyond 2**62")
-    return steps, drafted, accepted, full
+    counts that some sequence of ``record`` calls could have produced: the n-gram index's
+    check (``_check_stats``), since a suffix index records within the same limits (each
+    count at most int64's), so every state ``record`` reaches pickles and loads back."""
+    return _check_stats(stats)
 
 
 # --- n-gram index and batch checks ---

@@ -60,13 +60,16 @@ __all__ = [
 #: ``[min_draft, max_draft]``. Refuses ``min_n < 1``, ``min_n > max_n``, unknown
 #: ``prefer`` values, non-integer or 2-D tokens and ids beyond int64.
 #:
-#: Under threads (both implementations): an ``extend``/``append`` (or an
-#: ``extend_batch`` holding the index) is refused with RuntimeError while another one
-#: runs on the same index or a ``propose_batch`` reads it; ``propose``,
-#: ``propose_batch``, ``match_length``, ``tokens``, ``nbytes``, pickling and
-#: ``copy.copy`` are refused with RuntimeError while an extend runs, and run
-#: concurrently with each other freely; ``record``/``record_batch``/``stats`` are
-#: serialised, never refused. A refused call changes nothing. ``copy.copy``,
+#: Under threads, and from callbacks inside a call (both implementations, one guard
+#: protocol): an ``extend``/``append`` (or an ``extend_batch`` holding the index) is
+#: refused with RuntimeError while another one runs on the same index or a
+#: ``propose_batch`` or pickling reads it; every other method and property (``propose``,
+#: ``match_length``, ``len``, ``tokens``, ``nbytes``, ``stats``, ``record``, pickling, the
+#: settings) is refused with RuntimeError while an extend runs, and they run
+#: concurrently with each other freely (``record``/``record_batch`` serialised, never
+#: refused by each other; ``record_batch`` all or nothing). An index made with
+#: ``__new__`` (or whose ``__init__`` failed) refuses every call; a second ``__init__``
+#: is refused. A refused call changes nothing. ``copy.copy``,
 #: ``copy.deepcopy`` and pickling give an independent index; unpickling refuses
 #: statistics ``record`` could not have produced.
 NgramIndex = _active.NgramIndex

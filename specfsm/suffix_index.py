@@ -20,13 +20,14 @@ draft is ``t[e:e+max_k]``. With a finite ``max_n`` this equals
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _impl
-from ._validate import check_count
+from ._validate import as_ids, check_count
 
 if TYPE_CHECKING:  # type checkers read the twin
     from ._py import suffix_index as _k
@@ -56,9 +57,14 @@ __all__ = [
 #: ``draft_len`` as ``NgramIndex`` does. ``prefer="latest"`` also refreshes the last
 #: position of the match's shorter suffixes on every token: O(1) typically, at most
 #: O(min(max_n, L)) per token on one token repeated. Pickles and copies as its settings,
-#: tokens and statistics. Under threads (compiled core): an ``extend`` running in one
-#: thread makes every other call on the same index raise RuntimeError, and ``extend``
-#: (or ``extend_batch``) refuses to start while a ``propose_batch`` reads the index.
+#: tokens and statistics (every state ``record`` reaches round-trips); ``record``
+#: refuses (OverflowError, changing nothing) a drafted total beyond int64, as
+#: ``NgramIndex`` does. Under threads, and from callbacks inside a call (both
+#: implementations, one guard protocol): while an ``extend``/``append``/``extend_batch``
+#: holds an index every other call on it, properties included, raises RuntimeError, and
+#: a writer refuses to start while a reader that may let other threads run (``tokens``,
+#: ``last_tokens``, pickling, ``propose_batch``) is in. An index made with ``__new__``
+#: (or whose ``__init__`` failed) refuses every call; a second ``__init__`` is refused.
 SuffixIndex = _k.SuffixIndex
 
 
@@ -108,6 +114,11 @@ class SharedSuffixCache:
     add and look up at once. ``lookup(context, max_k)`` returns ``(n, draft)``: the
     longest suffix of ``context`` (at least ``min_n`` tokens) found in any kept output
     and the tokens that followed its first occurrence there, within that output.
+
+    Arguments are converted before the lock is taken (a conversion that calls back
+    into the cache cannot deadlock it), and a dropped drafter session hands its output
+    over without waiting for the lock (the garbage collector may drop it inside a call
+    that holds it): the output is queued and indexed by the next call.
     """
 
     def __init__(self, max_tokens: int = 1 << 20, generations: int = 4, min_n: int = 1, index_cls: Any = None) -> None:
@@ -125,39 +136,82 @@ class SharedSuffixCache:
         self._clock = 0
         self._seq = 0
         self._lock = threading.Lock()
+        self._queued: deque[list[int]] = deque()   # outputs handed over without the lock
 
     def add(self, tokens: Any) -> None:
-        """Index one finished output (a sequence or 1-D array of integer ids)."""
-        arr = np.asarray(tokens)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-            raise TypeError(f"tokens must be a 1-D sequence of integer ids, got {type(tokens).__name__}")
-        toks = arr.astype(np.int64, copy=False).tolist()
+        """Index one finished output (a sequence or 1-D array of integer ids). Refuses
+        ids beyond int64 (OverflowError, as ``SuffixIndex.extend`` does) and ids in the
+        separators' range, below ``-(2**63) + 2**48`` (ValueError)."""
+        toks = self._convert(tokens)
+        with self._lock:
+            self._drain()
+            self._add(toks)
+
+    def _convert(self, tokens: Any) -> list[int]:
+        """``tokens`` as a list of ints, checked (before any lock is taken)."""
+        try:
+            arr = as_ids(tokens, "tokens")
+        except ValueError as exc:  # 2-D, ragged
+            raise TypeError(f"tokens must be a 1-D sequence of integer ids ({exc})") from None
+        if arr.shape[0] and int(arr.min()) < _SEPARATOR_LIMIT:
+            raise ValueError(
+                f"tokens holds an id in the separators' range (below -(2**63) + 2**48): "
+                f"{int(arr.min())}"
+            )
+        return arr.tolist()  # type: ignore[no-any-return]
+
+    def _add_queued(self, tokens: list[int]) -> None:
+        """Hand an output over without ever waiting for the lock (a session's
+        finaliser): queued, and indexed now if the lock is free, else by the next call."""
+        self._queued.append(tokens)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
+
+    def _drain(self) -> None:
+        """Index the queued outputs (the caller holds the lock)."""
+        while self._queued:
+            try:
+                toks = self._queued.popleft()
+            except IndexError:  # pragma: no cover - emptied meanwhile
+                return
+            try:
+                self._add(self._convert(toks))
+            except (TypeError, ValueError, OverflowError):
+                pass  # an output a finaliser handed over that add() would refuse
+
+    def _add(self, toks: list[int]) -> None:
+        """Index one converted output (the caller holds the lock)."""
         if not toks:
             return
         toks = toks[-(self._per - 1) :]
-        with self._lock:
-            self._clock += 1
-            self._seq += 1
-            g = self._gens[-1] if self._gens else None
-            if g is None or len(g[0]) + len(toks) + 1 > self._per:
-                while self._gens and (len(self._gens) + 1) * self._per > self.max_tokens:
-                    old = min(range(len(self._gens)), key=lambda i: self._gens[i][1])
-                    del self._gens[old]
-                g = [self._cls(self.min_n, None, "earliest"), self._clock]
-                self._gens.append(g)
-            g[0].extend(toks + [-(2**63) + (self._seq % 2**47)])
-            g[1] = self._clock
+        self._clock += 1
+        self._seq += 1
+        g = self._gens[-1] if self._gens else None
+        if g is None or len(g[0]) + len(toks) + 1 > self._per:
+            while self._gens and (len(self._gens) + 1) * self._per > self.max_tokens:
+                old = min(range(len(self._gens)), key=lambda i: self._gens[i][1])
+                del self._gens[old]
+            g = [self._cls(self.min_n, None, "earliest"), self._clock]
+            self._gens.append(g)
+        g[0].extend(toks + [-(2**63) + (self._seq % 2**47)])
+        g[1] = self._clock
 
     def lookup(self, context: Any, max_k: int) -> tuple[int, list[Any]]:
         """``(n, draft)`` for the longest suffix of ``context`` in any kept output;
         ``(0, [])`` when none of at least ``min_n`` tokens is found."""
         k = check_count(max_k, "max_k")
+        # converted once, into memory of its own, before the lock is taken
+        ctx = np.array(as_ids(context, "context"), dtype=np.int64, copy=True)
         best: tuple[int, list[Any]] = (0, [])
         with self._lock:
+            self._drain()
             self._clock += 1
             hit = None
             for g in reversed(self._gens):
-                n, d = g[0].lookup(context, k)
+                n, d = g[0].lookup(ctx, k)
                 if n > best[0]:
                     best, hit = (n, d), g
             if hit is not None:
@@ -170,12 +224,14 @@ class SharedSuffixCache:
 
     def __len__(self) -> int:
         with self._lock:
+            self._drain()
             return sum(len(g[0]) for g in self._gens)
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the kept generations' indexes."""
         with self._lock:
+            self._drain()
             return sum(g[0].nbytes for g in self._gens)
 
     def __repr__(self) -> str:
@@ -241,8 +297,19 @@ class _SuffixSession:
                 self.shared.add(out)
 
     def __del__(self) -> None:
+        # never waits for the cache's lock: the garbage collector may run this inside a
+        # call that holds it, in this very thread
         try:
-            self.close()
+            out = self.output
+            shared = self.shared
+            if out is not None and shared is not None:
+                self.output = None
+                if out:
+                    queue = getattr(shared, "_add_queued", None)
+                    if queue is not None:
+                        queue(list(out))
+                    else:
+                        shared.add(out)
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
 

@@ -37,6 +37,8 @@ SCENARIOS = [
     "public",
     "vllm_rows", "vllm_threads",  # tests/hostile/scenarios_vllm.py
     "batch",  # tests/hostile/scenarios_batch.py
+    "index_reentry",
+    "index_threads",
 ]
 
 

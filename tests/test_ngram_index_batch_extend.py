@@ -128,7 +128,7 @@ def test_extend_batch_refuses_a_busy_index(ngi):
             return 4
 
     a.extend(Calling())
-    assert seen and "indexes[1]: NgramIndex is being extended" in seen[0]
+    assert seen and "indexes[1]: NgramIndex is being changed" in seen[0]
     assert a.tokens.tolist() == [4, 4] and len(b) == 0
 
 

@@ -680,16 +680,17 @@ def test_drafter_with_shared_cache_drafts_across_requests(impl):
         SuffixDrafter(shared=object())
 
 
-def test_uninitialised_or_reinitialised_compiled_index(impl):
-    if impl.name == "python":
-        pytest.skip("the twin is a plain Python class; only the compiled one has C state to guard")
+def test_uninitialised_or_reinitialised_index(impl):
+    """An index made with __new__ refuses every call (sizes and length included) on
+    both implementations; a second __init__ is refused (tests/test_guard.py checks every
+    public name)."""
     S = impl.module("suffix_index").SuffixIndex
     raw = S.__new__(S)
     for call in (lambda: raw.propose(2), lambda: raw.extend([1]), lambda: raw.append(1),
-                 lambda: raw.lookup([1]), lambda: raw.match_end(), lambda: pickle.dumps(raw)):
+                 lambda: raw.lookup([1]), lambda: raw.match_end(), lambda: pickle.dumps(raw),
+                 lambda: raw.nbytes, lambda: len(raw)):
         with pytest.raises(RuntimeError, match="not initialised"):
             call()
-    assert raw.nbytes == 0 and len(raw) == 0
     ix = S(1)
     with pytest.raises(RuntimeError, match="only once"):
         ix.__init__(2)
@@ -919,7 +920,7 @@ def test_extend_batch_refuses_a_busy_index(sfx):
             return 4
 
     a.extend(Calling())
-    assert seen and "indexes[1]: SuffixIndex is being extended" in seen[0]
+    assert seen and "indexes[1]: SuffixIndex is being changed" in seen[0]
     assert a.tokens.tolist() == [4, 4] and len(b) == 0
 
 
@@ -975,3 +976,269 @@ def test_extend_batch_public_wrapper():
     a, b = pub.SuffixIndex(1), pub.SuffixIndex(1)
     assert pub.extend_batch([a, b], [3, 4, 3, 8], [0, 3, 4]) is None
     assert a.propose(2) == [4, 3] and b.tokens.tolist() == [8]
+
+
+# ---------------------------------------------------------------------------------------
+# safety (issue 19): lists changed under extend, guarded reads, counts, the shared cache
+# ---------------------------------------------------------------------------------------
+WIDEN_RACE = """
+import gc
+from specfsm import _impl
+sfx = _impl.module(IMPL, "suffix_index")
+for clear in (True, False):
+    ix = sfx.SuffixIndex(1)
+    ix.extend(list(range(10)))          # room for 56: the list below needs no growing
+    first = [0] * 5 + [2**40] + [0] * 34   # the sixth token needs the int64 buffer
+    lst = list(first)
+    armed = [True]
+    def cb(phase, info):
+        # the first collection inside extend (a numpy or memoryview allocation, as when
+        # another thread runs while numpy has released the GIL) rewrites the list
+        if armed[0] and phase == "start":
+            armed[0] = False
+            if clear:
+                lst.clear()
+            else:
+                lst.extend([1] * 1000)
+    gc.callbacks.append(cb)
+    old = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        ix.extend(lst)
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(cb)
+    assert not armed[0], "no collection ran inside extend"
+    t = ix.tokens.tolist()
+    assert t[:10] == list(range(10)), t[:20]
+    assert t[10:] in (first, list(lst)), (clear, len(t))
+    fresh = sfx.SuffixIndex(1)
+    fresh.extend(t)
+    assert ix.propose(8) == fresh.propose(8)
+print("ok")
+"""
+
+
+def test_extend_never_reads_a_list_after_numpy_ran(impl):
+    """extend over a short list of exact ints reads it in C; a token that needs the
+    int64 buffer meets numpy (which may run the garbage collector, or release the GIL
+    to another thread), and the list cleared or grown meanwhile must never be read
+    again (today's code read the cleared list's freed items and crashed)."""
+    from isolated import run_isolated
+
+    assert run_isolated(WIDEN_RACE, impl.name).strip().endswith("ok")
+
+
+def _every_use(sfx, ix):
+    """Every public method and property of a SuffixIndex, and the batch calls, on ix."""
+    return {
+        "__init__": lambda: ix.__init__(1),
+        "__len__": lambda: len(ix),
+        "extend": lambda: ix.extend([9]),
+        "append": lambda: ix.append(9),
+        "propose": lambda: ix.propose(2),
+        "lookup": lambda: ix.lookup([1, 2]),
+        "match_length": lambda: ix.match_length(),
+        "match_end": lambda: ix.match_end(),
+        "record": lambda: ix.record(1, 0),
+        "last_tokens": lambda: ix.last_tokens(2),
+        **{name: (lambda name=name: getattr(ix, name)) for name in (
+            "min_n", "max_n", "prefer", "adaptive", "draft_len", "tokens", "n_edges",
+            "n_states", "nbytes", "bytes_per_token", "anchor_n", "anchor_span",
+            "anchor_misses", "stats")},
+        "pickle": lambda: pickle.dumps(ix),
+        "copy": lambda: copy.copy(ix),
+        "propose_batch": lambda: sfx.propose_batch([ix], 2),
+        "record_batch": lambda: sfx.record_batch([ix], [1], [0]),
+        "extend_batch": lambda: sfx.extend_batch([ix], [1], [0, 1]),
+    }
+
+
+def test_every_use_is_refused_while_extend_converts(sfx):
+    """Code that runs inside extend (its argument's conversion: a callback, or another
+    thread) meets a guarded index: every method and property, the read-only ones
+    included (``n_edges`` and its siblings read tables an extend may move), is refused
+    with RuntimeError; the extend then completes."""
+    from collections.abc import Sequence
+
+    ix = sfx.SuffixIndex(1)
+    ix.extend([1, 2, 3, 1, 2])
+    seen = {}
+
+    class Calling(Sequence):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            if i >= 3:
+                raise IndexError(i)
+            if not seen:
+                for name, use in _every_use(sfx, ix).items():
+                    try:
+                        use()
+                    except RuntimeError:
+                        seen[name] = "refused"
+                    else:
+                        seen[name] = "allowed"
+            return 3
+
+    ix.extend(Calling())
+    assert seen and {k for k, v in seen.items() if v != "refused"} == set(), seen
+    assert ix.tokens.tolist() == [1, 2, 3, 1, 2, 3, 3, 3]
+    assert ix.stats["steps"] == 0 and ix.min_n == 1
+
+
+def test_record_refuses_to_overflow_the_counts(sfx):
+    """record keeps int64 counts and refuses (OverflowError, changing nothing) the one
+    that would take the drafted total past int64, as NgramIndex does (today's compiled
+    index wrapped negative, the twin grew past int64); every state it reaches pickles
+    and copies back."""
+    ix = sfx.SuffixIndex(1, adaptive=True)
+    ix.extend([1, 2, 1, 2])
+    ix.record(2**62, 0)
+    before = ix.stats
+    for _ in range(2):
+        with pytest.raises(OverflowError, match="proposed"):
+            ix.record(2**62, 0)
+    assert ix.stats == before
+    ix.record(2**62 - 1, 2**62 - 1)          # int64's largest total, reachable
+    assert ix.stats["drafted"] == 2**63 - 1 and ix.stats["accepted"] == 2**62 - 1
+    with pytest.raises(OverflowError):
+        ix.record(1, 1)
+    ix.record(0, 0)
+    for other in (pickle.loads(pickle.dumps(ix)), copy.copy(ix), copy.deepcopy(ix)):
+        assert other.stats == ix.stats and other.propose(3) == ix.propose(3)
+        assert other.draft_len == ix.draft_len
+
+
+def test_record_batch_is_all_or_nothing(sfx):
+    """record_batch checks every index's total (an index listed twice adds up) before
+    it changes any."""
+    a, b = sfx.SuffixIndex(1), sfx.SuffixIndex(1)
+    b.record(2**63 - 2, 0)
+    with pytest.raises(OverflowError):
+        sfx.record_batch([a, b], [1, 2], [1, 0])
+    with pytest.raises(OverflowError):
+        sfx.record_batch([a, a], [2**62, 2**62], [0, 0])
+    assert a.stats["steps"] == 0 and b.stats["steps"] == 1
+    assert sfx.record_batch([a, a], [2**62, 2**62 - 1], [0, 0]).tolist() == [8, 8]
+    assert a.stats["drafted"] == 2**63 - 1
+
+
+def _session_with_output(sfx, cache):
+    from specfsm.suffix_index import SuffixDrafter
+
+    d = SuffixDrafter(shared=cache, index_cls=sfx.SuffixIndex)
+    sess = d.session([1, 2, 3])
+    sess.extend([4, 5, 6, 7])
+    return sess
+
+
+def test_dropped_session_never_waits_for_the_cache_lock(sfx):
+    """The garbage collector may finalise a drafter session inside a cache call that
+    holds the cache's lock, in the same thread: the finaliser queues the output instead
+    of waiting (today's code deadlocked), and the next call indexes it."""
+    from specfsm.suffix_index import SharedSuffixCache
+
+    cache = SharedSuffixCache(index_cls=sfx.SuffixIndex)
+    sess = _session_with_output(sfx, cache)
+    done = threading.Event()
+
+    def body():
+        with cache._lock:               # as inside add/lookup, when a collection runs
+            sess.__del__()
+        done.set()
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(10)
+    assert done.is_set(), "the finaliser waited for the lock its own thread holds"
+    assert len(cache) == 5                      # 4 tokens and a separator, indexed now
+    assert cache.lookup([9, 4, 5], 2) == (2, [6, 7])
+    sess.__del__()                              # once only
+    assert len(cache) == 5
+
+
+def test_dropped_session_by_the_collector_inside_a_cache_call(sfx):
+    """The same through the garbage collector: a collection that starts while lookup
+    holds the lock drops the last reference to a session (its callback clears the
+    list holding it), so the finaliser runs there, in the lookup's thread."""
+    import gc
+
+    from specfsm.suffix_index import SharedSuffixCache
+
+    cache = SharedSuffixCache(index_cls=sfx.SuffixIndex)
+    cache.add([1, 2, 3])
+    holder = [_session_with_output(sfx, cache)]
+    fired = []
+    done = threading.Event()
+
+    def cb(phase, info):
+        if phase == "start" and holder and cache._lock.locked():
+            fired.append(True)
+            holder.clear()              # the session's finaliser runs here
+
+    def body():
+        old = gc.get_threshold()
+        gc.callbacks.append(cb)
+        gc.set_threshold(1)
+        try:
+            for _ in range(50):
+                cache.lookup([1, 2], 2)
+                if fired:
+                    break
+        finally:
+            gc.set_threshold(*old)
+            gc.callbacks.remove(cb)
+        done.set()
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(20)
+    assert done.is_set(), "deadlocked: the finaliser waited for the lock lookup holds"
+    assert fired, "no collection ran while the lock was held"
+    assert cache.lookup([9, 4, 5], 2) == (2, [6, 7])
+
+
+def test_shared_cache_callbacks_and_ids_beyond_int64(sfx):
+    """Arguments are converted before the lock is taken (a context whose conversion
+    calls the cache back cannot deadlock it); ids beyond int64 are refused as
+    SuffixIndex.extend refuses them (today they were stored wrapped into the
+    separators' range), and ids in that range are refused too."""
+    from collections.abc import Sequence
+
+    from specfsm.suffix_index import SharedSuffixCache
+
+    cache = SharedSuffixCache(index_cls=sfx.SuffixIndex)
+    with pytest.raises(OverflowError, match="tokens"):
+        cache.add(np.array([2**63 + 5, 1], dtype=np.uint64))
+    with pytest.raises(OverflowError, match="tokens"):
+        cache.add([2**64 - 1])
+    with pytest.raises(ValueError, match="separators"):
+        cache.add([-(2**63) + 7])
+    assert len(cache) == 0
+    cache.add(np.array([2**63 - 1, 3, 4], dtype=np.uint64))
+    assert cache.lookup([2**63 - 1], 2) == (1, [3, 4])
+
+    class Calling(Sequence):
+        def __len__(self):
+            cache.add([8, 9])
+            return 2
+
+        def __getitem__(self, i):
+            if i >= 2:
+                raise IndexError(i)
+            return [3, 4][i]
+
+    done = threading.Event()
+    out = []
+
+    def body():
+        out.append(cache.lookup(Calling(), 1))
+        done.set()
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(10)
+    assert done.is_set(), "lookup deadlocked on a context that calls the cache"
+    assert out[0][0] >= 0

@@ -27,7 +27,9 @@ class Guard:
         self.writing = False
         self.readers = 0
         self.name = name
-        self._lock = threading.Lock()  # check-and-set is atomic across threads
+        # check-and-set is atomic across threads; re-entrant, because the garbage
+        # collector may run a finaliser that calls this object inside a held section
+        self._lock = threading.RLock()
 
     def begin_init(self) -> None:
         with self._lock:
@@ -86,7 +88,7 @@ def guard_of(obj: object, name: str) -> Guard:
         return Guard(name)
 
 
-_create_lock = threading.Lock()
+_create_lock = threading.RLock()  # re-entrant: a collection inside may create a guard too
 
 
 def begin_init(obj: object, name: str) -> Guard:

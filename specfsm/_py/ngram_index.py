@@ -14,13 +14,12 @@ matches or ``max_k`` is 0.
 from __future__ import annotations
 
 import sys
-import threading
 
 import numpy as np
 
+from ._guard import READY, begin_init, guard_of
+
 from .._validate import (  # noqa: F401  (shared with the compiled module; re-exported)
-    BUSY_READING,
-    BUSY_WRITING,
     GROW_STEP,
     INT64_MAX,
     MAX_INDEX_TOKENS,
@@ -51,6 +50,7 @@ __all__ = [
 ]
 
 _PREFER = ("latest", "earliest")
+NAME = "NgramIndex"  # the guard's refusals name the class
 # --------------------------------------------------------------------------------------
 # argument checks (those shared with the compiled module live in specfsm._validate)
 # --------------------------------------------------------------------------------------
@@ -172,6 +172,7 @@ class NgramIndex:
         min_draft: object = 1,
         max_draft: object = 16,
     ) -> None:
+        g = begin_init(self, NAME)  # a second __init__ is refused, changing nothing
         self._lo, self._hi = _check_index_range(min_n, max_n)
         self._earliest = check_prefer(prefer) == 1
         self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
@@ -185,59 +186,64 @@ class NgramIndex:
         self._drafted = 0
         self._accepted = 0
         self._full = 0
-        # the guard: _writing and _readers are changed only under _lock (held briefly);
-        # an extend refuses to start while readers or another extend are in, and a
-        # reader refuses to start during an extend (as the compiled index does)
-        self._lock = threading.Lock()
-        self._writing = False
-        self._readers = 0
+        # the guard (specfsm._py._guard, the compiled index's protocol): an extend holds
+        # the writer flag and refuses to start while readers or another writer are in,
+        # a reader refuses to start during an extend, every other call checks it
+        g.end_init()
 
     def _begin_write(self) -> None:
-        with self._lock:
-            if self._writing:
-                raise RuntimeError(BUSY_WRITING)
-            if self._readers:
-                raise RuntimeError(BUSY_READING)
-            self._writing = True
+        guard_of(self, NAME).write()
 
     def _end_write(self) -> None:
-        with self._lock:
-            self._writing = False
+        guard_of(self, NAME).done_write()
 
     def _begin_read(self) -> None:
-        with self._lock:
-            if self._writing:
-                raise RuntimeError(BUSY_WRITING)
-            self._readers += 1
+        guard_of(self, NAME).read()
 
     def _end_read(self) -> None:
-        with self._lock:
-            self._readers -= 1
+        guard_of(self, NAME).done_read()
+
+    def _check_ready(self) -> None:
+        guard_of(self, NAME).check()
+
+    def _hold_guard(self, on: object) -> None:
+        """Tests only: take the writer flag as a writer would (refusing like one), or,
+        with ``on`` false, release it."""
+        if on:
+            self._begin_write()
+        else:
+            self._end_write()
 
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self) -> int:
+        self._check_ready()
         return self._lo
 
     @property
     def max_n(self) -> int:
+        self._check_ready()
         return self._hi
 
     @property
     def prefer(self) -> str:
+        self._check_ready()
         return "earliest" if self._earliest else "latest"
 
     @property
     def adaptive(self) -> bool:
+        self._check_ready()
         return self._adaptive
 
     @property
     def draft_len(self) -> int:
         """The draft length ``propose()`` uses when ``max_k`` is None."""
+        self._check_ready()
         return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self) -> int:
+        self._check_ready()
         return len(self._toks)
 
     @property
@@ -268,6 +274,7 @@ class NgramIndex:
     @property
     def bytes_per_token(self) -> float:
         """``nbytes`` per indexed token (0.0 while empty)."""
+        self._check_ready()
         n = len(self._toks)
         return self.nbytes / n if n else 0.0
 
@@ -312,9 +319,11 @@ class NgramIndex:
     def propose(self, max_k: object = None) -> list:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
-        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
+        k = None if max_k is None else check_count(max_k, "max_k")
         self._begin_read()
         try:
+            if k is None:
+                k = self._draft_len
             end = self._end()
             if end < 0 or k == 0:
                 return []
@@ -344,24 +353,31 @@ class NgramIndex:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
         p, a = check_record(proposed, accepted)
-        with self._lock:  # records from several threads are serialised, never refused
+        g = guard_of(self, NAME)
+        with g._lock:  # check and change at once: records from threads are serialised
+            g._check()
             _check_total(self._drafted, p)
-            self._steps += 1
-            self._drafted += p
-            self._accepted += a
-            if p > 0 and a == p:
-                self._full += 1
-            if self._adaptive and p > 0:
-                if a == p:
-                    self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
-                else:
-                    self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
+            self._record(p, a)
             return self._draft_len
+
+    def _record(self, p: int, a: int) -> None:
+        """The change ``record`` makes (its caller holds the guard's lock, checked)."""
+        self._steps += 1
+        self._drafted += p
+        self._accepted += a
+        if p > 0 and a == p:
+            self._full += 1
+        if self._adaptive and p > 0:
+            if a == p:
+                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
+            else:
+                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
 
     @property
     def stats(self) -> dict:
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
+        self._check_ready()
         return {
             "steps": self._steps,
             "drafted": self._drafted,
@@ -372,28 +388,32 @@ class NgramIndex:
         }
 
     def __repr__(self) -> str:
-        return (
-            f"NgramIndex(min_n={self._lo}, max_n={self._hi}, prefer={self.prefer!r}, "
-            f"len={len(self._toks)})"
-        )
+        if guard_of(self, NAME).phase != READY:
+            return "NgramIndex(<not initialised>)"
+        prefer = "earliest" if self._earliest else "latest"
+        return f"NgramIndex(min_n={self._lo}, max_n={self._hi}, prefer={prefer!r}, len={len(self._toks)})"
 
     def __reduce__(self):
         # pickled (and copied by copy.copy / copy.deepcopy) as its settings, tokens and
         # statistics; unpickling re-indexes the tokens into a new, independent index
         self._begin_read()
         try:
-            toks = np.asarray(self._toks, dtype=np.int64)
+            return (
+                _rebuild,
+                (type(self), self._lo, self._hi, "earliest" if self._earliest else "latest",
+                 self._draft_len, self._adaptive, self._min_draft, self._max_draft,
+                 np.asarray(self._toks, dtype=np.int64),
+                 (self._steps, self._drafted, self._accepted, self._full)),
+            )
         finally:
             self._end_read()
-        return (
-            _rebuild,
-            (type(self), self._lo, self._hi, self.prefer, self._draft_len, self._adaptive,
-             self._min_draft, self._max_draft, toks,
-             (self._steps, self._drafted, self._accepted, self._full)),
-        )
 
     def _restore_stats(self, stats: object) -> None:
-        self._steps, self._drafted, self._accepted, self._full = _check_stats(stats)
+        steps, drafted, accepted, full = _check_stats(stats)
+        g = guard_of(self, NAME)
+        with g._lock:
+            g._check()
+            self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
@@ -416,7 +436,7 @@ def propose_batch(indexes: object, max_k: object = None):
     """
     index_list = _index_list(indexes, NgramIndex)
     b = len(index_list)
-    ks = check_batch_counts(max_k, b, [ix._draft_len for ix in index_list])
+    ks = check_batch_counts(max_k, b, [getattr(ix, "_draft_len", 0) for ix in index_list])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     marked = 0
@@ -449,8 +469,31 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
         if a[i] > p[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
     out = np.empty(b, dtype=np.int64)
-    for i, ix in enumerate(index_list):
-        out[i] = ix.record(int(p[i]), int(a[i]))
+    guards = [guard_of(ix, NAME) for ix in index_list]
+    # all or nothing: each distinct guard's lock, taken in one order (id) so two batches
+    # cannot deadlock (no other call holds one lock while waiting for another), then
+    # every guard and every total (an index listed twice adds up) checked before any change
+    locks = sorted({id(g): g for g in guards}.values(), key=id)
+    taken: list = []
+    try:
+        for g in locks:
+            g._lock.acquire()
+            taken.append(g)
+        for i, g in enumerate(guards):
+            try:
+                g._check()
+            except RuntimeError as exc:
+                raise RuntimeError(f"indexes[{i}]: {exc}") from None
+        pending: dict = {}
+        for i, ix in enumerate(index_list):
+            _check_total(ix._drafted + pending.get(id(ix), 0), int(p[i]))
+            pending[id(ix)] = pending.get(id(ix), 0) + int(p[i])
+        for i, ix in enumerate(index_list):
+            ix._record(int(p[i]), int(a[i]))
+            out[i] = ix._draft_len
+    finally:
+        for g in taken:
+            g._lock.release()
     return out
 
 

@@ -22,9 +22,10 @@ O(min(max_n, L)) per token) and ``propose`` only copies the draft.
 from __future__ import annotations
 
 import sys
-import threading
 
 import numpy as np
+
+from ._guard import READY, begin_init, guard_of
 
 from .._validate import (
     GROW_STEP,
@@ -40,13 +41,14 @@ from .._validate import (
     check_record,
     check_suffix_range,
     check_suffix_stats,
+    _check_total,
     own_batch_arrays,
     validate_offsets,
 )
 
 __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
 
-BUSY_WRITING = "SuffixIndex is being extended by another thread"
+NAME = "SuffixIndex"  # the guard's refusals name the class
 
 def _index_list(indexes: object, cls: type) -> list:
     """The batch's indexes as a list, each an instance of this implementation's class."""
@@ -78,6 +80,11 @@ class SuffixIndex:
     fully accepted draft and shortens it by 1 after a rejection, within
     ``[min_draft, max_draft]``.
 
+    Guarded as the compiled index is (``specfsm._py._guard``): ``extend``, ``append``,
+    ``record`` and ``extend_batch`` hold the writer flag, reads count themselves or
+    check it, so a call meeting another that changes the index raises RuntimeError; an
+    instance made with ``__new__`` (or whose ``__init__`` failed) refuses every call.
+
     The anchor (``anchor_n > 0``): a match of at least ``anchor_n`` tokens sets the
     anchor to its continuation; while later matches are shorter, the anchor moves one
     position per appended token, as if the tokens that broke the match replaced as many
@@ -100,12 +107,12 @@ class SuffixIndex:
         anchor_span: object = 64,
         anchor_misses: object = 4,
     ) -> None:
+        g = begin_init(self, NAME)  # a second __init__ is refused, changing nothing
         self._min_n, self._max_n = check_suffix_range(min_n, max_n)
         self._anchor_n, self._anchor_span, self._anchor_misses = check_anchor(anchor_n, anchor_span, anchor_misses)
         self._earliest = check_prefer(prefer)
         self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)
-        self._lock = threading.Lock()  # held by extend: other calls meanwhile are refused
         self._toks: list[int] = []
         # the automaton: state 0 is the root (the empty string)
         self._slen: list[int] = [0]
@@ -124,74 +131,115 @@ class SuffixIndex:
         self._drafted = 0
         self._accepted = 0
         self._full = 0
+        g.end_init()
+
+    def _hold_guard(self, on: object) -> None:
+        """Tests only: take the writer flag as a writer would (refusing like one), or,
+        with ``on`` false, release it."""
+        g = guard_of(self, NAME)
+        if on:
+            g.write()
+        else:
+            g.done_write()
+
+    def _check_ready(self) -> None:
+        guard_of(self, NAME).check()
 
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self) -> int:
+        self._check_ready()
         return self._min_n
 
     @property
     def max_n(self) -> int | None:
+        self._check_ready()
         return None if self._max_n >= UNBOUNDED else self._max_n
 
     @property
     def prefer(self) -> str:
+        self._check_ready()
         return "earliest" if self._earliest else "latest"
 
     @property
     def adaptive(self) -> bool:
+        self._check_ready()
         return self._adaptive
 
     @property
     def draft_len(self) -> int:
         """The draft length ``propose()`` uses when ``max_k`` is None."""
+        self._check_ready()
         return self._draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self) -> int:
+        self._check_ready()
         return len(self._toks)
 
     @property
     def tokens(self) -> np.ndarray:
         """The indexed tokens, as a read-only int64 array."""
-        arr = np.asarray(self._toks, dtype=np.int64)
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            arr = np.asarray(self._toks, dtype=np.int64)
+        finally:
+            g.done_read()
         arr.flags.writeable = False
         return arr
 
     def last_tokens(self, count: object) -> np.ndarray:
         """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
         k = check_count(count, "count")
-        toks = self._toks
-        return np.asarray(toks[len(toks) - k :] if k < len(toks) else toks, dtype=np.int64)
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            toks = self._toks
+            return np.asarray(toks[len(toks) - k :] if k < len(toks) else toks, dtype=np.int64)
+        finally:
+            g.done_read()
 
     @property
     def n_edges(self) -> int:
         """Transitions of the automaton."""
-        return sum(len(d) for d in self._next)
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            return sum(len(d) for d in self._next)
+        finally:
+            g.done_read()
 
     @property
     def n_states(self) -> int:
         """States of the automaton, the root included (at most ``2 * len - 1`` + 1)."""
+        self._check_ready()
         return len(self._slen)
 
     @property
     def nbytes(self) -> int:
         """Bytes this index holds (Python objects, estimated with ``sys.getsizeof``)."""
-        total = sum(sys.getsizeof(x) for x in (self._toks, self._slen, self._link, self._first, self._lastp, self._next))
-        for d in self._next:
-            total += sys.getsizeof(d)
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            total = sum(sys.getsizeof(x) for x in (self._toks, self._slen, self._link, self._first, self._lastp, self._next))
+            for d in self._next:
+                total += sys.getsizeof(d)
+        finally:
+            g.done_read()
         return total
 
     @property
     def bytes_per_token(self) -> float:
         """``nbytes`` per indexed token (0.0 while empty)."""
+        self._check_ready()
         n = len(self._toks)
         return self.nbytes / n if n else 0.0
 
     def extend(self, tokens: object) -> None:
         """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError(BUSY_WRITING)
+        g = guard_of(self, NAME)
+        g.write()
         try:
             new = as_ids(tokens, "tokens").tolist()
             if len(self._toks) + len(new) > MAX_SUFFIX_TOKENS:
@@ -202,11 +250,7 @@ class SuffixIndex:
             for c in new:
                 self._add(c)
         finally:
-            self._lock.release()
-
-    def _check_ready(self) -> None:
-        if self._lock.locked():
-            raise RuntimeError(BUSY_WRITING)
+            g.done_write()
 
     def append(self, token: object) -> None:
         """Append one verified token."""
@@ -294,12 +338,18 @@ class SuffixIndex:
     def propose(self, max_k: object = None) -> list:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
-        self._check_ready()
-        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
-        end = self._start()
-        if end < 0 or k == 0:
-            return []
-        return self._toks[end : end + k]
+        k = None if max_k is None else check_count(max_k, "max_k")
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            if k is None:
+                k = self._draft_len
+            end = self._start()
+            if end < 0 or k == 0:
+                return []
+            return self._toks[end : end + k]
+        finally:
+            g.done_read()
 
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
@@ -313,8 +363,16 @@ class SuffixIndex:
         first occurrence. Returns ``(n, draft)``; ``(0, [])`` when no suffix of at least
         ``min_n`` tokens occurs. O(len(context)) amortised."""
         self._check_ready()
-        k = self._draft_len if max_k is None else check_count(max_k, "max_k")
+        kk = None if max_k is None else check_count(max_k, "max_k")
         ctx = as_ids(context, "context").tolist()
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            return self._lookup(ctx, self._draft_len if kk is None else kk)
+        finally:
+            g.done_read()
+
+    def _lookup(self, ctx: list, k: int) -> tuple[int, list]:
         slen, link, nxt = self._slen, self._link, self._next
         s = n = 0
         for c in ctx:
@@ -350,26 +408,35 @@ class SuffixIndex:
     @property
     def anchor_n(self) -> int:
         """Matches at least this long set the anchor (0: no anchor)."""
+        self._check_ready()
         return self._anchor_n
 
     @property
     def anchor_span(self) -> int:
         """How many tokens past the last long match the anchor keeps drafting."""
+        self._check_ready()
         return self._anchor_span
 
     @property
     def anchor_misses(self) -> int:
         """How many appended tokens may differ from the anchored text before the anchor
         is dropped."""
+        self._check_ready()
         return self._anchor_misses
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed: object, accepted: object) -> int:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
-        the draft length to use next (changed only when ``adaptive``)."""
+        the draft length to use next (changed only when ``adaptive``). Refuses
+        (OverflowError, changing nothing) a record that would take the drafted-token
+        count beyond int64, as ``NgramIndex`` does."""
         p, a = check_record(proposed, accepted)
-        self._record(p, a)
-        return self._draft_len
+        g = guard_of(self, NAME)
+        with g._lock:  # check and change at once: records from threads are serialised
+            g._check()
+            _check_total(self._drafted, p)
+            self._record(p, a)
+            return self._draft_len
 
     def _record(self, p: int, a: int) -> None:
         self._steps += 1
@@ -387,6 +454,7 @@ class SuffixIndex:
     def stats(self) -> dict:
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
+        self._check_ready()
         return {
             "steps": self._steps,
             "drafted": self._drafted,
@@ -397,23 +465,34 @@ class SuffixIndex:
         }
 
     def __repr__(self) -> str:
-        return (
-            f"SuffixIndex(min_n={self._min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
-            f"len={len(self._toks)})"
-        )
+        if guard_of(self, NAME).phase != READY:
+            return "SuffixIndex(<not initialised or unusable>)"
+        hi = None if self._max_n >= UNBOUNDED else self._max_n
+        prefer = "earliest" if self._earliest else "latest"
+        return f"SuffixIndex(min_n={self._min_n}, max_n={hi}, prefer={prefer!r}, len={len(self._toks)})"
 
     def __reduce__(self):
         # pickled (and copied) as its settings, tokens and statistics; re-indexed on load
-        self._check_ready()
-        return (
-            _rebuild,
-            (type(self), self._min_n, self.max_n, self.prefer, self._draft_len, self._adaptive,
-             self._min_draft, self._max_draft, np.array(self._toks, dtype=np.int64),
-             (self._steps, self._drafted, self._accepted, self._full), self._anchor_n, self._anchor_span, self._anchor_misses),
-        )
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            return (
+                _rebuild,
+                (type(self), self._min_n, None if self._max_n >= UNBOUNDED else self._max_n,
+                 "earliest" if self._earliest else "latest", self._draft_len, self._adaptive,
+                 self._min_draft, self._max_draft, np.array(self._toks, dtype=np.int64),
+                 (self._steps, self._drafted, self._accepted, self._full), self._anchor_n,
+                 self._anchor_span, self._anchor_misses),
+            )
+        finally:
+            g.done_read()
 
     def _restore_stats(self, stats: object) -> None:
-        self._steps, self._drafted, self._accepted, self._full = check_suffix_stats(stats)
+        steps, drafted, accepted, full = check_suffix_stats(stats)
+        g = guard_of(self, NAME)
+        with g._lock:
+            g._check()
+            self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
@@ -428,16 +507,28 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, 
 
 def propose_batch(indexes: object, max_k: object = None):
     """``propose`` for B indexes in one call: ``max_k`` is one count, one per index, or
-    None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64)."""
+    None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64).
+    Every index is counted as read before any is looked at."""
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
-    ks = check_batch_counts(max_k, b, [ix._draft_len for ix in ixs])
+    ks = check_batch_counts(max_k, b, [getattr(ix, "_draft_len", 0) for ix in ixs])
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
-    for i, ix in enumerate(ixs):
-        piece = ix.propose(int(ks[i]))
-        pieces.extend(piece)
-        lengths[i] = len(piece)
+    marked: list = []
+    try:
+        for ix in ixs:
+            g = guard_of(ix, NAME)
+            g.read()
+            marked.append(g)
+        for i, ix in enumerate(ixs):
+            end = ix._start()
+            if end >= 0 and ks[i] > 0:
+                piece = ix._toks[end : end + int(ks[i])]
+                pieces.extend(piece)
+                lengths[i] = len(piece)
+    finally:
+        for g in marked:
+            g.done_read()
     off = np.zeros(b + 1, dtype=np.int64)
     np.cumsum(lengths, out=off[1:])
     return np.asarray(pieces, dtype=np.int64), off, lengths
@@ -445,7 +536,8 @@ def propose_batch(indexes: object, max_k: object = None):
 
 def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:
     """``record`` for B indexes: one count each in ``proposed`` and ``accepted``.
-    Returns the next draft lengths (int64)."""
+    Returns the next draft lengths (int64). All or nothing: every index's guard and
+    drafted-token total (an index listed twice adds up) is checked before any changes."""
     ixs = _index_list(indexes, SuffixIndex)
     b = len(ixs)
     p = check_batch_counts(proposed, b, None, "proposed")
@@ -454,8 +546,31 @@ def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndar
         if a[i] > p[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
     out = np.empty(b, dtype=np.int64)
-    for i, ix in enumerate(ixs):
-        out[i] = ix.record(int(p[i]), int(a[i]))
+    guards = [guard_of(ix, NAME) for ix in ixs]
+    # each distinct guard's lock, taken in one order (id) so two batches cannot deadlock;
+    # no other call holds one lock while waiting for another
+    locks = sorted({id(g): g for g in guards}.values(), key=id)
+    taken: list = []
+    try:
+        for g in locks:
+            g._lock.acquire()
+            taken.append(g)
+        for i, g in enumerate(guards):
+            try:
+                g._check()
+            except RuntimeError as exc:
+                raise RuntimeError(f"indexes[{i}]: {exc}") from None
+        pending: dict = {}
+        for i, ix in enumerate(ixs):
+            total = ix._drafted + pending.get(id(ix), 0)
+            _check_total(total, int(p[i]))
+            pending[id(ix)] = pending.get(id(ix), 0) + int(p[i])
+        for i, ix in enumerate(ixs):
+            ix._record(int(p[i]), int(a[i]))
+            out[i] = ix._draft_len
+    finally:
+        for g in taken:
+            g._lock.release()
     return out
 
 
@@ -479,9 +594,12 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
                     f"indexes[{i}] appears twice in the batch; extend_batch takes each "
                     "index once"
                 )
-            if not ix._lock.acquire(blocking=False):
-                raise RuntimeError(f"indexes[{i}]: {BUSY_WRITING}")
-            marked.append(ix)
+            g = guard_of(ix, NAME)
+            try:
+                g.write()
+            except RuntimeError as exc:
+                raise RuntimeError(f"indexes[{i}]: {exc}") from None
+            marked.append(g)
             seen.add(id(ix))
         for i, ix in enumerate(ixs):
             m = int(off[i + 1] - off[i])
@@ -494,5 +612,5 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
             for c in src[off[i] : off[i + 1]].tolist():
                 ix._add(c)
     finally:
-        for ix in marked:
-            ix._lock.release()
+        for g in marked:
+            g.done_write()

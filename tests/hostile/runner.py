@@ -783,6 +783,7 @@ SCENARIOS = {
     "ngram_threads": scenario_ngram_threads,
     "public": scenario_public,
     "batch": __import__("scenarios_batch").scenario_batch,    # BatchState, StepResult
+    **__import__("scenarios_index").SCENARIOS,  # index_reentry, index_threads (tests/hostile/scenarios_index.py)
 }
 SCENARIOS.update(__import__("scenarios_vllm").scenarios(sys.modules[__name__]))  # the vLLM proposers
 
