@@ -5,7 +5,8 @@ same run. Target rows are computed outside the timed call (teacher forcing on th
 stream); every timed round is one step of the whole batch.
 
 Run: pytest benchmarks/test_bench_step.py -c benchmarks/pytest.ini
-Targets: B=256, K=8, 32k under 100 µs per step; B=512 under 200 µs; B=1 under 3 µs.
+Targets: B=256, K=8, 32k under 100 µs per step; B=512 under 200 µs; B=1 under 3 µs
+(suffix-slot cases, ``test_step_drafter``: B=256 under 150 µs, B=1 under 3 µs).
 Settings: 2..4-grams, earliest match, greedy exact acceptance, K-row verify.
 Streams: ``repetitive_stream`` (copied spans and fresh Zipf tokens, 32k vocabulary),
 the first L tokens indexed as history, the rest the target's greedy continuation.
@@ -61,12 +62,27 @@ def rounds_for(b: int) -> int:
     return 150 if b == 1 else (60 if b <= 64 else 25)
 
 
-def build_indexes(ni, hist: list[np.ndarray]) -> list:
+def _suffix_module():
+    return _impl.module("compiled", "suffix_index")
+
+
+def build_indexes(ni, hist: list[np.ndarray], drafter: str = "ngram") -> list:
+    """One index per history: ``NgramIndex`` (``drafter="ngram"``), ``SuffixIndex`` with
+    the default drafter's settings (``"suffix"``), or alternating, n-gram first
+    (``"mixed"``). The suffix indexes are built in one ``extend_batch``."""
     out = []
-    for h in hist:
-        ix = ni.NgramIndex(MIN_N, MAX_N, PREFER)
-        ix.extend(h)
-        out.append(ix)
+    sfx = _suffix_module() if drafter != "ngram" else None
+    for j, h in enumerate(hist):
+        if drafter == "suffix" or (drafter == "mixed" and j % 2):
+            out.append(sfx.SuffixIndex(1, None, "earliest", anchor_n=16))
+        else:
+            ix = ni.NgramIndex(MIN_N, MAX_N, PREFER)
+            ix.extend(h)
+            out.append(ix)
+    if sfx is not None:
+        js = [j for j, ix in enumerate(out) if isinstance(ix, sfx.SuffixIndex)]
+        sfx.extend_batch([out[j] for j in js], np.concatenate([hist[j] for j in js]),
+                         np.cumsum([0] + [len(hist[j]) for j in js]).astype(np.int64))
     return out
 
 
@@ -74,8 +90,9 @@ class Harness:
     """Common bookkeeping: request j follows stream ``seq[j]``; ``length[j]`` tokens of
     it are confirmed; ``out[j]`` collects what it emitted (the decisions)."""
 
-    def __init__(self, b: int, k: int, length: int) -> None:
+    def __init__(self, b: int, k: int, length: int, drafter: str = "ngram") -> None:
         ss = streams(length)
+        self.drafter = drafter
         self.seq = [ss[j % N_STREAMS] for j in range(b)]
         self.b, self.k, self.L = b, k, length
         self.length = np.full(b, length, dtype=np.int64)
@@ -83,10 +100,10 @@ class Harness:
 
 
 class BatchHarness(Harness):
-    def __init__(self, b, k, length):
-        super().__init__(b, k, length)
+    def __init__(self, b, k, length, drafter="ngram"):
+        super().__init__(b, k, length, drafter)
         bm, ni = _need_compiled()
-        self.ixs = build_indexes(ni, [s[:length] for s in self.seq])
+        self.ixs = build_indexes(ni, [s[:length] for s in self.seq], drafter)
         self.bs = bm.BatchState(b, k)
         # a one-token prompt (the history's last token): the indexes already hold the rest
         self.bs.admit(np.arange(b), [int(s[length - 1]) for s in self.seq], np.arange(b + 1),
@@ -125,15 +142,19 @@ class BatchHarness(Harness):
 
 
 class PerRequestHarness(Harness):
-    """ServingState + NgramIndex per request, stepped in a Python loop."""
+    """ServingState + NgramIndex (or SuffixIndex) per request, stepped in a Python loop;
+    a SuffixIndex records each verified draft before it takes the emitted tokens' draft,
+    as the suffix drafter's session does."""
 
-    def __init__(self, b, k, length):
-        super().__init__(b, k, length)
+    def __init__(self, b, k, length, drafter="ngram"):
+        super().__init__(b, k, length, drafter)
         _, ni = _need_compiled()
         from specfsm._core.prefix import common_prefix
 
         self.common_prefix = common_prefix
-        self.ixs = build_indexes(ni, [s[:length] for s in self.seq])
+        self.ixs = build_indexes(ni, [s[:length] for s in self.seq], drafter)
+        sfx = _suffix_module()
+        self.records = [isinstance(ix, sfx.SuffixIndex) for ix in self.ixs]
         self.row_caches = [list(range(n)) for n in range(k + 2)]
         self.states = []
         for j, s in enumerate(self.seq):
@@ -165,7 +186,7 @@ class PerRequestHarness(Harness):
         k = self.k
         cp = self.common_prefix
         caches = self.row_caches
-        states, ixs = self.states, self.ixs
+        states, ixs, records = self.states, self.ixs, self.records
         emitted = []
         for j in range(self.b):
             st = states[j]
@@ -173,6 +194,8 @@ class PerRequestHarness(Harness):
             if type(st) is Verify:
                 d = st.draft
                 n = cp(d, r)
+                if records[j]:
+                    ixs[j].record(len(d), n)
                 nxt = st.accept_rows(n, r, caches[len(d)])
                 if type(nxt) is Accept:
                     st = nxt.resume()
@@ -286,6 +309,13 @@ class VllmStyleHarness(Harness):
 
 HARNESS = {"batch": BatchHarness, "per_request": PerRequestHarness, "vllm_style": VllmStyleHarness}
 
+# suffix-index slots (the default drafter's settings) and mixed batches (n-gram and
+# suffix slots alternating): the compiled step against the per-request API, the same
+# identical-decisions check (the vLLM-style baseline drafts by the n-gram rule only).
+# Targets: B=256, K=8, 32k under 150 µs per step; B=1 under 3 µs.
+DRAFTER_CASES = [(1, 8, 32768, "suffix"), (256, 8, 32768, "suffix"), (256, 8, 32768, "mixed")]
+DRAFTER_WHICH = ("batch", "per_request")
+
 
 @pytest.mark.parametrize(
     "case, which",
@@ -306,6 +336,29 @@ def test_step(benchmark, case, which):
         assert h.out == out, f"{which} made different decisions from {other}"
     seen[which] = h.out
     if len(seen) == len(WHICH):
+        del RECORD[case]
+
+
+@pytest.mark.parametrize(
+    "case, which",
+    [pytest.param(c, w, id=f"B{c[0]}-K{c[1]}-L{c[2] // 1024}k-{c[3]}-{w}")
+     for c in DRAFTER_CASES for w in DRAFTER_WHICH],
+)
+def test_step_drafter(benchmark, case, which):
+    b, k, length, drafter = case
+    _need_compiled()
+    benchmark.group = f"step {drafter} B={b} K={k} L={length // 1024}k"
+    h = HARNESS[which](b, k, length, drafter)
+    gc.collect()
+    benchmark.pedantic(h.run, setup=h.setup, rounds=rounds_for(b), warmup_rounds=2, iterations=1)
+    h.finish()
+    emitted = sum(len(o) for o in h.out)
+    benchmark.extra_info["tokens_per_step"] = emitted / (rounds_for(b) + 3)
+    seen = RECORD.setdefault(case, {})
+    for other, out in seen.items():
+        assert h.out == out, f"{which} made different decisions from {other}"
+    seen[which] = h.out
+    if len(seen) == len(DRAFTER_WHICH):
         del RECORD[case]
 
 

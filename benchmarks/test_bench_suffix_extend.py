@@ -114,3 +114,43 @@ def test_suffix_extend_batch_prefill(benchmark, steps):
     benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
     benchmark.extra_info["ns_per_token"] = round(benchmark.stats.stats.median / flat.size * 1e9, 1)
     benchmark.extra_info["bytes_per_token"] = round(sum(ix.nbytes for ix in made[0]) / flat.size, 1)
+
+
+def test_suffix_extend_batch_fixed_cost(benchmark, steps):
+    """``extend_batch`` of no tokens on the 256 indexes: what a call costs beyond its
+    appends (a loop of ``extend`` pays none of it)."""
+    benchmark.group = f"suffix extend_batch fixed cost B={B} x {HISTORY} tokens"
+    sfx = _sfx()
+    streams, _ = steps
+    ixs = [_new(sfx) for _ in range(B)]
+    sfx.extend_batch(ixs, np.concatenate([s[:HISTORY] for s in streams]),
+                     np.arange(B + 1, dtype=np.int64) * HISTORY)
+    empty = np.zeros(0, dtype=np.int64)
+    off = np.zeros(B + 1, dtype=np.int64)
+    benchmark.pedantic(sfx.extend_batch, args=(ixs, empty, off), rounds=200, iterations=1,
+                       warmup_rounds=10)
+    benchmark.extra_info["ns_per_index"] = round(benchmark.stats.stats.median / B * 1e9, 1)
+
+
+def test_suffix_extend_batch_first_step(benchmark, steps):
+    """The first step after the prefill: one token per index, each index's buffers
+    growing from exactly the history's size."""
+    benchmark.group = f"suffix extend_batch first step after prefill B={B} x {HISTORY} tokens"
+    sfx = _sfx()
+    streams, _ = steps
+    flat = np.concatenate([s[:HISTORY] for s in streams])
+    off = np.arange(B + 1, dtype=np.int64) * HISTORY
+    nxt = np.array([s[HISTORY] for s in streams], dtype=np.int64)
+    one = np.arange(B + 1, dtype=np.int64)
+    made = []
+
+    def setup():
+        made.clear()
+        made.append([_new(sfx) for _ in range(B)])
+        sfx.extend_batch(made[0], flat, off)
+        return (), {}
+
+    def run():
+        sfx.extend_batch(made[0], nxt, one)
+
+    benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
