@@ -259,6 +259,14 @@ class RowTrackingProposer:
     def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
         self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
+        # per row: its num_tokens_no_spec at the last call (-1: not in that batch). A row
+        # kept its request only if it grew by exactly its sampled tokens since then
+        self._seen = np.zeros(0, dtype=np.int64)
+        # rows whose (length, tail) at the last call another row or a pooled index shared:
+        # a move between such twins passes the row rule, so they are compared in full
+        self._twin = np.zeros(0, dtype=bool)
+        self._any_twin = False
+        self._pool_h = np.zeros(0, dtype=np.uint64)  # the pooled indexes' key hashes
         # (the per-row token blocks are stored position-major, ``[TAIL, rows]``, and
         # used through their transposes: whole-batch numpy calls then run along rows)
         self._tail = np.zeros((self.TAIL, 0), dtype=np.int64).T  # its last TAIL tokens
@@ -330,8 +338,8 @@ class RowTrackingProposer:
             raise TypeError(f"sampled_token_ids must be a list of lists, got {type(sampled).__name__}")
         b = len(sampled)
         try:
-            # the steady state (every row sampled something) needs no per-row counts
-            ns = None if all(map(len, sampled)) else np.fromiter(map(len, sampled), dtype=np.int64, count=b)
+            # (a copy the call owns: the row rule compares each row's growth with it)
+            ns = np.fromiter(map(len, sampled), dtype=np.int64, count=b)
         except TypeError:
             bad = next(i for i, s in enumerate(sampled) if not hasattr(s, "__len__"))
             raise TypeError(
@@ -372,10 +380,54 @@ class RowTrackingProposer:
         self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
         self._ix.extend([None] * more)
         self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
+        self._seen = np.concatenate([self._seen, np.full(more, -1, dtype=np.int64)])
+        self._twin = np.concatenate([self._twin, np.zeros(more, dtype=bool)])
         self._tail = np.concatenate([self._tail.T, np.zeros((self.TAIL, more), dtype=np.int64)], axis=1).T
         self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
         self._spread = np.concatenate([self._spread.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
         self._spos = np.concatenate([self._spos.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
+
+    #: fixed random odd 64-bit multipliers for the (length, tail) key hash (a linear
+    #: hash in wrapping uint64 arithmetic: two different keys collide with chance ~2**-63)
+    _KEY_MUL = np.random.default_rng(0x5EED).integers(0, 2**63, size=TAIL + 1, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+
+    def _key_hash(self, lens: np.ndarray, tails: np.ndarray) -> np.ndarray:
+        """One uint64 per (length, last TAIL tokens) key; equal keys hash equal (a
+        collision only costs a full comparison)."""
+        with np.errstate(over="ignore"):
+            h = lens.astype(np.uint64) * self._KEY_MUL[0]
+            h += (tails.astype(np.uint64) * self._KEY_MUL[1:]).sum(axis=1, dtype=np.uint64)
+        return h
+
+    def _mark_twins(self, b: int, pool_changed: bool) -> None:
+        """Flag the rows whose key (indexed length, tail) equals another row's or a
+        pooled index's: the row rule cannot tell such rows' requests apart, so the next
+        call compares them in full."""
+        if pool_changed:
+            if self._pool:
+                keys = list(self._pool)
+                lens = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+                tails = np.frombuffer(b"".join(k[1] for k in keys), dtype=np.int64).reshape(len(keys), self.TAIL)
+                self._pool_h = self._key_hash(lens, tails)
+            else:
+                self._pool_h = np.zeros(0, dtype=np.uint64)
+        self._twin[:] = False
+        self._any_twin = False
+        if b == 0:
+            return
+        h = self._key_hash(self._len[:b], self._tail[:b])
+        allh = np.concatenate([h, self._pool_h]) if self._pool_h.shape[0] else h
+        order = np.argsort(allh, kind="stable")
+        sh = allh[order]
+        dup = sh[1:] == sh[:-1]
+        if not dup.any():
+            return
+        mark = np.zeros(allh.shape[0], dtype=bool)
+        mark[order[1:][dup]] = True
+        mark[order[:-1][dup]] = True
+        mark = mark[:b] & (self._len[:b] >= 0)
+        self._twin[:b] = mark
+        self._any_twin = bool(mark.any())
 
     def _release(self, r: int) -> None:
         """Move row ``r``'s index into the pool of indexes no row holds."""
@@ -439,7 +491,7 @@ class RowTrackingProposer:
             except TypeError:
                 return None
         b = len(sampled)
-        if b == 0 or b != self._used or self.num_speculative_tokens == 0:
+        if b == 0 or b != self._used or self.num_speculative_tokens == 0 or self._any_twin:
             return None
         if tok.ndim != 2 or tok.shape[0] < b or tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
             return None
@@ -448,26 +500,29 @@ class RowTrackingProposer:
         if not tok.flags.c_contiguous:
             return None
         try:
-            if not all(map(len, sampled)):
-                return None
+            ns = list(map(len, sampled))
         except TypeError:
             return None
+        if not all(ns):
+            return None
         if b <= self.FEW:
-            return self._steady_few(b, num_tokens, tok)
-        return self._steady_many(b, num_tokens, tok)
+            return self._steady_few(b, num_tokens, tok, ns)
+        return self._steady_many(b, num_tokens, tok, ns)
 
-    def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+    def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: list) -> list[list[int]] | None:
         """The steady step for a few rows: Python ints, no batch temporaries."""
         width = tok.shape[1]
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         T, S, D, short = self.TAIL, self.SPREAD, self.DEEP, self.SHORT
         Ls = num_tokens[:b].tolist()
         olds = self._len[:b].tolist()
+        seen = self._seen[:b].tolist()
         step = self.stats["steps"]
         deep = []
         for r in range(b):
             n0, n = olds[r], Ls[r]
-            if n0 <= short or n < n0 or n > width or n >= cap:
+            # the exact row rule: indexed at the last call and grown by its sampled tokens
+            if n0 <= short or n0 != seen[r] or n != n0 + ns[r] or n > width or n >= cap:
                 return None
             row = tok[r]
             if row[n0 - T : n0].tolist() != self._tail[r].tolist():
@@ -490,6 +545,8 @@ class RowTrackingProposer:
                 self._tail[r] = row[n - T : n]
                 grown += n - n0
         self.stats["extended"] += grown
+        self._seen[:b] = Ls
+        self._mark_twins(b, False)
         for r in deep:
             n = Ls[r]
             if n >= 2 * int(self._anc[r]):
@@ -505,7 +562,7 @@ class RowTrackingProposer:
         drafts, offsets, lengths = self._propose_indexes(indexes, np.asarray(ks, dtype=np.int64))
         return self._as_lists(drafts, offsets, lengths, max(ks))
 
-    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: list) -> list[list[int]] | None:
         """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
         width = tok.shape[1]
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
@@ -513,9 +570,13 @@ class RowTrackingProposer:
         L = num_tokens[:b].astype(np.int64)  # a copy the call owns
         n_old = self._len[:b]
         d = L - n_old
+        # the exact row rule: every row was indexed at the last call and grew by exactly
+        # its sampled tokens since (anything else is a movement: the general step)
+        if not (np.array_equal(d, ns) and np.array_equal(n_old, self._seen[:b])):
+            return None
         dmin = int(d.min())
         # (after a steady step every row's index is past SHORT: no need to look again)
-        if dmin < 0 or not (self._long or int(n_old.min()) > self.SHORT):
+        if not (self._long or int(n_old.min()) > self.SHORT):
             return None
         lmax = int(L.max())
         if lmax > width or lmax >= cap:
@@ -564,6 +625,8 @@ class RowTrackingProposer:
             self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
             self.stats["extended"] += total
         self._len[:b] = L
+        self._seen[:b] = L
+        self._mark_twins(b, False)
         Ld = L[sl]
         renew = Ld >= 2 * anc
         if renew.any():
@@ -579,12 +642,23 @@ class RowTrackingProposer:
     # -- the general step ----------------------------------------------------------------
     def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
         self._long = False
-        b, ns, L, tok = self._check_args(sampled, num_tokens, token_ids)
+        b, counts, L, tok = self._check_args(sampled, num_tokens, token_ids)
+        self._reserve(b)
+        out = self._general_step(sampled, b, counts, L, tok)
+        # every row's length at this call, for the next call's row rule
+        self._seen[:b] = L
+        self._seen[b:] = -1
+        self._mark_twins(b, True)
+        return out
+
+    def _general_step(self, sampled: Any, b: int, counts: np.ndarray, L: np.ndarray,
+                      tok: np.ndarray) -> list[list[int]]:
         K = self.num_speculative_tokens
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         if b == 0 or K == 0:
             return [[] for _ in range(b)]
-        self._reserve(b)
+        # (None: every row sampled something, the steady state)
+        ns = None if int(counts.min()) > 0 else counts
         step = self.stats["steps"]
         self.stats["steps"] = step + 1
         if self._used > b:  # rows past the batch hold no request now
@@ -625,10 +699,17 @@ class RowTrackingProposer:
             got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_at), self._tail_pos(Lr)], axis=1))
         tail_new = got[:, T:]
 
-        # 1. rows whose index still describes the row's prefix (the common case)
+        # 1. rows whose index still describes the row's prefix (the common case). The row
+        # rule: a row kept its request only if its index covered the row at the last
+        # call and the row grew by exactly its sampled tokens since; anything else (a
+        # new or resumed request, a move, a cut back, a call vLLM skipped) is a movement,
+        # settled below by exact comparisons
+        seen = self._seen[sel]
+        twin = self._twin[sel].copy()  # (before _relocate rewrites the rows' state)
         ok = (got[:, :T] == self._tail[sel]).all(axis=1)
         ok &= n_old >= 0
-        ok &= n_old <= Lr
+        ok &= n_old == seen
+        ok &= Lr == seen + counts[sel]
         if self.verify == "full":
             exact = np.flatnonzero(ok).tolist()
         else:
@@ -641,7 +722,7 @@ class RowTrackingProposer:
             if deep.size:
                 rd = rows[deep]
                 ok[deep] = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)
-            exact = np.flatnonzero(ok & (n_old <= self.SHORT)).tolist() if int(n_old.min()) <= self.SHORT else []
+            exact = np.flatnonzero(ok & ((n_old <= self.SHORT) | twin)).tolist()
         for j in exact:
             r = int(rows[j])
             ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
@@ -650,7 +731,7 @@ class RowTrackingProposer:
             start = n_old
         else:
             start = np.where(ok, n_old, 0)
-            fresh = self._relocate(tok, rows, Lr, sampled, np.flatnonzero(~ok), start)
+            fresh = self._relocate(tok, rows, Lr, counts[sel], np.flatnonzero(~ok), start)
         ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
 
         # 2. append each row's new tokens (one batched call where the index type has one)
@@ -707,12 +788,21 @@ class RowTrackingProposer:
         o = offsets.tolist()
         return list(map(flat.__getitem__, map(slice, o[:-1], o[1:])))
 
-    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, sampled: Any,
+    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, grown: np.ndarray,
                   bad: np.ndarray, start: np.ndarray) -> np.ndarray:
-        """Give every row in ``rows[bad]`` an index: one that moved here with its request
-        from another row (or from the pool of indexes no row holds), else a new one.
-        Returns the positions (into ``rows``) whose spread anchor must be renewed."""
+        """Give every row in ``rows[bad]`` (the rows the row rule calls moved) an index:
+        one that moved here with its request from another row or came back from the pool
+        of indexes no row holds (a preempted request), or the row's own index when the
+        row only grew more than its sampled tokens (a call vLLM skipped), each taken only
+        after comparing every token it holds with the row; else a new one. ``grown`` is
+        each row's sampled-token count. Returns the positions (into ``rows``) whose
+        spread anchor must be renewed."""
         confirmed = set(rows.tolist()) - set(rows[bad].tolist())
+        own = {}  # row -> (length, tail) of the index it held, to look for it again
+        for j in bad.tolist():
+            r = int(rows[j])
+            if self._ix[r] is not None:
+                own[r] = (int(self._len[r]), self._tail[r].tobytes())
         # every index not confirmed in place this step may be the one that moved
         for r, ix in enumerate(self._ix):
             if ix is not None and r not in confirmed:
@@ -720,33 +810,38 @@ class RowTrackingProposer:
         renew = []
         for j in bad.tolist():
             r = int(rows[j])
+            L = int(Lr[j])
             hit = None
-            n = int(Lr[j]) - len(sampled[r])  # its length when last proposed for, if it moved here
-            if n > 0:
-                key = (n, self._gather(tok, rows[j : j + 1], self._tail_pos(np.asarray([n]))).tobytes())
-                hit = self._pool.pop(key, None)
-            if hit is not None:
-                ix, anc, spread = hit
-                if self.verify == "full" or n <= self.SHORT:
-                    good = self._holds(tok, r, ix, n)
-                else:
-                    pos = self._spread_pos(np.asarray([anc]))
-                    good = bool((self._gather(tok, rows[j : j + 1], pos)[0] == spread).all())
-                if good:
-                    self.stats["adopted"] += 1
-                    start[j] = n
-                    self._ix[r] = ix
-                    self._anc[r], self._spread[r] = anc, spread
-                    self._spos[r] = self._spread_pos(np.asarray([anc]))[0]
+            # its length when last proposed for, if it moved here; then the row's own
+            # index (the same request, grown by more than this call's sampled tokens)
+            tries = [L - int(grown[j])]
+            if r in own and own[r][0] not in tries:
+                tries.append(own[r][0])
+            for n in tries:
+                if not 0 < n <= L:
                     continue
+                key = (n, self._gather(tok, rows[j : j + 1], self._tail_pos(np.asarray([n]))).tobytes())
+                cand = self._pool.get(key)
+                if cand is not None and self._holds(tok, r, cand[0], n):  # every token compared
+                    hit = n, self._pool.pop(key)
+                    break
+            if hit is not None:
+                n, (ix, anc, spread) = hit
+                self.stats["adopted"] += 1
+                start[j] = n
+                self._ix[r] = ix
+                self._anc[r], self._spread[r] = anc, spread
+                self._spos[r] = self._spread_pos(np.asarray([anc]))[0]
+                continue
             self._ix[r] = self._new_index()
             self.stats["rebuilt"] += 1
-            self.stats["rebuilt_tokens"] += int(Lr[j])
+            self.stats["rebuilt_tokens"] += L
             start[j] = 0
             renew.append(j)
         self._trim_pool()
         anc = self._anc[rows]
         return np.union1d(np.asarray(renew, dtype=np.int64), np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)))
+
 
 class SpecfsmNgramProposer(RowTrackingProposer):
     """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.

@@ -239,7 +239,7 @@ def test_same_drafts_as_vllm_rule(impl, history, lo, extra, k, slack):
 
 # -- state that survives vLLM's row movements ---------------------------------------------
 def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False, calm=0.0,
-            narrow=False):
+            narrow=False, templated=0.0):
     kern = impl.module("ngram_index")
     p = make(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
@@ -247,7 +247,7 @@ def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verif
         return kern.longest_match(history.astype(np.int64), lo, hi, kk, prefer).tolist()
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated), p
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -280,6 +280,62 @@ def test_long_histories_with_shared_prompts(impl, seed):
                  "condense (row moved into a hole)"):
         assert eng.moves.get(what, 0) > 0, eng.moves
     assert p.stats["adopted"] > 0  # moved indexes were followed, not rebuilt
+
+
+def _chat_rows(rng, system, template, first, quote_tail):
+    """A chat turn: the shared system prompt, a 12-token question quoting the template's
+    tail, the answer's first token and ``quote_tail`` and ending in three shared tokens,
+    then the template's tail."""
+    q = rng.integers(0, 900, size=12).tolist()
+    q[3:9] = template[-3:] + [first] + quote_tail
+    q[9:] = [980, 981, 982]  # the question's last words, shared ("...please?")
+    return system + q + template
+
+
+@pytest.mark.parametrize("proposer", ["ngram", "suffix"])
+def test_a_reused_row_never_keeps_the_previous_requests_index(impl, proposer):
+    """Two chat requests, one after the other in row 0 (vLLM reuses a finished request's
+    row): the same system prompt, the same template tail, the same length, the same first
+    answer token, so at the old request's length the new row holds the same last tokens.
+    The old index would draft the old question's continuation; the row must draft from
+    its own history (the sparse length-and-tail check kept the old index)."""
+    rng = np.random.default_rng(3)
+    system = rng.integers(0, 900, size=300).tolist()
+    template, first = [991, 992, 993, 994, 995], 990
+    p = (make if proposer == "ngram" else make_suffix)(impl, min_n=2, max_n=4, num_speculative_tokens=2,
+                                                       max_model_len=4096)
+    tok = np.zeros((4, 4096), dtype=np.int32)
+    for i, quote in enumerate(([501, 502], [601, 602], [701, 702])):
+        prompt = _chat_rows(rng, system, template, first, quote)
+        hist = prompt + [first]  # prefill, then the first sampled token
+        tok[0, : len(hist)] = hist
+        out = p.propose([[first]], np.array([len(hist)], dtype=np.int32), tok)
+        assert out == [p.rescan(np.asarray(hist), 2)], f"request {i} drafted {out}"
+        assert out == [quote]  # its own question's continuation
+        # (the request finishes; the next one takes row 0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(1, 4),
+    cap=st.sampled_from([400, 700]),
+    k=st.integers(1, 4),
+    lo=st.integers(1, 3),
+    calm=st.sampled_from([0.0, 0.5]),
+)
+@pytest.mark.parametrize("proposer", ["ngram", "suffix"])
+def test_shared_prompts_templates_and_equal_lengths_under_row_reuse(impl, proposer, seed, rows, cap, k, lo, calm):
+    """Chat turns with one system prompt, one template, equally long questions and one
+    first answer token, in few rows (so rows are reused at once): every draft equals a
+    fresh rescan of the row."""
+    if proposer == "ngram":
+        eng, _ = _engine(impl, seed, vocab=1000, rows=rows, cap=cap, k=k, lo=lo, hi=lo + 2, calm=calm, templated=0.9)
+    else:
+        eng, _ = _suffix_engine(impl, seed, vocab=1000, rows=rows, cap=cap, k=k, lo=lo, hi=None, prefer="earliest",
+                                calm=calm, templated=0.9)
+    for _ in range(40):
+        eng.step()
 
 
 def test_a_swap_moves_the_indexes_instead_of_rebuilding(impl):
@@ -630,7 +686,7 @@ def test_steady_path_leaves_a_changed_row_to_the_general_step(impl, rows):
         if step == 9:
             tok[0, : int(lens[0]) - 30] += 1  # everything but the tail: found on row 0's DEEP turn
             rebuilt = p.stats["rebuilt"]
-        out = p.propose([[1]] * rows, lens, tok)
+        out = p.propose([[1] * (1 + step % 2)] * rows, lens, tok)  # grown by the sampled tokens
         if step == 3:
             assert p.stats["rebuilt"] == rebuilt + 1  # at once
         for r in range(rows):
@@ -673,7 +729,7 @@ def test_suffix_proposer_drafts_the_longest_match(impl):
 
 
 def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="sparse", long=False, calm=0.0,
-                   narrow=False):
+                   narrow=False, templated=0.0):
     sk = impl.module("suffix_index")
     nk = impl.module("ngram_index")
     p = make_suffix(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
@@ -687,7 +743,7 @@ def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="s
         return got
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated), p
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
