@@ -26,37 +26,65 @@ Usage (the class path is the whole configuration vLLM needs)::
 ``speculative_config.custom_proposer_backend`` instead: ``{"custom_proposer_backend":
 "specfsm.vllm.SpecfsmNgramProposer", "num_speculative_tokens": 4}``.)
 
-In the vLLM source read, asynchronous scheduling hands the CPU drafters an empty row list
-(``valid_sampled_token_ids = []``), so this proposer, like vLLM's own ``ngram`` method,
-drafts only with ``async_scheduling=False``.
+Which vLLM drafter each proposer reproduces: ``SpecfsmNgramProposer`` gives the drafts of
+the V1 model runner's ``NgramProposer`` (vLLM's ``ngram`` method on the V1 runner, which
+``custom_class`` always runs on: the earliest occurrence of the longest matching n-gram
+in ``min_n..max_n``, up to K tokens, none when nothing matches). On a GPU with Triton,
+vLLM runs its ``ngram`` method on Model Runner V2 with its own speculator instead
+(longest n, rightmost position, drafts padded to K); those drafts can differ, and
+``prefer="latest"`` is the nearer setting. ``SpecfsmSuffixProposer`` is specfsm's own
+(longest earlier occurrence of any length); it is not Arctic's ``suffix`` method.
 
-vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for ``custom_class``, so
-the n-gram range comes from positive values there when a vLLM version keeps them, else
-from the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
-``SPECFSM_VLLM_PREFER``, ``SPECFSM_VLLM_VERIFY``, read in every worker process), else
-from class attributes (subclass to change them), else vLLM's n-gram defaults
-(``5..5``, ``prefer="earliest"``, so the drafts equal vLLM's own ``ngram`` method).
+What ``custom_class`` gives up (vLLM 0.32's config and runner, read): Model Runner V2
+refuses it (vLLM falls back to V1 with a warning); vLLM turns asynchronous scheduling
+off for it by itself (and refuses ``async_scheduling=True``), so nothing needs passing;
+and the proposer is not told the step's K (vLLM hands ``num_spec_tokens_to_schedule``
+to its own ``ngram`` only), so a dynamic-K schedule (``num_speculative_tokens_per_batch_size``)
+does not shorten these drafts: they are up to ``num_speculative_tokens`` every step.
+
+Settings. vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for
+``custom_class``, and keeps no copy of a user's values, so the n-gram range comes from,
+in order: constructor keywords (a subclass's ``__init__``); positive
+``prompt_lookup_min``/``max`` (a vLLM version that keeps them);
+``additional_config={"specfsm": {"min_n": .., "max_n": .., "prefer": .., "verify": ..}}``
+(``LLM(additional_config=...)`` or ``--additional-config``: vLLM hands that dict to
+every worker unchanged); the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
+``SPECFSM_VLLM_PREFER``, ``SPECFSM_VLLM_VERIFY``, which must be set in every worker
+process); class attributes (subclass to change them); else vLLM's n-gram defaults
+(``5..5``, ``prefer="earliest"``). Each proposer logs the settings it runs with and where
+the range came from once per worker process (logger ``vllm.specfsm`` inside vLLM,
+``specfsm.vllm`` outside), and ``settings()`` returns them.
+
+``max_model_len`` is read from the ``VllmConfig``'s ``model_config`` at every call
+(unless given as a keyword): vLLM's auto-fit (``max_model_len=-1``) writes the fitted
+value into that same object in each worker after the proposer is built.
 
 The proposer keeps one incremental index per batch row. vLLM moves requests between rows
 (a finished request's row is reused, rows are condensed and swapped, a preempted request
-is removed and later re-added, a request's verified history can be cut back), and the
-call carries rows, not request ids. Every call therefore checks each drafting row against
-what its index holds before extending it: the row must be at least as long as the index
-and hold the index's last ``TAIL`` (8) tokens at the same positions; every ``DEEP`` (8)th
-row per step (rotating) is also compared at ``SPREAD`` (7) positions spread over its
-history; rows of at most ``SHORT`` (128) tokens are compared in full. A row that fails
-takes the index that moved there with its request (found by length and tail among the
-indexes no row confirmed, checked at its spread positions), else a new index built from
-the row's tokens. ``verify="full"`` compares every indexed token of every row every
-step instead (exact, O(history) per step). A step where nothing moved (the same rows as
-the last call, every row sampled, every history past ``SHORT``) runs these same checks
-in a few whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to
-the general step, which relocates and rebuilds, as soon as one fails. The sparse check can be fooled only by two
-histories of which one is at least as long, which agree at the last ``TAIL`` positions
-and at the spread positions but differ elsewhere; drafts are verified by the target
-model, so such a mix-up costs acceptance, never output. The driver in
-``tests/vllm_batch_driver.py`` replays vLLM's row movements and checks every proposal
-against a fresh rescan.
+is removed and later re-added, a request's verified history can be cut back, a step
+can skip the drafter), and the call carries rows, not request ids. The row rule decides
+which rows kept their request: a row did only if its index covered the row at the last
+call and the row grew by exactly its sampled tokens since, its last ``TAIL`` (8) indexed
+tokens are still in place (and, for one row in ``DEEP`` (8) per step, ``SPREAD`` (7)
+positions spread over its history), and no other row and no kept index had the same
+length and last tokens at the last call; rows of at most ``SHORT`` (128) tokens and such
+"twins" are compared in full. Every other row is a movement: it takes the index that
+moved there with its request or came back from the pool (looked up by length and tail,
+taken only after every token is compared), or its own index after a skipped call
+(compared in full), else a new index built from the row's tokens. The rule costs what
+the old sparse check did (one length comparison more per row), and it is exact for every
+movement of a request that stays in the batch; the one case it cannot see is a request
+that enters a row (new, or resumed after its kept index was dropped) with exactly the
+length the row's previous request had plus its first sampled token, the same last 8
+tokens there and the same spread tokens: with a prompt that ends in a chat template that
+needs the previous request to have generated the template's tail itself, and drafts are
+verified by the target model, so even then it costs acceptance, never output.
+``verify="full"`` compares every indexed token of every row every step (exact,
+O(history) per step). A step where nothing moved runs the same checks in a few
+whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to the
+general step as soon as one fails. The driver in ``tests/vllm_batch_driver.py`` replays
+vLLM's row movements (with chat turns sharing a system prompt, a template and lengths)
+and checks every proposal against a fresh rescan.
 
 Importing this module does not import vLLM (or torch); a ``torch.Tensor`` argument is
 read through its ``.numpy()`` view.
@@ -64,7 +92,9 @@ read through its ``.numpy()`` view.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -141,27 +171,67 @@ def _positive(value: Any) -> int | None:
     return v if v > 0 else None
 
 
+def _additional(vllm_config: Any) -> dict:
+    """``vllm_config.additional_config["specfsm"]``: a dict vLLM keeps and hands to every
+    worker unchanged (``LLM(..., additional_config={"specfsm": {"min_n": 2, ...}})``, or
+    ``--additional-config '{"specfsm": {...}}'``); {} when absent. Refuses a non-dict."""
+    extra = getattr(vllm_config, "additional_config", None)
+    if not isinstance(extra, dict) or "specfsm" not in extra:
+        return {}
+    mine = extra["specfsm"]
+    if not isinstance(mine, dict):
+        raise TypeError(f'additional_config["specfsm"] must be a dict of proposer settings, got {mine!r}')
+    unknown = sorted(set(mine) - {"min_n", "max_n", "prefer", "verify"})
+    if unknown:
+        raise ValueError(f'additional_config["specfsm"] has unknown settings {unknown}; '
+                         "known: min_n, max_n, prefer, verify")
+    return mine
+
+
+#: where each settings source is named in the settings log
+RANGE_SOURCES = ("keyword", "speculative_config", "additional_config", "environment", "class")
+
+
 def _range_sources(vllm_config: Any, min_n: Any, max_n: Any, cls: type) -> list[tuple[Any, Any]]:
-    """The ``(min_n, max_n)`` each settings source gives, in priority order: the keyword
-    (else the ``speculative_config``'s positive ``prompt_lookup_min`` / ``max``), the
-    environment (``SPECFSM_VLLM_MIN_N`` / ``MAX_N``), the class attributes; None where a
-    source is silent. Each proposer combines them by its own rule."""
+    """The ``(min_n, max_n)`` each settings source gives, in priority order (named by
+    ``RANGE_SOURCES``): the keywords, the ``speculative_config``'s positive
+    ``prompt_lookup_min`` / ``max`` (vLLM zeroes both for ``custom_class``, so this is
+    silent there), ``additional_config["specfsm"]``, the environment
+    (``SPECFSM_VLLM_MIN_N`` / ``MAX_N``), the class attributes; None where a source is
+    silent. Each proposer combines them by its own rule."""
     spec = getattr(vllm_config, "speculative_config", None)
+    extra = _additional(vllm_config)
     return [
-        (
-            min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None)),
-            max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None)),
-        ),
+        (min_n, max_n),
+        (_positive(getattr(spec, "prompt_lookup_min", None)), _positive(getattr(spec, "prompt_lookup_max", None))),
+        (extra.get("min_n"), extra.get("max_n")),
         (_env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")),
         (cls.min_n, cls.max_n),  # type: ignore[attr-defined]
     ]
 
 
-def _prefer_setting(prefer: Any, cls: type) -> Any:
-    """``prefer`` from the keyword, else ``SPECFSM_VLLM_PREFER``, else the class attribute."""
+def _prefer_setting(prefer: Any, cls: type, vllm_config: Any = None) -> Any:
+    """``prefer`` from the keyword, else ``additional_config["specfsm"]``, else
+    ``SPECFSM_VLLM_PREFER``, else the class attribute."""
     if prefer is not None:
         return prefer
+    extra = _additional(vllm_config)
+    if extra.get("prefer") is not None:
+        return extra["prefer"]
     return _env("SPECFSM_VLLM_PREFER") or cls.prefer  # type: ignore[attr-defined]
+
+
+_logged: set = set()  # settings already logged in this process (one line per worker)
+
+
+def _log_settings(text: str) -> None:
+    """Log ``text`` once per process: through vLLM's logger tree when vLLM is loaded (its
+    handlers print it with the worker's prefix), else ``specfsm.vllm``."""
+    if text in _logged:
+        return
+    _logged.add(text)
+    name = "vllm.specfsm" if "vllm" in sys.modules else "specfsm.vllm"
+    logging.getLogger(name).info("%s", text)
 
 
 def _as_numpy(value: Any, name: str) -> np.ndarray:
@@ -241,11 +311,15 @@ class RowTrackingProposer:
                 "speculative_config has it, or num_speculative_tokens=K"
             )
         self.num_speculative_tokens = check_count(num_speculative_tokens, "num_speculative_tokens")
+        # vLLM re-fits max_model_len after profiling (max_model_len=-1, "auto-fit"): the
+        # worker writes the new value into this same model_config, so a cap read from it
+        # is re-read at every call (a keyword cap is fixed)
+        self._model_config = model if max_model_len is None else None
         if max_model_len is None:
             max_model_len = getattr(model, "max_model_len", None)
-        self.max_model_len = None if max_model_len is None else check_count(max_model_len, "max_model_len")
+        self.max_model_len = self._cap_from(max_model_len)
         if verify is None:
-            verify = _env("SPECFSM_VLLM_VERIFY") or self.verify_default
+            verify = _additional(vllm_config).get("verify") or _env("SPECFSM_VLLM_VERIFY") or self.verify_default
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         self.verify = verify
@@ -255,6 +329,29 @@ class RowTrackingProposer:
         self._spread_mul = np.arange(1, self.SPREAD + 1, dtype=np.int64)
         self._spread_mulv = self._spread_mul.reshape(-1, 1)
         self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+
+    @staticmethod
+    def _cap_from(value: Any) -> int | None:
+        """``max_model_len`` as a cap: None (no cap) for None or vLLM's -1 (not fitted yet)."""
+        if value is None or (type(value) is int and value < 0):
+            return None
+        return check_count(value, "max_model_len")
+
+    def _follow_cap(self) -> None:
+        """Take up a ``max_model_len`` vLLM changed in the config since the last call."""
+        m = self._model_config
+        if m is not None:
+            v = getattr(m, "max_model_len", None)
+            if v != self.max_model_len:
+                self.max_model_len = self._cap_from(v)
+
+    def settings(self) -> dict:
+        """The settings this proposer runs with (what the once-per-worker log line says)."""
+        return {"class": type(self).__name__, "num_speculative_tokens": self.num_speculative_tokens,
+                "max_model_len": self.max_model_len, "verify": self.verify}
+
+    def _log(self) -> None:
+        _log_settings("specfsm proposer settings: " + ", ".join(f"{k}={v!r}" for k, v in self.settings().items()))
 
     def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
@@ -326,6 +423,8 @@ class RowTrackingProposer:
         if not self._guard.acquire(blocking=False):
             raise RuntimeError("propose was called while another propose call on this proposer is running")
         try:
+            if self._model_config is not None:
+                self._follow_cap()
             return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         finally:
             self._guard.release()
@@ -886,17 +985,23 @@ class SpecfsmNgramProposer(RowTrackingProposer):
             verify=verify,
         )
         # the first source that sets either end sets the range (one end sets the other)
-        lo, hi = next(
-            ((a, b) for a, b in _range_sources(vllm_config, min_n, max_n, type(self)) if a is not None or b is not None),
-            (self.DEFAULT_N, self.DEFAULT_N),
+        lo, hi, self.range_source = next(
+            ((a, b, name) for (a, b), name in zip(_range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES)
+             if a is not None or b is not None),
+            (self.DEFAULT_N, self.DEFAULT_N, "vLLM's ngram default"),
         )
         lo = hi if lo is None else lo
         hi = lo if hi is None else hi
-        prefer = _prefer_setting(prefer, type(self))
+        prefer = _prefer_setting(prefer, type(self), vllm_config)
         self._kern = kernels if kernels is not None else _public_ngram
         self._extend_batch: Callable | None = getattr(self._kern, "extend_batch", None)
         probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+        self._log()
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
+                "range_from": self.range_source}
 
     def _new_index(self) -> Any:
         return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
@@ -977,15 +1082,21 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
             verify=verify,
         )
         # each end from the first source that sets it (max_n None: unbounded)
-        sources = _range_sources(vllm_config, min_n, max_n, type(self))
-        lo = next((a for a, _ in sources if a is not None), None)
-        hi = next((b for _, b in sources if b is not None), None)
-        prefer = _prefer_setting(prefer, type(self))
+        sources = list(zip(_range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
+        lo, lo_from = next(((a, name) for (a, _), name in sources if a is not None), (None, "default"))
+        hi, hi_from = next(((b, name) for (_, b), name in sources if b is not None), (None, "default"))
+        self.range_source = lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
+        prefer = _prefer_setting(prefer, type(self), vllm_config)
         if kernels is None:
             from . import suffix_index as kernels
         self._kern = kernels
         probe = self._kern.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+        self._log()
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
+                "range_from": self.range_source}
 
     def _new_index(self) -> Any:
         return self._kern.SuffixIndex(self.min_n, self.max_n, self.prefer)

@@ -111,6 +111,57 @@ def test_custom_class_zeroed_range_falls_back_to_env_then_class_then_vllm_defaul
     assert (p.min_n, p.max_n, p.prefer, p.verify) == (6, 6, "earliest", "sparse")  # keywords win
 
 
+def test_additional_config_sets_the_range_in_every_worker(impl, monkeypatch):
+    """vLLM keeps ``additional_config`` unchanged and hands it to every worker: a range set
+    there is used (after keywords, before the environment), and the log names where the
+    range came from, once per process."""
+    for var in ("SPECFSM_VLLM_MIN_N", "SPECFSM_VLLM_MAX_N", "SPECFSM_VLLM_PREFER", "SPECFSM_VLLM_VERIFY"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=64, prompt_lookup_min=0, prompt_lookup_max=0)
+    cfg.additional_config = {"specfsm": {"min_n": 2, "max_n": 3, "prefer": "latest", "verify": "full"}}
+    monkeypatch.setenv("SPECFSM_VLLM_MIN_N", "4")
+    p = sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    assert (p.min_n, p.max_n, p.prefer, p.verify, p.range_source) == (2, 3, "latest", "full", "additional_config")
+    s = sv.SpecfsmSuffixProposer(cfg, kernels=impl.module("suffix_index"))
+    assert (s.min_n, s.max_n, s.prefer) == (2, 3, "latest")
+    assert p.settings()["range_from"] == "additional_config"
+    cfg.additional_config = {"specfsm": {"min": 2}}
+    with pytest.raises(ValueError, match="unknown settings"):
+        sv.SpecfsmNgramProposer(cfg)
+    cfg.additional_config = {"specfsm": 3}
+    with pytest.raises(TypeError, match="additional_config"):
+        sv.SpecfsmNgramProposer(cfg)
+
+
+def test_settings_are_logged_once_per_process(impl, caplog, monkeypatch):
+    monkeypatch.setattr(sv, "_logged", set())
+    cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64)
+    with caplog.at_level("INFO"):
+        sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+        sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    lines = [r.getMessage() for r in caplog.records if "specfsm proposer settings" in r.getMessage()]
+    assert len(lines) == 1
+    assert "min_n=5" in lines[0] and "range_from=\"vLLM's ngram default\"" in lines[0]
+
+
+def test_follows_a_max_model_len_vllm_refits(impl):
+    """vLLM's auto-fit writes the fitted max_model_len into the worker's model_config after
+    the proposer is built (-1 before): the cap follows it; a keyword cap does not."""
+    cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=-1)
+    p = sv.SpecfsmNgramProposer(cfg, min_n=1, max_n=1, kernels=impl.module("ngram_index"))
+    assert p.max_model_len is None
+    tok = np.zeros((1, 64), dtype=np.int32)
+    tok[0, :6] = [1, 2, 3, 4, 5, 1]
+    assert p.propose([[1]], np.array([6]), tok) == [[2, 3, 4, 5]]
+    cfg.model_config.max_model_len = 9  # the re-fit
+    tok[0, 6] = 2
+    assert p.propose([[2]], np.array([7]), tok) == [[3, 4]]  # capped at 9 - 7
+    assert p.max_model_len == 9
+    fixed = sv.SpecfsmNgramProposer(cfg, min_n=1, max_n=1, max_model_len=50, kernels=impl.module("ngram_index"))
+    cfg.model_config.max_model_len = 8
+    assert fixed.propose([[2]], np.array([7]), tok) == [[3, 4, 5, 1]] and fixed.max_model_len == 50
+
+
 @pytest.mark.parametrize(
     "kw, exc, words",
     [
