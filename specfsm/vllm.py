@@ -77,8 +77,10 @@ movement of a request that stays in the batch; the one case it cannot see is a r
 that enters a row (new, or resumed after its kept index was dropped) with exactly the
 length the row's previous request had plus its first sampled token, the same last 8
 tokens there and the same spread tokens: with a prompt that ends in a chat template that
-needs the previous request to have generated the template's tail itself, and drafts are
-verified by the target model, so even then it costs acceptance, never output.
+needs the previous request to have generated the template's tail itself; and after a
+step where vLLM skipped the drafter (the longest row + K past ``max_model_len``), a
+request that moved rows can pass in a row whose previous request had its length and
+tail. Drafts are verified by the target model, so even then it costs acceptance, never output.
 ``verify="full"`` compares every indexed token of every row every step (exact,
 O(history) per step). A step where nothing moved runs the same checks in a few
 whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to the
@@ -364,7 +366,7 @@ class RowTrackingProposer:
         self._twin = np.zeros(0, dtype=bool)
         self._any_twin = False
         self._pool_h = np.zeros(0, dtype=np.uint64)  # the pooled indexes' key hashes
-        self._pool_f = np.zeros(0, dtype=np.uint64)  # their (length, last token) filter, sorted
+        self._pool_f = np.zeros(0, dtype=np.uint64)  # their (length, last two tokens) filter, sorted
         self._pool_lens: set = set()  # the pooled indexes' lengths
         # (the per-row token blocks are stored position-major, ``[TAIL, rows]``, and
         # used through their transposes: whole-batch numpy calls then run along rows)
@@ -504,7 +506,7 @@ class RowTrackingProposer:
         pooled index's: the row rule cannot tell such rows' requests apart, so the next
         call compares them in full. ``lens``: the rows' indexed lengths as a list, when
         the caller has one (few rows: Python sets and the pool's own keys). For many rows
-        a cheap filter first, (length, last token) hashed, sorted and compared with its
+        a cheap filter first, (length, last two tokens) hashed, sorted and compared with its
         neighbours and with the pool's; only a batch that passes it hashes whole tails."""
         if pool_changed:
             keys = list(self._pool)
@@ -513,7 +515,7 @@ class RowTrackingProposer:
                 plens = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
                 ptails = np.frombuffer(b"".join(k[1] for k in keys), dtype=np.int64).reshape(len(keys), self.TAIL)
                 self._pool_h = self._key_hash(plens, ptails)
-                self._pool_f = np.sort(self._key_hash(plens, ptails[:, -1:], 2))
+                self._pool_f = np.sort(self._key_hash(plens, ptails[:, -2:], 2))
             else:
                 self._pool_h = self._pool_f = np.zeros(0, dtype=np.uint64)
         if self._any_twin:
@@ -534,7 +536,7 @@ class RowTrackingProposer:
                     self._any_twin = True
             return
         L = self._len[:b]
-        f = self._key_hash(L, self._tail[:b, -1:], 2)  # the filter: length and last token
+        f = self._key_hash(L, self._tail[:b, -2:], 2)  # the filter: length and last two tokens
         sf = np.sort(f)
         pf = self._pool_f
         if not (sf[1:] == sf[:-1]).any() and not (

@@ -20,7 +20,9 @@ operations in ``GPUModelRunner._update_states`` / ``_bookkeeping_sync`` /
   len(output_token_ids)``: ``num_tokens_no_spec`` shrinks, same row);
 - a streaming-session update removes the request and re-adds it with the previous
   outputs folded into its prompt;
-- a step whose input does not fit the drafter appends tokens but calls no ``propose``;
+- a step whose input does not fit the drafter (the longest history + K past
+  ``max_model_len``; also at random, except with ``templated``) appends tokens but calls
+  no ``propose``;
 - a request stops at ``max_model_len``;
 - with ``calm > 0``, steps where nothing moves (as most steps of a busy server are),
   which the proposers serve on their steady path;
@@ -324,7 +326,11 @@ class Engine:
             b.append_sampled(idx, s)
             sampled.append(s)
         # 9. the drafter (skipped when the step's input does not fit it)
-        if r.random() < 0.05:
+        # (vLLM skips the drafter when the longest sequence + K passes max_model_len,
+        # ``_input_fits_in_drafter``; kept at random too, off for templated chat turns,
+        # whose equal lengths and tails a skipped call can hide: see docs/vllm.md)
+        longest = int(b.num_tokens_no_spec[: b.num_reqs].max()) if b.num_reqs else 0
+        if longest + self.k > b.max_model_len or (not self.templated and r.random() < 0.05):
             self._count("step without propose")
             return
         tok = b.token_ids_cpu
