@@ -26,37 +26,67 @@ Usage (the class path is the whole configuration vLLM needs)::
 ``speculative_config.custom_proposer_backend`` instead: ``{"custom_proposer_backend":
 "specfsm.vllm.SpecfsmNgramProposer", "num_speculative_tokens": 4}``.)
 
-In the vLLM source read, asynchronous scheduling hands the CPU drafters an empty row list
-(``valid_sampled_token_ids = []``), so this proposer, like vLLM's own ``ngram`` method,
-drafts only with ``async_scheduling=False``.
+Which vLLM drafter each proposer reproduces: ``SpecfsmNgramProposer`` gives the drafts of
+the V1 model runner's ``NgramProposer`` (vLLM's ``ngram`` method on the V1 runner, which
+``custom_class`` always runs on: the earliest occurrence of the longest matching n-gram
+in ``min_n..max_n``, up to K tokens, none when nothing matches). On a GPU with Triton,
+vLLM runs its ``ngram`` method on Model Runner V2 with its own speculator instead
+(longest n, rightmost position, drafts padded to K); those drafts can differ, and
+``prefer="latest"`` is the nearer setting. ``SpecfsmSuffixProposer`` is specfsm's own
+(longest earlier occurrence of any length); it is not Arctic's ``suffix`` method.
 
-vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for ``custom_class``, so
-the n-gram range comes from positive values there when a vLLM version keeps them, else
-from the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
-``SPECFSM_VLLM_PREFER``, ``SPECFSM_VLLM_VERIFY``, read in every worker process), else
-from class attributes (subclass to change them), else vLLM's n-gram defaults
-(``5..5``, ``prefer="earliest"``, so the drafts equal vLLM's own ``ngram`` method).
+What ``custom_class`` gives up (vLLM 0.32's config and runner, read): Model Runner V2
+refuses it (vLLM falls back to V1 with a warning); vLLM turns asynchronous scheduling
+off for it by itself (and refuses ``async_scheduling=True``), so nothing needs passing;
+and the proposer is not told the step's K (vLLM hands ``num_spec_tokens_to_schedule``
+to its own ``ngram`` only), so a dynamic-K schedule (``num_speculative_tokens_per_batch_size``)
+does not shorten these drafts: they are up to ``num_speculative_tokens`` every step.
+
+Settings. vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for
+``custom_class``, and keeps no copy of a user's values, so the n-gram range comes from,
+in order: constructor keywords (a subclass's ``__init__``); positive
+``prompt_lookup_min``/``max`` (a vLLM version that keeps them);
+``additional_config={"specfsm": {"min_n": .., "max_n": .., "prefer": .., "verify": ..}}``
+(``LLM(additional_config=...)`` or ``--additional-config``: vLLM hands that dict to
+every worker unchanged); the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
+``SPECFSM_VLLM_PREFER``, ``SPECFSM_VLLM_VERIFY``, which must be set in every worker
+process); class attributes (subclass to change them); else vLLM's n-gram defaults
+(``5..5``, ``prefer="earliest"``). Each proposer logs the settings it runs with and where
+the range came from once per worker process (logger ``vllm.specfsm`` inside vLLM,
+``specfsm.vllm`` outside), and ``settings()`` returns them.
+
+``max_model_len`` is read from the ``VllmConfig``'s ``model_config`` at every call
+(unless given as a keyword): vLLM's auto-fit (``max_model_len=-1``) writes the fitted
+value into that same object in each worker after the proposer is built.
 
 The proposer keeps one incremental index per batch row. vLLM moves requests between rows
 (a finished request's row is reused, rows are condensed and swapped, a preempted request
-is removed and later re-added, a request's verified history can be cut back), and the
-call carries rows, not request ids. Every call therefore checks each drafting row against
-what its index holds before extending it: the row must be at least as long as the index
-and hold the index's last ``TAIL`` (8) tokens at the same positions; every ``DEEP`` (8)th
-row per step (rotating) is also compared at ``SPREAD`` (7) positions spread over its
-history; rows of at most ``SHORT`` (128) tokens are compared in full. A row that fails
-takes the index that moved there with its request (found by length and tail among the
-indexes no row confirmed, checked at its spread positions), else a new index built from
-the row's tokens. ``verify="full"`` compares every indexed token of every row every
-step instead (exact, O(history) per step). A step where nothing moved (the same rows as
-the last call, every row sampled, every history past ``SHORT``) runs these same checks
-in a few whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to
-the general step, which relocates and rebuilds, as soon as one fails. The sparse check can be fooled only by two
-histories of which one is at least as long, which agree at the last ``TAIL`` positions
-and at the spread positions but differ elsewhere; drafts are verified by the target
-model, so such a mix-up costs acceptance, never output. The driver in
-``tests/vllm_batch_driver.py`` replays vLLM's row movements and checks every proposal
-against a fresh rescan.
+is removed and later re-added, a request's verified history can be cut back, a step
+can skip the drafter), and the call carries rows, not request ids. The row rule decides
+which rows kept their request: a row did only if its index covered the row at the last
+call and the row grew by exactly its sampled tokens since, its last ``TAIL`` (8) indexed
+tokens are still in place (and, for one row in ``DEEP`` (8) per step, ``SPREAD`` (7)
+positions spread over its history), and no other row and no kept index had the same
+length and last tokens at the last call; rows of at most ``SHORT`` (128) tokens and such
+"twins" are compared in full. Every other row is a movement: it takes the index that
+moved there with its request or came back from the pool (looked up by length and tail,
+taken only after every token is compared), or its own index after a skipped call
+(compared in full), else a new index built from the row's tokens. The rule costs what
+the old sparse check did (one length comparison more per row), and it is exact for every
+movement of a request that stays in the batch; the one case it cannot see is a request
+that enters a row (new, or resumed after its kept index was dropped) with exactly the
+length the row's previous request had plus its first sampled token, the same last 8
+tokens there and the same spread tokens: with a prompt that ends in a chat template that
+needs the previous request to have generated the template's tail itself; and after a
+step where vLLM skipped the drafter (the longest row + K past ``max_model_len``), a
+request that moved rows can pass in a row whose previous request had its length and
+tail. Drafts are verified by the target model, so even then it costs acceptance, never output.
+``verify="full"`` compares every indexed token of every row every step (exact,
+O(history) per step). A step where nothing moved runs the same checks in a few
+whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to the
+general step as soon as one fails. The driver in ``tests/vllm_batch_driver.py`` replays
+vLLM's row movements (with chat turns sharing a system prompt, a template and lengths)
+and checks every proposal against a fresh rescan.
 
 Importing this module does not import vLLM (or torch); a ``torch.Tensor`` argument is
 read through its ``.numpy()`` view.
@@ -64,7 +94,9 @@ read through its ``.numpy()`` view.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -141,27 +173,67 @@ def _positive(value: Any) -> int | None:
     return v if v > 0 else None
 
 
+def _additional(vllm_config: Any) -> dict:
+    """``vllm_config.additional_config["specfsm"]``: a dict vLLM keeps and hands to every
+    worker unchanged (``LLM(..., additional_config={"specfsm": {"min_n": 2, ...}})``, or
+    ``--additional-config '{"specfsm": {...}}'``); {} when absent. Refuses a non-dict."""
+    extra = getattr(vllm_config, "additional_config", None)
+    if not isinstance(extra, dict) or "specfsm" not in extra:
+        return {}
+    mine = extra["specfsm"]
+    if not isinstance(mine, dict):
+        raise TypeError(f'additional_config["specfsm"] must be a dict of proposer settings, got {mine!r}')
+    unknown = sorted(set(mine) - {"min_n", "max_n", "prefer", "verify"})
+    if unknown:
+        raise ValueError(f'additional_config["specfsm"] has unknown settings {unknown}; '
+                         "known: min_n, max_n, prefer, verify")
+    return mine
+
+
+#: where each settings source is named in the settings log
+RANGE_SOURCES = ("keyword", "speculative_config", "additional_config", "environment", "class")
+
+
 def _range_sources(vllm_config: Any, min_n: Any, max_n: Any, cls: type) -> list[tuple[Any, Any]]:
-    """The ``(min_n, max_n)`` each settings source gives, in priority order: the keyword
-    (else the ``speculative_config``'s positive ``prompt_lookup_min`` / ``max``), the
-    environment (``SPECFSM_VLLM_MIN_N`` / ``MAX_N``), the class attributes; None where a
-    source is silent. Each proposer combines them by its own rule."""
+    """The ``(min_n, max_n)`` each settings source gives, in priority order (named by
+    ``RANGE_SOURCES``): the keywords, the ``speculative_config``'s positive
+    ``prompt_lookup_min`` / ``max`` (vLLM zeroes both for ``custom_class``, so this is
+    silent there), ``additional_config["specfsm"]``, the environment
+    (``SPECFSM_VLLM_MIN_N`` / ``MAX_N``), the class attributes; None where a source is
+    silent. Each proposer combines them by its own rule."""
     spec = getattr(vllm_config, "speculative_config", None)
+    extra = _additional(vllm_config)
     return [
-        (
-            min_n if min_n is not None else _positive(getattr(spec, "prompt_lookup_min", None)),
-            max_n if max_n is not None else _positive(getattr(spec, "prompt_lookup_max", None)),
-        ),
+        (min_n, max_n),
+        (_positive(getattr(spec, "prompt_lookup_min", None)), _positive(getattr(spec, "prompt_lookup_max", None))),
+        (extra.get("min_n"), extra.get("max_n")),
         (_env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")),
         (cls.min_n, cls.max_n),  # type: ignore[attr-defined]
     ]
 
 
-def _prefer_setting(prefer: Any, cls: type) -> Any:
-    """``prefer`` from the keyword, else ``SPECFSM_VLLM_PREFER``, else the class attribute."""
+def _prefer_setting(prefer: Any, cls: type, vllm_config: Any = None) -> Any:
+    """``prefer`` from the keyword, else ``additional_config["specfsm"]``, else
+    ``SPECFSM_VLLM_PREFER``, else the class attribute."""
     if prefer is not None:
         return prefer
+    extra = _additional(vllm_config)
+    if extra.get("prefer") is not None:
+        return extra["prefer"]
     return _env("SPECFSM_VLLM_PREFER") or cls.prefer  # type: ignore[attr-defined]
+
+
+_logged: set = set()  # settings already logged in this process (one line per worker)
+
+
+def _log_settings(text: str) -> None:
+    """Log ``text`` once per process: through vLLM's logger tree when vLLM is loaded (its
+    handlers print it with the worker's prefix), else ``specfsm.vllm``."""
+    if text in _logged:
+        return
+    _logged.add(text)
+    name = "vllm.specfsm" if "vllm" in sys.modules else "specfsm.vllm"
+    logging.getLogger(name).info("%s", text)
 
 
 def _as_numpy(value: Any, name: str) -> np.ndarray:
@@ -241,11 +313,15 @@ class RowTrackingProposer:
                 "speculative_config has it, or num_speculative_tokens=K"
             )
         self.num_speculative_tokens = check_count(num_speculative_tokens, "num_speculative_tokens")
+        # vLLM re-fits max_model_len after profiling (max_model_len=-1, "auto-fit"): the
+        # worker writes the new value into this same model_config, so a cap read from it
+        # is re-read at every call (a keyword cap is fixed)
+        self._model_config = model if max_model_len is None else None
         if max_model_len is None:
             max_model_len = getattr(model, "max_model_len", None)
-        self.max_model_len = None if max_model_len is None else check_count(max_model_len, "max_model_len")
+        self.max_model_len = self._cap_from(max_model_len)
         if verify is None:
-            verify = _env("SPECFSM_VLLM_VERIFY") or self.verify_default
+            verify = _additional(vllm_config).get("verify") or _env("SPECFSM_VLLM_VERIFY") or self.verify_default
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         self.verify = verify
@@ -256,9 +332,42 @@ class RowTrackingProposer:
         self._spread_mulv = self._spread_mul.reshape(-1, 1)
         self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
 
+    @staticmethod
+    def _cap_from(value: Any) -> int | None:
+        """``max_model_len`` as a cap: None (no cap) for None or vLLM's -1 (not fitted yet)."""
+        if value is None or (type(value) is int and value < 0):
+            return None
+        return check_count(value, "max_model_len")
+
+    def _follow_cap(self) -> None:
+        """Take up a ``max_model_len`` vLLM changed in the config since the last call."""
+        m = self._model_config
+        if m is not None:
+            v = getattr(m, "max_model_len", None)
+            if v != self.max_model_len:
+                self.max_model_len = self._cap_from(v)
+
+    def settings(self) -> dict:
+        """The settings this proposer runs with (what the once-per-worker log line says)."""
+        return {"class": type(self).__name__, "num_speculative_tokens": self.num_speculative_tokens,
+                "max_model_len": self.max_model_len, "verify": self.verify}
+
+    def _log(self) -> None:
+        _log_settings("specfsm proposer settings: " + ", ".join(f"{k}={v!r}" for k, v in self.settings().items()))
+
     def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
         self._len = np.zeros(0, dtype=np.int64)  # per row: tokens indexed (-1: none)
+        # per row: its num_tokens_no_spec at the last call (-1: not in that batch). A row
+        # kept its request only if it grew by exactly its sampled tokens since then
+        self._seen = np.zeros(0, dtype=np.int64)
+        # rows whose (length, tail) at the last call another row or a pooled index shared:
+        # a move between such twins passes the row rule, so they are compared in full
+        self._twin = np.zeros(0, dtype=bool)
+        self._any_twin = False
+        self._pool_h = np.zeros(0, dtype=np.uint64)  # the pooled indexes' key hashes
+        self._pool_f = np.zeros(0, dtype=np.uint64)  # their (length, last two tokens) filter, sorted
+        self._pool_lens: set = set()  # the pooled indexes' lengths
         # (the per-row token blocks are stored position-major, ``[TAIL, rows]``, and
         # used through their transposes: whole-batch numpy calls then run along rows)
         self._tail = np.zeros((self.TAIL, 0), dtype=np.int64).T  # its last TAIL tokens
@@ -318,6 +427,8 @@ class RowTrackingProposer:
         if not self._guard.acquire(blocking=False):
             raise RuntimeError("propose was called while another propose call on this proposer is running")
         try:
+            if self._model_config is not None:
+                self._follow_cap()
             return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         finally:
             self._guard.release()
@@ -330,8 +441,8 @@ class RowTrackingProposer:
             raise TypeError(f"sampled_token_ids must be a list of lists, got {type(sampled).__name__}")
         b = len(sampled)
         try:
-            # the steady state (every row sampled something) needs no per-row counts
-            ns = None if all(map(len, sampled)) else np.fromiter(map(len, sampled), dtype=np.int64, count=b)
+            # (a copy the call owns: the row rule compares each row's growth with it)
+            ns = np.fromiter(map(len, sampled), dtype=np.int64, count=b)
         except TypeError:
             bad = next(i for i, s in enumerate(sampled) if not hasattr(s, "__len__"))
             raise TypeError(
@@ -372,10 +483,80 @@ class RowTrackingProposer:
         self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
         self._ix.extend([None] * more)
         self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
+        self._seen = np.concatenate([self._seen, np.full(more, -1, dtype=np.int64)])
+        self._twin = np.concatenate([self._twin, np.zeros(more, dtype=bool)])
         self._tail = np.concatenate([self._tail.T, np.zeros((self.TAIL, more), dtype=np.int64)], axis=1).T
         self._anc = np.concatenate([self._anc, np.zeros(more, dtype=np.int64)])
         self._spread = np.concatenate([self._spread.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
         self._spos = np.concatenate([self._spos.T, np.zeros((self.SPREAD, more), dtype=np.int64)], axis=1).T
+
+    #: fixed random odd 64-bit multipliers for the (length, tail) key hash (a linear
+    #: hash in wrapping uint64 arithmetic: two different keys collide with chance ~2**-63)
+    _KEY_MUL = np.random.default_rng(0x5EED).integers(0, 2**63, size=TAIL + 1, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+
+    def _key_hash(self, lens: np.ndarray, tails: np.ndarray, salt: int = 1) -> np.ndarray:
+        """One uint64 per (length, tail tokens) key; equal keys hash equal (a collision
+        only costs a full comparison). (uint64 array arithmetic wraps.)"""
+        h = lens.astype(np.uint64) * self._KEY_MUL[0]
+        h += (tails.astype(np.uint64) * self._KEY_MUL[salt : salt + tails.shape[1]]).sum(axis=1, dtype=np.uint64)
+        return h
+
+    def _mark_twins(self, b: int, pool_changed: bool, lens: Any = None) -> None:
+        """Flag the rows whose key (indexed length, tail) equals another row's or a
+        pooled index's: the row rule cannot tell such rows' requests apart, so the next
+        call compares them in full. ``lens``: the rows' indexed lengths as a list, when
+        the caller has one (few rows: Python sets and the pool's own keys). For many rows
+        a cheap filter first, (length, last two tokens) hashed, sorted and compared with its
+        neighbours and with the pool's; only a batch that passes it hashes whole tails."""
+        if pool_changed:
+            keys = list(self._pool)
+            self._pool_lens = {k[0] for k in keys}
+            if keys:
+                plens = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+                ptails = np.frombuffer(b"".join(k[1] for k in keys), dtype=np.int64).reshape(len(keys), self.TAIL)
+                self._pool_h = self._key_hash(plens, ptails)
+                self._pool_f = np.sort(self._key_hash(plens, ptails[:, -2:], 2))
+            else:
+                self._pool_h = self._pool_f = np.zeros(0, dtype=np.uint64)
+        if self._any_twin:
+            self._twin[:] = False
+            self._any_twin = False
+        if b == 0:
+            return
+        if lens is not None:  # few rows
+            if len(set(lens)) == len(lens) and not self._pool_lens.intersection(lens):
+                return
+            keys = [(n, self._tail[r].tobytes()) for r, n in enumerate(lens)]
+            seen: dict = {}
+            for k in keys:
+                seen[k] = seen.get(k, 0) + 1
+            for r, k in enumerate(keys):
+                if lens[r] >= 0 and (seen[k] > 1 or k in self._pool):
+                    self._twin[r] = True
+                    self._any_twin = True
+            return
+        L = self._len[:b]
+        f = self._key_hash(L, self._tail[:b, -2:], 2)  # the filter: length and last two tokens
+        sf = np.sort(f)
+        pf = self._pool_f
+        if not (sf[1:] == sf[:-1]).any() and not (
+            pf.shape[0] and (pf[np.minimum(np.searchsorted(pf, f), pf.shape[0] - 1)] == f).any()
+        ):
+            return
+        h = self._key_hash(L, self._tail[:b])
+        allh = np.concatenate([h, self._pool_h])
+        order = np.argsort(allh, kind="stable")
+        sh = allh[order]
+        dup = sh[1:] == sh[:-1]
+        if not dup.any():
+            return
+        mark = np.zeros(allh.shape[0], dtype=bool)
+        mark[order[1:][dup]] = True
+        mark[order[:-1][dup]] = True
+        twins = np.flatnonzero(mark[:b] & (L >= 0))
+        if twins.size:
+            self._twin[twins] = True
+            self._any_twin = True
 
     def _release(self, r: int) -> None:
         """Move row ``r``'s index into the pool of indexes no row holds."""
@@ -439,7 +620,7 @@ class RowTrackingProposer:
             except TypeError:
                 return None
         b = len(sampled)
-        if b == 0 or b != self._used or self.num_speculative_tokens == 0:
+        if b == 0 or b != self._used or self.num_speculative_tokens == 0 or self._any_twin:
             return None
         if tok.ndim != 2 or tok.shape[0] < b or tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
             return None
@@ -448,26 +629,29 @@ class RowTrackingProposer:
         if not tok.flags.c_contiguous:
             return None
         try:
-            if not all(map(len, sampled)):
-                return None
+            ns = list(map(len, sampled))
         except TypeError:
             return None
+        if not all(ns):
+            return None
         if b <= self.FEW:
-            return self._steady_few(b, num_tokens, tok)
-        return self._steady_many(b, num_tokens, tok)
+            return self._steady_few(b, num_tokens, tok, ns)
+        return self._steady_many(b, num_tokens, tok, np.fromiter(ns, dtype=np.int64, count=b))
 
-    def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+    def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: list) -> list[list[int]] | None:
         """The steady step for a few rows: Python ints, no batch temporaries."""
         width = tok.shape[1]
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         T, S, D, short = self.TAIL, self.SPREAD, self.DEEP, self.SHORT
         Ls = num_tokens[:b].tolist()
         olds = self._len[:b].tolist()
+        seen = self._seen[:b].tolist()
         step = self.stats["steps"]
         deep = []
         for r in range(b):
             n0, n = olds[r], Ls[r]
-            if n0 <= short or n < n0 or n > width or n >= cap:
+            # the exact row rule: indexed at the last call and grown by its sampled tokens
+            if n0 <= short or n0 != seen[r] or n != n0 + ns[r] or n > width or n >= cap:
                 return None
             row = tok[r]
             if row[n0 - T : n0].tolist() != self._tail[r].tolist():
@@ -490,6 +674,8 @@ class RowTrackingProposer:
                 self._tail[r] = row[n - T : n]
                 grown += n - n0
         self.stats["extended"] += grown
+        self._seen[:b] = Ls
+        self._mark_twins(b, False, Ls)
         for r in deep:
             n = Ls[r]
             if n >= 2 * int(self._anc[r]):
@@ -505,7 +691,7 @@ class RowTrackingProposer:
         drafts, offsets, lengths = self._propose_indexes(indexes, np.asarray(ks, dtype=np.int64))
         return self._as_lists(drafts, offsets, lengths, max(ks))
 
-    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray) -> list[list[int]] | None:
+    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: list) -> list[list[int]] | None:
         """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
         width = tok.shape[1]
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
@@ -513,9 +699,13 @@ class RowTrackingProposer:
         L = num_tokens[:b].astype(np.int64)  # a copy the call owns
         n_old = self._len[:b]
         d = L - n_old
+        # the exact row rule: every row was indexed at the last call and grew by exactly
+        # its sampled tokens since (anything else is a movement: the general step)
+        if not (np.array_equal(d, ns) and np.array_equal(n_old, self._seen[:b])):
+            return None
         dmin = int(d.min())
         # (after a steady step every row's index is past SHORT: no need to look again)
-        if dmin < 0 or not (self._long or int(n_old.min()) > self.SHORT):
+        if not (self._long or int(n_old.min()) > self.SHORT):
             return None
         lmax = int(L.max())
         if lmax > width or lmax >= cap:
@@ -564,6 +754,8 @@ class RowTrackingProposer:
             self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
             self.stats["extended"] += total
         self._len[:b] = L
+        self._seen[:b] = L
+        self._mark_twins(b, False)
         Ld = L[sl]
         renew = Ld >= 2 * anc
         if renew.any():
@@ -579,12 +771,23 @@ class RowTrackingProposer:
     # -- the general step ----------------------------------------------------------------
     def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
         self._long = False
-        b, ns, L, tok = self._check_args(sampled, num_tokens, token_ids)
+        b, counts, L, tok = self._check_args(sampled, num_tokens, token_ids)
+        self._reserve(b)
+        out = self._general_step(sampled, b, counts, L, tok)
+        # every row's length at this call, for the next call's row rule
+        self._seen[:b] = L
+        self._seen[b:] = -1
+        self._mark_twins(b, True)
+        return out
+
+    def _general_step(self, sampled: Any, b: int, counts: np.ndarray, L: np.ndarray,
+                      tok: np.ndarray) -> list[list[int]]:
         K = self.num_speculative_tokens
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         if b == 0 or K == 0:
             return [[] for _ in range(b)]
-        self._reserve(b)
+        # (None: every row sampled something, the steady state)
+        ns = None if int(counts.min()) > 0 else counts
         step = self.stats["steps"]
         self.stats["steps"] = step + 1
         if self._used > b:  # rows past the batch hold no request now
@@ -625,10 +828,17 @@ class RowTrackingProposer:
             got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_at), self._tail_pos(Lr)], axis=1))
         tail_new = got[:, T:]
 
-        # 1. rows whose index still describes the row's prefix (the common case)
+        # 1. rows whose index still describes the row's prefix (the common case). The row
+        # rule: a row kept its request only if its index covered the row at the last
+        # call and the row grew by exactly its sampled tokens since; anything else (a
+        # new or resumed request, a move, a cut back, a call vLLM skipped) is a movement,
+        # settled below by exact comparisons
+        seen = self._seen[sel]
+        twin = self._twin[sel].copy()  # (before _relocate rewrites the rows' state)
         ok = (got[:, :T] == self._tail[sel]).all(axis=1)
         ok &= n_old >= 0
-        ok &= n_old <= Lr
+        ok &= n_old == seen
+        ok &= Lr == seen + counts[sel]
         if self.verify == "full":
             exact = np.flatnonzero(ok).tolist()
         else:
@@ -641,7 +851,7 @@ class RowTrackingProposer:
             if deep.size:
                 rd = rows[deep]
                 ok[deep] = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)
-            exact = np.flatnonzero(ok & (n_old <= self.SHORT)).tolist() if int(n_old.min()) <= self.SHORT else []
+            exact = np.flatnonzero(ok & ((n_old <= self.SHORT) | twin)).tolist()
         for j in exact:
             r = int(rows[j])
             ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
@@ -650,7 +860,7 @@ class RowTrackingProposer:
             start = n_old
         else:
             start = np.where(ok, n_old, 0)
-            fresh = self._relocate(tok, rows, Lr, sampled, np.flatnonzero(~ok), start)
+            fresh = self._relocate(tok, rows, Lr, counts[sel], np.flatnonzero(~ok), start)
         ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
 
         # 2. append each row's new tokens (one batched call where the index type has one)
@@ -707,12 +917,21 @@ class RowTrackingProposer:
         o = offsets.tolist()
         return list(map(flat.__getitem__, map(slice, o[:-1], o[1:])))
 
-    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, sampled: Any,
+    def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, grown: np.ndarray,
                   bad: np.ndarray, start: np.ndarray) -> np.ndarray:
-        """Give every row in ``rows[bad]`` an index: one that moved here with its request
-        from another row (or from the pool of indexes no row holds), else a new one.
-        Returns the positions (into ``rows``) whose spread anchor must be renewed."""
+        """Give every row in ``rows[bad]`` (the rows the row rule calls moved) an index:
+        one that moved here with its request from another row or came back from the pool
+        of indexes no row holds (a preempted request), or the row's own index when the
+        row only grew more than its sampled tokens (a call vLLM skipped), each taken only
+        after comparing every token it holds with the row; else a new one. ``grown`` is
+        each row's sampled-token count. Returns the positions (into ``rows``) whose
+        spread anchor must be renewed."""
         confirmed = set(rows.tolist()) - set(rows[bad].tolist())
+        own = {}  # row -> (length, tail) of the index it held, to look for it again
+        for j in bad.tolist():
+            r = int(rows[j])
+            if self._ix[r] is not None:
+                own[r] = (int(self._len[r]), self._tail[r].tobytes())
         # every index not confirmed in place this step may be the one that moved
         for r, ix in enumerate(self._ix):
             if ix is not None and r not in confirmed:
@@ -720,33 +939,38 @@ class RowTrackingProposer:
         renew = []
         for j in bad.tolist():
             r = int(rows[j])
+            L = int(Lr[j])
             hit = None
-            n = int(Lr[j]) - len(sampled[r])  # its length when last proposed for, if it moved here
-            if n > 0:
-                key = (n, self._gather(tok, rows[j : j + 1], self._tail_pos(np.asarray([n]))).tobytes())
-                hit = self._pool.pop(key, None)
-            if hit is not None:
-                ix, anc, spread = hit
-                if self.verify == "full" or n <= self.SHORT:
-                    good = self._holds(tok, r, ix, n)
-                else:
-                    pos = self._spread_pos(np.asarray([anc]))
-                    good = bool((self._gather(tok, rows[j : j + 1], pos)[0] == spread).all())
-                if good:
-                    self.stats["adopted"] += 1
-                    start[j] = n
-                    self._ix[r] = ix
-                    self._anc[r], self._spread[r] = anc, spread
-                    self._spos[r] = self._spread_pos(np.asarray([anc]))[0]
+            # its length when last proposed for, if it moved here; then the row's own
+            # index (the same request, grown by more than this call's sampled tokens)
+            tries = [L - int(grown[j])]
+            if r in own and own[r][0] not in tries:
+                tries.append(own[r][0])
+            for n in tries:
+                if not 0 < n <= L:
                     continue
+                key = (n, self._gather(tok, rows[j : j + 1], self._tail_pos(np.asarray([n]))).tobytes())
+                cand = self._pool.get(key)
+                if cand is not None and self._holds(tok, r, cand[0], n):  # every token compared
+                    hit = n, self._pool.pop(key)
+                    break
+            if hit is not None:
+                n, (ix, anc, spread) = hit
+                self.stats["adopted"] += 1
+                start[j] = n
+                self._ix[r] = ix
+                self._anc[r], self._spread[r] = anc, spread
+                self._spos[r] = self._spread_pos(np.asarray([anc]))[0]
+                continue
             self._ix[r] = self._new_index()
             self.stats["rebuilt"] += 1
-            self.stats["rebuilt_tokens"] += int(Lr[j])
+            self.stats["rebuilt_tokens"] += L
             start[j] = 0
             renew.append(j)
         self._trim_pool()
         anc = self._anc[rows]
         return np.union1d(np.asarray(renew, dtype=np.int64), np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)))
+
 
 class SpecfsmNgramProposer(RowTrackingProposer):
     """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.
@@ -791,17 +1015,23 @@ class SpecfsmNgramProposer(RowTrackingProposer):
             verify=verify,
         )
         # the first source that sets either end sets the range (one end sets the other)
-        lo, hi = next(
-            ((a, b) for a, b in _range_sources(vllm_config, min_n, max_n, type(self)) if a is not None or b is not None),
-            (self.DEFAULT_N, self.DEFAULT_N),
+        lo, hi, self.range_source = next(
+            ((a, b, name) for (a, b), name in zip(_range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES)
+             if a is not None or b is not None),
+            (self.DEFAULT_N, self.DEFAULT_N, "vLLM's ngram default"),
         )
         lo = hi if lo is None else lo
         hi = lo if hi is None else hi
-        prefer = _prefer_setting(prefer, type(self))
+        prefer = _prefer_setting(prefer, type(self), vllm_config)
         self._kern = kernels if kernels is not None else _public_ngram
         self._extend_batch: Callable | None = getattr(self._kern, "extend_batch", None)
         probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+        self._log()
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
+                "range_from": self.range_source}
 
     def _new_index(self) -> Any:
         return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
@@ -882,15 +1112,21 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
             verify=verify,
         )
         # each end from the first source that sets it (max_n None: unbounded)
-        sources = _range_sources(vllm_config, min_n, max_n, type(self))
-        lo = next((a for a, _ in sources if a is not None), None)
-        hi = next((b for _, b in sources if b is not None), None)
-        prefer = _prefer_setting(prefer, type(self))
+        sources = list(zip(_range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
+        lo, lo_from = next(((a, name) for (a, _), name in sources if a is not None), (None, "default"))
+        hi, hi_from = next(((b, name) for (_, b), name in sources if b is not None), (None, "default"))
+        self.range_source = lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
+        prefer = _prefer_setting(prefer, type(self), vllm_config)
         if kernels is None:
             from . import suffix_index as kernels
         self._kern = kernels
         probe = self._kern.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+        self._log()
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
+                "range_from": self.range_source}
 
     def _new_index(self) -> Any:
         return self._kern.SuffixIndex(self.min_n, self.max_n, self.prefer)

@@ -111,6 +111,57 @@ def test_custom_class_zeroed_range_falls_back_to_env_then_class_then_vllm_defaul
     assert (p.min_n, p.max_n, p.prefer, p.verify) == (6, 6, "earliest", "sparse")  # keywords win
 
 
+def test_additional_config_sets_the_range_in_every_worker(impl, monkeypatch):
+    """vLLM keeps ``additional_config`` unchanged and hands it to every worker: a range set
+    there is used (after keywords, before the environment), and the log names where the
+    range came from, once per process."""
+    for var in ("SPECFSM_VLLM_MIN_N", "SPECFSM_VLLM_MAX_N", "SPECFSM_VLLM_PREFER", "SPECFSM_VLLM_VERIFY"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=64, prompt_lookup_min=0, prompt_lookup_max=0)
+    cfg.additional_config = {"specfsm": {"min_n": 2, "max_n": 3, "prefer": "latest", "verify": "full"}}
+    monkeypatch.setenv("SPECFSM_VLLM_MIN_N", "4")
+    p = sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    assert (p.min_n, p.max_n, p.prefer, p.verify, p.range_source) == (2, 3, "latest", "full", "additional_config")
+    s = sv.SpecfsmSuffixProposer(cfg, kernels=impl.module("suffix_index"))
+    assert (s.min_n, s.max_n, s.prefer) == (2, 3, "latest")
+    assert p.settings()["range_from"] == "additional_config"
+    cfg.additional_config = {"specfsm": {"min": 2}}
+    with pytest.raises(ValueError, match="unknown settings"):
+        sv.SpecfsmNgramProposer(cfg)
+    cfg.additional_config = {"specfsm": 3}
+    with pytest.raises(TypeError, match="additional_config"):
+        sv.SpecfsmNgramProposer(cfg)
+
+
+def test_settings_are_logged_once_per_process(impl, caplog, monkeypatch):
+    monkeypatch.setattr(sv, "_logged", set())
+    cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64)
+    with caplog.at_level("INFO"):
+        sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+        sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    lines = [r.getMessage() for r in caplog.records if "specfsm proposer settings" in r.getMessage()]
+    assert len(lines) == 1
+    assert "min_n=5" in lines[0] and "range_from=\"vLLM's ngram default\"" in lines[0]
+
+
+def test_follows_a_max_model_len_vllm_refits(impl):
+    """vLLM's auto-fit writes the fitted max_model_len into the worker's model_config after
+    the proposer is built (-1 before): the cap follows it; a keyword cap does not."""
+    cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=-1)
+    p = sv.SpecfsmNgramProposer(cfg, min_n=1, max_n=1, kernels=impl.module("ngram_index"))
+    assert p.max_model_len is None
+    tok = np.zeros((1, 64), dtype=np.int32)
+    tok[0, :6] = [1, 2, 3, 4, 5, 1]
+    assert p.propose([[1]], np.array([6]), tok) == [[2, 3, 4, 5]]
+    cfg.model_config.max_model_len = 9  # the re-fit
+    tok[0, 6] = 2
+    assert p.propose([[2]], np.array([7]), tok) == [[3, 4]]  # capped at 9 - 7
+    assert p.max_model_len == 9
+    fixed = sv.SpecfsmNgramProposer(cfg, min_n=1, max_n=1, max_model_len=50, kernels=impl.module("ngram_index"))
+    cfg.model_config.max_model_len = 8
+    assert fixed.propose([[2]], np.array([7]), tok) == [[3, 4, 5, 1]] and fixed.max_model_len == 50
+
+
 @pytest.mark.parametrize(
     "kw, exc, words",
     [
@@ -239,7 +290,7 @@ def test_same_drafts_as_vllm_rule(impl, history, lo, extra, k, slack):
 
 # -- state that survives vLLM's row movements ---------------------------------------------
 def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False, calm=0.0,
-            narrow=False):
+            narrow=False, templated=0.0):
     kern = impl.module("ngram_index")
     p = make(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
@@ -247,7 +298,7 @@ def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verif
         return kern.longest_match(history.astype(np.int64), lo, hi, kk, prefer).tolist()
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated), p
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -280,6 +331,62 @@ def test_long_histories_with_shared_prompts(impl, seed):
                  "condense (row moved into a hole)"):
         assert eng.moves.get(what, 0) > 0, eng.moves
     assert p.stats["adopted"] > 0  # moved indexes were followed, not rebuilt
+
+
+def _chat_rows(rng, system, template, first, quote_tail):
+    """A chat turn: the shared system prompt, a 12-token question quoting the template's
+    tail, the answer's first token and ``quote_tail`` and ending in three shared tokens,
+    then the template's tail."""
+    q = rng.integers(0, 900, size=12).tolist()
+    q[3:9] = template[-3:] + [first] + quote_tail
+    q[9:] = [980, 981, 982]  # the question's last words, shared ("...please?")
+    return system + q + template
+
+
+@pytest.mark.parametrize("proposer", ["ngram", "suffix"])
+def test_a_reused_row_never_keeps_the_previous_requests_index(impl, proposer):
+    """Two chat requests, one after the other in row 0 (vLLM reuses a finished request's
+    row): the same system prompt, the same template tail, the same length, the same first
+    answer token, so at the old request's length the new row holds the same last tokens.
+    The old index would draft the old question's continuation; the row must draft from
+    its own history (the sparse length-and-tail check kept the old index)."""
+    rng = np.random.default_rng(3)
+    system = rng.integers(0, 900, size=300).tolist()
+    template, first = [991, 992, 993, 994, 995], 990
+    p = (make if proposer == "ngram" else make_suffix)(impl, min_n=2, max_n=4, num_speculative_tokens=2,
+                                                       max_model_len=4096)
+    tok = np.zeros((4, 4096), dtype=np.int32)
+    for i, quote in enumerate(([501, 502], [601, 602], [701, 702])):
+        prompt = _chat_rows(rng, system, template, first, quote)
+        hist = prompt + [first]  # prefill, then the first sampled token
+        tok[0, : len(hist)] = hist
+        out = p.propose([[first]], np.array([len(hist)], dtype=np.int32), tok)
+        assert out == [p.rescan(np.asarray(hist), 2)], f"request {i} drafted {out}"
+        assert out == [quote]  # its own question's continuation
+        # (the request finishes; the next one takes row 0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(1, 4),
+    cap=st.sampled_from([400, 700]),
+    k=st.integers(1, 4),
+    lo=st.integers(1, 3),
+    calm=st.sampled_from([0.0, 0.5]),
+)
+@pytest.mark.parametrize("proposer", ["ngram", "suffix"])
+def test_shared_prompts_templates_and_equal_lengths_under_row_reuse(impl, proposer, seed, rows, cap, k, lo, calm):
+    """Chat turns with one system prompt, one template, equally long questions and one
+    first answer token, in few rows (so rows are reused at once): every draft equals a
+    fresh rescan of the row."""
+    if proposer == "ngram":
+        eng, _ = _engine(impl, seed, vocab=1000, rows=rows, cap=cap, k=k, lo=lo, hi=lo + 2, calm=calm, templated=0.9)
+    else:
+        eng, _ = _suffix_engine(impl, seed, vocab=1000, rows=rows, cap=cap, k=k, lo=lo, hi=None, prefer="earliest",
+                                calm=calm, templated=0.9)
+    for _ in range(40):
+        eng.step()
 
 
 def test_a_swap_moves_the_indexes_instead_of_rebuilding(impl):
@@ -630,7 +737,7 @@ def test_steady_path_leaves_a_changed_row_to_the_general_step(impl, rows):
         if step == 9:
             tok[0, : int(lens[0]) - 30] += 1  # everything but the tail: found on row 0's DEEP turn
             rebuilt = p.stats["rebuilt"]
-        out = p.propose([[1]] * rows, lens, tok)
+        out = p.propose([[1] * (1 + step % 2)] * rows, lens, tok)  # grown by the sampled tokens
         if step == 3:
             assert p.stats["rebuilt"] == rebuilt + 1  # at once
         for r in range(rows):
@@ -673,7 +780,7 @@ def test_suffix_proposer_drafts_the_longest_match(impl):
 
 
 def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="sparse", long=False, calm=0.0,
-                   narrow=False):
+                   narrow=False, templated=0.0):
     sk = impl.module("suffix_index")
     nk = impl.module("ngram_index")
     p = make_suffix(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
@@ -687,7 +794,7 @@ def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="s
         return got
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated), p
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

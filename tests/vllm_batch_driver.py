@@ -20,10 +20,19 @@ operations in ``GPUModelRunner._update_states`` / ``_bookkeeping_sync`` /
   len(output_token_ids)``: ``num_tokens_no_spec`` shrinks, same row);
 - a streaming-session update removes the request and re-adds it with the previous
   outputs folded into its prompt;
-- a step whose input does not fit the drafter appends tokens but calls no ``propose``;
+- a step whose input does not fit the drafter (the longest history + K past
+  ``max_model_len``; also at random, except with ``templated``) appends tokens but calls
+  no ``propose``;
 - a request stops at ``max_model_len``;
 - with ``calm > 0``, steps where nothing moves (as most steps of a busy server are),
   which the proposers serve on their steady path;
+- with ``templated > 0``, that share of new requests is a chat turn: one shared system
+  prompt, a question of one fixed length (so prompts are equally long), the template's
+  tail (questions end in the same three tokens), and a model that always starts its answer with the same token and often stops
+  after a few tokens; questions quote the template tail and that first token followed by
+  their own tokens, so a row reused by the next such request holds, at the old request's
+  length, the same last tokens while drafting from the old history would give another
+  draft (what a length-and-tail check cannot tell apart);
 - with ``narrow=True``, ``token_ids_cpu`` handed over as any array that still holds every
   row's history: cut to fewer columns (down to the longest history), to the batch's
   rows, as a strided view or a copy, int32 or int64 (so a row cut back can be narrower
@@ -155,8 +164,17 @@ class Engine:
 
     def __init__(self, proposer, rng: random.Random, *, max_num_reqs: int, max_model_len: int,
                  vocab: int, k: int, long_prompts: bool = False, expected=None, calm: float = 0.0,
-                 narrow: bool = False) -> None:
+                 narrow: bool = False, templated: float = 0.0) -> None:
         self.p = proposer
+        self.templated = templated
+        cap = max_model_len
+        # a system prompt past SHORT (128) where the cap allows, the template's tail, the
+        # answer's first token (token ids from the top of the vocabulary)
+        self.template = [vocab - 1, vocab - 2, vocab - 3, vocab - 4, vocab - 5]
+        self.first = vocab - 6
+        self.ending = [vocab - 7, vocab - 8, vocab - 9]
+        self.system = [rng.randrange(max(vocab - 9, 1)) for _ in range(max(min(150, cap // 2 - 24), 1))]
+        self.question = 12
         self.calm = calm
         self.narrow = narrow
         self._expected = expected
@@ -178,9 +196,24 @@ class Engine:
     def _tokens(self, n: int) -> list[int]:
         return [self.rng.randrange(self.vocab) for _ in range(n)]
 
+    def _templated_request(self) -> Request:
+        r = self.rng
+        q = self._tokens(self.question)
+        quote = self.template[-3:] + [self.first] + self._tokens(2)
+        at = r.randrange(0, self.question - len(quote) - 3 + 1)
+        q[at : at + len(quote)] = quote
+        q[-3:] = self.ending  # the question's last words, shared
+        prompt = (self.system + q + self.template)[: self.batch.max_model_len - 2]
+        self.next_id += 1
+        self._count("templated request")
+        return Request(f"r{self.next_id}", prompt, [], prefill_steps=1 if r.random() < 0.8 else 2,
+                       target_len=len(prompt) + r.randint(1, 3), )
+
     def _new_request(self) -> Request:
         r = self.rng
         cap = self.batch.max_model_len
+        if self.templated and r.random() < self.templated:
+            return self._templated_request()
         if self.running and r.random() < 0.3:  # parallel sampling / shared system prompt
             other = r.choice(list(self.running.values()))
             prompt = list(other.prompt) if r.random() < 0.5 else other.tokens[: r.randint(1, len(other.tokens))]
@@ -283,7 +316,9 @@ class Engine:
             room = b.max_model_len - len(req.tokens)
             n = min(r.randint(1, self.k + 1), room)
             s = self._tokens(n) if n > 0 else []
-            if s and r.random() < 0.5 and len(req.tokens) > 3:  # repeat history: drafts hit
+            if s and not req.outputs and req.prompt[-len(self.template):] == self.template:
+                s = [self.first]  # a templated answer starts with the same token
+            elif s and r.random() < 0.5 and len(req.tokens) > 3:  # repeat history: drafts hit
                 t = req.tokens
                 st = r.randrange(0, len(t) - 1)
                 s = (t[st : st + n] + s)[:n]
@@ -291,7 +326,11 @@ class Engine:
             b.append_sampled(idx, s)
             sampled.append(s)
         # 9. the drafter (skipped when the step's input does not fit it)
-        if r.random() < 0.05:
+        # (vLLM skips the drafter when the longest sequence + K passes max_model_len,
+        # ``_input_fits_in_drafter``; kept at random too, off for templated chat turns,
+        # whose equal lengths and tails a skipped call can hide: see docs/vllm.md)
+        longest = int(b.num_tokens_no_spec[: b.num_reqs].max()) if b.num_reqs else 0
+        if longest + self.k > b.max_model_len or (not self.templated and r.random() < 0.05):
             self._count("step without propose")
             return
         tok = b.token_ids_cpu
