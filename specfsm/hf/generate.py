@@ -288,6 +288,13 @@ class SpeculativeGenerator:
     it (4 rows can cost less than 3: the draft then grows to the cheaper width). ``do_sample`` with ``temperature``/``top_k``/
     ``top_p``: sample, accepting with ``rule`` (default ``SpeculativeSampling(seed=seed)``)
     against the processed distribution at each row; otherwise greedy with ``Exact``.
+    ``backoff`` (default True; the batched path with an index drafter): each request's
+    own recent drafts correct the shared estimate (``RequestBackoff``): a request whose
+    drafts keep failing drops to plain decodes within a few verifies, however well other
+    requests' drafts did, and drafts again when its drafter finds a long match (a
+    verbatim copy); a request that stopped drafting is probed with 3 tokens after
+    ``probe_every`` idle steps, the gap doubling after each failed probe (at most 64).
+    ``backoff=False`` keeps the shared estimate alone (the chooser before issue 25).
     ``periodic``: a draft cut short by the end of the history (the latest match runs
     into it) is continued periodically, as the history repeats from the match on.
     ``index_cls``: the index class (default ``specfsm.SuffixIndex`` or
