@@ -314,7 +314,8 @@ def prompts_part(path: str, new: int, pld_ks: list[int], batch: int, before: boo
     spec: dict[str, dict[str, Any]] = {"specfsm": {}}
     if before:
         spec["specfsm_before"] = {"backoff": False}
-    out = compare(model, prompts, [s.name for s in specs], new, pld_ks, spec, kinds=[s.kind for s in specs], batch=batch)
+    out = compare(model, prompts, [s.name for s in specs], new, pld_ks, spec, kinds=[s.kind for s in specs], batch=batch,
+                  log=sys.stderr)
     out["model"] = info["name"]
     print(format_compare(out), flush=True)
     return out

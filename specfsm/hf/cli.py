@@ -691,7 +691,7 @@ def _loadavg() -> list[float]:
 
 def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_ks: list[int],
             spec: dict[str, dict[str, Any]], *, kinds: list[str | None] | None = None, batch: int = 1,
-            bar: _Progress | None = None) -> dict[str, Any]:
+            bar: _Progress | None = None, log: TextIO | None = None) -> dict[str, Any]:
     """Every method on every prompt, one request at a time, the methods taking turns on
     each prompt in an order rotated from prompt to prompt (so a change in the machine's
     load falls on all alike): plain greedy ``generate``, transformers' prompt lookup at
@@ -701,7 +701,8 @@ def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_
     batched greedy ``generate`` against each ``spec`` generator's batched decoding, the
     order alternated per group. Returns per-prompt, per-kind and total tokens per second,
     forwards and identity with plain greedy (batched outputs against single greedy's),
-    and the load averages before and after."""
+    and the load averages before and after. ``log``: a stream for one line per prompt
+    and per batch as they finish."""
     from .generate import SpeculativeGenerator
 
     kinds = list(kinds) if kinds is not None else [None] * len(prompts)
@@ -741,6 +742,10 @@ def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_
                 row["methods"][m]["vs_greedy"] = row["methods"][m]["tokens_per_s"] / g if g else None
             row["load"] = _loadavg()
             per.append(row)
+            if log is not None:
+                log.write(f"compare: prompt {i + 1}/{len(prompts)} {names[i]}: " + ", ".join(
+                    f"{m} {row['methods'][m]['tokens_per_s']:.1f}" for m in methods) + f" tokens/s (load {row['load']})\n")
+                log.flush()
         batches: list[dict[str, Any]] = []
         if batch > 1:
             bmethods = ["greedy_batched"] + [f"{m}_batched" for m in spec]
@@ -770,6 +775,10 @@ def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_
                     brow["methods"][m]["vs_greedy_batched"] = brow["methods"][m]["tokens_per_s"] / g if g else None
                 brow["load"] = _loadavg()
                 batches.append(brow)
+                if log is not None:
+                    log.write(f"compare: batch {gi + 1}: " + ", ".join(
+                        f"{m} {brow['methods'][m]['tokens_per_s']:.1f}" for m in bmethods) + " tokens/s\n")
+                    log.flush()
     finally:
         meter.close()
     loads.append(_loadavg())
