@@ -856,7 +856,7 @@ def test_backoff_a_run_of_rejections_drops_the_width_fast():
             r.record(3, w - 1, 0, hfcost.expected_tokens(c, w) - 1)
     assert widths[0] >= 8 and widths[-1] == 0, widths  # zero within a few rejections
     assert widths.index(0) <= 2, widths
-    assert r.ratio() < 0.2
+    assert r.ratio() < 0.3
     # other short classes of the same request are scaled down too (the request's ratio)
     assert hfcost.choose_width([r.conditional(5, shared.conditional(5, kk))], [kk], BACKOFF_COST, kk) == 0
     # without the request's own evidence (the shared estimate alone) it would still draft wide
@@ -956,7 +956,7 @@ def test_generator_backs_off_per_request_and_recovers(model):
     assert sum(widths_on[:switch - 8]) * 3 < sum(widths_off[:switch - 8])
     # phase 2 (a long match, right drafts): drafting resumes and pays
     assert on.accepted >= (n - switch) // 2
-    assert on.forwards < off.forwards
+    assert on.forwards <= off.forwards and sum(widths_on) * 2 < sum(widths_off)  # fewer rows for the same output
 
 
 def test_backoff_flag_is_checked(model):

@@ -274,22 +274,26 @@ class RequestBackoff:
 
     * ``ratio()``: the request's accepted draft tokens over those the shared estimate
       predicted for its drafts (``predicted``, passed to ``record``), ``(A + s) / (P + s)``
-      with ``s`` = ``smooth`` tokens of neutral evidence, at most ``ceiling``. It scales
-      the shared conditionals of short matches (below ``long_match`` tokens: where
-      open-ended text drafts from chance repeats); a long match (a verbatim copy in
-      progress) is judged by its own class alone, which is how drafting recovers.
-    * per match class, the request's own acceptance by position (``AcceptanceStats``),
-      mixed with the (scaled) shared estimate worth ``weight`` observations: a run of
-      rejections in a class drops that class's estimate fast.
+      with ``s`` = ``smooth`` tokens of neutral evidence, at most ``ceiling`` (a request
+      that does better than the shared estimate may draft more). It scales the shared
+      conditionals of short matches (below ``long_match`` tokens: where open-ended text
+      drafts from chance repeats).
+    * per match class below ``2 * long_match`` tokens, the request's own acceptance by
+      position (``AcceptanceStats``), mixed with the (scaled) shared estimate worth
+      ``weight`` observations: a run of rejections in a class drops that class's
+      estimate fast. Longer matches (a verbatim copy in progress) are judged by the
+      shared class estimate alone (or mixed at ``long_weight``, when given), which is
+      how drafting recovers.
 
     ``conditional(match_length, shared)`` is the request's estimate ``c_1..c_k`` given
     the shared one (``shared``, a list). Refuses a decay outside (0, 1] and non-positive
     smoothing or weights."""
 
-    __slots__ = ("classes", "decay", "weight", "smooth", "ceiling", "long_match", "acc", "pred", "probe_gap")
+    __slots__ = ("classes", "decay", "weight", "long_weight", "smooth", "ceiling", "long_match", "acc", "pred",
+                 "probe_gap")
 
-    def __init__(self, decay: float = 0.8, weight: float = 3.0, smooth: float = 1.5, ceiling: float = 1.0,
-                 long_match: int = 8) -> None:
+    def __init__(self, decay: float = 0.8, weight: float = 3.0, smooth: float = 3.0, ceiling: float = 1.5,
+                 long_match: int = 4, long_weight: float | None = None) -> None:
         if not 0 < decay <= 1:
             raise ValueError(f"decay must be in (0, 1], got {decay!r}")
         if not weight > 0:
@@ -300,6 +304,9 @@ class RequestBackoff:
             raise ValueError(f"ceiling must be positive, got {ceiling!r}")
         self.decay, self.weight, self.smooth, self.ceiling = float(decay), float(weight), float(smooth), float(ceiling)
         self.long_match = int(long_match)
+        if long_weight is not None and not long_weight > 0:
+            raise ValueError(f"long_weight must be positive or None, got {long_weight!r}")
+        self.long_weight = None if long_weight is None else float(long_weight)
         self.classes: dict[int, AcceptanceStats] = {}
         self.acc = 0.0  # decayed accepted draft tokens
         self.pred = 0.0  # decayed accepted draft tokens the shared estimate predicted
@@ -326,10 +333,15 @@ class RequestBackoff:
             base = [min(c * f, 0.99) for c in shared]
         else:
             base = list(shared)
+        w = self.weight
+        if match_length >= 2 * self.long_match:
+            if self.long_weight is None:
+                return base
+            w = self.long_weight
         st = self.classes.get(AcceptanceByMatch.bucket(match_length))
         if st is None:
             return base
-        return st.conditional(k, base, self.weight)
+        return st.conditional(k, base, w)
 
 
 def expected_tokens(cond: Sequence[float], k: int) -> float:
