@@ -858,7 +858,7 @@ def test_backoff_a_run_of_rejections_drops_the_width_fast():
     assert widths.index(0) <= 2, widths
     assert r.ratio() < 0.3
     # other short classes of the same request are scaled down too (the request's ratio)
-    assert hfcost.choose_width([r.conditional(5, shared.conditional(5, kk))], [kk], BACKOFF_COST, kk) == 0
+    assert hfcost.choose_width([r.conditional(1, shared.conditional(1, kk))], [kk], BACKOFF_COST, kk) == 0
     # without the request's own evidence (the shared estimate alone) it would still draft wide
     assert hfcost.choose_width([shared.conditional(3, kk)], [kk], BACKOFF_COST, kk) >= 8
 
@@ -879,7 +879,7 @@ def test_backoff_recovers_on_a_long_match_and_after_accepted_drafts():
         c = shared.conditional(40, kk)
         r.record(40, 16, 16, hfcost.expected_tokens(c, 17) - 1)
     assert r.ratio() > 0.9
-    assert hfcost.choose_width([r.conditional(6, shared.conditional(6, kk))], [kk], BACKOFF_COST, kk) > 0
+    assert hfcost.choose_width([r.conditional(1, shared.conditional(1, kk))], [kk], BACKOFF_COST, kk) > 0
 
 
 def test_k0_is_chosen_when_drafting_does_not_pay():
