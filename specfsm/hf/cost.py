@@ -27,6 +27,7 @@ __all__ = [
     "PRIOR_COST",
     "AcceptanceStats",
     "AcceptanceByMatch",
+    "RequestBackoff",
     "expected_tokens",
     "choose_width",
 ]
@@ -261,6 +262,86 @@ class AcceptanceByMatch:
 
     def conditional(self, match_length: int, k: int) -> list[float]:
         return self.classes[self.bucket(match_length)].conditional(k, self.prior(match_length), self.weight)
+
+
+class RequestBackoff:
+    """What one request's own drafts achieved recently, laid over the generator's shared
+    estimate (``AcceptanceByMatch``, learnt from every request): so a request whose
+    drafts keep failing stops drafting however well other requests' drafts did, and
+    starts again when its drafter finds a long match.
+
+    Two signals, both decayed by ``decay`` per verify so that recent drafts weigh most:
+
+    * ``ratio()``: the request's accepted draft tokens over those the shared estimate
+      predicted for its drafts (``predicted``, passed to ``record``), ``(A + s) / (P + s)``
+      with ``s`` = ``smooth`` tokens of neutral evidence, at most ``ceiling`` (a request
+      that does better than the shared estimate may draft more). It scales the shared
+      conditionals of short matches (below ``long_match`` tokens: where open-ended text
+      drafts from chance repeats).
+    * per match class below ``2 * long_match`` tokens, the request's own acceptance by
+      position (``AcceptanceStats``), mixed with the (scaled) shared estimate worth
+      ``weight`` observations: a run of rejections in a class drops that class's
+      estimate fast. Longer matches (a verbatim copy in progress) are judged by the
+      shared class estimate alone (or mixed at ``long_weight``, when given), which is
+      how drafting recovers.
+
+    ``conditional(match_length, shared)`` is the request's estimate ``c_1..c_k`` given
+    the shared one (``shared``, a list). Refuses a decay outside (0, 1] and non-positive
+    smoothing or weights."""
+
+    __slots__ = ("classes", "decay", "weight", "long_weight", "smooth", "ceiling", "long_match", "acc", "pred",
+                 "probe_gap")
+
+    def __init__(self, decay: float = 0.8, weight: float = 3.0, smooth: float = 3.0, ceiling: float = 1.5,
+                 long_match: int = 4, long_weight: float | None = None) -> None:
+        if not 0 < decay <= 1:
+            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
+        if not weight > 0:
+            raise ValueError(f"weight must be positive, got {weight!r}")
+        if not smooth > 0:
+            raise ValueError(f"smooth must be positive, got {smooth!r}")
+        if not ceiling > 0:
+            raise ValueError(f"ceiling must be positive, got {ceiling!r}")
+        self.decay, self.weight, self.smooth, self.ceiling = float(decay), float(weight), float(smooth), float(ceiling)
+        self.long_match = int(long_match)
+        if long_weight is not None and not long_weight > 0:
+            raise ValueError(f"long_weight must be positive or None, got {long_weight!r}")
+        self.long_weight = None if long_weight is None else float(long_weight)
+        self.classes: dict[int, AcceptanceStats] = {}
+        self.acc = 0.0  # decayed accepted draft tokens
+        self.pred = 0.0  # decayed accepted draft tokens the shared estimate predicted
+        self.probe_gap = 0  # steps between probes once the request stopped drafting (the generator's)
+
+    def ratio(self) -> float:
+        return min((self.acc + self.smooth) / (self.pred + self.smooth), self.ceiling)
+
+    def record(self, match_length: int, proposed: int, accepted: int, predicted: float) -> None:
+        """One verify: ``proposed`` draft tokens behind a ``match_length`` match, the first
+        ``accepted`` kept, where the shared estimate expected ``predicted`` of them."""
+        b = AcceptanceByMatch.bucket(match_length)
+        st = self.classes.get(b)
+        if st is None:
+            st = self.classes[b] = AcceptanceStats(self.decay)
+        st.record(proposed, accepted)
+        self.acc = self.acc * self.decay + accepted
+        self.pred = self.pred * self.decay + max(float(predicted), 0.0)
+
+    def conditional(self, match_length: int, shared: Sequence[float]) -> list[float]:
+        k = len(shared)
+        if match_length < self.long_match:
+            f = self.ratio()
+            base = [min(c * f, 0.99) for c in shared]
+        else:
+            base = list(shared)
+        w = self.weight
+        if match_length >= 2 * self.long_match:
+            if self.long_weight is None:
+                return base
+            w = self.long_weight
+        st = self.classes.get(AcceptanceByMatch.bucket(match_length))
+        if st is None:
+            return base
+        return st.conditional(k, base, w)
 
 
 def expected_tokens(cond: Sequence[float], k: int) -> float:

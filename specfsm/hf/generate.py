@@ -50,7 +50,7 @@ import numpy as np
 from .. import _impl
 from ..accept_rule import Exact, SpeculativeSampling, TypicalAcceptance
 from ..state import Accept, Decode, Rollback, ServingState, Verify
-from .cost import AcceptanceByMatch, AcceptanceStats, CostModel, OnlineCost, choose_width
+from .cost import AcceptanceByMatch, AcceptanceStats, CostModel, OnlineCost, RequestBackoff, choose_width, expected_tokens
 
 __all__ = [
     "SUPPORTED_TRANSFORMERS",
@@ -174,7 +174,8 @@ class RunStats:
 
 
 class _Request:
-    __slots__ = ("prompt", "array", "state", "index", "out", "budget", "done", "valid", "idle", "match")
+    __slots__ = ("prompt", "array", "state", "index", "out", "budget", "done", "valid", "idle", "match",
+                 "recent", "predicted", "probing")
 
     def __init__(self, prompt: list[int], budget: int, index: Any, array: np.ndarray) -> None:
         self.prompt = prompt
@@ -187,6 +188,9 @@ class _Request:
         self.valid = 0  # columns of the cache this request consumed (== its position)
         self.idle = 0  # steps since this request last verified a draft
         self.match: int | None = None  # the match length behind the current draft (None: unknown)
+        self.recent = RequestBackoff()  # what this request's own drafts achieved recently
+        self.predicted = 0.0  # accepted draft tokens the shared estimate expects of the current draft
+        self.probing = False  # the current draft is a probe (the request had stopped drafting)
 
 
 def _identity(cache: Any) -> Any:
@@ -284,6 +288,13 @@ class SpeculativeGenerator:
     it (4 rows can cost less than 3: the draft then grows to the cheaper width). ``do_sample`` with ``temperature``/``top_k``/
     ``top_p``: sample, accepting with ``rule`` (default ``SpeculativeSampling(seed=seed)``)
     against the processed distribution at each row; otherwise greedy with ``Exact``.
+    ``backoff`` (default True; the batched path with an index drafter): each request's
+    own recent drafts correct the shared estimate (``RequestBackoff``): a request whose
+    drafts keep failing drops to plain decodes within a few verifies, however well other
+    requests' drafts did, and drafts again when its drafter finds a long match (a
+    verbatim copy); a request that stopped drafting is probed with 3 tokens after
+    ``probe_every`` idle steps, the gap doubling after each failed probe (at most 64).
+    ``backoff=False`` keeps the shared estimate alone (the chooser before issue 25).
     ``periodic``: a draft cut short by the end of the history (the latest match runs
     into it) is continued periodically, as the history repeats from the match on.
     ``index_cls``: the index class (default ``specfsm.SuffixIndex`` or
@@ -333,6 +344,7 @@ class SpeculativeGenerator:
         bonus: bool = True,
         calibrate: str = "online",
         prefill: str = "each",
+        backoff: bool = True,
     ) -> None:
         check_model(model)
         self.model = model
@@ -377,6 +389,7 @@ class SpeculativeGenerator:
         self._vocab = int(model.config.vocab_size)
         self.periodic = _flag(periodic, "periodic")
         self.probe_every = _count(probe_every, "probe_every", least=1)
+        self.backoff = _flag(backoff, "backoff")
         self.bonus = 1 if _flag(bonus, "bonus") else 0
         if isinstance(k, str) and k == "adaptive":
             self.adaptive = True
@@ -851,19 +864,34 @@ class SpeculativeGenerator:
                     cost = self.calibrate(batch=min(b, 8))
                 kk = self.k_max + bonus
                 prior = self.global_stats.conditional(kk, prior=0.8, weight=2.0)
-                conds = [self.by_match.conditional(r.match, kk) if r.match is not None
-                         else r.out.stats.conditional(kk, prior=prior, weight=4.0) for r in act]
+                shared = [self.by_match.conditional(r.match, kk) if r.match is not None else None for r in act]
+                if self.backoff:
+                    # each request's own recent drafts over the shared estimate (RequestBackoff)
+                    conds = [r.out.stats.conditional(kk, prior=prior, weight=4.0) if c is None
+                             else r.recent.conditional(r.match, c) for r, c in zip(act, shared)]
+                else:
+                    conds = [r.out.stats.conditional(kk, prior=prior, weight=4.0) if c is None else c
+                             for r, c in zip(act, shared)]
                 # with the bonus row a K-token draft is worth a (K + 1)-token draft without
                 # it: K + 1 rows, the same expected tokens
                 avail = [len(d) + bonus if d else 0 for d in drafts]
                 w = choose_width(conds, avail, cost, self.k_max + bonus) - bonus
                 least = 2 - bonus
-                if w < least and any(r.idle >= self.probe_every and d for r, d in zip(act, drafts)):
+                gaps = [max(r.recent.probe_gap, self.probe_every) if self.backoff else self.probe_every for r in act]
+                if w < least and any(r.idle >= g and d for r, d, g in zip(act, drafts, gaps)):
                     # a request that stopped drafting is probed now and then (3 tokens:
-                    # 4 rows, a cheap width): acceptance changes along a request
-                    drafts = [d[:3] if r.idle >= self.probe_every else [] for r, d in zip(act, drafts)]
+                    # 4 rows, a cheap width): acceptance changes along a request; with
+                    # backoff a failed probe doubles that request's gap (up to 64 steps)
+                    drafts = [d[:3] if r.idle >= g else [] for r, d, g in zip(act, drafts, gaps)]
+                    for r, d in zip(act, drafts):
+                        r.probing = bool(d)
                 else:
                     drafts = [d[:w] if w >= least else [] for d in drafts]
+                    for r in act:
+                        r.probing = False
+                for r, d, c in zip(act, drafts, shared):
+                    # what the shared estimate expects this draft to have accepted
+                    r.predicted = expected_tokens(c, len(d) + 1) - 1 if d and c is not None else 0.0
             run.widths.append(max((len(d) for d in drafts), default=0))
             vslots = [s for s, d in zip(active, drafts) if d]
             if vslots:
@@ -964,6 +992,12 @@ class SpeculativeGenerator:
                 self.global_stats.record(k, n)
                 if r.match is not None:
                     self.by_match.record(r.match, k, n)
+                    if self.backoff:
+                        r.recent.record(r.match, k, n, r.predicted)
+                if r.probing:
+                    r.probing = False
+                    g = max(r.recent.probe_gap, self.probe_every)
+                    r.recent.probe_gap = self.probe_every if n >= 2 else min(2 * g, 64)
             out = r.out.tokens
             start = len(out)
             for tok in em[eo[j] : eo[j + 1]]:
