@@ -691,7 +691,7 @@ class RowTrackingProposer:
         drafts, offsets, lengths = self._propose_indexes(indexes, np.asarray(ks, dtype=np.int64))
         return self._as_lists(drafts, offsets, lengths, max(ks))
 
-    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: list) -> list[list[int]] | None:
+    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: np.ndarray) -> list[list[int]] | None:
         """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
         width = tok.shape[1]
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len

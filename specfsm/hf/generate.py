@@ -868,7 +868,7 @@ class SpeculativeGenerator:
                 if self.backoff:
                     # each request's own recent drafts over the shared estimate (RequestBackoff)
                     conds = [r.out.stats.conditional(kk, prior=prior, weight=4.0) if c is None
-                             else r.recent.conditional(r.match, c) for r, c in zip(act, shared)]
+                             else r.recent.conditional(r.match or 0, c) for r, c in zip(act, shared)]
                 else:
                     conds = [r.out.stats.conditional(kk, prior=prior, weight=4.0) if c is None else c
                              for r, c in zip(act, shared)]
