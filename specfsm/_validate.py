@@ -972,9 +972,6 @@ def _check_stats(stats: object) -> tuple[int, int, int, int]:
     return steps, drafted, accepted, full
 
 
-#: what a call meeting an index in use by another call says (both implementations)
-BUSY_WRITING = "NgramIndex is being extended (by another thread, or by a callback inside extend)"
-BUSY_READING = "NgramIndex is being read by a batch proposal in another thread"
 
 
 
