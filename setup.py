@@ -1,4 +1,10 @@
-"""Build the compiled core: every ``_core/*.pyx`` becomes ``specfsm._core.<name>``.
+"""Build the compiled core: every ``_core/<concept>/<name>.pyx`` becomes ``specfsm._core.<name>``.
+
+``_core/`` is organised by concept (``common/`` holds the declarations every module
+cimports); module names stay flat, so ``specfsm._core.<name>`` mirrors the twin's
+module of the same name. A module's cross-module declarations live beside it in a
+``.pxd`` named with the full module name (``specfsm._core.<name>.pxd``), which is how
+Cython finds them for ``from specfsm._core.<name> cimport ...``.
 
 Cython directives are set once here for the whole core (bounds and wraparound checks
 off: every kernel validates its arguments at the Python boundary, then runs unchecked).
@@ -43,13 +49,15 @@ def _extensions():
     # and on aarch64) would round once and drift in the last bit. MSVC does not contract
     # unless asked (/fp:contract), so it needs no flag.
     compile_args = [] if sys.platform == "win32" else ["-ffp-contract=off"]
-    sources = sorted((HERE / CORE).glob("*.pyx"))
+    sources = sorted((HERE / CORE).rglob("*.pyx"))
+    folders = sorted({str(p.parent.relative_to(HERE)) for p in (HERE / CORE).rglob("*") if p.suffix in (".pyx", ".pxd", ".h")})
+    depends = [str(p.relative_to(HERE)) for pat in ("*.h", "*.pxd") for p in sorted((HERE / CORE).rglob(pat))]
     extensions = [
         Extension(
             f"specfsm._core.{src.stem}",
-            [f"{CORE}/{src.name}"],
-            include_dirs=[numpy.get_include(), CORE],
-            depends=[str(p.relative_to(HERE)) for pat in ("*.h", "*.pxd") for p in sorted((HERE / CORE).glob(pat))],
+            [str(src.relative_to(HERE))],
+            include_dirs=[numpy.get_include(), *folders],
+            depends=depends,
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
             extra_compile_args=compile_args,
         )
@@ -57,7 +65,7 @@ def _extensions():
     ]
     return cythonize(
         extensions,
-        include_path=[CORE],
+        include_path=folders,
         compiler_directives=directives,
         build_dir="build/cython",
         quiet=True,

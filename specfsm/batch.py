@@ -27,7 +27,7 @@ row, a decode's row 0, a verify's settle row), in ``slots`` order; for
 evaluate). ``resume_rows`` itself is the right ``index`` only when every slot was
 evaluated; otherwise ``place_rows`` refuses it for its length.
 
-Safety: one guard (``_core/_guard.pxd`` and its twin) covers every call: a transition or
+Safety: one guard (``_core/common/_guard.pxd`` and its twin) covers every call: a transition or
 ``step`` holds it as a writer for its whole duration, ``pending`` as a reader, so any
 other call meanwhile (another thread, a rule callback, an ``__index__`` of an argument)
 raises RuntimeError and changes nothing; a second ``__init__`` is refused and an

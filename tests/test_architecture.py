@@ -84,7 +84,7 @@ def python_modules() -> dict[str, Path]:
 def pyx_modules() -> dict[str, Path]:
     if not SOURCES.is_dir():
         return {}
-    return {f"specfsm._core.{p.stem}": p for p in sorted(SOURCES.glob("*.pyx"))}
+    return {f"specfsm._core.{p.stem}": p for p in sorted(SOURCES.rglob("*.pyx"))}
 
 
 def _type_checking(test: ast.expr) -> bool:

@@ -1,5 +1,5 @@
 """The one guard of every object with buffers that calls read or write (pure-Python twin of
-``_core/_guard.pxd``: the same phases, the same refusals, the same messages).
+``_core/common/_guard.pxd``: the same phases, the same refusals, the same messages).
 
 An object made with ``__new__`` and never initialised has no ``_guard`` attribute and is
 refused like an UNINIT one (``guard_of``). ``__init__`` calls ``begin_init`` first (a
