@@ -25,51 +25,26 @@ import sys
 
 import numpy as np
 
+from . import _index_common as _common
 from ._guard import READY, begin_init, guard_of
+from ._index_common import IndexBase
 
 from .._validate import (
-    GROW_STEP,
     MAX_SUFFIX_TOKENS,
-    SHRINK_STEP,
     UNBOUNDED,
     as_ids,
     check_anchor,
-    check_batch_counts,
     check_count,
     check_draft_limits,
     check_prefer,
-    check_record,
     check_suffix_range,
-    check_suffix_stats,
-    _check_total,
-    own_batch_arrays,
-    validate_offsets,
 )
 
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
 
 NAME = "SuffixIndex"  # the guard's refusals name the class
 
-def _index_list(indexes: object, cls: type) -> list:
-    """The batch's indexes as a list, each an instance of this implementation's class."""
-    if isinstance(indexes, cls):
-        raise TypeError("indexes must be a sequence of SuffixIndex, got a single SuffixIndex")
-    try:
-        out = list(indexes)  # type: ignore[call-overload]
-    except TypeError:
-        raise TypeError(
-            f"indexes must be a sequence of SuffixIndex, got {type(indexes).__name__}"
-        ) from None
-    for i, ix in enumerate(out):
-        if not isinstance(ix, cls):
-            raise TypeError(
-                f"indexes[{i}] must be a SuffixIndex of the same implementation, "
-                f"got {type(ix).__module__}.{type(ix).__name__}"
-            )
-    return out
-
-
-class SuffixIndex:
+class SuffixIndex(IndexBase):
     """An incremental longest-match index over one request's verified tokens.
 
     ``extend`` appends tokens (amortised O(1) per token); ``propose(max_k)`` returns, as
@@ -78,10 +53,11 @@ class SuffixIndex:
     match length. The draft length is ``max_k`` or, when that is None, ``draft_len``;
     with ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a
     fully accepted draft and shortens it by 1 after a rejection, within
-    ``[min_draft, max_draft]``.
+    ``[min_draft, max_draft]``. ``serve`` is one serving step (record, extend, propose).
 
-    Guarded as the compiled index is (``specfsm._py._guard``): ``extend``, ``append``,
-    ``record`` and ``extend_batch`` hold the writer flag, reads count themselves or
+    Guarded as the compiled index is (``specfsm._py._guard``, through
+    ``specfsm._py._index_common``): ``extend``, ``append``, ``serve``, ``extend_batch`` and
+    ``serve_batch`` hold the writer flag, ``record`` checks it under the guard's lock, reads count themselves or
     check it, so a call meeting another that changes the index raises RuntimeError; an
     instance made with ``__new__`` (or whose ``__init__`` failed) refuses every call.
 
@@ -92,6 +68,10 @@ class SuffixIndex:
     tokens, unless more than ``anchor_misses`` of them differed from the anchored text,
     the draft is taken from the anchor instead of from the short match.
     """
+
+    _NAME = NAME
+    _A_NAME = "a SuffixIndex"
+    _MAX_TOKENS = MAX_SUFFIX_TOKENS
 
     def __init__(
         self,
@@ -133,18 +113,6 @@ class SuffixIndex:
         self._full = 0
         g.end_init()
 
-    def _hold_guard(self, on: object) -> None:
-        """Tests only: take the writer flag as a writer would (refusing like one), or,
-        with ``on`` false, release it."""
-        g = guard_of(self, NAME)
-        if on:
-            g.write()
-        else:
-            g.done_write()
-
-    def _check_ready(self) -> None:
-        guard_of(self, NAME).check()
-
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self) -> int:
@@ -160,34 +128,6 @@ class SuffixIndex:
     def prefer(self) -> str:
         self._check_ready()
         return "earliest" if self._earliest else "latest"
-
-    @property
-    def adaptive(self) -> bool:
-        self._check_ready()
-        return self._adaptive
-
-    @property
-    def draft_len(self) -> int:
-        """The draft length ``propose()`` uses when ``max_k`` is None."""
-        self._check_ready()
-        return self._draft_len
-
-    # -- contents -------------------------------------------------------------------
-    def __len__(self) -> int:
-        self._check_ready()
-        return len(self._toks)
-
-    @property
-    def tokens(self) -> np.ndarray:
-        """The indexed tokens, as a read-only int64 array."""
-        g = guard_of(self, NAME)
-        g.read()
-        try:
-            arr = np.asarray(self._toks, dtype=np.int64)
-        finally:
-            g.done_read()
-        arr.flags.writeable = False
-        return arr
 
     def last_tokens(self, count: object) -> np.ndarray:
         """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
@@ -229,32 +169,9 @@ class SuffixIndex:
             g.done_read()
         return total
 
-    @property
-    def bytes_per_token(self) -> float:
-        """``nbytes`` per indexed token (0.0 while empty)."""
-        self._check_ready()
-        n = len(self._toks)
-        return self.nbytes / n if n else 0.0
-
-    def extend(self, tokens: object) -> None:
-        """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
-        g = guard_of(self, NAME)
-        g.write()
-        try:
-            new = as_ids(tokens, "tokens").tolist()
-            if len(self._toks) + len(new) > MAX_SUFFIX_TOKENS:
-                raise OverflowError(
-                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
-                    f"{len(self._toks)} + {len(new)} is too many"
-                )
-            for c in new:
-                self._add(c)
-        finally:
-            g.done_write()
-
-    def append(self, token: object) -> None:
-        """Append one verified token."""
-        self.extend([token])
+    def _extend_list(self, new: list) -> None:
+        for c in new:
+            self._add(c)
 
     def _add(self, c: int) -> None:
         toks, slen, link, first, lastp, nxt = (
@@ -335,22 +252,6 @@ class SuffixIndex:
                 lastp[v] = i
                 v = link[v]
 
-    def propose(self, max_k: object = None) -> list:
-        """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
-        chosen earlier occurrence of the longest matching suffix; empty when none."""
-        k = None if max_k is None else check_count(max_k, "max_k")
-        g = guard_of(self, NAME)
-        g.read()
-        try:
-            if k is None:
-                k = self._draft_len
-            end = self._start()
-            if end < 0 or k == 0:
-                return []
-            return self._toks[end : end + k]
-        finally:
-            g.done_read()
-
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
         self._check_ready()
@@ -394,7 +295,7 @@ class SuffixIndex:
         e = self._first[s] + 1
         return n, (self._toks[e : e + k] if k else [])
 
-    def _start(self) -> int:
+    def _draft_start(self) -> int:
         if self._anchor_n and self._anchor >= 0 and self._carry <= self._anchor_span and self._misses <= self._anchor_misses:
             return self._anchor  # equals _end when the match is at least anchor_n long
         return self._match_end
@@ -403,7 +304,7 @@ class SuffixIndex:
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
         or the anchor when it applies; -1 when there is nothing to draft."""
         self._check_ready()
-        return self._start()
+        return self._draft_start()
 
     @property
     def anchor_n(self) -> int:
@@ -424,46 +325,6 @@ class SuffixIndex:
         self._check_ready()
         return self._anchor_misses
 
-    # -- acceptance statistics and the adaptive draft length ---------------------
-    def record(self, proposed: object, accepted: object) -> int:
-        """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
-        the draft length to use next (changed only when ``adaptive``). Refuses
-        (OverflowError, changing nothing) a record that would take the drafted-token
-        count beyond int64, as ``NgramIndex`` does."""
-        p, a = check_record(proposed, accepted)
-        g = guard_of(self, NAME)
-        with g._lock:  # check and change at once: records from threads are serialised
-            g._check()
-            _check_total(self._drafted, p)
-            self._record(p, a)
-            return self._draft_len
-
-    def _record(self, p: int, a: int) -> None:
-        self._steps += 1
-        self._drafted += p
-        self._accepted += a
-        if p > 0 and a == p:
-            self._full += 1
-        if self._adaptive and p > 0:
-            if a == p:
-                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
-            else:
-                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
-
-    @property
-    def stats(self) -> dict:
-        """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
-        accepted drafts, the acceptance rate and the current draft length."""
-        self._check_ready()
-        return {
-            "steps": self._steps,
-            "drafted": self._drafted,
-            "accepted": self._accepted,
-            "full_accepts": self._full,
-            "acceptance_rate": self._accepted / self._drafted if self._drafted else 0.0,
-            "draft_len": self._draft_len,
-        }
-
     def __repr__(self) -> str:
         if guard_of(self, NAME).phase != READY:
             return "SuffixIndex(<not initialised or unusable>)"
@@ -481,19 +342,11 @@ class SuffixIndex:
                 (type(self), self._min_n, None if self._max_n >= UNBOUNDED else self._max_n,
                  "earliest" if self._earliest else "latest", self._draft_len, self._adaptive,
                  self._min_draft, self._max_draft, np.array(self._toks, dtype=np.int64),
-                 (self._steps, self._drafted, self._accepted, self._full), self._anchor_n,
+                 self._stats_tuple(), self._anchor_n,
                  self._anchor_span, self._anchor_misses),
             )
         finally:
             g.done_read()
-
-    def _restore_stats(self, stats: object) -> None:
-        steps, drafted, accepted, full = check_suffix_stats(stats)
-        g = guard_of(self, NAME)
-        with g._lock:
-            g._check()
-            self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
-
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
     if not (isinstance(cls, type) and issubclass(cls, SuffixIndex)):
@@ -509,69 +362,14 @@ def propose_batch(indexes: object, max_k: object = None):
     """``propose`` for B indexes in one call: ``max_k`` is one count, one per index, or
     None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64).
     Every index is counted as read before any is looked at."""
-    ixs = _index_list(indexes, SuffixIndex)
-    b = len(ixs)
-    ks = check_batch_counts(max_k, b, [getattr(ix, "_draft_len", 0) for ix in ixs])
-    pieces: list[int] = []
-    lengths = np.zeros(b, dtype=np.int64)
-    marked: list = []
-    try:
-        for ix in ixs:
-            g = guard_of(ix, NAME)
-            g.read()
-            marked.append(g)
-        for i, ix in enumerate(ixs):
-            end = ix._start()
-            if end >= 0 and ks[i] > 0:
-                piece = ix._toks[end : end + int(ks[i])]
-                pieces.extend(piece)
-                lengths[i] = len(piece)
-    finally:
-        for g in marked:
-            g.done_read()
-    off = np.zeros(b + 1, dtype=np.int64)
-    np.cumsum(lengths, out=off[1:])
-    return np.asarray(pieces, dtype=np.int64), off, lengths
+    return _common.propose_batch(SuffixIndex, indexes, max_k)
 
 
 def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:
     """``record`` for B indexes: one count each in ``proposed`` and ``accepted``.
     Returns the next draft lengths (int64). All or nothing: every index's guard and
     drafted-token total (an index listed twice adds up) is checked before any changes."""
-    ixs = _index_list(indexes, SuffixIndex)
-    b = len(ixs)
-    p = check_batch_counts(proposed, b, None, "proposed")
-    a = check_batch_counts(accepted, b, None, "accepted")
-    for i in range(b):
-        if a[i] > p[i]:
-            raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
-    out = np.empty(b, dtype=np.int64)
-    guards = [guard_of(ix, NAME) for ix in ixs]
-    # each distinct guard's lock, taken in one order (id) so two batches cannot deadlock;
-    # no other call holds one lock while waiting for another
-    locks = sorted({id(g): g for g in guards}.values(), key=id)
-    taken: list = []
-    try:
-        for g in locks:
-            g._lock.acquire()
-            taken.append(g)
-        for i, g in enumerate(guards):
-            try:
-                g._check()
-            except RuntimeError as exc:
-                raise RuntimeError(f"indexes[{i}]: {exc}") from None
-        pending: dict = {}
-        for i, ix in enumerate(ixs):
-            total = ix._drafted + pending.get(id(ix), 0)
-            _check_total(total, int(p[i]))
-            pending[id(ix)] = pending.get(id(ix), 0) + int(p[i])
-        for i, ix in enumerate(ixs):
-            ix._record(int(p[i]), int(a[i]))
-            out[i] = ix._draft_len
-    finally:
-        for g in taken:
-            g._lock.release()
-    return out
+    return _common.record_batch(SuffixIndex, indexes, proposed, accepted)
 
 
 def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
@@ -581,36 +379,12 @@ def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
     index appears twice (ValueError) or is in use by another call (RuntimeError), or
     when one would exceed its capacity (OverflowError).
     """
-    ixs = _index_list(indexes, SuffixIndex)
-    b = len(ixs)
-    src, off = own_batch_arrays(tokens, offsets, b)
-    validate_offsets(off, src.shape[0])
-    marked: list = []
-    seen: set = set()
-    try:
-        for i, ix in enumerate(ixs):
-            if id(ix) in seen:
-                raise ValueError(
-                    f"indexes[{i}] appears twice in the batch; extend_batch takes each "
-                    "index once"
-                )
-            g = guard_of(ix, NAME)
-            try:
-                g.write()
-            except RuntimeError as exc:
-                raise RuntimeError(f"indexes[{i}]: {exc}") from None
-            marked.append(g)
-            seen.add(id(ix))
-        for i, ix in enumerate(ixs):
-            m = int(off[i + 1] - off[i])
-            if len(ix._toks) + m > MAX_SUFFIX_TOKENS:
-                raise OverflowError(
-                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
-                    f"indexes[{i}] has {len(ix._toks)} + {m}, too many"
-                )
-        for i, ix in enumerate(ixs):
-            for c in src[off[i] : off[i + 1]].tolist():
-                ix._add(c)
-    finally:
-        for g in marked:
-            g.done_write()
+    _common.extend_batch(SuffixIndex, indexes, tokens, offsets)
+
+
+def serve_batch(indexes: object, tokens: object, offsets: object, drafted: object,
+                accepted: object, max_k: object = None):
+    """``serve`` for B distinct indexes in one call (one serving step of B requests):
+    record, extend, propose; all or nothing. Returns ``propose_batch``'s
+    ``(drafts, offsets, lengths)``."""
+    return _common.serve_batch(SuffixIndex, indexes, tokens, offsets, drafted, accepted, max_k)
