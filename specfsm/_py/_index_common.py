@@ -170,12 +170,16 @@ class IndexBase:
 
         Every argument is converted and checked first; a refusal (bad arguments, an
         index in use, a full index, a drafted total beyond int64) changes nothing."""
-        new = as_ids(tokens, "tokens").tolist()
-        d = check_count(drafted, "drafted")
-        a = check_count(accepted, "accepted")
+        # plain ints and an empty list or tuple (a session's propose) skip the converters
+        new = [] if (type(tokens) is tuple or type(tokens) is list) and not tokens else as_ids(tokens, "tokens").tolist()
+        d = drafted if type(drafted) is int and drafted >= 0 else check_count(drafted, "drafted")
+        a = accepted if type(accepted) is int and accepted >= 0 else check_count(accepted, "accepted")
         if a > d:
             raise ValueError(f"accepted={a} is beyond the {d} drafted tokens")
-        k = None if max_k is None else check_count(max_k, "max_k")
+        if max_k is None or (type(max_k) is int and max_k >= 0):
+            k = max_k
+        else:
+            k = check_count(max_k, "max_k")
         g = guard_of(self, self._NAME)
         g.write()
         try:
