@@ -2,9 +2,11 @@
 
 ``longest_match`` rescans a history (O(L) per call, vectorised); ``NgramIndex`` keeps
 one request's verified tokens indexed so that each proposal costs the same at 1k tokens
-as at 1M; ``propose_batch``, ``extend_batch`` and ``longest_match_batch`` serve B
-requests per call with the GIL released for the whole batch; ``NgramDrafter`` is the index
-as a drafter of ``specfsm.loop`` (one session per request). The stateless functions
+as at 1M, and ``NgramIndex.serve`` is one serving step (record, extend, propose);
+``propose_batch``, ``extend_batch``, ``record_batch``, ``serve_batch`` and
+``longest_match_batch`` serve B requests per call (the compiled core releases the GIL
+for the whole batch); ``NgramDrafter`` is the index as a drafter of ``specfsm.loop``
+(one session per request). The stateless functions
 are safe from any number of threads: they copy the control arrays they are given
 (offsets, counts) before checking them and read caller token arrays only within the
 checked bounds, so another thread changing those arrays mid-call can at worst change
@@ -41,6 +43,7 @@ __all__ = [
     "longest_match_batch",
     "propose_batch",
     "record_batch",
+    "serve_batch",
 ]
 
 #: The incremental index of the active implementation (a class: use it directly).
@@ -57,7 +60,12 @@ __all__ = [
 #: factor between 1/3 and 2/3). ``record(proposed, accepted)`` keeps acceptance
 #: statistics (``index.stats``) and, with ``adaptive=True``, lengthens ``draft_len`` by
 #: 2 after a fully accepted draft and shortens it by 1 after a rejection, within
-#: ``[min_draft, max_draft]``. Refuses ``min_n < 1``, ``min_n > max_n``, unknown
+#: ``[min_draft, max_draft]``. ``serve(tokens, drafted=0, accepted=0, max_k=None)`` is
+#: one serving step: ``record(drafted, accepted)`` when ``drafted > 0``,
+#: ``extend(tokens)``, then the next draft, ``propose(min(draft_len, max_k))`` when
+#: adaptive (``max_k=None``: ``draft_len``), else ``propose(max_k)``; it checks every
+#: argument first and a refusal changes nothing (it is a writer, as ``extend`` is).
+#: Refuses ``min_n < 1``, ``min_n > max_n``, unknown
 #: ``prefer`` values, non-integer or 2-D tokens and ids beyond int64.
 #:
 #: Under threads, and from callbacks inside a call (both implementations, one guard
@@ -134,7 +142,23 @@ def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
     return _active.record_batch(indexes, proposed, accepted)
 
 
+def serve_batch(
+    indexes: Any, tokens: Any, offsets: Any, drafted: Any, accepted: Any, max_k: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``NgramIndex.serve`` for B distinct indexes in one call (one serving step of B
+    requests): index ``i`` records ``(drafted[i], accepted[i])`` when ``drafted[i] > 0``,
+    is extended by ``tokens[offsets[i]:offsets[i + 1]]`` and proposes its next draft
+    (``max_k``: one count, one per index, or None, limited as ``serve`` limits it).
+    Returns ``propose_batch``'s ``(drafts, offsets, lengths)``. All or nothing: an index
+    listed twice (ValueError), in use (RuntimeError), full or whose drafted total would
+    pass int64 (OverflowError) refuses the whole batch and changes no index."""
+    return _active.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
+
+
 class _NgramSession:
+    """One request's index: ``extend`` extends it, ``propose`` drafts at most ``max_k``
+    tokens."""
+
     __slots__ = ("index",)
 
     def __init__(self, index: Any, prompt: Sequence[Any]) -> None:
@@ -153,22 +177,20 @@ class NgramDrafter:
     """Drafts with ``NgramIndex(min_n, max_n, prefer)`` from ``specfsm.ngram_index``: the
     longest suffix match from ``max_n`` down to ``min_n``, in time independent of the
     history length (``min_n == max_n`` with ``prefer="latest"`` drafts exactly what
-    ``PromptLookupDrafter(min_n)`` does). ``index_cls`` substitutes another class with the
-    same interface (one implementation's kernel)."""
+    ``PromptLookupDrafter(min_n)`` does). Sessions hold an ``NgramIndex`` of the active
+    implementation."""
 
     name = "ngram"
 
-    def __init__(
-        self, min_n: int = 1, max_n: int | None = None, prefer: str = "latest", index_cls: Any = None
-    ) -> None:
-        self._cls = NgramIndex if index_cls is None else index_cls
+    def __init__(self, min_n: int = 1, max_n: int | None = None, prefer: str = "latest") -> None:
+        self._cls = NgramIndex  # the class its sessions' indexes are made of
         self.min_n = min_n
         self.max_n = min_n if max_n is None else max_n
         self.prefer = prefer
-        self._cls(self.min_n, self.max_n, prefer)  # validate the arguments now
+        NgramIndex(self.min_n, self.max_n, prefer)  # validate the arguments now
 
     def session(self, prompt: Sequence[Any]) -> _NgramSession:
-        return _NgramSession(self._cls(self.min_n, self.max_n, self.prefer), prompt)
+        return _NgramSession(NgramIndex(self.min_n, self.max_n, self.prefer), prompt)
 
     def __repr__(self) -> str:
         return f"NgramDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r})"

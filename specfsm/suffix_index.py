@@ -3,10 +3,12 @@
 ``SuffixIndex`` keeps one request's verified tokens in a suffix automaton, so the
 longest earlier occurrence of the current suffix (no cap on its length) is known after
 every token, at amortised O(1) cost per token; ``propose`` copies the tokens that
-followed it. ``extend_batch``, ``propose_batch`` and ``record_batch`` serve B indexes per call.
-``SuffixDrafter`` plugs the index into ``specfsm.loop.SpeculativeLoop``. Every class and
-function runs on the compiled core, or on its pure-Python twin where that is not built
-(``specfsm._impl``).
+followed it, and ``serve`` is one serving step (record the verified draft, extend,
+propose within the adaptive limit). ``extend_batch``, ``propose_batch``,
+``record_batch`` and ``serve_batch`` serve B indexes per call. ``SuffixDrafter`` plugs
+the index into ``specfsm.loop.SpeculativeLoop``. Every
+class and function runs on the compiled core, or on its pure-Python twin where that is
+not built (``specfsm._impl``, chosen once at import).
 
 The rule: after ``L`` tokens ``t``, the match length ``n`` is the largest
 ``n <= max_n`` (unbounded when ``max_n`` is None) such that ``t[L-n:L]`` also occurs as
@@ -43,6 +45,7 @@ __all__ = [
     "extend_batch",
     "propose_batch",
     "record_batch",
+    "serve_batch",
 ]
 
 #: The index of the active implementation (a class: use it directly).
@@ -50,7 +53,11 @@ __all__ = [
 #: ``SuffixIndex(min_n=1, max_n=None, prefer="earliest", *, draft_len=8, adaptive=False,
 #: min_draft=1, max_draft=32)``: ``extend(tokens)`` / ``append(token)`` add verified
 #: tokens, ``propose(max_k=None)`` returns the draft as a list, ``match_length()`` the
-#: current n, ``match_end()`` where the draft starts. ``len(index)``, ``index.tokens``
+#: current n, ``match_end()`` where the draft starts; ``serve(tokens, drafted=0,
+#: accepted=0, max_k=None)`` is one serving step: ``record(drafted, accepted)`` when
+#: ``drafted > 0``, ``extend(tokens)``, then the next draft, ``propose(min(draft_len,
+#: max_k))`` when adaptive (``max_k=None``: ``draft_len``), else ``propose(max_k)``; it
+#: checks every argument first and a refusal changes nothing. ``len(index)``, ``index.tokens``
 #: (read-only int64), ``index.last_tokens(count)``, ``index.nbytes``, ``index.bytes_per_token`` and
 #: ``index.n_states`` report contents and memory. ``record(proposed, accepted)`` keeps
 #: acceptance statistics (``index.stats``) and, with ``adaptive=True``, moves
@@ -96,6 +103,19 @@ def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
     return _k.record_batch(indexes, proposed, accepted)
 
 
+def serve_batch(
+    indexes: Any, tokens: Any, offsets: Any, drafted: Any, accepted: Any, max_k: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``SuffixIndex.serve`` for B distinct indexes in one call (one serving step of B
+    requests): index ``i`` records ``(drafted[i], accepted[i])`` when ``drafted[i] > 0``,
+    is extended by ``tokens[offsets[i]:offsets[i + 1]]`` and proposes its next draft
+    (``max_k``: one count, one per index, or None, limited as ``serve`` limits it).
+    Returns ``propose_batch``'s ``(drafts, offsets, lengths)``. All or nothing: an index
+    listed twice (ValueError), in use (RuntimeError), full or whose drafted total would
+    pass int64 (OverflowError) refuses the whole batch and changes no index."""
+    return _k.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
+
+
 #: a finished output is followed by a separator below this, unique per output, so no
 #: match in a shared cache spans two outputs (and drafts stop before it)
 _SEPARATOR_LIMIT = -(2**63) + 2**48
@@ -121,16 +141,15 @@ class SharedSuffixCache:
     that holds it): the output is queued and indexed by the next call.
     """
 
-    def __init__(self, max_tokens: int = 1 << 20, generations: int = 4, min_n: int = 1, index_cls: Any = None) -> None:
+    def __init__(self, max_tokens: int = 1 << 20, generations: int = 4, min_n: int = 1) -> None:
         self.max_tokens = check_count(max_tokens, "max_tokens")
         self.generations = check_count(generations, "generations")
         if self.generations < 1:
             raise ValueError(f"generations must be at least 1, got {self.generations}")
         if self.max_tokens < 2 * self.generations:
             raise ValueError(f"max_tokens must be at least 2 * generations, got {self.max_tokens}")
-        self._cls = SuffixIndex if index_cls is None else index_cls
         self.min_n = min_n
-        self._cls(min_n)  # validate min_n now
+        SuffixIndex(min_n)  # validate min_n now
         self._per = self.max_tokens // self.generations
         self._gens: list[list[Any]] = []   # [index, last use], oldest first
         self._clock = 0
@@ -194,7 +213,7 @@ class SharedSuffixCache:
             while self._gens and (len(self._gens) + 1) * self._per > self.max_tokens:
                 old = min(range(len(self._gens)), key=lambda i: self._gens[i][1])
                 del self._gens[old]
-            g = [self._cls(self.min_n, None, "earliest"), self._clock]
+            g = [SuffixIndex(self.min_n, None, "earliest"), self._clock]
             self._gens.append(g)
         g[0].extend(toks + [-(2**63) + (self._seq % 2**47)])
         g[1] = self._clock
@@ -238,17 +257,25 @@ class SharedSuffixCache:
         return f"SharedSuffixCache(max_tokens={self.max_tokens}, generations={self.generations}, min_n={self.min_n})"
 
 
+def _agreement(draft: list[Any], tokens: Sequence[Any]) -> int:
+    """How many of ``draft``'s tokens ``tokens`` starts with (the accepted part: the
+    loop's ``extend`` after a ``propose`` passes the accepted tokens first)."""
+    n = 0
+    m = min(len(draft), len(tokens))
+    while n < m and draft[n] == tokens[n]:
+        n += 1
+    return n
+
+
 class _SuffixSession:
-    """One request's index. Acceptance is read off the loop's own calls: the tokens
-    passed to ``extend`` after a ``propose`` start with the accepted part of that draft.
-    With a shared cache, the request's output goes into it on ``close()`` (or when the
-    session is dropped)."""
+    """One request's index: ``extend`` records the last draft's agreement with the
+    tokens and extends, ``propose`` drafts within the adaptive limit. With a shared cache, the request's
+    output goes into it on ``close()`` (or when the session is dropped)."""
 
-    __slots__ = ("index", "draft", "adaptive", "shared", "output", "below", "window", "__weakref__")
+    __slots__ = ("index", "draft", "shared", "output", "below", "window", "__weakref__")
 
-    def __init__(self, index: Any, prompt: Sequence[Any], adaptive: bool, shared: Any = None, below: int = 8, window: int = 64) -> None:
+    def __init__(self, index: Any, prompt: Sequence[Any], shared: Any = None, below: int = 8, window: int = 64) -> None:
         self.index = index
-        self.adaptive = adaptive
         self.draft: list[Any] = []
         self.shared = shared
         self.output: list[Any] | None = [] if shared is not None else None
@@ -260,11 +287,7 @@ class _SuffixSession:
     def extend(self, tokens: Sequence[Any]) -> None:
         d = self.draft
         if d:
-            n = 0
-            m = min(len(d), len(tokens))
-            while n < m and d[n] == tokens[n]:
-                n += 1
-            self.index.record(len(d), n)
+            self.index.record(len(d), _agreement(d, tokens))
             self.draft = []
         self.index.extend(tokens)
         if self.output is not None:
@@ -272,12 +295,7 @@ class _SuffixSession:
 
     def propose(self, max_k: int) -> list[Any]:
         ix = self.index
-        if self.adaptive:
-            k = ix.draft_len
-            if max_k < k:
-                k = max_k
-        else:
-            k = max_k
+        k = ix.draft_len if ix.adaptive and ix.draft_len < max_k else max_k
         d = ix.propose(k)
         if self.shared is not None and k > 0:
             n = ix.match_length()
@@ -319,8 +337,8 @@ class SuffixDrafter:
     longest earlier occurrence of the history's suffix (prompt and output alike), no
     cap on its length by default. ``adaptive=True`` sizes each draft from the observed
     acceptance (``SuffixIndex`` ``adaptive``, within ``[min_draft, max_draft]``, never
-    beyond the loop's ``k``). ``index_cls`` substitutes another class with the same
-    interface (one implementation's kernel)."""
+    beyond the loop's ``k``). Sessions hold a ``SuffixIndex`` of the active
+    implementation."""
 
     name = "suffix"
 
@@ -339,9 +357,8 @@ class SuffixDrafter:
         anchor_misses: int = 4,
         shared: SharedSuffixCache | None = None,
         shared_below: int = 8,
-        index_cls: Any = None,
     ) -> None:
-        self._cls = SuffixIndex if index_cls is None else index_cls
+        self._cls = SuffixIndex  # the class its sessions' indexes are made of
         self.min_n = min_n
         self.max_n = max_n
         self.prefer = prefer
@@ -357,7 +374,7 @@ class SuffixDrafter:
         }
         self.anchor_n = anchor_n
         self.anchor_span = anchor_span
-        self._cls(min_n, max_n, prefer, **self._kw)  # validate the arguments now
+        SuffixIndex(min_n, max_n, prefer, **self._kw)  # validate the arguments now
         if shared is not None and not callable(getattr(shared, "lookup", None)):
             raise TypeError(f"shared must be a SharedSuffixCache, got {type(shared).__name__}")
         self.shared = shared
@@ -365,7 +382,7 @@ class SuffixDrafter:
 
     def session(self, prompt: Sequence[Any]) -> _SuffixSession:
         return _SuffixSession(
-            self._cls(self.min_n, self.max_n, self.prefer, **self._kw), prompt, self.adaptive,
+            SuffixIndex(self.min_n, self.max_n, self.prefer, **self._kw), prompt,
             self.shared, self.shared_below,
         )
 

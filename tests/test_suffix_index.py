@@ -526,16 +526,15 @@ def test_concurrent_extend_and_propose(sfx):
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
-def test_drafter_in_loop_matches_greedy(impl, adaptive):
+def test_drafter_in_loop_matches_greedy(adaptive):
     from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
     from specfsm.suffix_index import SuffixDrafter
 
-    sfx = impl.module("suffix_index")
     rng = np.random.default_rng(2)
     prompt = rng.integers(0, 30, size=300).tolist()
     out = prompt[40:200] + [99] + prompt[201:260] + rng.integers(0, 30, size=40).tolist()
     reqs = [Request(prompt, len(out), target=TeacherForcedTarget(prompt, out))]
-    d = SuffixDrafter(adaptive=adaptive, index_cls=sfx.SuffixIndex)
+    d = SuffixDrafter(adaptive=adaptive)
     res = SpeculativeLoop(None, d, 8).run_batch(reqs, check=True)
     assert res[0].output == out
     s = res[0].stats
@@ -602,11 +601,10 @@ def test_lookup_refusals(sfx):
         ix.lookup([1], -2)
 
 
-def test_shared_cache(impl):
+def test_shared_cache():
     from specfsm.suffix_index import SharedSuffixCache
 
-    sfx = impl.module("suffix_index")
-    cache = SharedSuffixCache(max_tokens=40, generations=2, min_n=2, index_cls=sfx.SuffixIndex)
+    cache = SharedSuffixCache(max_tokens=40, generations=2, min_n=2)
     cache.add([1, 2, 3, 4, 5])
     cache.add([7, 8, 9])
     assert cache.lookup([0, 2, 3], 4) == (2, [4, 5])   # stops at the output's end
@@ -626,11 +624,10 @@ def test_shared_cache(impl):
         SharedSuffixCache(10, 0)
 
 
-def test_shared_cache_from_threads(impl):
+def test_shared_cache_from_threads():
     from specfsm.suffix_index import SharedSuffixCache
 
-    sfx = impl.module("suffix_index")
-    cache = SharedSuffixCache(max_tokens=20_000, generations=4, index_cls=sfx.SuffixIndex)
+    cache = SharedSuffixCache(max_tokens=20_000, generations=4)
     rng = np.random.default_rng(4)
     outputs = [rng.integers(0, 40, size=300).tolist() for _ in range(40)]
     errors = []
@@ -652,16 +649,15 @@ def test_shared_cache_from_threads(impl):
     assert not errors and len(cache) <= 20_000
 
 
-def test_drafter_with_shared_cache_drafts_across_requests(impl):
+def test_drafter_with_shared_cache_drafts_across_requests():
     from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
     from specfsm.suffix_index import SharedSuffixCache, SuffixDrafter
 
-    sfx = impl.module("suffix_index")
     rng = np.random.default_rng(8)
     template = rng.integers(0, 1000, size=200).tolist()
-    shared = SharedSuffixCache(index_cls=sfx.SuffixIndex)
-    d = SuffixDrafter(shared=shared, index_cls=sfx.SuffixIndex)
-    plain = SuffixDrafter(index_cls=sfx.SuffixIndex)
+    shared = SharedSuffixCache()
+    d = SuffixDrafter(shared=shared)
+    plain = SuffixDrafter()
 
     def run(drafter, prompt):
         req = Request(prompt, len(template), target=TeacherForcedTarget(prompt, template))
@@ -1125,23 +1121,23 @@ def test_record_batch_is_all_or_nothing(sfx):
     assert a.stats["drafted"] == 2**63 - 1
 
 
-def _session_with_output(sfx, cache):
+def _session_with_output(cache):
     from specfsm.suffix_index import SuffixDrafter
 
-    d = SuffixDrafter(shared=cache, index_cls=sfx.SuffixIndex)
+    d = SuffixDrafter(shared=cache)
     sess = d.session([1, 2, 3])
     sess.extend([4, 5, 6, 7])
     return sess
 
 
-def test_dropped_session_never_waits_for_the_cache_lock(sfx):
+def test_dropped_session_never_waits_for_the_cache_lock():
     """The garbage collector may finalise a drafter session inside a cache call that
     holds the cache's lock, in the same thread: the finaliser queues the output instead
     of waiting (today's code deadlocked), and the next call indexes it."""
     from specfsm.suffix_index import SharedSuffixCache
 
-    cache = SharedSuffixCache(index_cls=sfx.SuffixIndex)
-    sess = _session_with_output(sfx, cache)
+    cache = SharedSuffixCache()
+    sess = _session_with_output(cache)
     done = threading.Event()
 
     def body():
@@ -1159,7 +1155,7 @@ def test_dropped_session_never_waits_for_the_cache_lock(sfx):
     assert len(cache) == 5
 
 
-def test_dropped_session_by_the_collector_inside_a_cache_call(sfx):
+def test_dropped_session_by_the_collector_inside_a_cache_call():
     """The same through the garbage collector: a collection that starts while lookup
     holds the lock drops the last reference to a session (its callback clears the
     list holding it), so the finaliser runs there, in the lookup's thread."""
@@ -1167,9 +1163,9 @@ def test_dropped_session_by_the_collector_inside_a_cache_call(sfx):
 
     from specfsm.suffix_index import SharedSuffixCache
 
-    cache = SharedSuffixCache(index_cls=sfx.SuffixIndex)
+    cache = SharedSuffixCache()
     cache.add([1, 2, 3])
-    holder = [_session_with_output(sfx, cache)]
+    holder = [_session_with_output(cache)]
     fired = []
     done = threading.Event()
 
@@ -1200,7 +1196,7 @@ def test_dropped_session_by_the_collector_inside_a_cache_call(sfx):
     assert cache.lookup([9, 4, 5], 2) == (2, [6, 7])
 
 
-def test_shared_cache_callbacks_and_ids_beyond_int64(sfx):
+def test_shared_cache_callbacks_and_ids_beyond_int64():
     """Arguments are converted before the lock is taken (a context whose conversion
     calls the cache back cannot deadlock it); ids beyond int64 are refused as
     SuffixIndex.extend refuses them (today they were stored wrapped into the
@@ -1209,7 +1205,7 @@ def test_shared_cache_callbacks_and_ids_beyond_int64(sfx):
 
     from specfsm.suffix_index import SharedSuffixCache
 
-    cache = SharedSuffixCache(index_cls=sfx.SuffixIndex)
+    cache = SharedSuffixCache()
     with pytest.raises(OverflowError, match="tokens"):
         cache.add(np.array([2**63 + 5, 1], dtype=np.uint64))
     with pytest.raises(OverflowError, match="tokens"):

@@ -56,11 +56,6 @@ def make_rule(spec: tuple[str, int]) -> Any:
     raise ValueError(f"unknown rule {name!r}")
 
 
-def _index_cls(kind: str | None, module: str, name: str) -> Any:
-    """Class ``name`` of one implementation's kernel ``module``, or the active one."""
-    return getattr(_impl.module(kind, module) if kind is not None else _impl.load(module), name)
-
-
 def default_ngram(drafter: str) -> tuple[int, int | None]:
     """``--ngram`` when it is not given: 3 for prompt lookup, 2:4 for the n-gram index,
     and for the suffix drafters a minimum of 1 with no maximum (the longest match)."""
@@ -86,13 +81,12 @@ def make_drafter(name: str, ngram: tuple[int, int | None], kind: str | None = No
     if name == "ngram":
         if hi is None:
             raise UsageError("--drafter ngram needs a bounded range, as in --ngram 2:4")
-        return NgramDrafter(lo, hi, "latest", index_cls=_index_cls(kind, "ngram_index", "NgramIndex"))
+        return NgramDrafter(lo, hi, "latest")  # the active implementation's index
     if name in ("suffix", "suffix-shared"):
         from .. import suffix_index
 
-        cls = _index_cls(kind, "suffix_index", "SuffixIndex")
-        shared = suffix_index.SharedSuffixCache(index_cls=cls) if name == "suffix-shared" else None
-        return suffix_index.SuffixDrafter(lo, hi, index_cls=cls, shared=shared)
+        shared = suffix_index.SharedSuffixCache() if name == "suffix-shared" else None
+        return suffix_index.SuffixDrafter(lo, hi, shared=shared)  # the active implementation's index
     if name == "arctic":
         from .. import suffix_index
 
