@@ -6,7 +6,7 @@ as at 1M, and ``NgramIndex.serve`` is one serving step (record, extend, propose)
 ``propose_batch``, ``extend_batch``, ``record_batch``, ``serve_batch`` and
 ``longest_match_batch`` serve B requests per call (the compiled core releases the GIL
 for the whole batch); ``NgramDrafter`` is the index as a drafter of ``specfsm.loop``
-(one session per request). The stateless functions
+(one session per request, served through ``serve``). The stateless functions
 are safe from any number of threads: they copy the control arrays they are given
 (offsets, counts) before checking them and read caller token arrays only within the
 checked bounds, so another thread changing those arrays mid-call can at worst change
@@ -156,21 +156,32 @@ def serve_batch(
 
 
 class _NgramSession:
-    """One request's index: ``extend`` extends it, ``propose`` drafts at most ``max_k``
-    tokens."""
+    """One request's index, served through ``NgramIndex.serve`` (the one step policy):
+    ``extend`` records the last draft's agreement with the tokens (the accepted part
+    comes first) and extends, ``propose`` drafts at most ``max_k`` tokens."""
 
-    __slots__ = ("index",)
+    __slots__ = ("index", "draft")
 
     def __init__(self, index: Any, prompt: Sequence[Any]) -> None:
         self.index = index
+        self.draft: list[Any] = []
         if len(prompt):
             index.extend(prompt)
 
     def extend(self, tokens: Sequence[Any]) -> None:
-        self.index.extend(tokens)
+        d = self.draft
+        n = 0
+        if d:
+            m = min(len(d), len(tokens))
+            while n < m and d[n] == tokens[n]:
+                n += 1
+        self.index.serve(tokens, len(d), n, 0)
+        self.draft = []
 
     def propose(self, max_k: int) -> Any:
-        return self.index.propose(max_k)
+        d = self.index.serve((), 0, 0, max_k)
+        self.draft = d
+        return d
 
 
 class NgramDrafter:
@@ -178,7 +189,7 @@ class NgramDrafter:
     longest suffix match from ``max_n`` down to ``min_n``, in time independent of the
     history length (``min_n == max_n`` with ``prefer="latest"`` drafts exactly what
     ``PromptLookupDrafter(min_n)`` does). Sessions hold an ``NgramIndex`` of the active
-    implementation."""
+    implementation and serve it through ``NgramIndex.serve``."""
 
     name = "ngram"
 

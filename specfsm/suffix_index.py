@@ -6,7 +6,7 @@ every token, at amortised O(1) cost per token; ``propose`` copies the tokens tha
 followed it, and ``serve`` is one serving step (record the verified draft, extend,
 propose within the adaptive limit). ``extend_batch``, ``propose_batch``,
 ``record_batch`` and ``serve_batch`` serve B indexes per call. ``SuffixDrafter`` plugs
-the index into ``specfsm.loop.SpeculativeLoop``. Every
+the index into ``specfsm.loop.SpeculativeLoop`` (its sessions call ``serve``). Every
 class and function runs on the compiled core, or on its pure-Python twin where that is
 not built (``specfsm._impl``, chosen once at import).
 
@@ -268,8 +268,9 @@ def _agreement(draft: list[Any], tokens: Sequence[Any]) -> int:
 
 
 class _SuffixSession:
-    """One request's index: ``extend`` records the last draft's agreement with the
-    tokens and extends, ``propose`` drafts within the adaptive limit. With a shared cache, the request's
+    """One request's index, served through ``SuffixIndex.serve`` (the one step policy):
+    ``extend`` records the last draft's agreement with the tokens and extends,
+    ``propose`` drafts within the adaptive limit. With a shared cache, the request's
     output goes into it on ``close()`` (or when the session is dropped)."""
 
     __slots__ = ("index", "draft", "shared", "output", "below", "window", "__weakref__")
@@ -286,18 +287,21 @@ class _SuffixSession:
 
     def extend(self, tokens: Sequence[Any]) -> None:
         d = self.draft
-        if d:
-            self.index.record(len(d), _agreement(d, tokens))
-            self.draft = []
-        self.index.extend(tokens)
+        self.index.serve(tokens, len(d), _agreement(d, tokens) if d else 0, 0)
+        self.draft = []
         if self.output is not None:
             self.output.extend(tokens)
 
     def propose(self, max_k: int) -> list[Any]:
         ix = self.index
+        d = ix.serve((), 0, 0, max_k)
+        if self.shared is None:
+            self.draft = d
+            return d
+        # the shared cache drafts within the limit serve applied (the index's own draft
+        # may be shorter than it)
         k = ix.draft_len if ix.adaptive and ix.draft_len < max_k else max_k
-        d = ix.propose(k)
-        if self.shared is not None and k > 0:
+        if k > 0:
             n = ix.match_length()
             if n < self.below and (not d or n < ix.anchor_n or ix.match_end() < 0):
                 sn, sd = self.shared.lookup(ix.last_tokens(self.window), k)
@@ -338,7 +342,7 @@ class SuffixDrafter:
     cap on its length by default. ``adaptive=True`` sizes each draft from the observed
     acceptance (``SuffixIndex`` ``adaptive``, within ``[min_draft, max_draft]``, never
     beyond the loop's ``k``). Sessions hold a ``SuffixIndex`` of the active
-    implementation."""
+    implementation and serve it through ``SuffixIndex.serve``."""
 
     name = "suffix"
 

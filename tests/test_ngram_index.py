@@ -613,3 +613,22 @@ def test_twin_has_the_same_names(impl):
         assert hasattr(ngi, name)
     public = {n for n in dir(twin.NgramIndex) if not n.startswith("_")}
     assert public <= set(dir(ngi.NgramIndex))
+
+
+def test_drafter_session_serves_its_index():
+    """The n-gram drafter's session goes through ``NgramIndex.serve``: the tokens after a
+    proposal record that draft's agreement, then extend, and the next proposal is at
+    most the loop's limit (the active implementation's index)."""
+    from specfsm.ngram_index import NgramDrafter, NgramIndex
+
+    sess = NgramDrafter(1, 3).session([1, 2, 3, 4, 1, 2])
+    assert type(sess.index) is NgramIndex
+    first = sess.propose(3)
+    assert first == [3, 4, 1]
+    sess.extend([3, 4, 9])
+    assert sess.index.stats["steps"] == 1 and sess.index.stats["accepted"] == 2
+    assert sess.index.tokens.tolist() == [1, 2, 3, 4, 1, 2, 3, 4, 9]
+    assert sess.propose(0) == [] and sess.propose(2) == []
+    sess.extend([1])                      # nothing was drafted: nothing recorded
+    assert sess.index.stats["steps"] == 1 and sess.index.stats["drafted"] == 3
+    assert sess.propose(2) == [2, 3]
