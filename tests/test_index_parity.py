@@ -417,3 +417,83 @@ def test_overflowing_records_agree(kind):
     assert runs[0][1][:2] == ("raised", "OverflowError") and runs[0][2][:2] == ("raised", "OverflowError")
     assert runs[0][3] == ("ok", 8 if kind == "suffix" else 4)
     assert runs[0][6]["stats"][1]["drafted"] == 2**63 - 1
+
+
+# --------------------------------------------------------------------------------------
+# the serving step against its definition (each implementation on its own)
+# --------------------------------------------------------------------------------------
+
+
+def _cls(impl, kind):
+    mod, name = KINDS[kind]
+    return getattr(impl.module(mod), name)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(st.tuples(small_ids, st.integers(0, 6), st.integers(0, 6), st.sampled_from([None, 0, 1, 3, 8, 40]))),
+    adaptive=st.booleans(),
+)
+def test_serve_is_record_extend_propose(impl, kind, steps, adaptive):
+    """``serve(tokens, drafted, accepted, max_k)`` is ``record`` (when drafted),
+    ``extend``, then ``propose`` of ``min(draft_len, max_k)`` when adaptive, else of
+    ``max_k``; ``serve_batch`` over several indexes is ``serve`` on each."""
+    C = _cls(impl, kind)
+    mod = impl.module(KINDS[kind][0])
+    kw = dict(draft_len=4, adaptive=adaptive, min_draft=1, max_draft=9)
+    served, ref, batched = C(1, 3, **kw), C(1, 3, **kw), [C(1, 3, **kw), C(2, 4, **kw)]
+    other = C(2, 4, **kw)
+    for toks, d, a, k in steps:
+        a = min(a, d)
+        got = served.serve(toks, d, a, k)
+        if d:
+            ref.record(d, a)
+        ref.extend(toks)
+        limit = ref.draft_len if k is None else (min(ref.draft_len, k) if adaptive else k)
+        assert got == ref.propose(limit)
+        assert served.stats == ref.stats and served.tokens.tolist() == ref.tokens.tolist()
+        want_other = other.serve(toks[::-1], d, a, k)
+        out, off, lens = mod.serve_batch(batched, toks + toks[::-1], [0, len(toks), 2 * len(toks)],
+                                         [d, d], [a, a], k)
+        assert out.dtype == np.int64 and off.tolist() == [0, lens[0], lens[0] + lens[1]]
+        assert out.tolist() == got + want_other
+        assert batched[0].stats == served.stats and batched[1].stats == other.stats
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_serve_refuses_changing_nothing(impl, kind):
+    """A refused serving step (bad counts, accepted beyond drafted, a drafted total past
+    int64, the index held by another call, a duplicate in a batch) changes nothing."""
+    C = _cls(impl, kind)
+    mod = impl.module(KINDS[kind][0])
+    ix, jx = C(1, 3), C(1, 3)
+    ix.serve([1, 2, 1], 2**62, 0)
+    before = (ix.tokens.tolist(), ix.stats, jx.tokens.tolist(), jx.stats)
+    refusals = [
+        (TypeError, lambda: ix.serve([5], True)),
+        (ValueError, lambda: ix.serve([5], -1)),
+        (ValueError, lambda: ix.serve([5], 1, 2)),
+        (TypeError, lambda: ix.serve([5], 0, 0, 1.0)),
+        (TypeError, lambda: ix.serve([1.5])),
+        (OverflowError, lambda: ix.serve([5], 2**62, 0)),
+        (OverflowError, lambda: ix.serve([2**63])),
+        (ValueError, lambda: mod.serve_batch([ix, ix], [5, 6], [0, 1, 2], [0, 0], [0, 0])),
+        (OverflowError, lambda: mod.serve_batch([jx, ix], [5, 6], [0, 1, 2], [1, 2**62], [0, 0])),
+        (ValueError, lambda: mod.serve_batch([jx, ix], [5, 6], [0, 1, 2], [1, 1], [0, 2])),
+        (ValueError, lambda: mod.serve_batch([jx, ix], [5, 6], [0, 2, 1], [1, 1], [0, 0])),
+    ]
+    for exc, call in refusals:
+        with pytest.raises(exc):
+            call()
+        assert (ix.tokens.tolist(), ix.stats, jx.tokens.tolist(), jx.stats) == before
+    ix._hold_guard(True)
+    try:
+        with pytest.raises(RuntimeError, match="being changed"):
+            mod.serve_batch([jx, ix], [5, 6], [0, 1, 2], [0, 0], [0, 0])
+        with pytest.raises(RuntimeError, match="being changed"):
+            ix.serve([5])
+    finally:
+        ix._hold_guard(False)
+    assert (ix.tokens.tolist(), ix.stats, jx.tokens.tolist(), jx.stats) == before
+    assert ix.serve([2], 2**62 - 1, 0) == ix.propose() == [1, 2] and ix.stats["drafted"] == 2**63 - 1
