@@ -93,7 +93,8 @@ def _stub_members(cls: ast.ClassDef) -> tuple[dict[str, ast.FunctionDef], set[st
 
 def _runtime_members(cls: type) -> tuple[dict[str, Any], set[str]]:
     methods, properties = {}, set()
-    for name, value in vars(cls).items():
+    members = {k: v for c in reversed(cls.__mro__[:-1]) for k, v in vars(c).items()}  # inherited too
+    for name, value in members.items():
         if name.startswith("_") and name not in ("__init__", "__len__"):
             continue
         if name in IGNORED_MEMBERS:
