@@ -56,10 +56,11 @@ class SuffixIndex(IndexBase):
     ``[min_draft, max_draft]``. ``serve`` is one serving step (record, extend, propose).
 
     Guarded as the compiled index is (``specfsm._py._guard``, through
-    ``specfsm._py._index_common``): ``extend``, ``append``, ``serve``, ``extend_batch`` and
-    ``serve_batch`` hold the writer flag, ``record`` checks it under the guard's lock, reads count themselves or
-    check it, so a call meeting another that changes the index raises RuntimeError; an
-    instance made with ``__new__`` (or whose ``__init__`` failed) refuses every call.
+    ``specfsm._py._index_common``): ``extend``, ``append``, ``serve``, ``extend_batch``
+    and ``serve_batch`` hold the writer flag, ``record`` checks it under the guard's
+    lock, reads count themselves or check it, so a call meeting another that changes the
+    index raises RuntimeError; an instance made with ``__new__`` (or whose ``__init__``
+    failed) refuses every call.
 
     The anchor (``anchor_n > 0``): a match of at least ``anchor_n`` tokens sets the
     anchor to its continuation; while later matches are shorter, the anchor moves one
