@@ -31,6 +31,7 @@ from specfsm._validate import (
     check_record,
     _check_stats,
     _check_total,
+    own_batch_arrays,
     own_offsets,
     validate_offsets,
     check_count,
@@ -39,7 +40,6 @@ from specfsm._validate import (
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
-from cpython.pycapsule cimport PyCapsule_New
 
 from _typedefs cimport token_t
 from _arrays cimport plain_int_width, array_data, array_len
@@ -282,11 +282,13 @@ __all__ = [
     "NgramIndex",
     "propose_batch",
     "record_batch",
+    "serve_batch",
 ]
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
-cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
 cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
+
+include "_serve.pxi"
 
 cdef enum:
     NOGIL_MIN = 2048      # shorter work than this keeps the GIL (a release costs more)
@@ -1112,6 +1114,17 @@ cdef class NgramIndex:
         cdef const int64_t* tok = self._tok
         return [tok[i] for i in range(end, stop)]
 
+    def serve(self, tokens, drafted=0, accepted=0, max_k=None):
+        """One serving step of this index's request: records the verified draft
+        (``drafted`` tokens of which ``accepted`` were accepted; nothing when 0) as
+        ``record`` does, extends by ``tokens`` as ``extend`` does, and returns the next
+        draft, ``propose(min(draft_len, max_k))`` when adaptive, else
+        ``propose(max_k)``. Refuses what those refuse, changing nothing."""
+        src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
+        return _serve_one(ngram_serve, self, &self._g, "an NgramIndex", src, d, a, k,
+                          self._len, self._drafted, self._adaptive, self._draft_len,
+                          MAX_TOKENS_C)
+
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
         cdef int64_t j
@@ -1356,6 +1369,34 @@ def record_batch(indexes, proposed, accepted):
     return out
 
 
+def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
+    """``NgramIndex.serve`` for B distinct indexes in one call: index ``i`` records
+    ``(drafted[i], accepted[i])`` (nothing when 0), takes
+    ``tokens[offsets[i]:offsets[i + 1]]`` and drafts at most ``max_k`` (one count, one
+    per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
+    tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
+    nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
+    cdef list ixs = _index_list(indexes)
+    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
+                                               max_k, MAX_TOKENS_C)
+    cdef Py_ssize_t b = len(ixs), i
+    cdef NgramIndex ix
+    cdef int64_t k_cap = 0, room
+    cdef const int64_t[::1] ov = off
+    if lims is None:
+        lims = np.empty(b, dtype=np.int64)
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            lims[i] = MAX_TOKENS_C if ix._adaptive else ix._draft_len
+    cdef const int64_t[::1] lv = lims
+    for i in range(b):
+        room = (<NgramIndex>ixs[i])._len + ov[i + 1] - ov[i]
+        room = lv[i] if lv[i] < room else room
+        if room > k_cap:
+            k_cap = room
+    return _serve_run(ngram_serve, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
+
+
 # ------------------------------------------------------------------------------------
 # extend for a batch of indexes
 # ------------------------------------------------------------------------------------
@@ -1584,18 +1625,21 @@ def extend_batch(indexes, tokens, offsets):
         validate_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
     cdef int64_t z = 0
-    _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, 0, NULL, NULL)
+    _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, NULL, NULL, 0,
+                 NULL, NULL)
 
 
 cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int64_t* off,
-                      const int64_t* limits, int64_t kmax, int64_t* drafts,
-                      int64_t* lengths) except -1:
+                      const int64_t* drafted, const int64_t* accepted, const int64_t* limits,
+                      int64_t kmax, int64_t* drafts, int64_t* lengths) except -1:
     """``extend_batch``'s work on checked arguments the caller owns: index ``i`` (every
     entry of ``index_list`` an NgramIndex) gets ``src[off[i] - off[0]:off[i + 1] -
     off[0]]``, ``off`` holding B + 1 nondecreasing entries. With ``drafts`` not NULL it
-    also proposes, in the same pass without the GIL: index ``i``'s draft of at most
-    ``limits[i]`` (clipped to ``kmax``) tokens goes to ``drafts[i * kmax:]`` and its
-    length to ``lengths[i]``."""
+    also serves (``ngram_serve``): index ``i`` with ``drafted[i] > 0`` (``drafted`` not
+    NULL) records its verified draft, then, in the same pass without the GIL as the
+    extend, its draft of at most ``limits[i]`` tokens (clipped to ``kmax``, and to its
+    ``draft_len`` when adaptive and ``drafted`` is not NULL) goes to
+    ``drafts[i * kmax:]`` and its length to ``lengths[i]``."""
     global _batch_stamp
     cdef int64_t i, j, marked = 0, m, total, base
     cdef NgramIndex ix
@@ -1603,6 +1647,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
     cdef job_t* jobs = NULL
     cdef int32_t* job_of = NULL
     cdef tags_t* ring = NULL
+    cdef int64_t* lim = NULL
     _batch_stamp += 1
     stamp = _batch_stamp
     try:
@@ -1664,10 +1709,29 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             jobs[i].piped = not ix._rolling and ix._n_levels <= PIPE_LEVELS
             for j in range(off[i] - base, off[i + 1] - base):
                 job_of[j] = <int32_t>i
+        if drafted != NULL:
+            # every total checked before the first record (an index is listed once)
+            for i in range(b):
+                ix = <NgramIndex>index_list[i]
+                if drafted[i] > INT64_MAX_C - ix._drafted:
+                    _check_total(ix._drafted, drafted[i])   # raises
+        if drafts != NULL:
+            lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
+            if lim == NULL:
+                raise MemoryError()
+            # nothing below refuses: the verified drafts recorded, the limits set
+            for i in range(b):
+                lim[i] = limits[i]
+                if drafted != NULL:
+                    ix = <NgramIndex>index_list[i]
+                    if drafted[i] > 0:
+                        ix._record(drafted[i], accepted[i])
+                    if ix._adaptive and ix._draft_len < lim[i]:
+                        lim[i] = ix._draft_len
         with nogil:
             _extend_jobs(jobs, b, src, job_of, total, ring)
             if drafts != NULL:
-                _propose_jobs(jobs, b, limits, kmax, drafts, lengths)
+                _propose_jobs(jobs, b, lim, kmax, drafts, lengths)
         for i in range(b):
             (<NgramIndex>index_list[i])._len = jobs[i].stop
     finally:
@@ -1676,6 +1740,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         free(jobs)
         free(job_of)
         free(ring)
+        free(lim)
     return 0
 
 
@@ -1705,30 +1770,39 @@ cdef void _propose_jobs(const job_t* jobs, int64_t b, const int64_t* limits, int
         lengths[i] = k
 
 
-cdef int _update_and_propose(list index_list, Py_ssize_t b, const int64_t* src,
-                             const int64_t* off, const int64_t* limits, Py_ssize_t kmax,
-                             int64_t* drafts, int64_t* lengths) except -1:
-    """The serving step's index update (``specfsm._core.batch``, through the capsule
-    ``_UPDATE_CAPSULE``): ``extend_batch`` then ``propose_batch`` in one pass without the
-    GIL, on buffers the calling step owns (``src``/``off`` as ``extend_batch``'s copies,
-    ``limits``: one draft limit per index, ``drafts``: ``b * kmax`` entries,
-    ``lengths``: ``b``). Refuses what ``extend_batch`` refuses."""
+cdef int ngram_serve(list indexes, Py_ssize_t b, const int64_t* tokens,
+                     const int64_t* offsets, const int64_t* drafted, const int64_t* accepted,
+                     const int64_t* limits, Py_ssize_t k_cap, int64_t* out_tokens,
+                     int64_t* out_lens) except -1:
+    """The serving-step policy for B indexes (declared in
+    ``specfsm._core.ngram_index.pxd``; ``serve``, ``serve_batch`` and the batch step
+    run it): each index with ``drafted[i] > 0`` records ``(drafted[i], accepted[i])``,
+    takes ``tokens[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]``, and proposes
+    at most ``min(limits[i], k_cap)`` tokens (and at most its ``draft_len`` when it is
+    adaptive) into ``out_tokens[i * k_cap:]``, the count into ``out_lens[i]``. With
+    ``drafted`` NULL nothing is recorded and ``draft_len`` does not bound the draft
+    (the batch step's NgramIndex slots). Buffers are the caller's own (never changed
+    meanwhile). Refuses what ``extend_batch`` and ``record_batch`` refuse, changing no
+    index."""
     cdef Py_ssize_t i
-    if len(index_list) != b or kmax < 0:
-        raise ValueError(f"the update got {len(index_list)} indexes for {b} token runs")
+    if len(indexes) != b or k_cap < 0:
+        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
     for i in range(b):
-        o = index_list[i]
+        o = indexes[i]
         if type(o) is not NgramIndex and not isinstance(o, NgramIndex):
             raise TypeError(
                 f"indexes[{i}] must be an NgramIndex of the same implementation, "
                 f"got {type(o).__module__}.{type(o).__name__}"
             )
-        if off[i] > off[i + 1]:
+        if offsets[i] > offsets[i + 1]:
             raise ValueError("offsets must be nondecreasing")
-    if b and off[0] < 0:
+        if drafted != NULL and (drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]):
+            raise ValueError(
+                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
+            )
+        if limits[i] < 0:
+            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
+    if b and offsets[0] < 0:
         raise ValueError("offsets must be nondecreasing and within the tokens given")
-    return _extend_core(index_list, b, src, off, limits, kmax, drafts, lengths)
-
-
-#: the C entry of the serving step's index update (see ``_update_and_propose``)
-_UPDATE_CAPSULE = PyCapsule_New(<void*>_update_and_propose, UPDATE_CAPSULE_NAME, NULL)
+    return _extend_core(indexes, b, tokens, offsets, drafted, accepted, limits, k_cap,
+                        out_tokens, out_lens)
