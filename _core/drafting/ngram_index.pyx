@@ -70,50 +70,13 @@ from _guard cimport (
 
 NAME = "NgramIndex"            # the guard's refusals name the class
 
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define NGI_PREFETCH(p) __builtin_prefetch((const void *)(p))
-    #define NGI_PREFETCH_W(p) __builtin_prefetch((const void *)(p), 1)
-    #else
-    #define NGI_PREFETCH(p) ((void)0)
-    #define NGI_PREFETCH_W(p) ((void)0)
-    #endif
-    /* A prefetch the compiler must keep: GCC treats __builtin_prefetch as free of side
-       effects and deletes a loop that does nothing else (the token prefetch stage of
-       extend_batch was compiled away). An asm volatile is never deleted. */
-    #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-    #define NGI_PREFETCH_KEEP(p) __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)(p)))
-    #elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
-    #define NGI_PREFETCH_KEEP(p) __asm__ __volatile__("prfm pldl1keep, %0" : : "Q"(*(const char *)(p)))
-    #elif defined(__GNUC__) || defined(__clang__)
-    #define NGI_PREFETCH_KEEP(p) do { __builtin_prefetch((const void *)(p)); \
-        __asm__ __volatile__("" : : "r"((const void *)(p))); } while (0)
-    #else
-    #define NGI_PREFETCH_KEEP(p) ((void)0)
-    #endif
-    """
-    void NGI_PREFETCH(const void* p) nogil
-    void NGI_PREFETCH_W(const void* p) nogil
-    void NGI_PREFETCH_KEEP(const void* p) nogil
+cdef extern from "prefetch.h" nogil:
+    void NGI_PREFETCH(const void* p)
+    void NGI_PREFETCH_W(const void* p)
+    void NGI_PREFETCH_KEEP(const void* p)
 
-cdef extern from *:
-    """
-    /* tok[e - d:e] == tok[L - d:L] for 1 <= d <= 4 (e, L >= d): the differences OR-ed
-       together, one branch on the result instead of one per token. */
-    static inline int ngi_same_short(const int64_t *tok, int64_t e, int64_t L, int64_t d)
-    {
-        uint64_t x = 0;
-        switch (d) {
-        case 4: x |= (uint64_t)(tok[e - 4] ^ tok[L - 4]); /* fall through */
-        case 3: x |= (uint64_t)(tok[e - 3] ^ tok[L - 3]); /* fall through */
-        case 2: x |= (uint64_t)(tok[e - 2] ^ tok[L - 2]); /* fall through */
-        default: x |= (uint64_t)(tok[e - 1] ^ tok[L - 1]);
-        }
-        return x == 0;
-    }
-    """
-    bint ngi_same_short(const int64_t* tok, int64_t e, int64_t L, int64_t d) nogil
+cdef extern from "ngram_probe.h" nogil:
+    bint ngi_same_short(const int64_t* tok, int64_t e, int64_t L, int64_t d)
 
 # Slot tables come from an arena of 2 MiB chunks the kernel is asked to back with huge
 # pages (Linux, madvise): a batch update touches random slots of hundreds of tables,
@@ -121,115 +84,10 @@ cdef extern from *:
 # up to 1 MiB are carved from the chunks in power-of-two blocks and recycled through
 # per-size free lists (never returned to the system); larger ones get their own
 # mapping. Every call is made with the GIL held, which serialises the arena.
-cdef extern from *:
-    """
-    #include <stdlib.h>
-    #include <stdint.h>
-    #if defined(__linux__)
-    #include <sys/mman.h>
-    #endif
-    #define NGI_CHUNK ((size_t)2 << 20)
-    #define NGI_MIN_CLASS 7
-    #define NGI_MAX_CLASS 20
-    static void *ngi_free_list[NGI_MAX_CLASS + 1];
-    static char *ngi_bump = NULL;
-    static size_t ngi_bump_left = 0;
-
-    static void *ngi_map(size_t n)
-    {
-    #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        /* n is a multiple of NGI_CHUNK: map one chunk more, keep an aligned n */
-        char *p = (char *)mmap(NULL, n + NGI_CHUNK, PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == (char *)MAP_FAILED)
-            return NULL;
-        uintptr_t a = ((uintptr_t)p + NGI_CHUNK - 1) & ~(uintptr_t)(NGI_CHUNK - 1);
-        size_t head = (size_t)(a - (uintptr_t)p);
-        if (head)
-            munmap(p, head);
-        if (NGI_CHUNK - head)
-            munmap((char *)a + n, NGI_CHUNK - head);
-        madvise((void *)a, n, MADV_HUGEPAGE);
-        return (void *)a;
-    #else
-        return malloc(n);
-    #endif
-    }
-
-    static void ngi_unmap(void *p, size_t n)
-    {
-    #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        munmap(p, n);
-    #else
-        (void)n;
-        free(p);
-    #endif
-    }
-
-    static void *ngi_table_alloc(size_t n)
-    {
-        int k = NGI_MIN_CLASS;
-        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
-            k++;
-        if (k > NGI_MAX_CLASS)
-            return ngi_map((n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
-        void *p = ngi_free_list[k];
-        if (p) {
-            ngi_free_list[k] = *(void **)p;
-            return p;
-        }
-        size_t sz = (size_t)1 << k;
-        if (ngi_bump_left < sz) {
-            /* the rest of the old chunk goes to the free lists, largest blocks first */
-            while (ngi_bump_left >= ((size_t)1 << NGI_MIN_CLASS)) {
-                int j = NGI_MAX_CLASS;
-                while (((size_t)1 << j) > ngi_bump_left)
-                    j--;
-                *(void **)ngi_bump = ngi_free_list[j];
-                ngi_free_list[j] = ngi_bump;
-                ngi_bump += (size_t)1 << j;
-                ngi_bump_left -= (size_t)1 << j;
-            }
-            char *c = (char *)ngi_map(NGI_CHUNK);
-            if (c == NULL)
-                return NULL;
-            ngi_bump = c;
-            ngi_bump_left = NGI_CHUNK;
-        }
-        p = ngi_bump;
-        ngi_bump += sz;
-        ngi_bump_left -= sz;
-        return p;
-    }
-
-    static size_t ngi_round(size_t n)
-    {
-        int k = NGI_MIN_CLASS;
-        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
-            k++;
-        if (k > NGI_MAX_CLASS)
-            return (n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1);
-        return (size_t)1 << k;
-    }
-
-    static void ngi_table_free(void *p, size_t n)
-    {
-        if (p == NULL)
-            return;
-        int k = NGI_MIN_CLASS;
-        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
-            k++;
-        if (k > NGI_MAX_CLASS) {
-            ngi_unmap(p, (n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
-            return;
-        }
-        *(void **)p = ngi_free_list[k];
-        ngi_free_list[k] = p;
-    }
-    """
-    void* ngi_table_alloc(size_t n) nogil
-    void ngi_table_free(void* p, size_t n) nogil
-    size_t ngi_round(size_t n) nogil
+cdef extern from "arena.h" nogil:
+    void* ngi_table_alloc(size_t n)
+    void ngi_table_free(void* p, size_t n)
+    size_t ngi_round(size_t n)
 
 
 cdef class _Block:
@@ -569,27 +427,7 @@ cdef inline int64_t _suffix_run(const token_t* p, int64_t e, int64_t last, int64
     return m
 
 
-cdef extern from "scan.h" nogil:
-    Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
-    Py_ssize_t specfsm_find_last_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
-    Py_ssize_t specfsm_find_first_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
-    Py_ssize_t specfsm_find_first_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
-
-
-cdef inline int64_t _find_last(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
-    """The largest e in [lo, hi] with p[e] == v, or -1."""
-    if token_t is int32_t:
-        return specfsm_find_last_i32(p, lo, hi, v)
-    else:
-        return specfsm_find_last_i64(p, lo, hi, v)
-
-
-cdef inline int64_t _find_first(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
-    """The smallest e in [lo, hi] with p[e] == v, or -1."""
-    if token_t is int32_t:
-        return specfsm_find_first_i32(p, lo, hi, v)
-    else:
-        return specfsm_find_first_i64(p, lo, hi, v)
+from _scan cimport find_last as _find_last, find_first as _find_first
 
 
 cdef int64_t _lm_end(const token_t* p, int64_t L, int64_t lo, int64_t hi, bint earliest) noexcept nogil:

@@ -77,15 +77,8 @@ __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serv
 
 NAME = "SuffixIndex"           # the guard's refusals name the class
 
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define SFX_PREFETCH(p) __builtin_prefetch((const void *)(p))
-    #else
-    #define SFX_PREFETCH(p) ((void)0)
-    #endif
-    """
-    void SFX_PREFETCH(const void* p) nogil
+cdef extern from "prefetch.h" nogil:
+    void SFX_PREFETCH "NGI_PREFETCH" (const void* p)
 
 cdef enum:
     PREFETCH_AHEAD = 8    # _grow_slots: slots between the prefetch stages
