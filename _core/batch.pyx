@@ -58,37 +58,15 @@ from libc.stdint cimport int8_t, int64_t
 from libc.string cimport memset
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
-
-cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
-cdef const char* SUFFIX_CAPSULE_NAME = b"specfsm._core.suffix_index._update_and_propose"
+# the index modules' serving-step policy (their .pxd declarations)
+from specfsm._core.ngram_index cimport ngram_serve
+from specfsm._core.suffix_index cimport suffix_serve
 
 from _arrays cimport plain_int_width, array_data, array_len
 from _guard cimport (guard_t, GUARD_READY, guard_begin_init, guard_end_init, guard_check,
                      guard_write, guard_done_write, guard_read, guard_done_read)
 
 cnp.import_array()
-
-# The compiled index module's C entry for the step's index update (extend and propose in
-# one pass on the step's own buffers), or NULL where the index module is the twin.
-ctypedef int (*update_fn)(list, Py_ssize_t, const int64_t*, const int64_t*, const int64_t*,
-                          Py_ssize_t, int64_t*, int64_t*) except -1
-cdef update_fn _UPDATE = NULL
-_update_capsule = getattr(_ni, "_UPDATE_CAPSULE", None)
-if _update_capsule is not None and PyCapsule_IsValid(_update_capsule, UPDATE_CAPSULE_NAME):
-    _UPDATE = <update_fn>PyCapsule_GetPointer(_update_capsule, UPDATE_CAPSULE_NAME)
-# The same for the SuffixIndex slots: extend, record each verified draft, propose (the
-# suffix index module's C entry; NULL where that module is the twin).
-ctypedef int (*suffix_update_fn)(list, Py_ssize_t, const int64_t*, const int64_t*,
-                                 const int64_t*, const int64_t*, const int64_t*, Py_ssize_t,
-                                 int64_t*, int64_t*) except -1
-cdef suffix_update_fn _SUFFIX_UPDATE = NULL
-_update_capsule = getattr(_si, "_UPDATE_CAPSULE", None)
-if _update_capsule is not None and PyCapsule_IsValid(_update_capsule, SUFFIX_CAPSULE_NAME):
-    _SUFFIX_UPDATE = <suffix_update_fn>PyCapsule_GetPointer(_update_capsule, SUFFIX_CAPSULE_NAME)
-del _update_capsule
-#: whether the step updates its SuffixIndex slots through the suffix module's C entry
-_SUFFIX_IN_C = _SUFFIX_UPDATE != NULL
 
 __all__ = [
     "BatchState",
@@ -820,8 +798,9 @@ cdef class BatchState:
                                const int64_t* nbv):
         """Extend the live slots' indexes with what they emitted and propose their next
         drafts (at most ``min(k_max, nbv[j])`` tokens, ``nbv`` the step's new budgets)
-        through the index module's C entry; returns ``(drafts, offsets, lengths)`` as
-        ``propose_batch`` does. Every buffer is fresh memory of this call."""
+        through the n-gram module's serving-step policy (``ngram_serve``, recording
+        nothing: the step keeps no acceptance statistics on its NgramIndex slots);
+        returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. Every buffer is fresh memory of this call."""
         cdef list index_list = _pick(self._index, av, lvv, nlive)
         cdef const int64_t* emv = _ptr(emitted)
         cdef const int64_t* eov = _ptr(eoff)
@@ -842,7 +821,7 @@ cdef class BatchState:
         lengths = _new(nlive)
         cdef int64_t* sqv = _ptr(square)
         cdef int64_t* lnv = _ptr(lengths)
-        _UPDATE(index_list, nlive, _ptr(src), _ptr(off), limv, kmax, sqv, lnv)
+        ngram_serve(index_list, nlive, _ptr(src), _ptr(off), NULL, NULL, limv, kmax, sqv, lnv)
         doffs = _new(nlive + 1)
         cdef int64_t* dov = _ptr(doffs)
         dov[0] = 0
@@ -1072,41 +1051,16 @@ cdef class BatchState:
             index_list = _pick(self._index, av, svv, nsuf)
             _check_distinct(index_list)
             _si.propose_batch(index_list, 0)       # refuses an index in use, changes nothing
-        if nlive and _UPDATE != NULL:
-            # the compiled index module's C entry: extend and propose in one pass without
-            # the GIL, on this step's own buffers (no argument conversion)
+        if nlive:
+            # the n-gram module's policy: extend and propose in one pass without the GIL,
+            # on this step's own buffers (no argument conversion)
             dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a, nbv)
-        elif nlive:
-            index_list = _pick(self._index, av, lvv, nlive)
-            if nlive == a:
-                _ni.extend_batch(index_list, emitted[:w], eoff)
-            else:
-                loff = _new(nlive + 1)
-                toks = _new(w)
-                _gather(lvv, nlive, eov, emv, _ptr(loff), _ptr(toks))
-                _ni.extend_batch(index_list, toks[: _ptr(loff)[nlive]], loff)
-            # one count when every slot may draft k_max tokens (the usual case: no array
-            # for propose_batch to copy and check), else one count per slot
-            for q in range(nlive):
-                if nbv[lvv[q]] < self._k_max:
-                    break
-            else:
-                q = nlive
-            if q == nlive:
-                limits = self._k_max
-            else:
-                limits = _new(nlive)
-                for q in range(nlive):
-                    lim = nbv[lvv[q]]
-                    _ptr(limits)[q] = lim if lim < self._k_max else self._k_max
-            dflat, doff2, dlens = _ni.propose_batch(index_list, limits)
-            dflat = np.ascontiguousarray(dflat, dtype=np.int64)
-            doff2 = np.ascontiguousarray(doff2, dtype=np.int64)
-            dlens = np.ascontiguousarray(dlens, dtype=np.int64)
         if nlive:
             self._check_drafts_out(nlive, dflat, doff2, dlens)
         if nsuf:
-            # SuffixIndex slots: their module's batch calls, with the GIL (see _suffix_update)
+            # SuffixIndex slots: the suffix module's policy, as the drafter session serves
+            # one request: each verified draft recorded, the emitted tokens extended, the
+            # next draft proposed
             index_list = _pick(self._index, av, svv, nsuf)
             soff = _new(nsuf + 1)
             stoks = _new(w)
@@ -1120,26 +1074,21 @@ cdef class BatchState:
                 _ptr(slim)[q] = lim if lim < self._k_max else self._k_max
                 _ptr(sdr)[q] = drv[jj]
                 # what the drafter session records: the draft's agreement with what the
-                # slot emitted (the accepted count, and the replacement when it agrees)
+                # slot emitted. It equals accv[jj] (this step's accepted count) except
+                # where a rule rejects a matching prefix (MinRun), the session counting
+                # it; the two change together (see the report of issue 20's cdraft)
                 m = drv[jj]
                 if m > eov[jj + 1] - eov[jj]:
                     m = eov[jj + 1] - eov[jj]
                 _ptr(sacc)[q] = _prefix(&self._draft[av[jj], 0], emv + eov[jj], m) if m > 0 else 0
-            if _SUFFIX_UPDATE != NULL:
-                # one call on this step's own buffers: drafts into nsuf rows of k_max
-                sflat = _new(nsuf * self._k_max if self._k_max else 1)
-                sdlens = _new(nsuf)
-                _SUFFIX_UPDATE(index_list, nsuf, _ptr(stoks), _ptr(soff), _ptr(sdr),
-                               _ptr(sacc), _ptr(slim), self._k_max, _ptr(sflat), _ptr(sdlens))
-                sdoff = _new(nsuf + 1)
-                for q in range(nsuf + 1):
-                    _ptr(sdoff)[q] = q * self._k_max
-            else:
-                sflat, sdoff, sdlens = _suffix_update(index_list, stoks[: _ptr(soff)[nsuf]], soff,
-                                                      sdr, sacc, slim)
-                sflat = np.ascontiguousarray(sflat, dtype=np.int64)
-                sdoff = np.ascontiguousarray(sdoff, dtype=np.int64)
-                sdlens = np.ascontiguousarray(sdlens, dtype=np.int64)
+            # drafts into nsuf rows of k_max
+            sflat = _new(nsuf * self._k_max if self._k_max else 1)
+            sdlens = _new(nsuf)
+            suffix_serve(index_list, nsuf, _ptr(stoks), _ptr(soff), _ptr(sdr), _ptr(sacc),
+                         _ptr(slim), self._k_max, _ptr(sflat), _ptr(sdlens))
+            sdoff = _new(nsuf + 1)
+            for q in range(nsuf + 1):
+                _ptr(sdoff)[q] = q * self._k_max
             self._check_drafts_out(nsuf, sflat, sdoff, sdlens)
         # commit: nothing below can refuse or run Python code
         for j in range(a):
@@ -1195,26 +1144,6 @@ cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nl
         Py_INCREF(ix)
         PyList_SET_ITEM(out, q, ix)
     return out
-
-
-def _suffix_update(index_list, tokens, offsets, drafted, accepted, limits):
-    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
-    session does it per request: each index that verified a draft records it
-    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
-    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
-    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
-    _si.extend_batch(index_list, tokens, offsets)     # all or nothing, before any record
-    verified = [q for q in range(len(index_list)) if drafted[q] > 0]
-    if verified:
-        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
-    limits = np.array(limits, dtype=np.int64, copy=True)
-    for q in range(len(index_list)):
-        ix = index_list[q]
-        if ix.adaptive and ix.draft_len < limits[q]:
-            limits[q] = ix.draft_len
-    return _si.propose_batch(index_list, limits)
-
-
 
 
 cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,

@@ -35,9 +35,11 @@ ARGS: dict[str, tuple] = {
     "lookup": ([1],),
     "last_tokens": (2,),
     "record": (1, 0),
+    "serve": ([1],),
     # module-level batch calls, after the list of indexes
     "extend_batch": ([1], [0, 1]),
     "record_batch": ([1], [0]),
+    "serve_batch": ([1], [0, 1], [0], [0]),
 }
 
 

@@ -20,20 +20,10 @@ __all__ = ["prompt_lookup"]
 
 cnp.import_array()
 
-cdef extern from "scan.h" nogil:
-    Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
-    Py_ssize_t specfsm_find_last_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
+from _scan cimport find_last as _find_last
 
 cdef enum:
     NOGIL_MIN = 2048    # below this many entries the scan is shorter than a GIL release
-
-
-cdef inline Py_ssize_t _find_last(const token_t* p, Py_ssize_t lo, Py_ssize_t hi,
-                                  token_t v) noexcept nogil:
-    if token_t is int32_t:
-        return specfsm_find_last_i32(p, lo, hi, v)
-    else:
-        return specfsm_find_last_i64(p, lo, hi, v)
 
 
 cdef Py_ssize_t _match_end_typed(const token_t* p, Py_ssize_t n, Py_ssize_t ngram) noexcept nogil:

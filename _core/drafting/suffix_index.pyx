@@ -23,7 +23,7 @@ edge's 32 bits then only pick candidates: the whole token is read from the histo
 ``prefer="latest"`` adds a 4-byte last end position per state.
 
 Thread safety: the shared guard protocol (``_core/_guard.pxd``). ``extend``,
-``append``, ``extend_batch`` (and the serving step's update through ``_UPDATE_CAPSULE``)
+``append``, ``extend_batch`` (and the serving-step policy, ``suffix_serve``)
 hold the writer flag from before they convert their arguments (that conversion, numpy
 copies and the nogil indexing may let other threads run) until they are done; while it
 is held every other call on the index, properties included, raises RuntimeError.
@@ -72,23 +72,13 @@ from _guard cimport (
     guard_t,
     guard_write,
 )
-from cpython.pycapsule cimport PyCapsule_New
 
-cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.suffix_index._update_and_propose"
-
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
 
 NAME = "SuffixIndex"           # the guard's refusals name the class
 
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define SFX_PREFETCH(p) __builtin_prefetch((const void *)(p))
-    #else
-    #define SFX_PREFETCH(p) ((void)0)
-    #endif
-    """
-    void SFX_PREFETCH(const void* p) nogil
+cdef extern from "prefetch.h" nogil:
+    void SFX_PREFETCH "NGI_PREFETCH" (const void* p)
 
 cdef enum:
     PREFETCH_AHEAD = 8    # _grow_slots: slots between the prefetch stages
@@ -105,6 +95,9 @@ cdef enum:
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 cdef int64_t INT32_LO = -2147483648
 cdef int64_t INT32_HI = 2147483647
+cdef int64_t MAX_TOKENS_C = MAX_SUFFIX_TOKENS
+
+include "_serve.pxi"
 
 ctypedef struct clone_t:
     int32_t len           # length of the clone's longest string; bit 30: has table edges
@@ -1058,6 +1051,17 @@ cdef class SuffixIndex:
         stop = e + k if e + k < self._len else self._len
         return n, [_tk(m, i) for i in range(e, stop)]
 
+    def serve(self, tokens, drafted=0, accepted=0, max_k=None):
+        """One serving step of this index's request: records the verified draft
+        (``drafted`` tokens of which ``accepted`` were accepted; nothing when 0) as
+        ``record`` does, extends by ``tokens`` as ``extend`` does, and returns the next
+        draft, ``propose(min(draft_len, max_k))`` when adaptive, else
+        ``propose(max_k)``. Refuses what those refuse, changing nothing."""
+        src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
+        return _serve_one(suffix_serve, self, &self._g, "a SuffixIndex", src, d, a, k,
+                          self._len, self._drafted, self._adaptive, self._draft_len,
+                          MAX_TOKENS_C)
+
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
         guard_check(&self._g, NAME)
@@ -1314,6 +1318,34 @@ def record_batch(indexes, proposed, accepted):
     return out
 
 
+def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
+    """``SuffixIndex.serve`` for B distinct indexes in one call: index ``i`` records
+    ``(drafted[i], accepted[i])`` (nothing when 0), takes
+    ``tokens[offsets[i]:offsets[i + 1]]`` and drafts at most ``max_k`` (one count, one
+    per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
+    tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
+    nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
+    cdef list ixs = _index_list(indexes)
+    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
+                                               max_k, MAX_TOKENS_C)
+    cdef Py_ssize_t b = len(ixs), i
+    cdef SuffixIndex ix
+    cdef int64_t k_cap = 0, room
+    cdef const int64_t[::1] ov = off
+    if lims is None:
+        lims = np.empty(b, dtype=np.int64)
+        for i in range(b):
+            ix = <SuffixIndex>ixs[i]
+            lims[i] = MAX_TOKENS_C if ix._adaptive else ix._draft_len
+    cdef const int64_t[::1] lv = lims
+    for i in range(b):
+        room = (<SuffixIndex>ixs[i])._len + ov[i + 1] - ov[i]
+        room = lv[i] if lv[i] < room else room
+        if room > k_cap:
+            k_cap = room
+    return _serve_run(suffix_serve, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
+
+
 cdef int64_t _batch_stamp = 0
 
 
@@ -1451,28 +1483,29 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
     return 0
 
 
-cdef int _update_and_propose(list index_list, Py_ssize_t b, const int64_t* src,
-                             const int64_t* off, const int64_t* drafted,
-                             const int64_t* accepted, const int64_t* limits, Py_ssize_t kmax,
-                             int64_t* drafts, int64_t* lengths) except -1:
-    """The serving step's update of its SuffixIndex slots (``specfsm._core.batch``,
-    through the capsule ``_UPDATE_CAPSULE``): ``extend_batch``, then ``record`` for each
-    index that verified a draft (``drafted[i] > 0``), then ``propose`` of at most
-    ``min(limits[i], kmax)`` tokens (and ``draft_len`` when adaptive) into
-    ``drafts[i * kmax:]`` (``b * kmax`` entries) with the count in ``lengths[i]``, in one
-    call on buffers the calling step owns (copies, never changed meanwhile). Refuses
-    what ``extend_batch`` refuses, changing no index."""
+cdef int suffix_serve(list indexes, Py_ssize_t b, const int64_t* tokens,
+                      const int64_t* offsets, const int64_t* drafted, const int64_t* accepted,
+                      const int64_t* limits, Py_ssize_t k_cap, int64_t* out_tokens,
+                      int64_t* out_lens) except -1:
+    """The serving-step policy for B indexes (declared in
+    ``specfsm._core.suffix_index.pxd``; ``serve``, ``serve_batch`` and the batch step
+    run it): ``extend_batch``, then ``record`` for each index that verified a draft
+    (``drafted[i] > 0``), then ``propose`` of at most ``min(limits[i], k_cap)`` tokens
+    (and ``draft_len`` when adaptive) into ``out_tokens[i * k_cap:]`` (``b * k_cap``
+    entries) with the count in ``out_lens[i]``, in one call on buffers the caller owns
+    (never changed meanwhile). Refuses what ``extend_batch`` and ``record_batch``
+    refuse, changing no index."""
     cdef Py_ssize_t i
-    if len(index_list) != b or kmax < 0:
-        raise ValueError(f"the update got {len(index_list)} indexes for {b} token runs")
+    if len(indexes) != b or k_cap < 0:
+        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
     for i in range(b):
-        o = index_list[i]
+        o = indexes[i]
         if type(o) is not SuffixIndex and not isinstance(o, SuffixIndex):
             raise TypeError(
                 f"indexes[{i}] must be a SuffixIndex of the same implementation, "
                 f"got {type(o).__module__}.{type(o).__name__}"
             )
-        if off[i] > off[i + 1]:
+        if offsets[i] > offsets[i + 1]:
             raise ValueError("offsets must be nondecreasing")
         if drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]:
             raise ValueError(
@@ -1480,10 +1513,7 @@ cdef int _update_and_propose(list index_list, Py_ssize_t b, const int64_t* src,
             )
         if limits[i] < 0:
             raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
-    if b and off[0] < 0:
+    if b and offsets[0] < 0:
         raise ValueError("offsets must be nondecreasing and within the tokens given")
-    return _extend_core(index_list, b, src, off, drafted, accepted, limits, kmax, drafts, lengths)
-
-
-#: the C entry of the serving step's suffix-index update (see ``_update_and_propose``)
-_UPDATE_CAPSULE = PyCapsule_New(<void*>_update_and_propose, UPDATE_CAPSULE_NAME, NULL)
+    return _extend_core(indexes, b, tokens, offsets, drafted, accepted, limits, k_cap,
+                        out_tokens, out_lens)

@@ -31,6 +31,7 @@ from specfsm._validate import (
     check_record,
     _check_stats,
     _check_total,
+    own_batch_arrays,
     own_offsets,
     validate_offsets,
     check_count,
@@ -39,7 +40,6 @@ from specfsm._validate import (
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
-from cpython.pycapsule cimport PyCapsule_New
 
 from _typedefs cimport token_t
 from _arrays cimport plain_int_width, array_data, array_len
@@ -70,50 +70,13 @@ from _guard cimport (
 
 NAME = "NgramIndex"            # the guard's refusals name the class
 
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define NGI_PREFETCH(p) __builtin_prefetch((const void *)(p))
-    #define NGI_PREFETCH_W(p) __builtin_prefetch((const void *)(p), 1)
-    #else
-    #define NGI_PREFETCH(p) ((void)0)
-    #define NGI_PREFETCH_W(p) ((void)0)
-    #endif
-    /* A prefetch the compiler must keep: GCC treats __builtin_prefetch as free of side
-       effects and deletes a loop that does nothing else (the token prefetch stage of
-       extend_batch was compiled away). An asm volatile is never deleted. */
-    #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-    #define NGI_PREFETCH_KEEP(p) __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)(p)))
-    #elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
-    #define NGI_PREFETCH_KEEP(p) __asm__ __volatile__("prfm pldl1keep, %0" : : "Q"(*(const char *)(p)))
-    #elif defined(__GNUC__) || defined(__clang__)
-    #define NGI_PREFETCH_KEEP(p) do { __builtin_prefetch((const void *)(p)); \
-        __asm__ __volatile__("" : : "r"((const void *)(p))); } while (0)
-    #else
-    #define NGI_PREFETCH_KEEP(p) ((void)0)
-    #endif
-    """
-    void NGI_PREFETCH(const void* p) nogil
-    void NGI_PREFETCH_W(const void* p) nogil
-    void NGI_PREFETCH_KEEP(const void* p) nogil
+cdef extern from "prefetch.h" nogil:
+    void NGI_PREFETCH(const void* p)
+    void NGI_PREFETCH_W(const void* p)
+    void NGI_PREFETCH_KEEP(const void* p)
 
-cdef extern from *:
-    """
-    /* tok[e - d:e] == tok[L - d:L] for 1 <= d <= 4 (e, L >= d): the differences OR-ed
-       together, one branch on the result instead of one per token. */
-    static inline int ngi_same_short(const int64_t *tok, int64_t e, int64_t L, int64_t d)
-    {
-        uint64_t x = 0;
-        switch (d) {
-        case 4: x |= (uint64_t)(tok[e - 4] ^ tok[L - 4]); /* fall through */
-        case 3: x |= (uint64_t)(tok[e - 3] ^ tok[L - 3]); /* fall through */
-        case 2: x |= (uint64_t)(tok[e - 2] ^ tok[L - 2]); /* fall through */
-        default: x |= (uint64_t)(tok[e - 1] ^ tok[L - 1]);
-        }
-        return x == 0;
-    }
-    """
-    bint ngi_same_short(const int64_t* tok, int64_t e, int64_t L, int64_t d) nogil
+cdef extern from "ngram_probe.h" nogil:
+    bint ngi_same_short(const int64_t* tok, int64_t e, int64_t L, int64_t d)
 
 # Slot tables come from an arena of 2 MiB chunks the kernel is asked to back with huge
 # pages (Linux, madvise): a batch update touches random slots of hundreds of tables,
@@ -121,115 +84,10 @@ cdef extern from *:
 # up to 1 MiB are carved from the chunks in power-of-two blocks and recycled through
 # per-size free lists (never returned to the system); larger ones get their own
 # mapping. Every call is made with the GIL held, which serialises the arena.
-cdef extern from *:
-    """
-    #include <stdlib.h>
-    #include <stdint.h>
-    #if defined(__linux__)
-    #include <sys/mman.h>
-    #endif
-    #define NGI_CHUNK ((size_t)2 << 20)
-    #define NGI_MIN_CLASS 7
-    #define NGI_MAX_CLASS 20
-    static void *ngi_free_list[NGI_MAX_CLASS + 1];
-    static char *ngi_bump = NULL;
-    static size_t ngi_bump_left = 0;
-
-    static void *ngi_map(size_t n)
-    {
-    #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        /* n is a multiple of NGI_CHUNK: map one chunk more, keep an aligned n */
-        char *p = (char *)mmap(NULL, n + NGI_CHUNK, PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == (char *)MAP_FAILED)
-            return NULL;
-        uintptr_t a = ((uintptr_t)p + NGI_CHUNK - 1) & ~(uintptr_t)(NGI_CHUNK - 1);
-        size_t head = (size_t)(a - (uintptr_t)p);
-        if (head)
-            munmap(p, head);
-        if (NGI_CHUNK - head)
-            munmap((char *)a + n, NGI_CHUNK - head);
-        madvise((void *)a, n, MADV_HUGEPAGE);
-        return (void *)a;
-    #else
-        return malloc(n);
-    #endif
-    }
-
-    static void ngi_unmap(void *p, size_t n)
-    {
-    #if defined(__linux__) && defined(MADV_HUGEPAGE)
-        munmap(p, n);
-    #else
-        (void)n;
-        free(p);
-    #endif
-    }
-
-    static void *ngi_table_alloc(size_t n)
-    {
-        int k = NGI_MIN_CLASS;
-        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
-            k++;
-        if (k > NGI_MAX_CLASS)
-            return ngi_map((n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
-        void *p = ngi_free_list[k];
-        if (p) {
-            ngi_free_list[k] = *(void **)p;
-            return p;
-        }
-        size_t sz = (size_t)1 << k;
-        if (ngi_bump_left < sz) {
-            /* the rest of the old chunk goes to the free lists, largest blocks first */
-            while (ngi_bump_left >= ((size_t)1 << NGI_MIN_CLASS)) {
-                int j = NGI_MAX_CLASS;
-                while (((size_t)1 << j) > ngi_bump_left)
-                    j--;
-                *(void **)ngi_bump = ngi_free_list[j];
-                ngi_free_list[j] = ngi_bump;
-                ngi_bump += (size_t)1 << j;
-                ngi_bump_left -= (size_t)1 << j;
-            }
-            char *c = (char *)ngi_map(NGI_CHUNK);
-            if (c == NULL)
-                return NULL;
-            ngi_bump = c;
-            ngi_bump_left = NGI_CHUNK;
-        }
-        p = ngi_bump;
-        ngi_bump += sz;
-        ngi_bump_left -= sz;
-        return p;
-    }
-
-    static size_t ngi_round(size_t n)
-    {
-        int k = NGI_MIN_CLASS;
-        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
-            k++;
-        if (k > NGI_MAX_CLASS)
-            return (n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1);
-        return (size_t)1 << k;
-    }
-
-    static void ngi_table_free(void *p, size_t n)
-    {
-        if (p == NULL)
-            return;
-        int k = NGI_MIN_CLASS;
-        while (((size_t)1 << k) < n && k <= NGI_MAX_CLASS)
-            k++;
-        if (k > NGI_MAX_CLASS) {
-            ngi_unmap(p, (n + NGI_CHUNK - 1) & ~(NGI_CHUNK - 1));
-            return;
-        }
-        *(void **)p = ngi_free_list[k];
-        ngi_free_list[k] = p;
-    }
-    """
-    void* ngi_table_alloc(size_t n) nogil
-    void ngi_table_free(void* p, size_t n) nogil
-    size_t ngi_round(size_t n) nogil
+cdef extern from "arena.h" nogil:
+    void* ngi_table_alloc(size_t n)
+    void ngi_table_free(void* p, size_t n)
+    size_t ngi_round(size_t n)
 
 
 cdef class _Block:
@@ -282,11 +140,13 @@ __all__ = [
     "NgramIndex",
     "propose_batch",
     "record_batch",
+    "serve_batch",
 ]
 
 cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
-cdef const char* UPDATE_CAPSULE_NAME = b"specfsm._core.ngram_index._update_and_propose"
 cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
+
+include "_serve.pxi"
 
 cdef enum:
     NOGIL_MIN = 2048      # shorter work than this keeps the GIL (a release costs more)
@@ -567,27 +427,7 @@ cdef inline int64_t _suffix_run(const token_t* p, int64_t e, int64_t last, int64
     return m
 
 
-cdef extern from "scan.h" nogil:
-    Py_ssize_t specfsm_find_last_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
-    Py_ssize_t specfsm_find_last_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
-    Py_ssize_t specfsm_find_first_i32(const int32_t* p, Py_ssize_t lo, Py_ssize_t hi, int32_t v)
-    Py_ssize_t specfsm_find_first_i64(const int64_t* p, Py_ssize_t lo, Py_ssize_t hi, int64_t v)
-
-
-cdef inline int64_t _find_last(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
-    """The largest e in [lo, hi] with p[e] == v, or -1."""
-    if token_t is int32_t:
-        return specfsm_find_last_i32(p, lo, hi, v)
-    else:
-        return specfsm_find_last_i64(p, lo, hi, v)
-
-
-cdef inline int64_t _find_first(const token_t* p, int64_t lo, int64_t hi, token_t v) noexcept nogil:
-    """The smallest e in [lo, hi] with p[e] == v, or -1."""
-    if token_t is int32_t:
-        return specfsm_find_first_i32(p, lo, hi, v)
-    else:
-        return specfsm_find_first_i64(p, lo, hi, v)
+from _scan cimport find_last as _find_last, find_first as _find_first
 
 
 cdef int64_t _lm_end(const token_t* p, int64_t L, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
@@ -1112,6 +952,17 @@ cdef class NgramIndex:
         cdef const int64_t* tok = self._tok
         return [tok[i] for i in range(end, stop)]
 
+    def serve(self, tokens, drafted=0, accepted=0, max_k=None):
+        """One serving step of this index's request: records the verified draft
+        (``drafted`` tokens of which ``accepted`` were accepted; nothing when 0) as
+        ``record`` does, extends by ``tokens`` as ``extend`` does, and returns the next
+        draft, ``propose(min(draft_len, max_k))`` when adaptive, else
+        ``propose(max_k)``. Refuses what those refuse, changing nothing."""
+        src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
+        return _serve_one(ngram_serve, self, &self._g, "an NgramIndex", src, d, a, k,
+                          self._len, self._drafted, self._adaptive, self._draft_len,
+                          MAX_TOKENS_C)
+
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
         cdef int64_t j
@@ -1356,6 +1207,34 @@ def record_batch(indexes, proposed, accepted):
     return out
 
 
+def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
+    """``NgramIndex.serve`` for B distinct indexes in one call: index ``i`` records
+    ``(drafted[i], accepted[i])`` (nothing when 0), takes
+    ``tokens[offsets[i]:offsets[i + 1]]`` and drafts at most ``max_k`` (one count, one
+    per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
+    tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
+    nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
+    cdef list ixs = _index_list(indexes)
+    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
+                                               max_k, MAX_TOKENS_C)
+    cdef Py_ssize_t b = len(ixs), i
+    cdef NgramIndex ix
+    cdef int64_t k_cap = 0, room
+    cdef const int64_t[::1] ov = off
+    if lims is None:
+        lims = np.empty(b, dtype=np.int64)
+        for i in range(b):
+            ix = <NgramIndex>ixs[i]
+            lims[i] = MAX_TOKENS_C if ix._adaptive else ix._draft_len
+    cdef const int64_t[::1] lv = lims
+    for i in range(b):
+        room = (<NgramIndex>ixs[i])._len + ov[i + 1] - ov[i]
+        room = lv[i] if lv[i] < room else room
+        if room > k_cap:
+            k_cap = room
+    return _serve_run(ngram_serve, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
+
+
 # ------------------------------------------------------------------------------------
 # extend for a batch of indexes
 # ------------------------------------------------------------------------------------
@@ -1584,18 +1463,21 @@ def extend_batch(indexes, tokens, offsets):
         validate_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
     cdef int64_t z = 0
-    _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, 0, NULL, NULL)
+    _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, NULL, NULL, 0,
+                 NULL, NULL)
 
 
 cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int64_t* off,
-                      const int64_t* limits, int64_t kmax, int64_t* drafts,
-                      int64_t* lengths) except -1:
+                      const int64_t* drafted, const int64_t* accepted, const int64_t* limits,
+                      int64_t kmax, int64_t* drafts, int64_t* lengths) except -1:
     """``extend_batch``'s work on checked arguments the caller owns: index ``i`` (every
     entry of ``index_list`` an NgramIndex) gets ``src[off[i] - off[0]:off[i + 1] -
     off[0]]``, ``off`` holding B + 1 nondecreasing entries. With ``drafts`` not NULL it
-    also proposes, in the same pass without the GIL: index ``i``'s draft of at most
-    ``limits[i]`` (clipped to ``kmax``) tokens goes to ``drafts[i * kmax:]`` and its
-    length to ``lengths[i]``."""
+    also serves (``ngram_serve``): index ``i`` with ``drafted[i] > 0`` (``drafted`` not
+    NULL) records its verified draft, then, in the same pass without the GIL as the
+    extend, its draft of at most ``limits[i]`` tokens (clipped to ``kmax``, and to its
+    ``draft_len`` when adaptive and ``drafted`` is not NULL) goes to
+    ``drafts[i * kmax:]`` and its length to ``lengths[i]``."""
     global _batch_stamp
     cdef int64_t i, j, marked = 0, m, total, base
     cdef NgramIndex ix
@@ -1603,6 +1485,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
     cdef job_t* jobs = NULL
     cdef int32_t* job_of = NULL
     cdef tags_t* ring = NULL
+    cdef int64_t* lim = NULL
     _batch_stamp += 1
     stamp = _batch_stamp
     try:
@@ -1664,10 +1547,29 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             jobs[i].piped = not ix._rolling and ix._n_levels <= PIPE_LEVELS
             for j in range(off[i] - base, off[i + 1] - base):
                 job_of[j] = <int32_t>i
+        if drafted != NULL:
+            # every total checked before the first record (an index is listed once)
+            for i in range(b):
+                ix = <NgramIndex>index_list[i]
+                if drafted[i] > INT64_MAX_C - ix._drafted:
+                    _check_total(ix._drafted, drafted[i])   # raises
+        if drafts != NULL:
+            lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
+            if lim == NULL:
+                raise MemoryError()
+            # nothing below refuses: the verified drafts recorded, the limits set
+            for i in range(b):
+                lim[i] = limits[i]
+                if drafted != NULL:
+                    ix = <NgramIndex>index_list[i]
+                    if drafted[i] > 0:
+                        ix._record(drafted[i], accepted[i])
+                    if ix._adaptive and ix._draft_len < lim[i]:
+                        lim[i] = ix._draft_len
         with nogil:
             _extend_jobs(jobs, b, src, job_of, total, ring)
             if drafts != NULL:
-                _propose_jobs(jobs, b, limits, kmax, drafts, lengths)
+                _propose_jobs(jobs, b, lim, kmax, drafts, lengths)
         for i in range(b):
             (<NgramIndex>index_list[i])._len = jobs[i].stop
     finally:
@@ -1676,6 +1578,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         free(jobs)
         free(job_of)
         free(ring)
+        free(lim)
     return 0
 
 
@@ -1705,30 +1608,39 @@ cdef void _propose_jobs(const job_t* jobs, int64_t b, const int64_t* limits, int
         lengths[i] = k
 
 
-cdef int _update_and_propose(list index_list, Py_ssize_t b, const int64_t* src,
-                             const int64_t* off, const int64_t* limits, Py_ssize_t kmax,
-                             int64_t* drafts, int64_t* lengths) except -1:
-    """The serving step's index update (``specfsm._core.batch``, through the capsule
-    ``_UPDATE_CAPSULE``): ``extend_batch`` then ``propose_batch`` in one pass without the
-    GIL, on buffers the calling step owns (``src``/``off`` as ``extend_batch``'s copies,
-    ``limits``: one draft limit per index, ``drafts``: ``b * kmax`` entries,
-    ``lengths``: ``b``). Refuses what ``extend_batch`` refuses."""
+cdef int ngram_serve(list indexes, Py_ssize_t b, const int64_t* tokens,
+                     const int64_t* offsets, const int64_t* drafted, const int64_t* accepted,
+                     const int64_t* limits, Py_ssize_t k_cap, int64_t* out_tokens,
+                     int64_t* out_lens) except -1:
+    """The serving-step policy for B indexes (declared in
+    ``specfsm._core.ngram_index.pxd``; ``serve``, ``serve_batch`` and the batch step
+    run it): each index with ``drafted[i] > 0`` records ``(drafted[i], accepted[i])``,
+    takes ``tokens[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]``, and proposes
+    at most ``min(limits[i], k_cap)`` tokens (and at most its ``draft_len`` when it is
+    adaptive) into ``out_tokens[i * k_cap:]``, the count into ``out_lens[i]``. With
+    ``drafted`` NULL nothing is recorded and ``draft_len`` does not bound the draft
+    (the batch step's NgramIndex slots). Buffers are the caller's own (never changed
+    meanwhile). Refuses what ``extend_batch`` and ``record_batch`` refuse, changing no
+    index."""
     cdef Py_ssize_t i
-    if len(index_list) != b or kmax < 0:
-        raise ValueError(f"the update got {len(index_list)} indexes for {b} token runs")
+    if len(indexes) != b or k_cap < 0:
+        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
     for i in range(b):
-        o = index_list[i]
+        o = indexes[i]
         if type(o) is not NgramIndex and not isinstance(o, NgramIndex):
             raise TypeError(
                 f"indexes[{i}] must be an NgramIndex of the same implementation, "
                 f"got {type(o).__module__}.{type(o).__name__}"
             )
-        if off[i] > off[i + 1]:
+        if offsets[i] > offsets[i + 1]:
             raise ValueError("offsets must be nondecreasing")
-    if b and off[0] < 0:
+        if drafted != NULL and (drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]):
+            raise ValueError(
+                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
+            )
+        if limits[i] < 0:
+            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
+    if b and offsets[0] < 0:
         raise ValueError("offsets must be nondecreasing and within the tokens given")
-    return _extend_core(index_list, b, src, off, limits, kmax, drafts, lengths)
-
-
-#: the C entry of the serving step's index update (see ``_update_and_propose``)
-_UPDATE_CAPSULE = PyCapsule_New(<void*>_update_and_propose, UPDATE_CAPSULE_NAME, NULL)
+    return _extend_core(indexes, b, tokens, offsets, drafted, accepted, limits, k_cap,
+                        out_tokens, out_lens)

@@ -1,0 +1,121 @@
+# The serving-step policy's Python face, written once for both index kinds: included
+# (``include "_serve.pxi"``) by ngram_index.pyx and suffix_index.pyx, because it reads
+# each module's own names (its index class's C policy ``ngram_serve``/``suffix_serve``,
+# its ``_index_list``) and a .pxd cannot hold Python-level functions. Every argument is
+# converted and checked here first; the C policy then refuses what the batch calls
+# refuse, changing no index.
+
+ctypedef int (*serve_fn)(list, Py_ssize_t, const int64_t*, const int64_t*, const int64_t*,
+                         const int64_t*, const int64_t*, Py_ssize_t, int64_t*,
+                         int64_t*) except -1
+
+
+cdef tuple _check_serve_counts(object drafted, object accepted):
+    """``(drafted, accepted)`` of one ``serve`` call as counts with accepted <= drafted."""
+    d = check_count(drafted, "drafted")
+    a = check_count(accepted, "accepted")
+    if a > d:
+        raise ValueError(f"accepted={a} is beyond the {d} drafted tokens")
+    return d, a
+
+
+cdef object _serve_batch_counts(object drafted, object accepted, Py_ssize_t b):
+    """``serve_batch``'s per-index ``(drafted, accepted)`` as owned int64 arrays."""
+    dr = check_batch_counts(drafted, b, None, "drafted")
+    ac = check_batch_counts(accepted, b, None, "accepted")
+    cdef const int64_t[::1] dv = dr
+    cdef const int64_t[::1] av = ac
+    cdef Py_ssize_t i
+    for i in range(b):
+        if av[i] > dv[i]:
+            raise ValueError(f"accepted[{i}]={av[i]} is beyond the {dv[i]} drafted tokens")
+    return dr, ac
+
+
+cdef tuple _serve_run(serve_fn fn, list ixs, object src, object off, object dr, object ac,
+                      object limits, Py_ssize_t k_cap):
+    """Run the C policy ``fn`` on owned, checked int64 arrays (``limits``: one draft
+    limit per index, each at most ``k_cap``); returns ``(drafts, offsets, lengths)`` as
+    ``propose_batch`` does."""
+    cdef Py_ssize_t b = len(ixs), i, j, w = 0
+    square = np.empty(b * k_cap if b * k_cap else 1, dtype=np.int64)
+    lengths = np.empty(b, dtype=np.int64)
+    out_off = np.empty(b + 1, dtype=np.int64)
+    cdef const int64_t[::1] sv = src
+    cdef const int64_t[::1] ov = off
+    cdef const int64_t[::1] dv = dr
+    cdef const int64_t[::1] av = ac
+    cdef const int64_t[::1] lv = limits
+    cdef int64_t[::1] qv = square
+    cdef int64_t[::1] lnv = lengths
+    cdef int64_t[::1] oov = out_off
+    cdef int64_t z = 0
+    fn(ixs, b, &sv[0] if sv.shape[0] else &z, &ov[0], &dv[0] if b else &z,
+       &av[0] if b else &z, &lv[0] if b else &z, k_cap, &qv[0], &lnv[0] if b else &z)
+    oov[0] = 0
+    for i in range(b):
+        for j in range(lnv[i]):
+            qv[w + j] = qv[i * k_cap + j]
+        w += lnv[i]
+        oov[i + 1] = w
+    return square[:w].copy(), out_off, lengths
+
+
+cdef tuple _serve_args(object tokens, object drafted, object accepted, object max_k,
+                       int64_t max_tokens):
+    """``serve``'s arguments converted and checked, before the index is looked at:
+    ``(tokens as an owned int64 array, drafted, accepted, max_k or -1 for None)``."""
+    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    d, a = _check_serve_counts(drafted, accepted)
+    k = -1 if max_k is None else min(check_count(max_k, "max_k"), max_tokens)
+    return src, d, a, k
+
+
+cdef list _serve_one(serve_fn fn, object ix, guard_t* g, str what, object src, int64_t d,
+                     int64_t a, int64_t k, int64_t length, int64_t drafted_so_far,
+                     bint adaptive, int64_t draft_len, int64_t max_tokens):
+    """``serve`` for one index: refuses as ``extend`` and ``record`` do (their messages;
+    ``what``: "an NgramIndex" or "a SuffixIndex"), then runs the C policy ``fn``."""
+    cdef int64_t m = src.shape[0], lim
+    guard_write(g, NAME)            # refuses as extend does; released at once
+    guard_done_write(g)
+    if length + m > max_tokens:
+        raise OverflowError(f"{what} holds at most {max_tokens} tokens; {length} + {m} is too many")
+    if d > INT64_MAX_C - drafted_so_far:
+        _check_total(drafted_so_far, d)   # raises
+    if k < 0:
+        lim = max_tokens if adaptive else draft_len    # adaptive: draft_len after the record
+    else:
+        lim = k
+    cdef int64_t k_cap = lim if lim < length + m else length + m
+    flat, _, _ = _serve_run(fn, [ix], src, np.array([0, m], dtype=np.int64),
+                            np.array([d], dtype=np.int64), np.array([a], dtype=np.int64),
+                            np.array([lim if lim < k_cap else k_cap], dtype=np.int64), k_cap)
+    return flat.tolist()
+
+
+cdef tuple _serve_batch_args(list ixs, object tokens, object offsets, object drafted,
+                             object accepted, object max_k, int64_t max_tokens):
+    """``serve_batch``'s arguments converted, copied and checked: ``(tokens, offsets
+    starting at 0, drafted, accepted, limits or None for each index's default)``."""
+    cdef Py_ssize_t b = len(ixs), i
+    src, off = own_batch_arrays(tokens, offsets, b)
+    cdef const int64_t[::1] ov = off
+    cdef int64_t n = src.shape[0]
+    # neighbours compared, never subtracted; a bad copy gets the shared check's message
+    cdef bint bad = ov[0] < 0 or ov[b] > n
+    for i in range(b):
+        if ov[i] > ov[i + 1]:
+            bad = True
+            break
+    if bad:
+        validate_offsets(off, n)
+        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    if ov[0]:
+        src = src[ov[0]:]
+        off = off - off[0]
+    dr, ac = _serve_batch_counts(drafted, accepted, b)
+    lims = None
+    if max_k is not None:
+        lims = np.minimum(check_batch_counts(max_k, b, None), max_tokens)
+    return src, off, dr, ac, lims
