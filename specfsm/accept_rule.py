@@ -74,6 +74,7 @@ class Exact:
     (the equality and verifier-exact policies of the Rust design specfsm was ported from)."""
 
     __slots__ = ()
+    kind = "exact"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
 
     def accepted_rows(self, draft: Any, choices: Any) -> int:
         return _current().common_prefix(draft, choices)
@@ -103,6 +104,7 @@ class MinRun:
     non-integer ``m``."""
 
     __slots__ = ("m",)
+    kind = "min_run"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
     m: int
 
     def __init__(self, m: int) -> None:
@@ -153,6 +155,7 @@ class SpeculativeSampling:
     """
 
     __slots__ = ("rng",)
+    kind = "speculative"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
 
     def __init__(self, rng: np.random.Generator | None = None, seed: Any = None) -> None:
         if rng is not None and seed is not None:
@@ -211,6 +214,7 @@ class TypicalAcceptance:
     not finite."""
 
     __slots__ = ("posterior_threshold", "posterior_alpha")
+    kind = "typical"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
 
     def __init__(self, posterior_threshold: float = 0.09, posterior_alpha: float = 0.3) -> None:
         self.posterior_threshold = nonnegative_real(posterior_threshold, "posterior_threshold")

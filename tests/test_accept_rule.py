@@ -480,7 +480,7 @@ def test_bad_shapes_ids_offsets_and_uniforms_are_refused(impl):
     d, off, p, q, u = good_args()
     n, v = p.shape
     cases = [
-        ((d[:-1], off, p, q, u), ValueError, "offsets\\[-1\\]=7 must equal the flat draft length 6"),
+        ((d[:-1], off, p, q, u), ValueError, "offsets\\[-1\\]=7 must equal len\\(draft\\)=6"),
         ((d, off, p[:-1], q, u), ValueError, "target_probs has 6 rows; it needs one per draft row \\(7\\)"),
         ((d, off, p, q[:, :-1], u), ValueError, "draft_probs has shape \\(7, 5\\); it must match target_probs \\(7, 6\\)"),
         ((d, off, p[0], q, u), ValueError, "target_probs must be 2-D"),
@@ -490,8 +490,8 @@ def test_bad_shapes_ids_offsets_and_uniforms_are_refused(impl):
         ((np.where(d == 4, -3, d), off, p, q, u), ValueError, "draft\\[4\\]=-3 is negative"),
         ((d.astype(np.float64), off, p, q, u), TypeError, "draft has unsupported dtype float64"),
         ((d, off[::-1], p, q, u), ValueError, "offsets\\[0\\] must be 0"),
-        ((d, np.array([0, 3, 2, 5, 7]), p, q, u), ValueError, "offsets must be non-decreasing"),
-        ((d, np.array([], dtype=np.int64), p, q, u), ValueError, "offsets must hold B \\+ 1 entries"),
+        ((d, np.array([0, 3, 2, 5, 7]), p, q, u), ValueError, "offsets must be nondecreasing"),
+        ((d, np.array([], dtype=np.int64), p, q, u), ValueError, "offsets must hold one entry per row plus one"),
         ((d, off, p, q, u[:-1]), ValueError, "uniforms must be 1-D with one draw per draft row plus one per request \\(11\\)"),
         ((d, off, p, q, np.where(np.arange(len(u)) == 2, 1.0, u)), ValueError, "uniforms\\[2\\]=1.0 is outside \\[0, 1\\)"),
         ((d, off, p, q, np.where(np.arange(len(u)) == 1, np.nan, u)), ValueError, "uniforms\\[1\\]=nan"),
@@ -697,13 +697,13 @@ def test_offsets_near_int64_min_are_refused_by_neighbour_order(impl, pad):
     u = np.zeros(3 + 200)
     for off in wrapping_offsets(3, pad):
         b = off.shape[0] - 1
-        with pytest.raises(ValueError, match="offsets must be non-decreasing, got offsets\\["):
+        with pytest.raises(ValueError, match="offsets must be nondecreasing, got offsets\\["):
             kern.exact_batch(d, d, off)
-        with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+        with pytest.raises(ValueError, match="offsets must be nondecreasing"):
             kern.min_run_batch(d, d, off, 1)
-        with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+        with pytest.raises(ValueError, match="offsets must be nondecreasing"):
             kern.speculative_batch(d, off, p, None, u[: 3 + b])
-        with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+        with pytest.raises(ValueError, match="offsets must be nondecreasing"):
             kern.typical_batch(d, off, p)
     # a decrease right at -2**63 is named by its neighbours
     off = np.array([0, 2**63 - 1, -(2**63), 3], np.int64)

@@ -35,7 +35,11 @@ SOURCES = PACKAGE.parent / "_core"  # the .pyx sources, in a checkout (absent wh
 PENDING: set[tuple[str, str]] = set()
 
 # -- the layers (ARCHITECTURE.md, "Which module may import which") ------------------------
-FOUNDATION = {"specfsm.errors", "specfsm._validate", "specfsm._values"}
+FOUNDATION = {
+    "specfsm.errors", "specfsm._validate", "specfsm._values", "specfsm._checks",
+    "specfsm._checks_machine", "specfsm._checks_accept", "specfsm._checks_drafting",
+    "specfsm._checks_place",
+}
 PUBLIC = {
     "specfsm.state", "specfsm.accept_rule", "specfsm.drafting",
     "specfsm.batch", "specfsm.ngram_index", "specfsm.suffix_index",

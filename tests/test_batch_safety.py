@@ -462,13 +462,18 @@ def test_an_index_argument_that_reenters_a_transition_is_refused(bm):
     b = bm.BatchState(2)
     seen = []
 
-    class Slots:
-        def __array__(self, dtype=None, copy=None):
+    class Slots(Sequence):  # token-id-rule input whose conversion runs user code
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            if i >= 1:
+                raise IndexError(i)
             try:
                 b.admit([1], [3], [0, 1], [0])
             except RuntimeError as e:
                 seen.append(str(e))
-            return np.array([0], dtype=np.int64)
+            return 0
 
     b.admit(Slots(), [1, 2], [0, 2], [5])
     assert seen and "being changed" in seen[0]

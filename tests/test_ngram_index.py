@@ -294,7 +294,11 @@ def test_propose_batch_equals_per_request(impl, streams_, prefer, k, per_request
 
 def test_batch_offsets_with_gaps(ngi):
     flat = np.array([9, 1, 2, 1, 2, 9, 9, 3, 3, 3], dtype=np.int64)
-    drafts, off, lengths = ngi.longest_match_batch(flat, [1, 5, 5, 10], 1, 2, 4)
+    with pytest.raises(ValueError, match=r"offsets\[0\] must be 0, got 1"):
+        ngi.longest_match_batch(flat, [1, 5, 5, 10], 1, 2, 4)
+    with pytest.raises(ValueError, match=r"offsets\[-1\]=9 must equal len\(tokens\)=10"):
+        ngi.longest_match_batch(flat, [0, 4, 4, 9], 1, 2, 4)
+    drafts, off, lengths = ngi.longest_match_batch(flat[1:], [0, 4, 4, 9], 1, 2, 4)
     assert lengths.tolist() == [2, 0, 1]
     assert drafts.tolist() == [1, 2, 3]
     assert off.tolist() == [0, 2, 2, 3]
@@ -415,14 +419,14 @@ def test_bad_max_k(ngi):
         (np.zeros((2, 3), dtype=np.int64), ValueError, "must be 1-D"),
         ([[1, 2], [3, 4]], ValueError, "must be 1-D"),
         (np.array([1.0, 2.0]), TypeError, "unsupported dtype float64"),
-        ([1.0, 2.0], TypeError, "must hold integer ids"),
-        ([1, "a"], TypeError, "must hold integer ids"),
-        ([True, False], TypeError, "must hold integer ids"),
+        ([1.0, 2.0], TypeError, "must be an integer token id"),
+        ([1, "a"], TypeError, "must be an integer token id"),
+        ([True, False], TypeError, "must be an integer token id"),
         (np.array([True]), TypeError, "unsupported dtype bool"),
-        ([2**63], OverflowError, "ids beyond int64"),
-        ([1, -(2**63) - 1], OverflowError, "ids beyond int64"),
-        ([2**64 + 5], OverflowError, "ids beyond int64"),
-        (np.array([2**63], dtype=np.uint64), OverflowError, "ids beyond int64"),
+        ([2**63], OverflowError, "beyond int64"),
+        ([1, -(2**63) - 1], OverflowError, "beyond int64"),
+        ([2**64 + 5], OverflowError, "beyond int64"),
+        (np.array([2**63], dtype=np.uint64), OverflowError, "beyond int64"),
         ("abc", TypeError, "must be a list, tuple or 1-D integer numpy array"),
         (5, TypeError, "must be a list, tuple or 1-D integer numpy array"),
     ],
@@ -444,11 +448,11 @@ def test_bad_batch_arguments(ngi):
     flat = np.arange(6)
     with pytest.raises(ValueError, match="offsets must be nondecreasing"):
         ngi.longest_match_batch(flat, [0, 4, 2, 6], 1, 1, 1)
-    with pytest.raises(ValueError, match=r"offsets\[-1\]=7 is beyond the 6 tokens"):
+    with pytest.raises(ValueError, match=r"offsets\[-1\]=7 must equal len\(tokens\)=6"):
         ngi.longest_match_batch(flat, [0, 7], 1, 1, 1)
-    with pytest.raises(ValueError, match="offsets must be non-negative"):
+    with pytest.raises(ValueError, match=r"offsets\[0\] must be 0, got -1"):
         ngi.longest_match_batch(flat, [-1, 3], 1, 1, 1)
-    with pytest.raises(ValueError, match="offsets must hold at least one entry"):
+    with pytest.raises(ValueError, match="offsets must hold one entry per row plus one"):
         ngi.longest_match_batch(flat, [], 1, 1, 1)
     with pytest.raises(TypeError, match="max_k must be a non-negative integer or one count per request, got None"):
         ngi.longest_match_batch(flat, [0, 6], 1, 1, None)
@@ -581,9 +585,9 @@ def test_list_of_numpy_ints_and_pickle(ngi):
     clone.append(5)
     ix.append(5)
     assert clone.propose(4) == ix.propose(4)
-    with pytest.raises(OverflowError, match="ids beyond int64"):
+    with pytest.raises(OverflowError, match="beyond int64"):
         ix.append(2**64)
-    with pytest.raises(TypeError, match="must hold integer ids"):
+    with pytest.raises(TypeError, match="must be an integer token id"):
         ix.append(1.0)
     assert len(ix) == 8
 

@@ -48,10 +48,14 @@ def test_extend_batch_equals_per_index_extend(impl, data, b, rounds, rng_, prefe
         if lo > 8:  # long repeats, so long n-grams match
             pieces = [(p * 40)[: 40 + len(p)] if p else p for p in pieces]
         gap = data.draw(st.integers(0, 2))
-        flat = [7] * gap + [t for p in pieces for t in p]
-        off = np.full(b + 1, gap, dtype=np.int64)
+        flat = [t for p in pieces for t in p]
+        off = np.zeros(b + 1, dtype=np.int64)
         np.cumsum([len(p) for p in pieces], out=off[1:])
-        off[1:] += gap
+        if gap:  # tokens before offsets[0] or after offsets[-1]: refused, nothing changes
+            with pytest.raises(ValueError, match="offsets"):
+                ngi.extend_batch(batch, [7] * gap + flat, (off + gap).tolist())
+            with pytest.raises(ValueError, match="offsets"):
+                ngi.extend_batch(batch, flat + [7] * gap, off.tolist())
         tokens = flat if as_list else np.array(flat, dtype=np.int64 if wide else np.int32)
         if data.draw(st.booleans()):
             ngi.extend_batch(batch, tokens, off.tolist() if as_list else off)
@@ -89,13 +93,13 @@ def test_extend_batch_all_or_nothing(ngi):
         ngi.extend_batch([a, b], [1, 2, 3], [0, 2, 1])
     with pytest.raises(ValueError, match="offsets must be nondecreasing"):
         ngi.extend_batch([a, b], [1, 2, 3], [0, 2**63 - 1, -2])
-    with pytest.raises(ValueError, match=r"offsets\[-1\]=4 is beyond the 3 tokens"):
+    with pytest.raises(ValueError, match=r"offsets\[-1\]=4 must equal len\(tokens\)=3"):
         ngi.extend_batch([a, b], [1, 2, 3], [0, 1, 4])
-    with pytest.raises(ValueError, match=r"offsets must be non-negative, got offsets\[0\]=-1"):
+    with pytest.raises(ValueError, match=r"offsets\[0\] must be 0, got -1"):
         ngi.extend_batch([a, b], [1, 2, 3], [-1, 1, 3])
     with pytest.raises(ValueError, match=r"got offsets\[2\]=3 > offsets\[3\]=2"):
         ngi.extend_batch([a, b, ngi.NgramIndex(1)], [1, 2, 3], [0, 1, 3, 2])
-    with pytest.raises(TypeError, match="tokens must hold integer ids"):
+    with pytest.raises(TypeError, match=r"tokens\[1\] must be an integer token id"):
         ngi.extend_batch([a, b], [1, 2.5, 3], [0, 1, 3])
     with pytest.raises(TypeError, match=r"indexes\[1\] must be an NgramIndex"):
         ngi.extend_batch([a, 3], [1, 2, 3], [0, 1, 3])

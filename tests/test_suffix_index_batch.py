@@ -44,10 +44,14 @@ def test_extend_batch_equals_per_index_extend(impl, data, b, rounds, prefer, cap
     for _ in range(rounds):
         pieces = [data.draw(st.lists(st.sampled_from(ids), max_size=12)) for _ in range(b)]
         gap = data.draw(st.integers(0, 2))
-        flat = [7] * gap + [t for p in pieces for t in p]
-        off = np.full(b + 1, gap, dtype=np.int64)
+        flat = [t for p in pieces for t in p]
+        off = np.zeros(b + 1, dtype=np.int64)
         np.cumsum([len(p) for p in pieces], out=off[1:])
-        off[1:] += gap
+        if gap:  # tokens before offsets[0] or after offsets[-1]: refused, nothing changes
+            with pytest.raises(ValueError, match="offsets"):
+                sfx.extend_batch(batch, [7] * gap + flat, (off + gap).tolist())
+            with pytest.raises(ValueError, match="offsets"):
+                sfx.extend_batch(batch, flat + [7] * gap, off.tolist())
         assert sfx.extend_batch(batch, flat if as_list else np.array(flat, dtype=np.int64),
                                 off.tolist() if as_list else off) is None
         for ix, p, h in zip(one, pieces, hist):
@@ -92,13 +96,13 @@ def test_extend_batch_all_or_nothing(sfx):
         sfx.extend_batch([a, b], [1, 2, 3], [0, 2, 1])
     with pytest.raises(ValueError, match="offsets must be nondecreasing"):
         sfx.extend_batch([a, b], [1, 2, 3], [0, 2**63 - 1, -2])
-    with pytest.raises(ValueError, match=r"offsets\[-1\]=4 is beyond the 3 tokens"):
+    with pytest.raises(ValueError, match=r"offsets\[-1\]=4 must equal len\(tokens\)=3"):
         sfx.extend_batch([a, b], [1, 2, 3], [0, 1, 4])
-    with pytest.raises(ValueError, match=r"offsets must be non-negative, got offsets\[0\]=-1"):
+    with pytest.raises(ValueError, match=r"offsets\[0\] must be 0, got -1"):
         sfx.extend_batch([a, b], [1, 2, 3], [-1, 1, 3])
     with pytest.raises(ValueError, match=r"got offsets\[2\]=3 > offsets\[3\]=2"):
         sfx.extend_batch([a, b, sfx.SuffixIndex(1)], [1, 2, 3], [0, 1, 3, 2])
-    with pytest.raises(TypeError, match="tokens must hold integer ids"):
+    with pytest.raises(TypeError, match=r"tokens\[1\] must be an integer token id"):
         sfx.extend_batch([a, b], [1, 2.5, 3], [0, 1, 3])
     with pytest.raises(OverflowError, match="tokens"):
         sfx.extend_batch([a, b], [1, 2**64, 3], [0, 1, 3])

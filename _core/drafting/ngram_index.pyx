@@ -1454,7 +1454,7 @@ def extend_batch(indexes, tokens, offsets):
     cdef const int64_t[::1] ov = off
     # the owned copy checked in C (neighbours compared, never subtracted); only a bad
     # one goes through the shared check, for the twin's exact error message
-    cdef bint bad = ov[0] < 0 or ov[b] > n
+    cdef bint bad = ov[0] != 0 or ov[b] != n
     for i in range(b):
         if ov[i] > ov[i + 1]:
             bad = True

@@ -1,0 +1,229 @@
+"""Argument checks of drafting: the n-gram and suffix indexes and their batch calls.
+
+Match-length ranges, the suffix index's anchor, draft-length limits, ``record``'s counts,
+pickled statistics (one checker, one rule, for both index kinds), ``prefer``, per-index
+counts of a batch call, and the tokens and offsets of ``extend_batch`` and
+``longest_match_batch`` (through the one (tokens, offsets) contract in
+``specfsm._checks``). Shared by the compiled ``specfsm._core.ngram_index``/
+``suffix_index`` and their twins, so both raise the same errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import INT64_MAX, check_count, check_offsets, int64_ids, ragged
+
+__all__ = [
+    "MAX_INDEX_TOKENS",
+    "MAX_LEVELS",
+    "MAX_SUFFIX_TOKENS",
+    "UNBOUNDED",
+    "GROW_STEP",
+    "SHRINK_STEP",
+    "STAT_NAMES",
+    "ngram_range",
+    "index_range",
+    "suffix_range",
+    "check_anchor",
+    "check_prefer",
+    "check_batch_counts",
+    "check_draft_limits",
+    "check_record",
+    "check_total",
+    "check_stats",
+    "batch_offsets",
+    "index_offsets",
+    "batch_tokens",
+    "checked_offsets",
+]
+
+#: the n-gram index stores positions as 32-bit ints: at most this many tokens per index
+MAX_INDEX_TOKENS = 2**31 - 2
+#: an n-gram index keeps one hash table per n-gram length: at most this many lengths
+MAX_LEVELS = 4096
+#: positions and states are 32-bit: a suffix index holds at most this many tokens
+MAX_SUFFIX_TOKENS = 2**30 - 1
+#: ``max_n=None`` (no cap on the match length) is stored as this
+UNBOUNDED = MAX_SUFFIX_TOKENS + 1
+#: adaptive draft length: added after a fully accepted draft, taken after a rejection
+GROW_STEP = 2
+SHRINK_STEP = 1
+#: the pickled statistics, in order
+STAT_NAMES = ("steps", "drafted", "accepted", "full_accepts")
+
+
+# --- ranges and limits ----------------------------------------------------------------
+def ngram_range(min_n: object, max_n: object) -> tuple[int, int]:
+    """``(min_n, max_n)`` as ints; ``max_n=None`` means ``min_n``. Refuses ``min_n < 1``
+    and ``min_n > max_n``."""
+    lo = check_count(min_n, "min_n")
+    if lo < 1:
+        raise ValueError(f"min_n must be at least 1, got {lo}")
+    if max_n is None:
+        return lo, lo
+    hi = check_count(max_n, "max_n")
+    if hi < lo:
+        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
+    return lo, hi
+
+
+def index_range(min_n: object, max_n: object) -> tuple[int, int]:
+    """``ngram_range`` for an n-gram index, which keeps one table per n: also refuses
+    ``max_n`` beyond ``MAX_INDEX_TOKENS`` and more than ``MAX_LEVELS`` values of n."""
+    lo, hi = ngram_range(min_n, max_n)
+    if hi > MAX_INDEX_TOKENS:
+        raise ValueError(f"max_n must be at most {MAX_INDEX_TOKENS} for an NgramIndex, got {hi}")
+    if hi - lo + 1 > MAX_LEVELS:
+        raise ValueError(
+            f"an NgramIndex keeps at most {MAX_LEVELS} n-gram lengths, got "
+            f"min_n={lo}, max_n={hi}"
+        )
+    return lo, hi
+
+
+def suffix_range(min_n: object, max_n: object) -> tuple[int, int]:
+    """``(min_n, max_n)`` of a suffix index as ints, ``max_n=None`` meaning no cap
+    (``UNBOUNDED``). Refuses ``min_n < 1`` and ``min_n > max_n``."""
+    lo = check_count(min_n, "min_n")
+    if lo < 1:
+        raise ValueError(f"min_n must be at least 1, got {lo}")
+    if max_n is None:
+        return min(lo, UNBOUNDED), UNBOUNDED
+    hi = check_count(max_n, "max_n")
+    if hi < lo:
+        raise ValueError(f"min_n must not exceed max_n, got min_n={lo} > max_n={hi}")
+    return min(lo, UNBOUNDED), min(hi, UNBOUNDED)
+
+
+def check_anchor(anchor_n: object, anchor_span: object, anchor_misses: object) -> tuple[int, int, int]:
+    """``(anchor_n, anchor_span, anchor_misses)`` as counts (``anchor_n=0`` switches the
+    anchor off), capped at ``MAX_SUFFIX_TOKENS``."""
+    an = check_count(anchor_n, "anchor_n")
+    span = check_count(anchor_span, "anchor_span")
+    miss = check_count(anchor_misses, "anchor_misses")
+    return min(an, MAX_SUFFIX_TOKENS), min(span, MAX_SUFFIX_TOKENS), min(miss, MAX_SUFFIX_TOKENS)
+
+
+def check_prefer(prefer: object) -> bool:
+    """True for ``"earliest"``, False for ``"latest"``; refuses anything else."""
+    if type(prefer) is str:
+        if prefer == "latest":
+            return False
+        if prefer == "earliest":
+            return True
+    raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
+
+
+def check_draft_limits(draft_len: object, min_draft: object, max_draft: object) -> tuple[int, int, int]:
+    """``(draft_len, min_draft, max_draft)`` as counts with
+    ``min_draft <= draft_len <= max_draft``."""
+    k = check_count(draft_len, "draft_len")
+    lo = check_count(min_draft, "min_draft")
+    hi = check_count(max_draft, "max_draft")
+    if lo > hi:
+        raise ValueError(f"min_draft must not exceed max_draft, got {lo} > {hi}")
+    if not lo <= k <= hi:
+        raise ValueError(f"draft_len must lie in [min_draft, max_draft] = [{lo}, {hi}], got {k}")
+    return k, lo, hi
+
+
+# --- record and statistics ------------------------------------------------------------
+def check_record(proposed: object, accepted: object) -> tuple[int, int]:
+    """``(proposed, accepted)`` as counts with ``accepted <= proposed``."""
+    p = check_count(proposed, "proposed")
+    a = check_count(accepted, "accepted")
+    if a > p:
+        raise ValueError(f"accepted={a} is beyond the {p} drafted tokens")
+    return p, a
+
+
+def check_total(drafted: int, proposed: int) -> None:
+    """Refuses a record that would take the drafted-token count beyond int64."""
+    if proposed > INT64_MAX - drafted:
+        raise OverflowError(
+            f"proposed={proposed} would take the drafted-token count beyond int64 "
+            f"(already {drafted})"
+        )
+
+
+def check_stats(stats: object) -> tuple[int, int, int, int]:
+    """Unpickled statistics ``(steps, drafted, accepted, full_accepts)`` of either index
+    kind, refused unless they are counts that some sequence of ``record`` calls could
+    have produced (each count within int64, as ``record`` keeps them), so every state
+    ``record`` reaches pickles and loads back."""
+    if not isinstance(stats, tuple):
+        raise TypeError(f"stats must be a tuple of 4 counts, got {type(stats).__name__}")
+    if len(stats) != 4:
+        raise ValueError(f"stats must hold 4 counts {STAT_NAMES}, got {len(stats)}")
+    vals = []
+    for name, v in zip(STAT_NAMES, stats):
+        c = check_count(v, f"stats {name}")
+        if c > INT64_MAX:
+            raise OverflowError(f"stats {name}={c} is beyond int64")
+        vals.append(c)
+    steps, drafted, accepted, full = vals
+    if accepted > drafted:
+        raise ValueError(f"stats accepted={accepted} is beyond drafted={drafted}")
+    if full > steps or full > accepted:
+        raise ValueError(
+            f"stats full_accepts={full} is beyond steps={steps} or accepted={accepted}"
+        )
+    if steps == 0 and drafted:
+        raise ValueError(f"stats drafted={drafted} with no recorded step")
+    return steps, drafted, accepted, full
+
+
+# --- batch calls ----------------------------------------------------------------------
+def check_batch_counts(counts: object, n: int, defaults: list[int] | None, name: str = "max_k") -> np.ndarray:
+    """Per-index counts as a fresh int64 array of ``n`` entries: one count for every
+    index, a list, tuple or array of ``n`` counts, or (when ``defaults`` is given) None
+    for ``defaults``."""
+    if counts is None:
+        if defaults is None:
+            raise TypeError(f"{name} must be a non-negative integer or one count per request, got None")
+        return np.asarray(defaults, dtype=np.int64).reshape(n)
+    if isinstance(counts, (np.ndarray, list, tuple)):
+        # copied first, validated after: the copy is what the kernel reads
+        ks = int64_ids(counts, name)
+        if ks.shape[0] != n:
+            raise ValueError(f"{name} holds {ks.shape[0]} counts for {n} requests")
+        if ks.shape[0] and ks.min() < 0:
+            i = int(np.flatnonzero(ks < 0)[0])
+            raise ValueError(f"{name} must be non-negative, got {name}[{i}]={int(ks[i])}")
+        return ks
+    k = check_count(counts, name)
+    return np.full(n, min(k, INT64_MAX), dtype=np.int64)
+
+
+def batch_offsets(offsets: object) -> np.ndarray:
+    """``offsets`` of a batch call converted and copied into a fresh int64 array, before
+    any check (a caller's array changed later cannot change what is validated); at
+    least one entry. ``index_offsets`` checks the copy."""
+    off = int64_ids(offsets, "offsets")
+    if off.shape[0] < 1:
+        raise ValueError("offsets must hold one entry per row plus one, starting at 0; got none")
+    return off
+
+
+def index_offsets(off: np.ndarray, n_tokens: int, b: int | None = None) -> None:
+    """An owned offsets copy held to the (tokens, offsets) contract for ``n_tokens``
+    tokens (and ``b`` indexes when given)."""
+    check_offsets(off, n_tokens, b, "offsets", "tokens", "indexes")
+
+
+def batch_tokens(tokens: object, offsets: object, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """A B-index batch call's ``tokens`` and ``offsets`` as fresh int64 arrays the call
+    owns, held to the (tokens, offsets) contract: B + 1 offsets from 0 to
+    ``len(tokens)``, never decreasing."""
+    return ragged(tokens, offsets, b, "tokens", rows="indexes")
+
+
+
+
+def checked_offsets(offsets: object, n_tokens: int) -> np.ndarray:
+    """``batch_offsets`` then ``index_offsets``: the offsets of B requests over
+    ``n_tokens`` tokens, owned and checked."""
+    off = batch_offsets(offsets)
+    index_offsets(off, n_tokens)
+    return off
