@@ -134,7 +134,7 @@ def test_additional_config_sets_the_range_in_every_worker(impl, monkeypatch):
 
 
 def test_settings_are_logged_once_per_process(impl, caplog, monkeypatch):
-    monkeypatch.setattr(sv, "_logged", set())
+    monkeypatch.setattr(sv.settings, "_logged", set())
     cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64)
     with caplog.at_level("INFO"):
         sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))

@@ -1,0 +1,204 @@
+"""The two proposers vLLM loads by class path: ``SpecfsmNgramProposer`` (over
+``specfsm.NgramIndex``) and ``SpecfsmSuffixProposer`` (over ``specfsm.SuffixIndex``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import ngram_index, suffix_index
+from .rows import RowTrackingProposer
+from .settings import RANGE_SOURCES, prefer_setting, range_sources
+
+__all__ = ["SpecfsmNgramProposer", "SpecfsmSuffixProposer"]
+
+
+class SpecfsmNgramProposer(RowTrackingProposer):
+    """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.
+
+    The n-gram range is ``min_n..max_n`` and ``prefer`` picks that n's first occurrence
+    (``"earliest"``, vLLM's rule and the default) or its latest; draft length K is
+    ``num_speculative_tokens``, capped at ``max_model_len - length`` like vLLM's. Each
+    setting comes from, in order: the keyword; ``prompt_lookup_min`` /
+    ``prompt_lookup_max`` of the ``speculative_config`` when positive; the environment
+    (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class
+    attributes ``min_n`` / ``max_n`` / ``prefer`` (subclass to change them). As in vLLM,
+    one given end of the range sets the other. ``kernels`` picks an implementation
+    module (``specfsm._impl.module(kind, "ngram_index")``) for tests; by default the
+    active one.
+    """
+
+    min_n: int | None = None
+    max_n: int | None = None
+    prefer: str = "earliest"
+    #: vLLM's own default range when none is configured
+    DEFAULT_N = 5
+    #: batches of at least this many rows are extended through ``extend_batch`` (one
+    #: nogil call); fewer through each index's own ``append`` / ``extend``
+    BATCH_EXTEND = 16
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        min_n: Any = None,
+        max_n: Any = None,
+        prefer: Any = None,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+        kernels: Any = None,
+    ) -> None:
+        super().__init__(
+            vllm_config,
+            num_speculative_tokens=num_speculative_tokens,
+            max_model_len=max_model_len,
+            verify=verify,
+        )
+        # the first source that sets either end sets the range (one end sets the other)
+        lo, hi, self.range_source = next(
+            ((a, b, name) for (a, b), name in zip(range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES)
+             if a is not None or b is not None),
+            (self.DEFAULT_N, self.DEFAULT_N, "vLLM's ngram default"),
+        )
+        lo = hi if lo is None else lo
+        hi = lo if hi is None else hi
+        prefer = prefer_setting(prefer, type(self), vllm_config)
+        self._kern = kernels if kernels is not None else ngram_index
+        self._extend_batch: Any = getattr(self._kern, "extend_batch", None)
+        probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+        self._log()
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
+                "range_from": self.range_source}
+
+    def _new_index(self) -> Any:
+        return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
+
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+
+    def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._kern.propose_batch(indexes, ks)
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
+        if self._extend_batch is not None and len(indexes) >= self.BATCH_EXTEND:
+            self._extend_batch(indexes, tokens, offsets)
+            return
+        # one call per index: a decode step appends 1 to K+1 tokens per row, which the
+        # index takes fastest as Python ints; a rebuilt row's history goes in as an array
+        if one_each and indexes:
+            # one token per row (a decode step without accepted drafts): a C-level loop
+            # (every index here came from _new_index, so they share one type)
+            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
+                pass
+            return
+        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
+        o = offsets.tolist()
+        for i, ix in enumerate(indexes):
+            a, b = o[i], o[i + 1]
+            if b - a == 1 and vals is not None:
+                ix.append(vals[a])
+            elif 0 < b - a <= 16 and vals is not None:
+                ix.extend(vals[a:b])
+            elif b > a:
+                ix.extend(tokens[a:b])
+
+    def __repr__(self) -> str:
+        return (
+            f"SpecfsmNgramProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+            f"verify={self.verify!r})"
+        )
+
+
+class SpecfsmSuffixProposer(RowTrackingProposer):
+    """vLLM proposer over ``specfsm.SuffixIndex``: unbounded longest-match drafts (the
+    longest earlier occurrence of the row's current suffix, of any length) at amortised
+    O(1) per token, with the same row tracking as ``SpecfsmNgramProposer``.
+
+    Settings: ``min_n`` (shortest suffix worth drafting from, default 1), ``max_n``
+    (longest suffix looked at; default None, unbounded) and ``prefer`` (``"earliest"``,
+    the default, or ``"latest"`` occurrence of that suffix); draft length K is
+    ``num_speculative_tokens``, capped at ``max_model_len - length``. Each comes from, in
+    order: the keyword; ``prompt_lookup_min`` / ``prompt_lookup_max`` of the
+    ``speculative_config`` when positive; the environment (``SPECFSM_VLLM_MIN_N``,
+    ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class attributes. ``kernels``
+    picks an implementation module (``specfsm._impl.module(kind, "suffix_index")``) for
+    tests; by default the active one.
+    """
+
+    min_n: int = 1
+    max_n: int | None = None
+    prefer: str = "earliest"
+
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        min_n: Any = None,
+        max_n: Any = None,
+        prefer: Any = None,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+        kernels: Any = None,
+    ) -> None:
+        super().__init__(
+            vllm_config,
+            num_speculative_tokens=num_speculative_tokens,
+            max_model_len=max_model_len,
+            verify=verify,
+        )
+        # each end from the first source that sets it (max_n None: unbounded)
+        sources = list(zip(range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
+        lo, lo_from = next(((a, name) for (a, _), name in sources if a is not None), (None, "default"))
+        hi, hi_from = next(((b, name) for (_, b), name in sources if b is not None), (None, "default"))
+        self.range_source = lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
+        prefer = prefer_setting(prefer, type(self), vllm_config)
+        self._kern = kernels if kernels is not None else suffix_index
+        probe = self._kern.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+        self._log()
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
+                "range_from": self.range_source}
+
+    def _new_index(self) -> Any:
+        return self._kern.SuffixIndex(self.min_n, self.max_n, self.prefer)
+
+    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
+        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+
+    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._kern.propose_batch(indexes, ks)
+
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
+        if not indexes:
+            return
+        if one_each:  # one token per row: a C-level loop over the indexes' append
+            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
+                pass
+            return
+        o = offsets.tolist()
+        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
+        for i, ix in enumerate(indexes):
+            a, b = o[i], o[i + 1]
+            if b <= a:
+                continue
+            if vals is not None and b - a <= 64:
+                ix.extend(vals[a:b])
+            else:
+                ix.extend(tokens[a:b])
+
+    def __repr__(self) -> str:
+        return (
+            f"SpecfsmSuffixProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+            f"verify={self.verify!r})"
+        )
