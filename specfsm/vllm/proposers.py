@@ -1,9 +1,11 @@
 """The two proposers vLLM loads by class path: ``SpecfsmNgramProposer`` (over
-``specfsm.NgramIndex``) and ``SpecfsmSuffixProposer`` (over ``specfsm.SuffixIndex``).
+``specfsm.NgramIndex``) and ``SpecfsmSuffixProposer`` (over ``specfsm.SuffixIndex``):
+their settings, and their index kind's serving step.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -22,12 +24,11 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     (``"earliest"``, vLLM's rule and the default) or its latest; draft length K is
     ``num_speculative_tokens``, capped at ``max_model_len - length`` like vLLM's. Each
     setting comes from, in order: the keyword; ``prompt_lookup_min`` /
-    ``prompt_lookup_max`` of the ``speculative_config`` when positive; the environment
-    (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class
-    attributes ``min_n`` / ``max_n`` / ``prefer`` (subclass to change them). As in vLLM,
-    one given end of the range sets the other. ``kernels`` picks an implementation
-    module (``specfsm._impl.module(kind, "ngram_index")``) for tests; by default the
-    active one.
+    ``prompt_lookup_max`` of the ``speculative_config`` when positive;
+    ``additional_config["specfsm"]``; the environment (``SPECFSM_VLLM_MIN_N``,
+    ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class attributes ``min_n`` /
+    ``max_n`` / ``prefer`` (subclass to change them). As in vLLM, one given end of the
+    range sets the other. The indexes are the active implementation's.
     """
 
     min_n: int | None = None
@@ -38,6 +39,9 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     #: batches of at least this many rows are extended through ``extend_batch`` (one
     #: nogil call); fewer through each index's own ``append`` / ``extend``
     BATCH_EXTEND = 16
+    #: where the index class and its batch calls come from (the public module, so the
+    #: active implementation's; a test subclass names one implementation's kernel module)
+    _index_module: ModuleType = ngram_index
 
     def __init__(
         self,
@@ -49,7 +53,6 @@ class SpecfsmNgramProposer(RowTrackingProposer):
         num_speculative_tokens: Any = None,
         max_model_len: Any = None,
         verify: Any = None,
-        kernels: Any = None,
     ) -> None:
         super().__init__(
             vllm_config,
@@ -66,9 +69,7 @@ class SpecfsmNgramProposer(RowTrackingProposer):
         lo = hi if lo is None else lo
         hi = lo if hi is None else hi
         prefer = prefer_setting(prefer, type(self), vllm_config)
-        self._kern = kernels if kernels is not None else ngram_index
-        self._extend_batch: Any = getattr(self._kern, "extend_batch", None)
-        probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        probe = self._index_module.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
         self._log()
 
@@ -77,17 +78,20 @@ class SpecfsmNgramProposer(RowTrackingProposer):
                 "range_from": self.range_source}
 
     def _new_index(self) -> Any:
-        return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
+        return self._index_module.NgramIndex(self.min_n, self.max_n, self.prefer)
 
-    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
-        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
+        index.extend(tokens)
+        return index.propose(k)
 
-    def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._kern.propose_batch(indexes, ks)
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool,
+                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._extend_indexes(indexes, tokens, offsets, one_each)
+        return self._index_module.propose_batch(indexes, ks)
 
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
-        if self._extend_batch is not None and len(indexes) >= self.BATCH_EXTEND:
-            self._extend_batch(indexes, tokens, offsets)
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool) -> None:
+        if len(indexes) >= self.BATCH_EXTEND:
+            self._index_module.extend_batch(indexes, tokens, offsets)
             return
         # one call per index: a decode step appends 1 to K+1 tokens per row, which the
         # index takes fastest as Python ints; a rebuilt row's history goes in as an array
@@ -126,15 +130,18 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
     the default, or ``"latest"`` occurrence of that suffix); draft length K is
     ``num_speculative_tokens``, capped at ``max_model_len - length``. Each comes from, in
     order: the keyword; ``prompt_lookup_min`` / ``prompt_lookup_max`` of the
-    ``speculative_config`` when positive; the environment (``SPECFSM_VLLM_MIN_N``,
-    ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class attributes. ``kernels``
-    picks an implementation module (``specfsm._impl.module(kind, "suffix_index")``) for
-    tests; by default the active one.
+    ``speculative_config`` when positive; ``additional_config["specfsm"]``; the
+    environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
+    ``SPECFSM_VLLM_PREFER``); the class attributes. The indexes are the active
+    implementation's.
     """
 
     min_n: int = 1
     max_n: int | None = None
     prefer: str = "earliest"
+    #: where the index class and its batch calls come from (the public module, so the
+    #: active implementation's; a test subclass names one implementation's kernel module)
+    _index_module: ModuleType = suffix_index
 
     def __init__(
         self,
@@ -146,7 +153,6 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
         num_speculative_tokens: Any = None,
         max_model_len: Any = None,
         verify: Any = None,
-        kernels: Any = None,
     ) -> None:
         super().__init__(
             vllm_config,
@@ -160,8 +166,7 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
         hi, hi_from = next(((b, name) for (_, b), name in sources if b is not None), (None, "default"))
         self.range_source = lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
         prefer = prefer_setting(prefer, type(self), vllm_config)
-        self._kern = kernels if kernels is not None else suffix_index
-        probe = self._kern.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
+        probe = self._index_module.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
         self._log()
 
@@ -170,15 +175,18 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
                 "range_from": self.range_source}
 
     def _new_index(self) -> Any:
-        return self._kern.SuffixIndex(self.min_n, self.max_n, self.prefer)
+        return self._index_module.SuffixIndex(self.min_n, self.max_n, self.prefer)
 
-    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
-        return [ix.propose(k) for ix, k in zip(indexes, ks)]
+    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
+        index.extend(tokens)
+        return index.propose(k)
 
-    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._kern.propose_batch(indexes, ks)
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool,
+                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._extend_indexes(indexes, tokens, offsets, one_each)
+        return self._index_module.propose_batch(indexes, ks)
 
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
+    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool) -> None:
         if not indexes:
             return
         if one_each:  # one token per row: a C-level loop over the indexes' append

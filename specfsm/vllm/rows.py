@@ -70,15 +70,18 @@ class RowTrackingProposer:
     """Base of the vLLM proposers: one index per batch row, kept right across vLLM's
     row movements, and one batched proposal per step.
 
-    A subclass supplies the index type through three hooks: ``_new_index()`` (a fresh,
-    empty index), ``_propose_indexes(indexes, ks)`` (``(drafts, offsets, lengths)`` for
-    a list of indexes, the GIL released where the index type has a batched call) and,
-    optionally, ``_extend_indexes(indexes, tokens, offsets, one_each)`` (append
+    A subclass supplies the index type through two hooks: ``_new_index()`` (a fresh,
+    empty index) and ``_serve_indexes(indexes, tokens, offsets, one_each, ks)`` (one
+    serving step for a list of indexes, all or nothing: append
     ``tokens[offsets[i]:offsets[i + 1]]`` to ``indexes[i]``, ``one_each`` saying that
-    every slice is one token; the default calls each index's ``extend``). An index
-    needs ``extend(tokens)`` and ``tokens`` (its contents, for the exact checks). Configuration: ``num_speculative_tokens`` (K) and
-    ``max_model_len`` from the ``VllmConfig`` unless given as keywords; ``verify`` is
-    ``"sparse"`` (default) or ``"full"``.
+    every slice is one token, then propose up to ``ks`` tokens, one count or one per
+    index; returns ``(drafts, offsets, lengths)`` as the indexes' ``propose_batch``
+    does), and optionally ``_serve_one(index, tokens, k)`` (the same for one index and a
+    list of tokens, returning the draft as a list; the default goes through
+    ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
+    Configuration: ``num_speculative_tokens`` (K) and ``max_model_len`` from the
+    ``VllmConfig`` unless given as keywords; ``verify`` is ``"sparse"`` (default) or
+    ``"full"``.
 
     Not thread-safe: a second concurrent ``propose`` raises RuntimeError. Constructing
     this class itself, or a subclass without the two required hooks, raises TypeError
@@ -110,11 +113,11 @@ class RowTrackingProposer:
     ) -> None:
         cls = type(self)
         if cls._new_index is RowTrackingProposer._new_index or (
-            cls._propose_indexes is RowTrackingProposer._propose_indexes
+            cls._serve_indexes is RowTrackingProposer._serve_indexes
         ):
             raise TypeError(
                 f"{cls.__name__} is a base class to subclass (it supplies _new_index and "
-                "_propose_indexes for an index type), not a proposer: load "
+                "_serve_indexes for an index type), not a proposer: load "
                 "specfsm.vllm.SpecfsmNgramProposer or specfsm.vllm.SpecfsmSuffixProposer"
             )
         spec = getattr(vllm_config, "speculative_config", None)
@@ -198,20 +201,23 @@ class RowTrackingProposer:
     def _new_index(self) -> Any:
         raise NotImplementedError
 
-    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool,
+                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
-        for i, ix in enumerate(indexes):
-            a, b = int(offsets[i]), int(offsets[i + 1])
-            if b > a:
-                ix.extend(tokens[a:b])
+    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
+        drafts, offsets, lengths = self._serve_indexes(
+            [index], np.asarray(tokens, dtype=np.int64), np.asarray([0, len(tokens)], dtype=np.int64),
+            len(tokens) == 1, np.asarray([k], dtype=np.int64))
+        return drafts.tolist()
 
     def rescan(self, history: Any, max_k: int) -> list:
         """The draft a fresh index over ``history`` would give (for tests and checks)."""
-        ix = self._new_index()
-        ix.extend(np.asarray(history, dtype=np.int64))
-        return self._propose_indexes([ix], np.asarray([max_k], dtype=np.int64))[0].tolist()
+        h = np.asarray(history, dtype=np.int64)
+        drafts, offsets, lengths = self._serve_indexes(
+            [self._new_index()], h, np.asarray([0, h.shape[0]], dtype=np.int64), False,
+            np.asarray([max_k], dtype=np.int64))
+        return drafts.tolist()
 
     # -- vLLM's interface ----------------------------------------------------------------
     def load_model(self, *args: Any, **kwargs: Any) -> None:
@@ -474,15 +480,16 @@ class RowTrackingProposer:
         self.stats["steps"] = step + 1
         self.stats["steady"] += 1
         ixs = self._ix[:b]
+        K = self.num_speculative_tokens
+        out = []
         grown = 0
-        for r in range(b):
+        for r in range(b):  # (every row grew: the row rule holds n == n0 + ns[r] > n0)
             n0, n = olds[r], Ls[r]
-            if n > n0:
-                row = tok[r]
-                ixs[r].extend(row[n0:n].tolist())
-                self._len[r] = n
-                self._tail[r] = row[n - T : n]
-                grown += n - n0
+            row = tok[r]
+            out.append(self._serve_one(ixs[r], row[n0:n].tolist(), K if cap - n >= K else cap - n))
+            self._len[r] = n
+            self._tail[r] = row[n - T : n]
+            grown += n - n0
         self.stats["extended"] += grown
         self._seen[:b] = Ls
         self._mark_twins(b, False, Ls)
@@ -493,13 +500,7 @@ class RowTrackingProposer:
                 self._anc[r] = n
                 self._spos[r] = at
                 self._spread[r] = tok[r, at]
-        K = self.num_speculative_tokens
-        return self._propose_few(ixs, [K if cap - n >= K else cap - n for n in Ls])
-
-    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
-        """One draft list per index (few indexes); the default goes through the batch hook."""
-        drafts, offsets, lengths = self._propose_indexes(indexes, np.asarray(ks, dtype=np.int64))
-        return self._as_lists(drafts, offsets, lengths, max(ks))
+        return out
 
     def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: np.ndarray) -> list[list[int]] | None:
         """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
@@ -550,19 +551,19 @@ class RowTrackingProposer:
         self.stats["steady"] += 1
         ixs = self._ix[:b]
         self._long = True
+        K = self.num_speculative_tokens
+        ks = K if cap - lmax >= K else np.minimum(K, cap - L)
         if dmax == 1 and dmin == 1:  # one token per row
-            self._extend_indexes(ixs, win[T], self._arange[: b + 1], True)
+            drafts = self._serve_indexes(ixs, win[T], self._arange[: b + 1], True, ks)
             self._tail.T[:, :b] = win[1:]
             self.stats["extended"] += b
-        else:
+        else:  # (every row grew: d == ns > 0)
             offsets = np.zeros(b + 1, dtype=np.int64)
             np.cumsum(d, out=offsets[1:])
-            total = int(offsets[-1])
-            if total:
-                new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
-                self._extend_indexes(ixs, new, offsets)
+            new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
+            drafts = self._serve_indexes(ixs, new, offsets, False, ks)
             self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
-            self.stats["extended"] += total
+            self.stats["extended"] += int(offsets[-1])
         self._len[:b] = L
         self._seen[:b] = L
         self._mark_twins(b, False)
@@ -573,10 +574,7 @@ class RowTrackingProposer:
             self._anc[rn] = Ld[renew]
             self._spos[rn] = at = self._spread_pos(Ld[renew])
             self._spread[rn] = self._gather(tok, rn, at)
-        K = self.num_speculative_tokens
-        ks = K if cap - lmax >= K else np.minimum(K, cap - L)
-        drafts, doff, lengths = self._propose_indexes(ixs, ks)
-        return self._as_lists(drafts, doff, lengths, K)
+        return self._as_lists(*drafts, K)
 
     # -- the general step ----------------------------------------------------------------
     def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
@@ -673,19 +671,22 @@ class RowTrackingProposer:
             fresh = self._relocate(tok, rows, Lr, counts[sel], np.flatnonzero(~ok), start)
         ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
 
-        # 2. append each row's new tokens (one batched call where the index type has one)
+        # 2. one serving step for every drafting row: append each row's new tokens, then
+        # propose (one batched call, all or nothing, before the rows' state is written)
+        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
         counts = Lr - start
         cmin, cmax = int(counts.min()), int(counts.max())
         if cmin == 1 and cmax == 1:  # one token per row (a step without accepted drafts)
-            self._extend_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]), self._arange[: rows.size + 1], True)
+            drafts = self._serve_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]),
+                                         self._arange[: rows.size + 1], True, ks)
             self.stats["extended"] += rows.size
-        elif cmax > 0:
+        else:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             total = int(offsets[-1])
             row_of = np.repeat(rows, counts)
             col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
-            self._extend_indexes(ixs, tok[row_of, col], offsets)
+            drafts = self._serve_indexes(ixs, tok[row_of, col], offsets, False, ks)
             self.stats["extended"] += total
         self._len[sel] = Lr
         self._tail[sel] = tail_new
@@ -703,10 +704,7 @@ class RowTrackingProposer:
             self._spos[rn] = at = self._spread_pos(Lr[renew])
             self._spread[rn] = self._gather(tok, rn, at)
 
-        # 3. one batched proposal for every drafting row
-        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
-        drafts, doff, lengths = self._propose_indexes(ixs, ks)
-        drafts_rows = self._as_lists(drafts, doff, lengths, K)
+        drafts_rows = self._as_lists(*drafts, K)
         if every:
             return drafts_rows
         out: list[list[int]] = [[] for _ in range(b)]
