@@ -32,8 +32,12 @@ def on(impl, cls=sv.SpecfsmNgramProposer):
 def test_the_public_proposers_draw_from_the_active_implementation():
     import specfsm
 
-    assert type(sv.SpecfsmNgramProposer(num_speculative_tokens=2)._new_index()) is specfsm.NgramIndex
-    assert type(sv.SpecfsmSuffixProposer(num_speculative_tokens=2)._new_index()) is specfsm.SuffixIndex
+    tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
+    for cls, index_type in ((sv.SpecfsmNgramProposer, specfsm.NgramIndex), (sv.SpecfsmSuffixProposer, specfsm.SuffixIndex)):
+        p = cls(num_speculative_tokens=2, min_n=1, max_n=1)
+        assert type(p._new_index()) is index_type
+        assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+        assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]
 
 
 def make(impl, **kw):
@@ -588,28 +592,25 @@ def test_k_zero_and_empty_batches(impl):
     assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
 
 
-def test_extends_a_large_batch_through_extend_batch(impl):
+def test_a_step_goes_through_the_index_kinds_serve_batch(impl):
+    """The general step updates and proposes through the index module's one serving-step
+    policy, ``serve_batch``, with nothing recorded (vLLM does not say what it accepted)."""
     kern = impl.module("ngram_index")
     calls = []
 
     class Counting:
         NgramIndex = kern.NgramIndex
-        propose_batch = staticmethod(kern.propose_batch)
 
         @staticmethod
-        def extend_batch(indexes, tokens, offsets):
-            calls.append(len(indexes))
-            kern.extend_batch(indexes, tokens, offsets)
+        def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
+            calls.append((len(indexes), np.asarray(tokens).tolist(), list(drafted), list(accepted)))
+            return kern.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
 
     tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
-    for threshold, want_calls in ((1, [2, 2]), (None, [])):  # a batch below BATCH_EXTEND appends per row
-        calls.clear()
-        p = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": Counting})(num_speculative_tokens=2, min_n=1, max_n=1)
-        if threshold is not None:
-            p.BATCH_EXTEND = threshold
-        assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
-        assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
-        assert calls == want_calls
+    p = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": Counting})(num_speculative_tokens=2, min_n=1, max_n=1)
+    assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+    assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
+    assert calls == [(2, [5, 6, 5, 1, 1], [0, 0], [0, 0]), (2, [6, 7], [0, 0], [0, 0])]
 
 
 def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_steps(impl):
@@ -669,7 +670,7 @@ class LastTokenProposer(sv.RowTrackingProposer):
     def _new_index(self):
         return LastTokenIndex()
 
-    def _serve_indexes(self, indexes, tokens, offsets, one_each, ks):
+    def _serve_indexes(self, indexes, tokens, offsets, ks):
         for i, ix in enumerate(indexes):
             ix.extend(tokens[offsets[i] : offsets[i + 1]])
         ks = np.broadcast_to(np.asarray(ks, dtype=np.int64), (len(indexes),))

@@ -1,6 +1,7 @@
 """The two proposers vLLM loads by class path: ``SpecfsmNgramProposer`` (over
 ``specfsm.NgramIndex``) and ``SpecfsmSuffixProposer`` (over ``specfsm.SuffixIndex``):
-their settings, and their index kind's serving step.
+their settings, and their index kind's one serving-step policy (``serve`` /
+``serve_batch``: extend by the step's tokens, then propose), which every step calls.
 """
 
 from __future__ import annotations
@@ -36,9 +37,6 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     prefer: str = "earliest"
     #: vLLM's own default range when none is configured
     DEFAULT_N = 5
-    #: batches of at least this many rows are extended through ``extend_batch`` (one
-    #: nogil call); fewer through each index's own ``append`` / ``extend``
-    BATCH_EXTEND = 16
     #: where the index class and its batch calls come from (the public module, so the
     #: active implementation's; a test subclass names one implementation's kernel module)
     _index_module: ModuleType = ngram_index
@@ -81,36 +79,13 @@ class SpecfsmNgramProposer(RowTrackingProposer):
         return self._index_module.NgramIndex(self.min_n, self.max_n, self.prefer)
 
     def _serve_one(self, index: Any, tokens: list, k: int) -> list:
-        index.extend(tokens)
-        return index.propose(k)
+        return index.serve(tokens, 0, 0, k)
 
-    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool,
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        self._extend_indexes(indexes, tokens, offsets, one_each)
-        return self._index_module.propose_batch(indexes, ks)
-
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool) -> None:
-        if len(indexes) >= self.BATCH_EXTEND:
-            self._index_module.extend_batch(indexes, tokens, offsets)
-            return
-        # one call per index: a decode step appends 1 to K+1 tokens per row, which the
-        # index takes fastest as Python ints; a rebuilt row's history goes in as an array
-        if one_each and indexes:
-            # one token per row (a decode step without accepted drafts): a C-level loop
-            # (every index here came from _new_index, so they share one type)
-            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
-                pass
-            return
-        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
-        o = offsets.tolist()
-        for i, ix in enumerate(indexes):
-            a, b = o[i], o[i + 1]
-            if b - a == 1 and vals is not None:
-                ix.append(vals[a])
-            elif 0 < b - a <= 16 and vals is not None:
-                ix.extend(vals[a:b])
-            elif b > a:
-                ix.extend(tokens[a:b])
+        # (vLLM does not say which of the last drafts it accepted: nothing to record)
+        none = np.zeros(len(indexes), dtype=np.int64)
+        return self._index_module.serve_batch(indexes, tokens, offsets, none, none, ks)
 
     def __repr__(self) -> str:
         return (
@@ -178,31 +153,13 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
         return self._index_module.SuffixIndex(self.min_n, self.max_n, self.prefer)
 
     def _serve_one(self, index: Any, tokens: list, k: int) -> list:
-        index.extend(tokens)
-        return index.propose(k)
+        return index.serve(tokens, 0, 0, k)
 
-    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool,
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        self._extend_indexes(indexes, tokens, offsets, one_each)
-        return self._index_module.propose_batch(indexes, ks)
-
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool) -> None:
-        if not indexes:
-            return
-        if one_each:  # one token per row: a C-level loop over the indexes' append
-            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
-                pass
-            return
-        o = offsets.tolist()
-        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
-        for i, ix in enumerate(indexes):
-            a, b = o[i], o[i + 1]
-            if b <= a:
-                continue
-            if vals is not None and b - a <= 64:
-                ix.extend(vals[a:b])
-            else:
-                ix.extend(tokens[a:b])
+        # (vLLM does not say which of the last drafts it accepted: nothing to record)
+        none = np.zeros(len(indexes), dtype=np.int64)
+        return self._index_module.serve_batch(indexes, tokens, offsets, none, none, ks)
 
     def __repr__(self) -> str:
         return (

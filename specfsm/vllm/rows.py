@@ -71,11 +71,9 @@ class RowTrackingProposer:
     row movements, and one batched proposal per step.
 
     A subclass supplies the index type through two hooks: ``_new_index()`` (a fresh,
-    empty index) and ``_serve_indexes(indexes, tokens, offsets, one_each, ks)`` (one
-    serving step for a list of indexes, all or nothing: append
-    ``tokens[offsets[i]:offsets[i + 1]]`` to ``indexes[i]``, ``one_each`` saying that
-    every slice is one token, then propose up to ``ks`` tokens, one count or one per
-    index; returns ``(drafts, offsets, lengths)`` as the indexes' ``propose_batch``
+    empty index) and ``_serve_indexes(indexes, tokens, offsets, ks)`` (one serving step
+    for a list of indexes, all or nothing: append ``tokens[offsets[i]:offsets[i + 1]]``
+    to ``indexes[i]``, then propose up to ``ks`` tokens, one count or one per index; returns ``(drafts, offsets, lengths)`` as the indexes' ``propose_batch``
     does), and optionally ``_serve_one(index, tokens, k)`` (the same for one index and a
     list of tokens, returning the draft as a list; the default goes through
     ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
@@ -201,21 +199,21 @@ class RowTrackingProposer:
     def _new_index(self) -> Any:
         raise NotImplementedError
 
-    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool,
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
     def _serve_one(self, index: Any, tokens: list, k: int) -> list:
         drafts, offsets, lengths = self._serve_indexes(
             [index], np.asarray(tokens, dtype=np.int64), np.asarray([0, len(tokens)], dtype=np.int64),
-            len(tokens) == 1, np.asarray([k], dtype=np.int64))
+            np.asarray([k], dtype=np.int64))
         return drafts.tolist()
 
     def rescan(self, history: Any, max_k: int) -> list:
         """The draft a fresh index over ``history`` would give (for tests and checks)."""
         h = np.asarray(history, dtype=np.int64)
         drafts, offsets, lengths = self._serve_indexes(
-            [self._new_index()], h, np.asarray([0, h.shape[0]], dtype=np.int64), False,
+            [self._new_index()], h, np.asarray([0, h.shape[0]], dtype=np.int64),
             np.asarray([max_k], dtype=np.int64))
         return drafts.tolist()
 
@@ -554,14 +552,14 @@ class RowTrackingProposer:
         K = self.num_speculative_tokens
         ks = K if cap - lmax >= K else np.minimum(K, cap - L)
         if dmax == 1 and dmin == 1:  # one token per row
-            drafts = self._serve_indexes(ixs, win[T], self._arange[: b + 1], True, ks)
+            drafts = self._serve_indexes(ixs, win[T], self._arange[: b + 1], ks)
             self._tail.T[:, :b] = win[1:]
             self.stats["extended"] += b
         else:  # (every row grew: d == ns > 0)
             offsets = np.zeros(b + 1, dtype=np.int64)
             np.cumsum(d, out=offsets[1:])
             new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
-            drafts = self._serve_indexes(ixs, new, offsets, False, ks)
+            drafts = self._serve_indexes(ixs, new, offsets, ks)
             self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
             self.stats["extended"] += int(offsets[-1])
         self._len[:b] = L
@@ -678,7 +676,7 @@ class RowTrackingProposer:
         cmin, cmax = int(counts.min()), int(counts.max())
         if cmin == 1 and cmax == 1:  # one token per row (a step without accepted drafts)
             drafts = self._serve_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]),
-                                         self._arange[: rows.size + 1], True, ks)
+                                         self._arange[: rows.size + 1], ks)
             self.stats["extended"] += rows.size
         else:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
@@ -686,7 +684,7 @@ class RowTrackingProposer:
             total = int(offsets[-1])
             row_of = np.repeat(rows, counts)
             col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
-            drafts = self._serve_indexes(ixs, tok[row_of, col], offsets, False, ks)
+            drafts = self._serve_indexes(ixs, tok[row_of, col], offsets, ks)
             self.stats["extended"] += total
         self._len[sel] = Lr
         self._tail[sel] = tail_new
