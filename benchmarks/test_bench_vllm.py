@@ -142,14 +142,12 @@ def _stepper(tok: np.ndarray, h: int):
 def _adapter(kind: str, b: int, h: int, suffix: bool = False):
     if kind == "compiled" and _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
+    # one implementation's indexes: a subclass naming its kernel module as the index module
     if suffix:
-        return sv.SpecfsmSuffixProposer(
-            num_speculative_tokens=K, max_model_len=h + EXTRA, kernels=_impl.module(kind, "suffix_index"),
-        )
-    return sv.SpecfsmNgramProposer(
-        num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest",
-        max_model_len=h + EXTRA, kernels=_impl.module(kind, "ngram_index"),
-    )
+        cls = type("P", (sv.SpecfsmSuffixProposer,), {"_index_module": _impl.module(kind, "suffix_index")})
+        return cls(num_speculative_tokens=K, max_model_len=h + EXTRA)
+    cls = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": _impl.module(kind, "ngram_index")})
+    return cls(num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest", max_model_len=h + EXTRA)
 
 
 PARAMS = []

@@ -22,9 +22,27 @@ from specfsm import vllm as sv
 from vllm_batch_driver import Engine
 
 
+def on(impl, cls=sv.SpecfsmNgramProposer):
+    """``cls`` over ``impl``'s indexes: a subclass naming that implementation's kernel
+    module as its index module (the public classes run the active implementation's)."""
+    name = "suffix_index" if issubclass(cls, sv.SpecfsmSuffixProposer) else "ngram_index"
+    return type(cls.__name__, (cls,), {"_index_module": impl.module(name)})
+
+
+def test_the_public_proposers_draw_from_the_active_implementation():
+    import specfsm
+
+    tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
+    for cls, index_type in ((sv.SpecfsmNgramProposer, specfsm.NgramIndex), (sv.SpecfsmSuffixProposer, specfsm.SuffixIndex)):
+        p = cls(num_speculative_tokens=2, min_n=1, max_n=1)
+        assert type(p._new_index()) is index_type
+        assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+        assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]
+
+
 def make(impl, **kw):
     kw.setdefault("num_speculative_tokens", 2)
-    return sv.SpecfsmNgramProposer(kernels=impl.module("ngram_index"), **kw)
+    return on(impl)(**kw)
 
 
 def vllm_rule_draft(tokens, min_n, max_n, max_model_len, k):
@@ -84,30 +102,29 @@ def test_import_does_not_import_vllm_or_torch():
 
 def test_reads_k_max_model_len_and_range_from_the_vllm_config(impl):
     cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=100, prompt_lookup_min=2, prompt_lookup_max=4)
-    p = sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    p = on(impl)(cfg)
     assert (p.num_speculative_tokens, p.max_model_len, p.min_n, p.max_n, p.prefer) == (3, 100, 2, 4, "earliest")
 
 
 def test_custom_class_zeroed_range_falls_back_to_env_then_class_then_vllm_default(impl, monkeypatch):
     # vLLM sets prompt_lookup_min/max to 0 for method="custom_class"
     cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=64, prompt_lookup_min=0, prompt_lookup_max=0)
-    kern = impl.module("ngram_index")
     for var in ("SPECFSM_VLLM_MIN_N", "SPECFSM_VLLM_MAX_N", "SPECFSM_VLLM_PREFER", "SPECFSM_VLLM_VERIFY"):
         monkeypatch.delenv(var, raising=False)
-    p = sv.SpecfsmNgramProposer(cfg, kernels=kern)
+    p = on(impl)(cfg)
     assert (p.min_n, p.max_n, p.prefer, p.verify) == (5, 5, "earliest", "sparse")
 
     class Mine(sv.SpecfsmNgramProposer):
         min_n, max_n, prefer = 1, 3, "latest"
 
-    p = Mine(cfg, kernels=kern)
+    p = on(impl, Mine)(cfg)
     assert (p.min_n, p.max_n, p.prefer) == (1, 3, "latest")
     monkeypatch.setenv("SPECFSM_VLLM_MIN_N", "2")
     monkeypatch.setenv("SPECFSM_VLLM_PREFER", "latest")
     monkeypatch.setenv("SPECFSM_VLLM_VERIFY", "full")
-    p = sv.SpecfsmNgramProposer(cfg, kernels=kern)
+    p = on(impl)(cfg)
     assert (p.min_n, p.max_n, p.prefer, p.verify) == (2, 2, "latest", "full")  # one end sets the other
-    p = sv.SpecfsmNgramProposer(cfg, kernels=kern, max_n=6, prefer="earliest", verify="sparse")
+    p = on(impl)(cfg, max_n=6, prefer="earliest", verify="sparse")
     assert (p.min_n, p.max_n, p.prefer, p.verify) == (6, 6, "earliest", "sparse")  # keywords win
 
 
@@ -120,9 +137,9 @@ def test_additional_config_sets_the_range_in_every_worker(impl, monkeypatch):
     cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=64, prompt_lookup_min=0, prompt_lookup_max=0)
     cfg.additional_config = {"specfsm": {"min_n": 2, "max_n": 3, "prefer": "latest", "verify": "full"}}
     monkeypatch.setenv("SPECFSM_VLLM_MIN_N", "4")
-    p = sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    p = on(impl)(cfg)
     assert (p.min_n, p.max_n, p.prefer, p.verify, p.range_source) == (2, 3, "latest", "full", "additional_config")
-    s = sv.SpecfsmSuffixProposer(cfg, kernels=impl.module("suffix_index"))
+    s = on(impl, sv.SpecfsmSuffixProposer)(cfg)
     assert (s.min_n, s.max_n, s.prefer) == (2, 3, "latest")
     assert p.settings()["range_from"] == "additional_config"
     cfg.additional_config = {"specfsm": {"min": 2}}
@@ -134,11 +151,11 @@ def test_additional_config_sets_the_range_in_every_worker(impl, monkeypatch):
 
 
 def test_settings_are_logged_once_per_process(impl, caplog, monkeypatch):
-    monkeypatch.setattr(sv, "_logged", set())
+    monkeypatch.setattr(sv.settings, "_logged", set())
     cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64)
     with caplog.at_level("INFO"):
-        sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
-        sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+        on(impl)(cfg)
+        on(impl)(cfg)
     lines = [r.getMessage() for r in caplog.records if "specfsm proposer settings" in r.getMessage()]
     assert len(lines) == 1
     assert "min_n=5" in lines[0] and "range_from=\"vLLM's ngram default\"" in lines[0]
@@ -148,7 +165,7 @@ def test_follows_a_max_model_len_vllm_refits(impl):
     """vLLM's auto-fit writes the fitted max_model_len into the worker's model_config after
     the proposer is built (-1 before): the cap follows it; a keyword cap does not."""
     cfg = sv.ProposerConfig(num_speculative_tokens=4, max_model_len=-1)
-    p = sv.SpecfsmNgramProposer(cfg, min_n=1, max_n=1, kernels=impl.module("ngram_index"))
+    p = on(impl)(cfg, min_n=1, max_n=1)
     assert p.max_model_len is None
     tok = np.zeros((1, 64), dtype=np.int32)
     tok[0, :6] = [1, 2, 3, 4, 5, 1]
@@ -157,7 +174,7 @@ def test_follows_a_max_model_len_vllm_refits(impl):
     tok[0, 6] = 2
     assert p.propose([[2]], np.array([7]), tok) == [[3, 4]]  # capped at 9 - 7
     assert p.max_model_len == 9
-    fixed = sv.SpecfsmNgramProposer(cfg, min_n=1, max_n=1, max_model_len=50, kernels=impl.module("ngram_index"))
+    fixed = on(impl)(cfg, min_n=1, max_n=1, max_model_len=50)
     cfg.model_config.max_model_len = 8
     assert fixed.propose([[2]], np.array([7]), tok) == [[3, 4, 5, 1]] and fixed.max_model_len == 50
 
@@ -181,13 +198,13 @@ def test_refuses_bad_settings(impl, kw, exc, words):
 
 def test_refuses_a_config_without_k(impl):
     with pytest.raises(ValueError, match="num_speculative_tokens"):
-        sv.SpecfsmNgramProposer(None, kernels=impl.module("ngram_index"))
+        on(impl)(None)
 
 
 def test_bad_environment_is_named(impl, monkeypatch):
     monkeypatch.setenv("SPECFSM_VLLM_MIN_N", "two")
     with pytest.raises(ValueError, match="SPECFSM_VLLM_MIN_N"):
-        sv.SpecfsmNgramProposer(sv.ProposerConfig(), kernels=impl.module("ngram_index"))
+        on(impl)(sv.ProposerConfig())
 
 
 def test_constructs_from_a_real_vllm_config(impl):
@@ -202,7 +219,7 @@ def test_constructs_from_a_real_vllm_config(impl):
         )
     except Exception as exc:  # no network, no model files
         pytest.skip(f"vLLM {vllm.__version__} could not build a VllmConfig here: {exc}")
-    p = sv.SpecfsmNgramProposer(cfg, kernels=impl.module("ngram_index"))
+    p = on(impl)(cfg)
     assert (p.num_speculative_tokens, p.max_model_len) == (3, 512), vllm.__version__
 
 
@@ -575,30 +592,25 @@ def test_k_zero_and_empty_batches(impl):
     assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
 
 
-def test_uses_extend_batch_when_the_index_module_has_one(impl):
+def test_a_step_goes_through_the_index_kinds_serve_batch(impl):
+    """The general step updates and proposes through the index module's one serving-step
+    policy, ``serve_batch``, with nothing recorded (vLLM does not say what it accepted)."""
     kern = impl.module("ngram_index")
     calls = []
 
-    class WithBatch:
+    class Counting:
         NgramIndex = kern.NgramIndex
-        propose_batch = staticmethod(kern.propose_batch)
-        longest_match = staticmethod(kern.longest_match)
 
         @staticmethod
-        def extend_batch(indexes, tokens, offsets):
-            calls.append(len(indexes))
-            for i, ix in enumerate(indexes):
-                ix.extend(tokens[offsets[i] : offsets[i + 1]])
+        def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
+            calls.append((len(indexes), np.asarray(tokens).tolist(), list(drafted), list(accepted)))
+            return kern.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
 
     tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
-    for threshold, want_calls in ((1, [2, 2]), (None, [])):  # a batch below BATCH_EXTEND appends per row
-        calls.clear()
-        p = sv.SpecfsmNgramProposer(num_speculative_tokens=2, min_n=1, max_n=1, kernels=WithBatch)
-        if threshold is not None:
-            p.BATCH_EXTEND = threshold
-        assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
-        assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
-        assert calls == want_calls
+    p = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": Counting})(num_speculative_tokens=2, min_n=1, max_n=1)
+    assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
+    assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
+    assert calls == [(2, [5, 6, 5, 1, 1], [0, 0], [0, 0]), (2, [6, 7], [0, 0], [0, 0])]
 
 
 def test_sparse_check_notices_a_history_that_only_shares_the_tail_within_deep_steps(impl):
@@ -653,12 +665,14 @@ class LastTokenIndex:
 
 
 class LastTokenProposer(sv.RowTrackingProposer):
-    """A second proposer over another index type: three short hooks."""
+    """A second proposer over another index type: two short hooks."""
 
     def _new_index(self):
         return LastTokenIndex()
 
-    def _propose_indexes(self, indexes, ks):
+    def _serve_indexes(self, indexes, tokens, offsets, ks):
+        for i, ix in enumerate(indexes):
+            ix.extend(tokens[offsets[i] : offsets[i + 1]])
         ks = np.broadcast_to(np.asarray(ks, dtype=np.int64), (len(indexes),))
         pieces = [ix.toks[ix.end : ix.end + int(k)] if ix.end >= 0 else [] for ix, k in zip(indexes, ks)]
         lengths = np.array([len(p) for p in pieces], dtype=np.int64)
@@ -751,14 +765,14 @@ def test_steady_path_leaves_a_changed_row_to_the_general_step(impl, rows):
 # -- the suffix-index proposer --------------------------------------------------------------
 def make_suffix(impl, **kw):
     kw.setdefault("num_speculative_tokens", 2)
-    return sv.SpecfsmSuffixProposer(kernels=impl.module("suffix_index"), **kw)
+    return on(impl, sv.SpecfsmSuffixProposer)(**kw)
 
 
 def test_suffix_proposer_settings(impl, monkeypatch):
     p = make_suffix(impl)
     assert (p.min_n, p.max_n, p.prefer) == (1, None, "earliest")
     cfg = sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64, prompt_lookup_min=2, prompt_lookup_max=0)
-    p = sv.SpecfsmSuffixProposer(cfg, kernels=impl.module("suffix_index"))
+    p = on(impl, sv.SpecfsmSuffixProposer)(cfg)
     assert (p.min_n, p.max_n, p.num_speculative_tokens, p.max_model_len) == (2, None, 3, 64)
     monkeypatch.setenv("SPECFSM_VLLM_MAX_N", "6")
     monkeypatch.setenv("SPECFSM_VLLM_PREFER", "latest")

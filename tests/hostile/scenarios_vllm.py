@@ -43,12 +43,12 @@ def _proposer(impl, rng, verify=None):
     verify = verify or rng.choice(["sparse", "full"])
     if rng.random() < 0.5:
         lo = rng.randrange(1, 4)
-        return sv.SpecfsmNgramProposer(min_n=lo, max_n=lo + rng.randrange(3), prefer=rng.choice(["earliest", "latest"]),
-                                       num_speculative_tokens=k, max_model_len=cap, verify=verify,
-                                       kernels=impl["ngram_index"])
-    return sv.SpecfsmSuffixProposer(min_n=rng.randrange(1, 3), max_n=rng.choice([None, 4]),
-                                    prefer=rng.choice(["earliest", "latest"]), num_speculative_tokens=k,
-                                    max_model_len=cap, verify=verify, kernels=impl["suffix_index"])
+        cls = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": impl["ngram_index"]})  # impl's indexes
+        return cls(min_n=lo, max_n=lo + rng.randrange(3), prefer=rng.choice(["earliest", "latest"]),
+                   num_speculative_tokens=k, max_model_len=cap, verify=verify)
+    cls = type("P", (sv.SpecfsmSuffixProposer,), {"_index_module": impl["suffix_index"]})
+    return cls(min_n=rng.randrange(1, 3), max_n=rng.choice([None, 4]), prefer=rng.choice(["earliest", "latest"]),
+               num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
 
 class _Batch:

@@ -1,63 +1,5 @@
-"""specfsm drafters inside vLLM, through its custom proposer extension point.
-
-vLLM (the V1 engine, releases that ship ``vllm/v1/spec_decode/custom_class_proposer.py``)
-loads a user class named by ``speculative_config.model`` when
-``speculative_config.method == "custom_class"``, constructs it with the ``VllmConfig``
-and, after every step's bookkeeping, calls::
-
-    proposer.propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=...)
-
-``sampled_token_ids`` holds one list per batch row (the tokens appended this step; empty
-for a row that only ran part of its prefill), ``num_tokens_no_spec[i]`` is the length of
-row ``i``'s verified history and ``token_ids_cpu[i, :num_tokens_no_spec[i]]`` that
-history (an int32 ``[max_num_reqs, max_model_len]`` array; only the first
-``len(sampled_token_ids)`` rows are in the batch). The return value is one draft per row.
-
-Usage (the class path is the whole configuration vLLM needs)::
-
-    LLM(model=..., speculative_config={
-        "method": "custom_class",
-        "model": "specfsm.vllm.SpecfsmNgramProposer",   # vLLM's n-gram drafts
-        # or "specfsm.vllm.SpecfsmSuffixProposer":        unbounded longest match
-        "num_speculative_tokens": 4,
-    })
-
-(The first vLLM builds with the extension point, from PR #39487, read the class path from
-``speculative_config.custom_proposer_backend`` instead: ``{"custom_proposer_backend":
-"specfsm.vllm.SpecfsmNgramProposer", "num_speculative_tokens": 4}``.)
-
-Which vLLM drafter each proposer reproduces: ``SpecfsmNgramProposer`` gives the drafts of
-the V1 model runner's ``NgramProposer`` (vLLM's ``ngram`` method on the V1 runner, which
-``custom_class`` always runs on: the earliest occurrence of the longest matching n-gram
-in ``min_n..max_n``, up to K tokens, none when nothing matches). On a GPU with Triton,
-vLLM runs its ``ngram`` method on Model Runner V2 with its own speculator instead
-(longest n, rightmost position, drafts padded to K); those drafts can differ, and
-``prefer="latest"`` is the nearer setting. ``SpecfsmSuffixProposer`` is specfsm's own
-(longest earlier occurrence of any length); it is not Arctic's ``suffix`` method.
-
-What ``custom_class`` gives up (vLLM 0.32's config and runner, read): Model Runner V2
-refuses it (vLLM falls back to V1 with a warning); vLLM turns asynchronous scheduling
-off for it by itself (and refuses ``async_scheduling=True``), so nothing needs passing;
-and the proposer is not told the step's K (vLLM hands ``num_spec_tokens_to_schedule``
-to its own ``ngram`` only), so a dynamic-K schedule (``num_speculative_tokens_per_batch_size``)
-does not shorten these drafts: they are up to ``num_speculative_tokens`` every step.
-
-Settings. vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for
-``custom_class``, and keeps no copy of a user's values, so the n-gram range comes from,
-in order: constructor keywords (a subclass's ``__init__``); positive
-``prompt_lookup_min``/``max`` (a vLLM version that keeps them);
-``additional_config={"specfsm": {"min_n": .., "max_n": .., "prefer": .., "verify": ..}}``
-(``LLM(additional_config=...)`` or ``--additional-config``: vLLM hands that dict to
-every worker unchanged); the environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
-``SPECFSM_VLLM_PREFER``, ``SPECFSM_VLLM_VERIFY``, which must be set in every worker
-process); class attributes (subclass to change them); else vLLM's n-gram defaults
-(``5..5``, ``prefer="earliest"``). Each proposer logs the settings it runs with and where
-the range came from once per worker process (logger ``vllm.specfsm`` inside vLLM,
-``specfsm.vllm`` outside), and ``settings()`` returns them.
-
-``max_model_len`` is read from the ``VllmConfig``'s ``model_config`` at every call
-(unless given as a keyword): vLLM's auto-fit (``max_model_len=-1``) writes the fitted
-value into that same object in each worker after the proposer is built.
+"""The row bookkeeping of the vLLM proposers: which batch row still holds its request,
+and one index update and proposal per step.
 
 The proposer keeps one incremental index per batch row. vLLM moves requests between rows
 (a finished request's row is reused, rows are condensed and swapped, a preempted request
@@ -87,153 +29,23 @@ whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to t
 general step as soon as one fails. The driver in ``tests/vllm_batch_driver.py`` replays
 vLLM's row movements (with chat turns sharing a system prompt, a template and lengths)
 and checks every proposal against a fresh rescan.
-
-Importing this module does not import vLLM (or torch); a ``torch.Tensor`` argument is
-read through its ``.numpy()`` view.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from . import ngram_index as _public_ngram
-from ._validate import check_count
+from .._validate import check_count
+from .settings import log_settings, verify_setting
 
-__all__ = ["RowTrackingProposer", "SpecfsmNgramProposer", "SpecfsmSuffixProposer", "ProposerConfig"]
-
-#: ``verify`` modes: ``"sparse"`` checks a row's length and a fingerprint of
-#: ``TAIL + SPREAD`` token positions (every token when the history is at most ``SHORT``
-#: long); ``"full"`` compares every indexed token of every row, every step.
-VERIFY_MODES = ("sparse", "full")
+__all__ = ["RowTrackingProposer"]
 
 _NO_CAP = 2**62
-
-
-class ProposerConfig:
-    """A stand-in for the two parts of a ``VllmConfig`` the proposers read.
-
-    ``ProposerConfig(num_speculative_tokens=4, max_model_len=4096, prompt_lookup_min=2,
-    prompt_lookup_max=4)`` has ``.speculative_config`` and ``.model_config`` like vLLM's,
-    for tests and for use without vLLM.
-    """
-
-    class _Spec:
-        def __init__(self, k: Any, lo: Any, hi: Any) -> None:
-            self.method = "custom_class"
-            self.num_speculative_tokens = k
-            self.prompt_lookup_min = lo
-            self.prompt_lookup_max = hi
-
-    class _Model:
-        def __init__(self, max_model_len: Any) -> None:
-            self.max_model_len = max_model_len
-
-    def __init__(
-        self,
-        num_speculative_tokens: Any = 4,
-        max_model_len: Any = None,
-        prompt_lookup_min: Any = None,
-        prompt_lookup_max: Any = None,
-    ) -> None:
-        self.speculative_config = self._Spec(num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)
-        self.model_config = self._Model(max_model_len)
-
-
-def _env(name: str) -> str | None:
-    value = os.environ.get(name, "").strip()
-    return value or None
-
-
-def _env_count(name: str) -> int | None:
-    value = _env(name)
-    if value is None:
-        return None
-    try:
-        return check_count(int(value), name)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be a non-negative integer, got {value!r}") from None
-
-
-def _positive(value: Any) -> int | None:
-    """``value`` as an int when it is a positive integer (vLLM's "set"), else None."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        return None
-    return v if v > 0 else None
-
-
-def _additional(vllm_config: Any) -> dict:
-    """``vllm_config.additional_config["specfsm"]``: a dict vLLM keeps and hands to every
-    worker unchanged (``LLM(..., additional_config={"specfsm": {"min_n": 2, ...}})``, or
-    ``--additional-config '{"specfsm": {...}}'``); {} when absent. Refuses a non-dict."""
-    extra = getattr(vllm_config, "additional_config", None)
-    if not isinstance(extra, dict) or "specfsm" not in extra:
-        return {}
-    mine = extra["specfsm"]
-    if not isinstance(mine, dict):
-        raise TypeError(f'additional_config["specfsm"] must be a dict of proposer settings, got {mine!r}')
-    unknown = sorted(set(mine) - {"min_n", "max_n", "prefer", "verify"})
-    if unknown:
-        raise ValueError(f'additional_config["specfsm"] has unknown settings {unknown}; '
-                         "known: min_n, max_n, prefer, verify")
-    return mine
-
-
-#: where each settings source is named in the settings log
-RANGE_SOURCES = ("keyword", "speculative_config", "additional_config", "environment", "class")
-
-
-def _range_sources(vllm_config: Any, min_n: Any, max_n: Any, cls: type) -> list[tuple[Any, Any]]:
-    """The ``(min_n, max_n)`` each settings source gives, in priority order (named by
-    ``RANGE_SOURCES``): the keywords, the ``speculative_config``'s positive
-    ``prompt_lookup_min`` / ``max`` (vLLM zeroes both for ``custom_class``, so this is
-    silent there), ``additional_config["specfsm"]``, the environment
-    (``SPECFSM_VLLM_MIN_N`` / ``MAX_N``), the class attributes; None where a source is
-    silent. Each proposer combines them by its own rule."""
-    spec = getattr(vllm_config, "speculative_config", None)
-    extra = _additional(vllm_config)
-    return [
-        (min_n, max_n),
-        (_positive(getattr(spec, "prompt_lookup_min", None)), _positive(getattr(spec, "prompt_lookup_max", None))),
-        (extra.get("min_n"), extra.get("max_n")),
-        (_env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")),
-        (cls.min_n, cls.max_n),  # type: ignore[attr-defined]
-    ]
-
-
-def _prefer_setting(prefer: Any, cls: type, vllm_config: Any = None) -> Any:
-    """``prefer`` from the keyword, else ``additional_config["specfsm"]``, else
-    ``SPECFSM_VLLM_PREFER``, else the class attribute."""
-    if prefer is not None:
-        return prefer
-    extra = _additional(vllm_config)
-    if extra.get("prefer") is not None:
-        return extra["prefer"]
-    return _env("SPECFSM_VLLM_PREFER") or cls.prefer  # type: ignore[attr-defined]
-
-
-_logged: set = set()  # settings already logged in this process (one line per worker)
-
-
-def _log_settings(text: str) -> None:
-    """Log ``text`` once per process: through vLLM's logger tree when vLLM is loaded (its
-    handlers print it with the worker's prefix), else ``specfsm.vllm``."""
-    if text in _logged:
-        return
-    _logged.add(text)
-    name = "vllm.specfsm" if "vllm" in sys.modules else "specfsm.vllm"
-    logging.getLogger(name).info("%s", text)
 
 
 def _as_numpy(value: Any, name: str) -> np.ndarray:
@@ -252,19 +64,22 @@ def _as_numpy(value: Any, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be an integer array, got {type(value).__name__} ({exc})") from None
 
 
+
+
 class RowTrackingProposer:
     """Base of the vLLM proposers: one index per batch row, kept right across vLLM's
     row movements, and one batched proposal per step.
 
-    A subclass supplies the index type through three hooks: ``_new_index()`` (a fresh,
-    empty index), ``_propose_indexes(indexes, ks)`` (``(drafts, offsets, lengths)`` for
-    a list of indexes, the GIL released where the index type has a batched call) and,
-    optionally, ``_extend_indexes(indexes, tokens, offsets, one_each)`` (append
-    ``tokens[offsets[i]:offsets[i + 1]]`` to ``indexes[i]``, ``one_each`` saying that
-    every slice is one token; the default calls each index's ``extend``). An index
-    needs ``extend(tokens)`` and ``tokens`` (its contents, for the exact checks). Configuration: ``num_speculative_tokens`` (K) and
-    ``max_model_len`` from the ``VllmConfig`` unless given as keywords; ``verify`` is
-    ``"sparse"`` (default) or ``"full"``.
+    A subclass supplies the index type through two hooks: ``_new_index()`` (a fresh,
+    empty index) and ``_serve_indexes(indexes, tokens, offsets, ks)`` (one serving step
+    for a list of indexes, all or nothing: append ``tokens[offsets[i]:offsets[i + 1]]``
+    to ``indexes[i]``, then propose up to ``ks`` tokens, one count or one per index; returns ``(drafts, offsets, lengths)`` as the indexes' ``propose_batch``
+    does), and optionally ``_serve_one(index, tokens, k)`` (the same for one index and a
+    list of tokens, returning the draft as a list; the default goes through
+    ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
+    Configuration: ``num_speculative_tokens`` (K) and ``max_model_len`` from the
+    ``VllmConfig`` unless given as keywords; ``verify`` is ``"sparse"`` (default) or
+    ``"full"``.
 
     Not thread-safe: a second concurrent ``propose`` raises RuntimeError. Constructing
     this class itself, or a subclass without the two required hooks, raises TypeError
@@ -296,11 +111,11 @@ class RowTrackingProposer:
     ) -> None:
         cls = type(self)
         if cls._new_index is RowTrackingProposer._new_index or (
-            cls._propose_indexes is RowTrackingProposer._propose_indexes
+            cls._serve_indexes is RowTrackingProposer._serve_indexes
         ):
             raise TypeError(
                 f"{cls.__name__} is a base class to subclass (it supplies _new_index and "
-                "_propose_indexes for an index type), not a proposer: load "
+                "_serve_indexes for an index type), not a proposer: load "
                 "specfsm.vllm.SpecfsmNgramProposer or specfsm.vllm.SpecfsmSuffixProposer"
             )
         spec = getattr(vllm_config, "speculative_config", None)
@@ -320,11 +135,7 @@ class RowTrackingProposer:
         if max_model_len is None:
             max_model_len = getattr(model, "max_model_len", None)
         self.max_model_len = self._cap_from(max_model_len)
-        if verify is None:
-            verify = _additional(vllm_config).get("verify") or _env("SPECFSM_VLLM_VERIFY") or self.verify_default
-        if verify not in VERIFY_MODES:
-            raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
-        self.verify = verify
+        self.verify = verify_setting(verify, vllm_config, self.verify_default)
         self._guard = threading.Lock()
         self._clear()
         self._tail_off = np.arange(-self.TAIL, 0, dtype=np.int64)
@@ -353,7 +164,7 @@ class RowTrackingProposer:
                 "max_model_len": self.max_model_len, "verify": self.verify}
 
     def _log(self) -> None:
-        _log_settings("specfsm proposer settings: " + ", ".join(f"{k}={v!r}" for k, v in self.settings().items()))
+        log_settings("specfsm proposer settings: " + ", ".join(f"{k}={v!r}" for k, v in self.settings().items()))
 
     def _clear(self) -> None:
         self._ix: list[Any] = []  # per row: its index or None
@@ -388,20 +199,23 @@ class RowTrackingProposer:
     def _new_index(self) -> Any:
         raise NotImplementedError
 
-    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
+                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
-        for i, ix in enumerate(indexes):
-            a, b = int(offsets[i]), int(offsets[i + 1])
-            if b > a:
-                ix.extend(tokens[a:b])
+    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
+        drafts, offsets, lengths = self._serve_indexes(
+            [index], np.asarray(tokens, dtype=np.int64), np.asarray([0, len(tokens)], dtype=np.int64),
+            np.asarray([k], dtype=np.int64))
+        return drafts.tolist()
 
     def rescan(self, history: Any, max_k: int) -> list:
         """The draft a fresh index over ``history`` would give (for tests and checks)."""
-        ix = self._new_index()
-        ix.extend(np.asarray(history, dtype=np.int64))
-        return self._propose_indexes([ix], np.asarray([max_k], dtype=np.int64))[0].tolist()
+        h = np.asarray(history, dtype=np.int64)
+        drafts, offsets, lengths = self._serve_indexes(
+            [self._new_index()], h, np.asarray([0, h.shape[0]], dtype=np.int64),
+            np.asarray([max_k], dtype=np.int64))
+        return drafts.tolist()
 
     # -- vLLM's interface ----------------------------------------------------------------
     def load_model(self, *args: Any, **kwargs: Any) -> None:
@@ -664,15 +478,16 @@ class RowTrackingProposer:
         self.stats["steps"] = step + 1
         self.stats["steady"] += 1
         ixs = self._ix[:b]
+        K = self.num_speculative_tokens
+        out = []
         grown = 0
-        for r in range(b):
+        for r in range(b):  # (every row grew: the row rule holds n == n0 + ns[r] > n0)
             n0, n = olds[r], Ls[r]
-            if n > n0:
-                row = tok[r]
-                ixs[r].extend(row[n0:n].tolist())
-                self._len[r] = n
-                self._tail[r] = row[n - T : n]
-                grown += n - n0
+            row = tok[r]
+            out.append(self._serve_one(ixs[r], row[n0:n].tolist(), K if cap - n >= K else cap - n))
+            self._len[r] = n
+            self._tail[r] = row[n - T : n]
+            grown += n - n0
         self.stats["extended"] += grown
         self._seen[:b] = Ls
         self._mark_twins(b, False, Ls)
@@ -683,13 +498,7 @@ class RowTrackingProposer:
                 self._anc[r] = n
                 self._spos[r] = at
                 self._spread[r] = tok[r, at]
-        K = self.num_speculative_tokens
-        return self._propose_few(ixs, [K if cap - n >= K else cap - n for n in Ls])
-
-    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
-        """One draft list per index (few indexes); the default goes through the batch hook."""
-        drafts, offsets, lengths = self._propose_indexes(indexes, np.asarray(ks, dtype=np.int64))
-        return self._as_lists(drafts, offsets, lengths, max(ks))
+        return out
 
     def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: np.ndarray) -> list[list[int]] | None:
         """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
@@ -740,19 +549,19 @@ class RowTrackingProposer:
         self.stats["steady"] += 1
         ixs = self._ix[:b]
         self._long = True
+        K = self.num_speculative_tokens
+        ks = K if cap - lmax >= K else np.minimum(K, cap - L)
         if dmax == 1 and dmin == 1:  # one token per row
-            self._extend_indexes(ixs, win[T], self._arange[: b + 1], True)
+            drafts = self._serve_indexes(ixs, win[T], self._arange[: b + 1], ks)
             self._tail.T[:, :b] = win[1:]
             self.stats["extended"] += b
-        else:
+        else:  # (every row grew: d == ns > 0)
             offsets = np.zeros(b + 1, dtype=np.int64)
             np.cumsum(d, out=offsets[1:])
-            total = int(offsets[-1])
-            if total:
-                new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
-                self._extend_indexes(ixs, new, offsets)
+            new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
+            drafts = self._serve_indexes(ixs, new, offsets, ks)
             self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
-            self.stats["extended"] += total
+            self.stats["extended"] += int(offsets[-1])
         self._len[:b] = L
         self._seen[:b] = L
         self._mark_twins(b, False)
@@ -763,10 +572,7 @@ class RowTrackingProposer:
             self._anc[rn] = Ld[renew]
             self._spos[rn] = at = self._spread_pos(Ld[renew])
             self._spread[rn] = self._gather(tok, rn, at)
-        K = self.num_speculative_tokens
-        ks = K if cap - lmax >= K else np.minimum(K, cap - L)
-        drafts, doff, lengths = self._propose_indexes(ixs, ks)
-        return self._as_lists(drafts, doff, lengths, K)
+        return self._as_lists(*drafts, K)
 
     # -- the general step ----------------------------------------------------------------
     def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
@@ -863,19 +669,22 @@ class RowTrackingProposer:
             fresh = self._relocate(tok, rows, Lr, counts[sel], np.flatnonzero(~ok), start)
         ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
 
-        # 2. append each row's new tokens (one batched call where the index type has one)
+        # 2. one serving step for every drafting row: append each row's new tokens, then
+        # propose (one batched call, all or nothing, before the rows' state is written)
+        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
         counts = Lr - start
         cmin, cmax = int(counts.min()), int(counts.max())
         if cmin == 1 and cmax == 1:  # one token per row (a step without accepted drafts)
-            self._extend_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]), self._arange[: rows.size + 1], True)
+            drafts = self._serve_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]),
+                                         self._arange[: rows.size + 1], ks)
             self.stats["extended"] += rows.size
-        elif cmax > 0:
+        else:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             total = int(offsets[-1])
             row_of = np.repeat(rows, counts)
             col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
-            self._extend_indexes(ixs, tok[row_of, col], offsets)
+            drafts = self._serve_indexes(ixs, tok[row_of, col], offsets, ks)
             self.stats["extended"] += total
         self._len[sel] = Lr
         self._tail[sel] = tail_new
@@ -893,10 +702,7 @@ class RowTrackingProposer:
             self._spos[rn] = at = self._spread_pos(Lr[renew])
             self._spread[rn] = self._gather(tok, rn, at)
 
-        # 3. one batched proposal for every drafting row
-        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
-        drafts, doff, lengths = self._propose_indexes(ixs, ks)
-        drafts_rows = self._as_lists(drafts, doff, lengths, K)
+        drafts_rows = self._as_lists(*drafts, K)
         if every:
             return drafts_rows
         out: list[list[int]] = [[] for _ in range(b)]
@@ -972,192 +778,3 @@ class RowTrackingProposer:
         return np.union1d(np.asarray(renew, dtype=np.int64), np.flatnonzero((Lr >= 2 * anc) | (anc <= 0)))
 
 
-class SpecfsmNgramProposer(RowTrackingProposer):
-    """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.
-
-    The n-gram range is ``min_n..max_n`` and ``prefer`` picks that n's first occurrence
-    (``"earliest"``, vLLM's rule and the default) or its latest; draft length K is
-    ``num_speculative_tokens``, capped at ``max_model_len - length`` like vLLM's. Each
-    setting comes from, in order: the keyword; ``prompt_lookup_min`` /
-    ``prompt_lookup_max`` of the ``speculative_config`` when positive; the environment
-    (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class
-    attributes ``min_n`` / ``max_n`` / ``prefer`` (subclass to change them). As in vLLM,
-    one given end of the range sets the other. ``kernels`` picks an implementation
-    module (``specfsm._impl.module(kind, "ngram_index")``) for tests; by default the
-    active one.
-    """
-
-    min_n: int | None = None
-    max_n: int | None = None
-    prefer: str = "earliest"
-    #: vLLM's own default range when none is configured
-    DEFAULT_N = 5
-    #: batches of at least this many rows are extended through ``extend_batch`` (one
-    #: nogil call); fewer through each index's own ``append`` / ``extend``
-    BATCH_EXTEND = 16
-
-    def __init__(
-        self,
-        vllm_config: Any = None,
-        *,
-        min_n: Any = None,
-        max_n: Any = None,
-        prefer: Any = None,
-        num_speculative_tokens: Any = None,
-        max_model_len: Any = None,
-        verify: Any = None,
-        kernels: Any = None,
-    ) -> None:
-        super().__init__(
-            vllm_config,
-            num_speculative_tokens=num_speculative_tokens,
-            max_model_len=max_model_len,
-            verify=verify,
-        )
-        # the first source that sets either end sets the range (one end sets the other)
-        lo, hi, self.range_source = next(
-            ((a, b, name) for (a, b), name in zip(_range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES)
-             if a is not None or b is not None),
-            (self.DEFAULT_N, self.DEFAULT_N, "vLLM's ngram default"),
-        )
-        lo = hi if lo is None else lo
-        hi = lo if hi is None else hi
-        prefer = _prefer_setting(prefer, type(self), vllm_config)
-        self._kern = kernels if kernels is not None else _public_ngram
-        self._extend_batch: Callable | None = getattr(self._kern, "extend_batch", None)
-        probe = self._kern.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
-        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
-        self._log()
-
-    def settings(self) -> dict:
-        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
-                "range_from": self.range_source}
-
-    def _new_index(self) -> Any:
-        return self._kern.NgramIndex(self.min_n, self.max_n, self.prefer)
-
-    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
-        return [ix.propose(k) for ix, k in zip(indexes, ks)]
-
-    def _propose_indexes(self, indexes: list, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._kern.propose_batch(indexes, ks)
-
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
-        if self._extend_batch is not None and len(indexes) >= self.BATCH_EXTEND:
-            self._extend_batch(indexes, tokens, offsets)
-            return
-        # one call per index: a decode step appends 1 to K+1 tokens per row, which the
-        # index takes fastest as Python ints; a rebuilt row's history goes in as an array
-        if one_each and indexes:
-            # one token per row (a decode step without accepted drafts): a C-level loop
-            # (every index here came from _new_index, so they share one type)
-            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
-                pass
-            return
-        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
-        o = offsets.tolist()
-        for i, ix in enumerate(indexes):
-            a, b = o[i], o[i + 1]
-            if b - a == 1 and vals is not None:
-                ix.append(vals[a])
-            elif 0 < b - a <= 16 and vals is not None:
-                ix.extend(vals[a:b])
-            elif b > a:
-                ix.extend(tokens[a:b])
-
-    def __repr__(self) -> str:
-        return (
-            f"SpecfsmNgramProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
-            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
-            f"verify={self.verify!r})"
-        )
-
-
-class SpecfsmSuffixProposer(RowTrackingProposer):
-    """vLLM proposer over ``specfsm.SuffixIndex``: unbounded longest-match drafts (the
-    longest earlier occurrence of the row's current suffix, of any length) at amortised
-    O(1) per token, with the same row tracking as ``SpecfsmNgramProposer``.
-
-    Settings: ``min_n`` (shortest suffix worth drafting from, default 1), ``max_n``
-    (longest suffix looked at; default None, unbounded) and ``prefer`` (``"earliest"``,
-    the default, or ``"latest"`` occurrence of that suffix); draft length K is
-    ``num_speculative_tokens``, capped at ``max_model_len - length``. Each comes from, in
-    order: the keyword; ``prompt_lookup_min`` / ``prompt_lookup_max`` of the
-    ``speculative_config`` when positive; the environment (``SPECFSM_VLLM_MIN_N``,
-    ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class attributes. ``kernels``
-    picks an implementation module (``specfsm._impl.module(kind, "suffix_index")``) for
-    tests; by default the active one.
-    """
-
-    min_n: int = 1
-    max_n: int | None = None
-    prefer: str = "earliest"
-
-    def __init__(
-        self,
-        vllm_config: Any = None,
-        *,
-        min_n: Any = None,
-        max_n: Any = None,
-        prefer: Any = None,
-        num_speculative_tokens: Any = None,
-        max_model_len: Any = None,
-        verify: Any = None,
-        kernels: Any = None,
-    ) -> None:
-        super().__init__(
-            vllm_config,
-            num_speculative_tokens=num_speculative_tokens,
-            max_model_len=max_model_len,
-            verify=verify,
-        )
-        # each end from the first source that sets it (max_n None: unbounded)
-        sources = list(zip(_range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
-        lo, lo_from = next(((a, name) for (a, _), name in sources if a is not None), (None, "default"))
-        hi, hi_from = next(((b, name) for (_, b), name in sources if b is not None), (None, "default"))
-        self.range_source = lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
-        prefer = _prefer_setting(prefer, type(self), vllm_config)
-        if kernels is None:
-            from . import suffix_index as kernels
-        self._kern = kernels
-        probe = self._kern.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
-        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
-        self._log()
-
-    def settings(self) -> dict:
-        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
-                "range_from": self.range_source}
-
-    def _new_index(self) -> Any:
-        return self._kern.SuffixIndex(self.min_n, self.max_n, self.prefer)
-
-    def _propose_few(self, indexes: list, ks: list) -> list[list[int]]:
-        return [ix.propose(k) for ix, k in zip(indexes, ks)]
-
-    def _propose_indexes(self, indexes: list, ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._kern.propose_batch(indexes, ks)
-
-    def _extend_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray, one_each: bool = False) -> None:
-        if not indexes:
-            return
-        if one_each:  # one token per row: a C-level loop over the indexes' append
-            for _ in map(type(indexes[0]).append, indexes, tokens.tolist()):
-                pass
-            return
-        o = offsets.tolist()
-        vals = tokens.tolist() if tokens.shape[0] <= 64 * len(indexes) else None
-        for i, ix in enumerate(indexes):
-            a, b = o[i], o[i + 1]
-            if b <= a:
-                continue
-            if vals is not None and b - a <= 64:
-                ix.extend(vals[a:b])
-            else:
-                ix.extend(tokens[a:b])
-
-    def __repr__(self) -> str:
-        return (
-            f"SpecfsmSuffixProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
-            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
-            f"verify={self.verify!r})"
-        )

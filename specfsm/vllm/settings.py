@@ -1,0 +1,172 @@
+"""Where the vLLM proposers' settings come from, and the once-per-worker log of them.
+
+vLLM resets ``prompt_lookup_min``/``prompt_lookup_max`` to 0 for ``custom_class``, and
+keeps no copy of a user's values, so the n-gram range comes from, in order: constructor
+keywords (a subclass's ``__init__``); positive ``prompt_lookup_min``/``max`` (a vLLM
+version that keeps them); ``additional_config={"specfsm": {"min_n": .., "max_n": ..,
+"prefer": .., "verify": ..}}`` (``LLM(additional_config=...)`` or
+``--additional-config``: vLLM hands that dict to every worker unchanged); the
+environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``,
+``SPECFSM_VLLM_VERIFY``, which must be set in every worker process); class attributes
+(subclass to change them); else vLLM's n-gram defaults (``5..5``,
+``prefer="earliest"``). Each proposer logs the settings it runs with and where the range
+came from once per worker process (logger ``vllm.specfsm`` inside vLLM,
+``specfsm.vllm`` outside). ``ProposerConfig`` stands in for a ``VllmConfig`` outside vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from .._validate import check_count
+
+__all__ = [
+    "RANGE_SOURCES",
+    "VERIFY_MODES",
+    "ProposerConfig",
+    "additional_settings",
+    "env_setting",
+    "log_settings",
+    "prefer_setting",
+    "range_sources",
+    "verify_setting",
+]
+
+#: ``verify`` modes: ``"sparse"`` checks a row's length and a fingerprint of
+#: ``TAIL + SPREAD`` token positions (every token when the history is at most ``SHORT``
+#: long); ``"full"`` compares every indexed token of every row, every step.
+VERIFY_MODES = ("sparse", "full")
+
+
+class ProposerConfig:
+    """A stand-in for the two parts of a ``VllmConfig`` the proposers read.
+
+    ``ProposerConfig(num_speculative_tokens=4, max_model_len=4096, prompt_lookup_min=2,
+    prompt_lookup_max=4)`` has ``.speculative_config`` and ``.model_config`` like vLLM's,
+    for tests and for use without vLLM.
+    """
+
+    class _Spec:
+        def __init__(self, k: Any, lo: Any, hi: Any) -> None:
+            self.method = "custom_class"
+            self.num_speculative_tokens = k
+            self.prompt_lookup_min = lo
+            self.prompt_lookup_max = hi
+
+    class _Model:
+        def __init__(self, max_model_len: Any) -> None:
+            self.max_model_len = max_model_len
+
+    def __init__(
+        self,
+        num_speculative_tokens: Any = 4,
+        max_model_len: Any = None,
+        prompt_lookup_min: Any = None,
+        prompt_lookup_max: Any = None,
+    ) -> None:
+        self.speculative_config = self._Spec(num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)
+        self.model_config = self._Model(max_model_len)
+
+
+def env_setting(name: str) -> str | None:
+    """Environment variable ``name``, stripped; None when unset or blank."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _env_count(name: str) -> int | None:
+    value = env_setting(name)
+    if value is None:
+        return None
+    try:
+        return check_count(int(value), name)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be a non-negative integer, got {value!r}") from None
+
+
+def _positive(value: Any) -> int | None:
+    """``value`` as an int when it is a positive integer (vLLM's "set"), else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 else None
+
+
+def additional_settings(vllm_config: Any) -> dict:
+    """``vllm_config.additional_config["specfsm"]``: a dict vLLM keeps and hands to every
+    worker unchanged (``LLM(..., additional_config={"specfsm": {"min_n": 2, ...}})``, or
+    ``--additional-config '{"specfsm": {...}}'``); {} when absent. Refuses a non-dict
+    (TypeError) and unknown settings (ValueError)."""
+    extra = getattr(vllm_config, "additional_config", None)
+    if not isinstance(extra, dict) or "specfsm" not in extra:
+        return {}
+    mine = extra["specfsm"]
+    if not isinstance(mine, dict):
+        raise TypeError(f'additional_config["specfsm"] must be a dict of proposer settings, got {mine!r}')
+    unknown = sorted(set(mine) - {"min_n", "max_n", "prefer", "verify"})
+    if unknown:
+        raise ValueError(f'additional_config["specfsm"] has unknown settings {unknown}; '
+                         "known: min_n, max_n, prefer, verify")
+    return mine
+
+
+#: where each settings source is named in the settings log
+RANGE_SOURCES = ("keyword", "speculative_config", "additional_config", "environment", "class")
+
+
+def range_sources(vllm_config: Any, min_n: Any, max_n: Any, cls: type) -> list[tuple[Any, Any]]:
+    """The ``(min_n, max_n)`` each settings source gives, in priority order (named by
+    ``RANGE_SOURCES``): the keywords, the ``speculative_config``'s positive
+    ``prompt_lookup_min`` / ``max`` (vLLM zeroes both for ``custom_class``, so this is
+    silent there), ``additional_config["specfsm"]``, the environment
+    (``SPECFSM_VLLM_MIN_N`` / ``MAX_N``), the class attributes; None where a source is
+    silent. Each proposer combines them by its own rule."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    extra = additional_settings(vllm_config)
+    return [
+        (min_n, max_n),
+        (_positive(getattr(spec, "prompt_lookup_min", None)), _positive(getattr(spec, "prompt_lookup_max", None))),
+        (extra.get("min_n"), extra.get("max_n")),
+        (_env_count("SPECFSM_VLLM_MIN_N"), _env_count("SPECFSM_VLLM_MAX_N")),
+        (cls.min_n, cls.max_n),  # type: ignore[attr-defined]
+    ]
+
+
+def prefer_setting(prefer: Any, cls: type, vllm_config: Any = None) -> Any:
+    """``prefer`` from the keyword, else ``additional_config["specfsm"]``, else
+    ``SPECFSM_VLLM_PREFER``, else the class attribute."""
+    if prefer is not None:
+        return prefer
+    extra = additional_settings(vllm_config)
+    if extra.get("prefer") is not None:
+        return extra["prefer"]
+    return env_setting("SPECFSM_VLLM_PREFER") or cls.prefer  # type: ignore[attr-defined]
+
+
+def verify_setting(verify: Any, vllm_config: Any, default: str) -> str:
+    """``verify`` from the keyword, else ``additional_config["specfsm"]``, else
+    ``SPECFSM_VLLM_VERIFY``, else ``default``; refuses a mode not in ``VERIFY_MODES``."""
+    if verify is None:
+        verify = additional_settings(vllm_config).get("verify") or env_setting("SPECFSM_VLLM_VERIFY") or default
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+    return verify
+
+
+_logged: set = set()  # settings already logged in this process (one line per worker)
+
+
+def log_settings(text: str) -> None:
+    """Log ``text`` once per process: through vLLM's logger tree when vLLM is loaded (its
+    handlers print it with the worker's prefix), else ``specfsm.vllm``."""
+    if text in _logged:
+        return
+    _logged.add(text)
+    name = "vllm.specfsm" if "vllm" in sys.modules else "specfsm.vllm"
+    logging.getLogger(name).info("%s", text)
