@@ -48,7 +48,7 @@ DRAFTERS = {
 def _compiled(name: str):
     if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set: these benchmarks measure the compiled core")
-    return _impl.module("compiled", name)
+    return _impl.kernels("compiled", name)
 
 
 @functools.lru_cache(maxsize=1)

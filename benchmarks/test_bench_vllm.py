@@ -144,11 +144,11 @@ def _adapter(kind: str, b: int, h: int, suffix: bool = False):
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
     if suffix:
         return sv.SpecfsmSuffixProposer(
-            num_speculative_tokens=K, max_model_len=h + EXTRA, kernels=_impl.module(kind, "suffix_index"),
+            num_speculative_tokens=K, max_model_len=h + EXTRA, kernels=_impl.kernels(kind, "suffix_index"),
         )
     return sv.SpecfsmNgramProposer(
         num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest",
-        max_model_len=h + EXTRA, kernels=_impl.module(kind, "ngram_index"),
+        max_model_len=h + EXTRA, kernels=_impl.kernels(kind, "ngram_index"),
     )
 
 

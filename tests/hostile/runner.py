@@ -94,8 +94,8 @@ class Impl:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.mods = {n: _impl.module(kind, n) for n in _impl.KERNEL_MODULES}
-        self.twin = {n: _impl.module("python", n) for n in _impl.KERNEL_MODULES}
+        self.mods = {n: _impl.kernels(kind, n) for n in _impl.KERNEL_MODULES}
+        self.twin = {n: _impl.kernels("python", n) for n in _impl.KERNEL_MODULES}
         self.mismatches: list[str] = []
 
     def __getitem__(self, name):
@@ -278,7 +278,7 @@ def scenario_extreme_ints(impl, rng, seconds):
             "full": rng.choice([big, 0]), "draft_len": rng.choice([big, 4]),
         }
         for kind in ("compiled", "python") if impl.kind == "compiled" else ("python",):
-            mod = _impl.module(kind, "ngram_index")
+            mod = _impl.kernels(kind, "ngram_index")
             if hasattr(mod, "_rebuild"):
                 attempt(
                     mod._rebuild, mod.NgramIndex, rng.choice([1, big]), rng.choice([3, big]),

@@ -44,11 +44,10 @@ def _proposer(impl, rng, verify=None):
     if rng.random() < 0.5:
         lo = rng.randrange(1, 4)
         return sv.SpecfsmNgramProposer(min_n=lo, max_n=lo + rng.randrange(3), prefer=rng.choice(["earliest", "latest"]),
-                                       num_speculative_tokens=k, max_model_len=cap, verify=verify,
-                                       kernels=impl["ngram_index"])
+                                       num_speculative_tokens=k, max_model_len=cap, verify=verify)
     return sv.SpecfsmSuffixProposer(min_n=rng.randrange(1, 3), max_n=rng.choice([None, 4]),
                                     prefer=rng.choice(["earliest", "latest"]), num_speculative_tokens=k,
-                                    max_model_len=cap, verify=verify, kernels=impl["suffix_index"])
+                                    max_model_len=cap, verify=verify)
 
 
 class _Batch:
