@@ -253,7 +253,8 @@ def scenario_vllm_threads(runner, impl, rng, seconds):
               runner.toggler(lens, good_lens, random.Random(rng.randrange(2**32))),
               lists(rng.randrange(2**32))]
     bodies += [caller(rng.randrange(2**32)) for _ in range(3)]
-    runner.run_threads(bodies, seconds, stop)
+    if not any(runner.run_threads(bodies, seconds, stop)[3:]):  # the callers' returned calls
+        raise runner.Failure("every propose/reset call was refused while the arrays were rewritten")
     # the arrays valid again: the exact proposer drafts what a fresh index drafts
     tok[...] = good_tok
     lens[...] = good_lens
