@@ -140,15 +140,15 @@ def _stepper(tok: np.ndarray, h: int):
 
 
 def _adapter(kind: str, b: int, h: int, suffix: bool = False):
-    if kind == "compiled" and _impl.NO_EXTENSIONS:
-        pytest.skip("SPECFSM_NO_EXTENSIONS is set")
+    """The proposer on the active implementation; ``kind`` must be that one (the other is
+    skipped: run with ``SPECFSM_NO_EXTENSIONS=1`` for the twin's numbers)."""
+    active = "python" if _impl.NO_EXTENSIONS else "compiled"
+    if kind != active:
+        pytest.skip(f"the proposers run on the {active} implementation in this process")
     if suffix:
-        return sv.SpecfsmSuffixProposer(
-            num_speculative_tokens=K, max_model_len=h + EXTRA, kernels=_impl.kernels(kind, "suffix_index"),
-        )
+        return sv.SpecfsmSuffixProposer(num_speculative_tokens=K, max_model_len=h + EXTRA)
     return sv.SpecfsmNgramProposer(
-        num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest",
-        max_model_len=h + EXTRA, kernels=_impl.kernels(kind, "ngram_index"),
+        num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest", max_model_len=h + EXTRA,
     )
 
 

@@ -180,7 +180,7 @@ def cache_calls(cache, sfx, rng):
     from specfsm.suffix_index import SuffixDrafter
 
     def session():
-        d = SuffixDrafter(shared=cache, index_cls=sfx.SuffixIndex, shared_below=rng.choice([0, 8]))
+        d = SuffixDrafter(shared=cache, shared_below=rng.choice([0, 8]))
         s = d.session([rng.randrange(5) for _ in range(rng.randrange(20))])
         s.extend([rng.randrange(5) for _ in range(rng.randrange(10))])
         s.propose(rng.choice([0, 4]))
@@ -258,7 +258,7 @@ def scenario_index_reentry(impl, rng, seconds):
             if got[0] == "ok" and label != "repr":
                 raise R.Failure(f"{kind} index made with __new__ allowed {label}: {got[1]!r}")
         # the shared cache, its arguments calling it back
-        cache = SharedSuffixCache(max_tokens=200, generations=2, index_cls=sfx.SuffixIndex)
+        cache = SharedSuffixCache(max_tokens=200, generations=2)
         ccalls = cache_calls(cache, sfx, rng)
 
         def caction(ccalls=ccalls):
@@ -306,7 +306,7 @@ def scenario_index_threads(impl, rng, seconds):
         "suffix": (sfx, [_new_suffix(sfx, rng) for _ in range(3)]),
         "ngram": (ngi, [_new_ngram(ngi, rng) for _ in range(3)]),
     }
-    cache = SharedSuffixCache(max_tokens=5000, generations=3, index_cls=sfx.SuffixIndex)
+    cache = SharedSuffixCache(max_tokens=5000, generations=3)
     shared_lists = [[rng.randrange(5) for _ in range(60)] for _ in range(3)]
     lock = threading.Lock()
 
