@@ -1,5 +1,9 @@
-"""Benchmarks run each case on the compiled core and on the pure-Python twin in the same
-process, so their ratio is measured side by side (``--benchmark-group-by=group``)."""
+"""Benchmarks of the kernels run each case on the compiled core and on the pure-Python twin
+in the same process (``kernel_kind``: ``specfsm._impl.kernels(kind, name)``), so their
+ratio is measured side by side (``--benchmark-group-by=group``). Benchmarks of the
+public layer (``kind``) run on the active implementation, the one ``specfsm._impl``'s
+rule chose at import; the other kind is skipped, so run the suite a second time with
+``SPECFSM_NO_EXTENSIONS=1`` for the twin's numbers in the same groups."""
 
 from __future__ import annotations
 
@@ -8,15 +12,27 @@ import pytest
 
 from specfsm import _impl
 
+#: the implementation the public layer runs on in this process
+ACTIVE_KIND = "python" if _impl.NO_EXTENSIONS else "compiled"
+
 
 @pytest.fixture(params=["compiled", "python"])
 def kind(request):
-    """Runs the public layer on one implementation's kernels (``specfsm._impl.using``, a
-    context-local choice); yields its name."""
+    """The public layer's implementation: the active one (the other is skipped)."""
+    if request.param != ACTIVE_KIND:
+        pytest.skip(
+            f"the public layer runs on the {ACTIVE_KIND} implementation in this process"
+            + ("" if ACTIVE_KIND == "python" else "; SPECFSM_NO_EXTENSIONS=1 runs it on the twin")
+        )
+    return request.param
+
+
+@pytest.fixture(params=["compiled", "python"])
+def kernel_kind(request):
+    """One implementation's kernels (``specfsm._impl.kernels(kernel_kind, name)``)."""
     if request.param == "compiled" and _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    with _impl.using(request.param):
-        yield request.param
+    return request.param
 
 
 def repetitive_stream(length: int, vocab: int = 32_000, seed: int = 0) -> np.ndarray:

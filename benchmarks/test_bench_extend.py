@@ -32,7 +32,7 @@ MIN_N, MAX_N = 2, 4
 def _ngi():
     if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    return _impl.module("compiled", "ngram_index")
+    return _impl.kernels("compiled", "ngram_index")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ token (the time outside the target), which is the figure ``specfsm replay`` prin
 
 from __future__ import annotations
 
-import pytest
 
 from specfsm.loop import NgramDrafter, PromptLookupDrafter, Request, SpeculativeLoop, TeacherForcedTarget
 from specfsm.workload import stdlib_workload
@@ -40,14 +39,8 @@ def test_replay_prompt_lookup(benchmark, kind):
 
 
 def test_replay_ngram_index(benchmark, kind):
-    from specfsm import _impl
-
-    try:
-        cls = _impl.module(kind, "ngram_index").NgramIndex
-    except ImportError:
-        pytest.skip("specfsm.ngram_index is not available")
     benchmark.group = "replay 4 stdlib edits, n-gram index 2..4, k=5"
-    _replay(benchmark, SpeculativeLoop(None, NgramDrafter(2, 4, index_cls=cls), k=5), kind)
+    _replay(benchmark, SpeculativeLoop(None, NgramDrafter(2, 4), k=5), kind)
 
 
 def test_replay_plain_greedy(benchmark, kind):

@@ -33,7 +33,7 @@ BATCH, BATCH_LEN = 512, 128_000
 def _kern(kind: str):
     if kind == "compiled" and _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    return _impl.module(kind, "ngram_index")
+    return _impl.kernels(kind, "ngram_index")
 
 
 def far_match_stream(length: int, seed: int = 0, dtype=np.int64) -> np.ndarray:
@@ -51,7 +51,7 @@ def stream(length: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=2)
 def built_index(kind: str, length: int):
-    ix = _impl.module(kind, "ngram_index").NgramIndex(MIN_N, MAX_N)
+    ix = _impl.kernels(kind, "ngram_index").NgramIndex(MIN_N, MAX_N)
     ix.extend(stream(length))
     return ix
 
@@ -197,7 +197,7 @@ def batch_streams():
 def batch_indexes(batch_streams):
     if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    ngi = _impl.module("compiled", "ngram_index")
+    ngi = _impl.kernels("compiled", "ngram_index")
     flat, offsets = batch_streams
     ixs = []
     for i in range(BATCH):

@@ -44,7 +44,7 @@ def test_bench_place_rows(benchmark, size, kind):
     else:
         if kind == "compiled" and _impl.NO_EXTENSIONS:
             pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-        place_rows = _impl.module(kind, "place").place_rows
+        place_rows = _impl.kernels(kind, "place").place_rows
 
         def run():
             place_rows(src, index, dst)
@@ -61,6 +61,6 @@ def test_bench_settle_index(benchmark, kind):
     rng = np.random.default_rng(1)
     draft_lens = rng.integers(0, 8, size=256).astype(np.int64)
     accepted = (rng.random(256) * (draft_lens + 1)).astype(np.int64)
-    settle_index = _impl.module(kind, "place").settle_index
+    settle_index = _impl.kernels(kind, "place").settle_index
     out = benchmark(settle_index, accepted, draft_lens)
     assert out.shape == (256,)

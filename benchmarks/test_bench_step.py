@@ -50,7 +50,7 @@ RECORD: dict = {}
 def _need_compiled():
     if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set: the step benchmark times the compiled core")
-    return _impl.module("compiled", "batch"), _impl.module("compiled", "ngram_index")
+    return _impl.kernels("compiled", "batch"), _impl.kernels("compiled", "ngram_index")
 
 
 @functools.lru_cache(maxsize=2)
@@ -63,7 +63,7 @@ def rounds_for(b: int) -> int:
 
 
 def _suffix_module():
-    return _impl.module("compiled", "suffix_index")
+    return _impl.kernels("compiled", "suffix_index")
 
 
 def build_indexes(ni, hist: list[np.ndarray], drafter: str = "ngram") -> list:

@@ -28,7 +28,7 @@ ROUNDS = 150
 def _sfx():
     if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    return _impl.module("compiled", "suffix_index")
+    return _impl.kernels("compiled", "suffix_index")
 
 
 def _new(sfx):

@@ -46,9 +46,9 @@ __all__ = [
     "PROB_ATOL",
 ]
 
-# The kernels are those of the running context: ``specfsm._impl.current()`` is the active
-# implementation unless a ``with specfsm._impl.using(kind):`` block picks one.
-_current = _impl.current
+# The active implementation's kernels, bound once at import (``specfsm._impl``).
+_common_prefix = _impl.load("prefix").common_prefix
+_accept = _impl.load("accept")
 
 
 @runtime_checkable
@@ -77,16 +77,16 @@ class Exact:
     kind = "exact"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
 
     def accepted_rows(self, draft: Any, choices: Any) -> int:
-        return _current().common_prefix(draft, choices)
+        return _common_prefix(draft, choices)
 
     def select(self, draft: Any, choices: Any) -> tuple[int, Any]:
         """``(accepted, row_tokens)``: the row tokens are the target's choices."""
-        return _current().common_prefix(draft, choices), choices
+        return _common_prefix(draft, choices), choices
 
     def accept_batch(self, draft: Any, choices: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
         """B ragged drafts at once: ``(tokens int32 [B, K_max + 1] padded with -1,
         accepted int32 [B])``; ``choices`` is flat like ``draft``."""
-        return _current().accept.exact_batch(draft, choices, offsets)
+        return _accept.exact_batch(draft, choices, offsets)
 
     def __repr__(self) -> str:
         return "Exact()"
@@ -114,7 +114,7 @@ class MinRun:
         raise AttributeError("MinRun is immutable")
 
     def accepted_rows(self, draft: Any, choices: Any) -> int:
-        n = _current().common_prefix(draft, choices)
+        n = _common_prefix(draft, choices)
         return n if n >= self.m else 0
 
     def select(self, draft: Any, choices: Any) -> tuple[int, Any]:
@@ -122,7 +122,7 @@ class MinRun:
 
     def accept_batch(self, draft: Any, choices: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
         """Batched ``MinRun``; same layout as ``Exact.accept_batch``."""
-        return _current().accept.min_run_batch(draft, choices, offsets, self.m)
+        return _accept.min_run_batch(draft, choices, offsets, self.m)
 
     def __repr__(self) -> str:
         return f"MinRun({self.m})"
@@ -179,7 +179,7 @@ class SpeculativeSampling:
         k = d.shape[0]
         # the kernel draws K + 1 uniforms from rng only once every argument is checked,
         # so a refused call leaves the stream where it was
-        out, acc = _current().accept.speculative_batch(
+        out, acc = _accept.speculative_batch(
             d, np.array([0, k], dtype=np.int64), target_probs, draft_probs, self.rng, check
         )
         n = int(acc[0])
@@ -201,7 +201,7 @@ class SpeculativeSampling:
         V with one row per draft row): ``(tokens int32 [B, K_max + 1] padded with -1,
         accepted int32 [B])``. Draws N + B uniforms from ``rng``, after every argument
         has been checked (a refused call draws nothing)."""
-        return _current().accept.speculative_batch(draft, offsets, target_probs, draft_probs, self.rng, check)
+        return _accept.speculative_batch(draft, offsets, target_probs, draft_probs, self.rng, check)
 
     def __repr__(self) -> str:
         return f"SpeculativeSampling(rng={self.rng!r})"
@@ -224,7 +224,7 @@ class TypicalAcceptance:
         """``(accepted, row_tokens)`` for one draft and its K x V target probabilities."""
         d = _single(draft)
         k = d.shape[0]
-        out, acc = _current().accept.typical_batch(
+        out, acc = _accept.typical_batch(
             d, np.array([0, k], dtype=np.int64), target_probs,
             self.posterior_threshold, self.posterior_alpha, check,
         )
@@ -242,7 +242,7 @@ class TypicalAcceptance:
         self, draft: Any, offsets: Any, target_probs: Any, *, check: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         """B ragged drafts at once; same layout as ``SpeculativeSampling.sample_batch``."""
-        return _current().accept.typical_batch(
+        return _accept.typical_batch(
             draft, offsets, target_probs, self.posterior_threshold, self.posterior_alpha, check
         )
 

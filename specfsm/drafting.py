@@ -4,7 +4,7 @@ greedy acceptance count, and ``PromptLookupDrafter`` (prompt lookup as a drafter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,10 @@ from . import _impl
 from ._validate import check_count
 
 __all__ = ["prompt_lookup", "common_prefix", "PromptLookupDrafter"]
+
+# The active implementation's kernels, bound once at import (``specfsm._impl``).
+_prompt_lookup = _impl.load("ngram").prompt_lookup
+_common_prefix = _impl.load("prefix").common_prefix
 
 
 def prompt_lookup(history: Any, ngram: int, max_k: int) -> Any:
@@ -27,24 +31,23 @@ def prompt_lookup(history: Any, ngram: int, max_k: int) -> Any:
     longer than ``ngram``, or nothing earlier matches. Refuses negative or non-integer
     ``ngram``/``max_k``, 2-D arrays and non-integer dtypes.
     """
-    return _impl.current().prompt_lookup(history, ngram, max_k)
+    return _prompt_lookup(history, ngram, max_k)
 
 
 def common_prefix(draft: Any, row_tokens: Any) -> int:
     """How many leading entries of ``draft`` and ``row_tokens`` are equal (the greedy
     acceptance count ``ServingState.accept`` uses)."""
-    return _impl.current().common_prefix(draft, row_tokens)
+    return _common_prefix(draft, row_tokens)
 
 
 class _PromptLookupSession:
     """Keeps integer histories in a growable int64 buffer (the compiled kernel scans a
     typed view of it); any other entries in a list."""
 
-    __slots__ = ("buf", "n", "history", "ngram", "lookup")
+    __slots__ = ("buf", "n", "history", "ngram")
 
-    def __init__(self, prompt: Sequence[Any], ngram: int, lookup: Callable[..., Any] | None = None) -> None:
+    def __init__(self, prompt: Sequence[Any], ngram: int) -> None:
         self.ngram = ngram
-        self.lookup = lookup
         self.history: list[Any] | None = None
         self.n = n = len(prompt)
         self.buf = np.empty(max(1024, 2 * n), dtype=np.int64)
@@ -81,30 +84,24 @@ class _PromptLookupSession:
         h: Any = self.history
         if h is None:
             h = self.buf[: self.n]
-        lookup = self.lookup
-        if lookup is None:  # the active implementation, looked up at call time
-            return _impl.prompt_lookup(h, self.ngram, max_k)
-        return lookup(h, self.ngram, max_k)
+        return _prompt_lookup(h, self.ngram, max_k)
 
 
 class PromptLookupDrafter:
     """Drafts with ``specfsm.prompt_lookup``: the tokens that followed the most recent
     earlier occurrence of the history's last ``ngram`` tokens (prompt and output alike).
-    Refuses an ``ngram`` that is not a positive integer. ``impl`` (``"compiled"`` or
-    ``"python"``) drafts with that implementation's kernel; None: the active one."""
+    Refuses an ``ngram`` that is not a positive integer."""
 
     name = "prompt"
 
-    def __init__(self, ngram: int = 3, impl: str | None = None) -> None:
+    def __init__(self, ngram: int = 3) -> None:
         ngram = check_count(ngram, "ngram")
         if ngram < 1:
             raise ValueError(f"ngram must be at least 1, got {ngram}")
         self.ngram = ngram
-        self.impl = impl
-        self._lookup = None if impl is None else _impl.module(impl, "ngram").prompt_lookup
 
     def session(self, prompt: Sequence[Any]) -> _PromptLookupSession:
-        return _PromptLookupSession(prompt, self.ngram, self._lookup)
+        return _PromptLookupSession(prompt, self.ngram)
 
     def __repr__(self) -> str:
         return f"PromptLookupDrafter(ngram={self.ngram})"

@@ -11,8 +11,8 @@ type (``positions`` and ``draft`` are sequences of it; ``last``, ``next`` and ``
 one), ``Cache`` is the cache handle's type (a length, a block table, a tensor row...).
 Nothing is checked at run time beyond what the docstrings say.
 
-The kernels (``common_prefix``, ``settle``) are those of ``specfsm._impl.current()``:
-the active implementation, or the one a ``with specfsm._impl.using(kind):`` block picks.
+The kernels (``common_prefix``, ``settle``) are the active implementation's, bound at
+import (``specfsm._impl``).
 
 As in the design, ``start`` takes any positions, none included, and ``enter_verify`` any
 draft, the empty one included; ``accept`` and ``accept_rows`` on a ``Verify`` with an empty
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
 from collections.abc import Sequence
-from typing import Any, Callable, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -41,7 +41,8 @@ Entry = TypeVar("Entry")
 Cache = TypeVar("Cache")
 
 _set = object.__setattr__
-_current = _impl.current  # the running context's kernels (see specfsm._impl.using)
+_common_prefix = _impl.load("prefix").common_prefix
+_settle = _impl.load("settle").settle
 
 
 def _length(x: object, name: str) -> int:
@@ -259,17 +260,13 @@ class Verify(ServingState[Entry, Cache]):
         int; any other token comes back as it is.
         """
         draft = self.draft
-        kernels = _current()
-        n = kernels.common_prefix(draft, row_tokens)
-        return _settled(draft, n, row_tokens, row_caches, "accept", kernels.settle)
+        return _settled(draft, _common_prefix(draft, row_tokens), row_tokens, row_caches, "accept")
 
     def accept_rows(
         self,
         accepted: int,
         row_tokens: Sequence[Entry],
         row_caches: Sequence[Cache],
-        *,
-        settle: Callable[..., int] | None = None,
     ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
         """``accept`` with the accepted count supplied by the caller (an acceptance rule).
 
@@ -278,10 +275,8 @@ class Verify(ServingState[Entry, Cache]):
         the draft and an empty draft (``IllegalTransition("accept_rows")`` with a
         reason); a float, bool or negative
         ``accepted`` raises TypeError/ValueError. Tokens come back as for ``accept``.
-        ``settle`` picks one implementation's settle kernel (``specfsm._impl.module(kind,
-        "settle").settle``) instead of the current one (``specfsm._impl.current()``).
         """
-        return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows", settle)
+        return _settled(self.draft, accepted, row_tokens, row_caches, "accept_rows")
 
     def accept_with(
         self, rule: Any, choices: Any, row_caches: Sequence[Cache], *args: Any, **kwargs: Any
@@ -301,12 +296,11 @@ def _settled(
     row_tokens: Any,
     row_caches: Any,
     attempted: str,
-    settle: Callable[..., int] | None = None,
 ) -> Accept[Any, Any] | Rollback[Any, Any]:
     k = len(draft)
     if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
         as_token_array(row_tokens, "row_tokens")  # refuses 2-D arrays and non-integer dtypes
-    idx = (_current().settle if settle is None else settle)(
+    idx = _settle(
         k, accepted, _length(row_tokens, "row_tokens"), _length(row_caches, "row_caches"), attempted
     )
     cache = row_caches[idx]

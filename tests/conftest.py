@@ -1,11 +1,18 @@
-"""Every test that takes ``impl`` (or ``fsm``) runs once per implementation: the compiled
-core (marked ``compiled``) and the pure-Python twin.
+"""Two fixtures pick what a test runs on.
 
-With ``SPECFSM_NO_EXTENSIONS`` set the compiled parameter is skipped; otherwise a
-compiled core that fails to import is a test failure, not a skip, so a broken build
-cannot hide behind the twin. A source checkout that was never built stops the run at
-once with one message saying what to do (build in place, or set the variable), rather
-than failing every compiled test.
+``impl``: a kernel-level test runs once per implementation, the compiled core (marked
+``compiled``) and the pure-Python twin, reaching one implementation's kernel modules
+through ``impl.module(name)`` (``specfsm._impl.kernels``). With ``SPECFSM_NO_EXTENSIONS``
+set the compiled parameter is skipped, with that reason; otherwise a compiled module that
+fails to import is a test failure, not a skip, so a broken build cannot hide behind the
+twin. A source checkout that was never built stops the run at once with one message
+saying what to do (build in place, or set the variable), rather than failing every
+compiled test.
+
+``fsm``: a test of the public layer (``ServingState``, the rules, the drafters, ``BatchState``)
+runs once, on the active implementation: the one ``specfsm._impl``'s rule chose at import.
+CI runs the whole suite twice, compiled and then with ``SPECFSM_NO_EXTENSIONS=1``, so the
+public layer is tested on both.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ IMPLEMENTATIONS = [
 
 
 class Implementation:
-    """One implementation's kernels: ``impl.name`` and ``impl.module("ngram")`` etc.
+    """One implementation's kernels: ``impl.name`` and ``impl.module("ngram")`` (its kernel
+    module, ``specfsm._impl.kernels(impl.name, "ngram")``) etc.
 
     Attribute access reaches the foundation kernels directly: ``impl.common_prefix``,
     ``impl.prompt_lookup``, ``impl.settle``.
@@ -34,7 +42,7 @@ class Implementation:
 
     def module(self, name: str):
         try:
-            return _impl.module(self.name, name)
+            return _impl.kernels(self.name, name)
         except ImportError as exc:
             if self.name == "compiled":
                 pytest.fail(
@@ -85,10 +93,34 @@ def impl(request):
     return Implementation(request.param)
 
 
-@pytest.fixture
-def fsm(impl):
-    """Runs the state machine (and every public wrapper) on ``impl``'s kernels, through
-    ``specfsm._impl.using``: a context-local choice, nothing process-wide rebound."""
-    impl.module("prefix")  # a compiled core that does not import fails here, by name
-    with _impl.using(impl.name):
-        yield impl
+#: the implementation the public layer runs on in this process
+ACTIVE_KIND = "python" if _impl.NO_EXTENSIONS else "compiled"
+
+
+@pytest.fixture(scope="session")
+def fsm():
+    """The active implementation (an ``Implementation``), which every public class and
+    function runs on. A partly built core fails here, naming what does not import."""
+    broken = {name: st.error for name, st in _impl.extensions().items() if st.error is not None}
+    if broken:
+        pytest.fail(
+            "the compiled core is only partly built, so the public layer runs on a mix: "
+            + "; ".join(f"specfsm._core.{name} ({exc})" for name, exc in broken.items())
+        )
+    return Implementation(ACTIVE_KIND)
+
+
+@pytest.fixture(scope="session")
+def compiled(request):
+    """The compiled core, for a test that compares it with the twin
+    (``specfsm._impl.kernels("python", name)``): skipped, with the reason, on the twin run,
+    where there is nothing to compare; a compiled module that does not import fails."""
+    if _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set: no compiled core to compare the twin with")
+    return Implementation("compiled")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:  # a test on the compiled core is selectable as such (-m compiled)
+        if "compiled" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.compiled)

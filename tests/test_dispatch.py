@@ -1,6 +1,9 @@
 """Which implementation is active: the compiled core by default in a built package, the
-twin when SPECFSM_NO_EXTENSIONS is set or on other interpreters. Checked in fresh
-subprocesses, so a silent fallback to the twin cannot hide behind this process's state."""
+twin when SPECFSM_NO_EXTENSIONS is set or on other interpreters, chosen once per kernel
+module at import; every public class and function follows that choice, and
+``_impl.kernels(kind, name)`` is the one way to ask for one implementation. Checked in
+fresh subprocesses, so a silent fallback to the twin cannot hide behind this process's
+state."""
 
 from __future__ import annotations
 
@@ -18,11 +21,28 @@ import specfsm
 # place), from a neutral working directory so a source tree cannot shadow it.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)))
 
+# What each public face calls, as the child's import bound it: every kernel module's
+# active implementation, the kernels the public functions and classes were bound to, and
+# whether each public class is (or derives from) the active kernel module's class.
 PROBE = (
-    "import specfsm, specfsm._impl as i; "
-    "print(specfsm.USE_EXTENSIONS, i.ACTIVE.common_prefix.__module__, i.ACTIVE.prompt_lookup.__module__, "
-    "i.ACTIVE.settle.__module__, repr(i.IMPORT_ERROR))"
+    "import json, specfsm, specfsm._impl as i, specfsm.state as s, specfsm.accept_rule as a, "
+    "specfsm.drafting as d, specfsm.gpu.place as g; "
+    "print(json.dumps({'use': specfsm.USE_EXTENSIONS, 'error': repr(i.IMPORT_ERROR), "
+    "'active': {n: i.load(n).__name__ for n in i.KERNEL_MODULES}, "
+    "'bound': {'state.prefix': s._common_prefix.__module__, 'state.settle': s._settle.__module__, "
+    "'accept_rule.prefix': a._common_prefix.__module__, 'accept_rule.accept': a._accept.__name__, "
+    "'drafting.ngram': d._prompt_lookup.__module__, 'drafting.prefix': d._common_prefix.__module__, "
+    "'gpu.place': g._host.__name__, '_impl.prefix': i.common_prefix.__module__, "
+    "'_impl.ngram': i.prompt_lookup.__module__, '_impl.settle': i.settle.__module__}, "
+    "'classes': {c: issubclass(getattr(specfsm, c), i.load(m).__dict__[c]) for c, m in "
+    "[('BatchState', 'batch'), ('NgramIndex', 'ngram_index'), ('SuffixIndex', 'suffix_index')]}}))"
 )
+# which kernel module each bound name must come from
+BOUND = {
+    "state.prefix": "prefix", "state.settle": "settle", "accept_rule.prefix": "prefix",
+    "accept_rule.accept": "accept", "drafting.ngram": "ngram", "drafting.prefix": "prefix",
+    "gpu.place": "place", "_impl.prefix": "prefix", "_impl.ngram": "ngram", "_impl.settle": "settle",
+}
 
 
 def run_probe(code: str, **env_changes: str | None) -> list[str]:
@@ -44,30 +64,33 @@ def run_probe(code: str, **env_changes: str | None) -> list[str]:
     return out.stdout.split()
 
 
+def probe(code: str = PROBE, **env_changes: str | None) -> dict:
+    return json.loads(" ".join(run_probe(code, **env_changes)))
+
+
+def _expect(found: dict, family) -> None:
+    """Every kernel module, every bound kernel and every public class is ``family(name)``'s."""
+    assert found["active"] == {n: family(n) for n in specfsm._impl.KERNEL_MODULES}
+    assert found["bound"] == {key: family(name) for key, name in BOUND.items()}
+    assert found["classes"] == {"BatchState": True, "NgramIndex": True, "SuffixIndex": True}
+
+
 def test_compiled_core_is_the_default():
-    active, prefix_mod, ngram_mod, settle_mod, error = run_probe(PROBE, SPECFSM_NO_EXTENSIONS=None)
-    assert active == "True", f"the compiled core did not load by default: {error}"
-    assert (prefix_mod, ngram_mod, settle_mod) == (
-        "specfsm._core.prefix",
-        "specfsm._core.ngram",
-        "specfsm._core.settle",
-    )
+    found = probe(SPECFSM_NO_EXTENSIONS=None)
+    assert found["use"] is True, f"the compiled core did not load by default: {found['error']}"
+    _expect(found, lambda n: f"specfsm._core.{n}")
 
 
 @pytest.mark.parametrize("value", ["1", "yes", "true"])
-def test_environment_variable_selects_the_twin(value):
-    active, prefix_mod, ngram_mod, settle_mod, _ = run_probe(PROBE, SPECFSM_NO_EXTENSIONS=value)
-    assert active == "False"
-    assert (prefix_mod, ngram_mod, settle_mod) == (
-        "specfsm._py.prefix",
-        "specfsm._py.ngram",
-        "specfsm._py.settle",
-    )
+def test_environment_variable_selects_the_twin_for_every_kernel_module(value):
+    found = probe(SPECFSM_NO_EXTENSIONS=value)
+    assert found["use"] is False
+    _expect(found, lambda n: specfsm._impl.TWINS[n])
 
 
 @pytest.mark.parametrize("value", ["", "0", "false"])
 def test_false_values_keep_the_compiled_core(value):
-    assert run_probe(PROBE, SPECFSM_NO_EXTENSIONS=value)[0] == "True"
+    assert probe(SPECFSM_NO_EXTENSIONS=value)["use"] is True
 
 
 def test_other_interpreters_get_the_twin():
@@ -76,7 +99,9 @@ def test_other_interpreters_get_the_twin():
         "sys.implementation = types.SimpleNamespace(**{**vars(sys.implementation), 'name': 'pypy'}); "
         + PROBE
     )
-    assert run_probe(code, SPECFSM_NO_EXTENSIONS=None)[0] == "False"
+    found = probe(code, SPECFSM_NO_EXTENSIONS=None)
+    assert found["use"] is False
+    _expect(found, lambda n: specfsm._impl.TWINS[n])
 
 
 def test_public_names():
@@ -126,20 +151,27 @@ def test_extensions_lists_every_kernel_module_compiled_by_default():
 
 def test_extensions_with_the_twin_switched_on():
     code = (
-        "import specfsm\n"
+        "import specfsm, specfsm._impl as i\n"
         "st = specfsm.extensions()\n"
         "print(specfsm.USE_EXTENSIONS, any(s.compiled for s in st.values()),\n"
-        "      all(s.module == 'specfsm._py.' + n and s.error is None for n, s in st.items()))\n"
+        "      all(s.module == i.TWINS[n] and s.error is None for n, s in st.items()))\n"
     )
     assert run_probe(code, SPECFSM_NO_EXTENSIONS="1") == ["False", "False", "True"]
 
 
 def test_kernel_modules_are_every_compiled_source():
-    core = os.path.join(PACKAGE_ROOT, "_core")
-    if not os.path.isdir(core):
+    """``_impl.TWINS`` is the one list: one entry per ``_core/**/<name>.pyx``, each twin a
+    module of the package."""
+    from pathlib import Path
+
+    core = Path(PACKAGE_ROOT) / "_core"
+    if not core.is_dir():
         pytest.skip("the Cython sources are not next to this package (an installed build)")
-    sources = sorted(n[:-4] for n in os.listdir(core) if n.endswith(".pyx"))
+    sources = sorted(p.stem for p in core.rglob("*.pyx"))
     assert sorted(specfsm._impl.KERNEL_MODULES) == sources
+    for name, twin in specfsm._impl.TWINS.items():
+        path = Path(PACKAGE_ROOT, *twin.split(".")).with_suffix(".py")
+        assert path.is_file(), f"the twin of {name}, {twin}, is not at {path}"
 
 
 @pytest.mark.parametrize("blocked", ["accept", "ngram_index", "suffix_index", "settle"])
@@ -157,7 +189,7 @@ def test_one_module_failing_to_import_is_a_partial_fallback(blocked):
         "    importlib.reload(specfsm)\n"
         "st = specfsm.extensions()\n"
         "runtime = [x for x in w if issubclass(x.category, RuntimeWarning)]\n"
-        f"print(specfsm.USE_EXTENSIONS, st[{blocked!r}].compiled, st[{blocked!r}].module,\n"
+        f"print(specfsm.USE_EXTENSIONS, st[{blocked!r}].compiled, st[{blocked!r}].module == specfsm._impl.TWINS[{blocked!r}],\n"
         f"      'blocked' in str(st[{blocked!r}].error),\n"
         f"      all(s.compiled for n, s in st.items() if n not in {needs_it!r}),\n"
         f"      all(not st[n].compiled for n in {needs_it!r}),\n"
@@ -165,7 +197,7 @@ def test_one_module_failing_to_import_is_a_partial_fallback(blocked):
     )
     proc = run_blocked(f"specfsm._core.{blocked}", code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["False", "False", f"specfsm._py.{blocked}", "True", "True", "True", "1", "True"]
+    assert proc.stdout.split() == ["False", "False", "True", "True", "True", "True", "1", "True"]
 
 
 def test_replay_refuses_to_report_a_partial_build_as_compiled():
@@ -258,62 +290,50 @@ def test_pytest_in_a_never_built_checkout_says_what_to_do(tmp_path):
     assert proc.returncode == 0 and "1 passed, 1 skipped" in proc.stdout, proc.stdout + proc.stderr
 
 
-# -- picking an implementation without rebinding anything ------------------------------------
-def test_using_picks_the_kernels_of_one_context_only(impl):
-    """``_impl.using(kind)`` changes what the public layer (and ``_impl.common_prefix`` and
-    friends) call inside the block, in this thread only; nothing is rebound."""
-    import threading
-
+# -- one implementation by name, for tests and benchmarks --------------------------------------
+def test_kernels_returns_one_implementation_by_name(impl):
+    """``_impl.kernels(kind, name)`` gives that implementation's module whatever the rule
+    chose (the twin on a compiled run too); nothing else changes."""
     from specfsm import _impl
-    from specfsm.state import ServingState
 
-    impl.module("prefix")  # fails clearly when the compiled core is asked for and not built
     before = dict(vars(_impl))
-    seen = {}
-
-    def record(tag):
-        seen[tag] = _impl.current().kind
-
-    with _impl.using(impl.name) as chosen:
-        assert chosen.kind == impl.name and _impl.current() is chosen
-        assert chosen.common_prefix is impl.module("prefix").common_prefix
-        record("inside")
-        worker = threading.Thread(target=record, args=("other thread",))
-        worker.start()
-        worker.join()
-        v = ServingState.start([1], 0).advance_prefill(2, 1).enter_verify([3, 4])
-        assert v.accept([3, 9], ["a", "b"]).to == 9
-        with _impl.using("python"):
-            record("nested")
-        record("after nested")
-    record("outside")
-    assert seen == {
-        "inside": impl.name, "other thread": _impl.ACTIVE.kind, "nested": "python",
-        "after nested": impl.name, "outside": _impl.ACTIVE.kind,
-    }
-    assert dict(vars(_impl)).keys() == before.keys()
-    assert all(vars(_impl)[k] is v for k, v in before.items() if k != "_BY_KIND")
+    for name in _impl.KERNEL_MODULES:
+        mod = _impl.kernels(impl.name, name)
+        assert mod.__name__ == (f"specfsm._core.{name}" if impl.name == "compiled" else _impl.TWINS[name])
+        assert _impl.kernels(impl.name, name) is mod
+    assert vars(_impl) == before  # asking for one implementation rebinds nothing
+    with pytest.raises(ValueError, match="kind must be 'compiled' or 'python', got 'fast'"):
+        _impl.kernels("fast", "prefix")
+    with pytest.raises(KeyError, match="'nope' is not a kernel module"):
+        _impl.kernels(impl.name, "nope")
 
 
-def test_using_routes_every_kernel_family(monkeypatch):
-    """Inside ``using("python")`` the state machine, the rules and the drafting functions
-    reach the twin's kernels (a spy on the twin's modules sees each call)."""
-    import specfsm
-    from specfsm import _impl
-    from specfsm.accept_rule import Exact
+# Public calls that still take an implementation, removed on another branch of this issue
+# (the suffix index's ``index_cls``). The lead empties this set at the merge: an entry that
+# no longer occurs fails the test, so it cannot go stale.
+NOT_YET_REMOVED = {"SuffixDrafter(index_cls)", "SharedSuffixCache(index_cls)"}
 
-    calls = []
-    twin = _impl.implementation("python")
-    for attr in ("common_prefix", "prompt_lookup", "settle"):
-        real = getattr(twin, attr)
-        monkeypatch.setattr(twin, attr, lambda *a, _real=real, _n=attr: calls.append(_n) or _real(*a))
-    with _impl.using("python"):
-        specfsm.prompt_lookup([1, 2, 1], 1, 1)
-        Exact().accepted_rows([1, 2], [1, 3])
-        v = specfsm.ServingState.start([1], 0).advance_prefill(2, 1).enter_verify([3])
-        v.accept([3], ["c"])
-        _impl.common_prefix([1], [1])
-    assert calls == ["prompt_lookup", "common_prefix", "common_prefix", "settle", "common_prefix"]
-    calls.clear()
-    specfsm.prompt_lookup([1, 2, 1], 1, 1)
-    assert calls == []  # outside the block: the active kernels, not the spied twin object
+
+def test_the_public_layer_takes_no_implementation_parameter():
+    """No public call threads an implementation through: the rule's choice is the only one."""
+    import inspect
+
+    import specfsm.drafting
+    import specfsm.gpu
+
+    names = {"impl", "kernels", "settle", "index_cls", "kind"}
+    found = set()
+    for mod in (specfsm, specfsm.gpu, specfsm.drafting, specfsm.accept_rule, specfsm.state):
+        for public in mod.__all__:
+            obj = getattr(mod, public)
+            members = [obj] + ([v for k, v in vars(obj).items() if not k.startswith("_") or k == "__init__"]
+                               if isinstance(obj, type) else [])
+            for fn in members:
+                try:
+                    params = inspect.signature(fn).parameters
+                except (TypeError, ValueError):
+                    continue
+                found |= {f"{public}({p})" for p in params if p in names}
+    assert found - NOT_YET_REMOVED == set(), "public calls that take an implementation"
+    assert NOT_YET_REMOVED - found == set(), "removed: delete these from NOT_YET_REMOVED"
+    assert not hasattr(specfsm._impl, "using") and not hasattr(specfsm._impl, "current")

@@ -20,10 +20,8 @@ import sys
 
 import pytest
 
-import specfsm
-from specfsm import _impl
+from isolated import child_env
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)))
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile", "runner.py")
 SECONDS = float(os.environ.get("SPECFSM_HOSTILE_SECONDS", "2"))
 SCENARIOS = [
@@ -43,8 +41,7 @@ SCENARIOS = [
 
 
 def run_scenario(kind: str, scenario: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    env = child_env()  # the same specfsm as this run
     if kind == "python":
         env["SPECFSM_NO_EXTENSIONS"] = "1"  # the public wrappers use the twin too
     else:

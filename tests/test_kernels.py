@@ -202,12 +202,11 @@ def test_settle_huge_and_bad_counts(impl):
     assert impl.settle(top, top, 0, top, "accept_rows") == top - 1
 
 
-def test_compiled_and_twin_agree_on_error_messages(impl):
+def test_compiled_and_twin_agree_on_error_messages(compiled):
     from specfsm import _impl
 
-    if impl.name != "compiled":
-        pytest.skip("compares the compiled core with the twin: nothing to compare on the twin run")
-    twin = _impl.module("python", "ngram")
+    impl = compiled
+    twin = _impl.kernels("python", "ngram")
     for args in [([1], -1, 1), (np.zeros((1, 1), np.int64), 1, 1), ([1], 1, "2")]:
         with pytest.raises(Exception) as mine:
             impl.prompt_lookup(*args)
@@ -265,13 +264,13 @@ def test_prompt_lookup_list_entries_follow_the_token_id_rule(impl, history, ngra
 
 @SETTINGS
 @given(history=st.lists(mixed_entries, max_size=40), ngram=st.integers(1, 3), max_k=st.integers(0, 4))
-def test_prompt_lookup_compiled_and_twin_read_the_same_entries(impl, history, ngram, max_k):
+def test_prompt_lookup_compiled_and_twin_read_the_same_entries(compiled, history, ngram, max_k):
     """Both read a list in the same order, so they refuse the same first bad entry."""
-    if impl.name != "compiled":
-        pytest.skip("compares the compiled core with the twin: nothing to compare on the twin run")
     from specfsm import _impl
 
-    twin = _impl.module("python", "ngram").prompt_lookup
+    impl = compiled
+
+    twin = _impl.kernels("python", "ngram").prompt_lookup
     outcomes = []
     for lookup in (impl.prompt_lookup, twin):
         try:
@@ -303,7 +302,7 @@ def test_prompt_lookup_refuses_non_ids_it_reads(impl):
 _SHRINK_BODY = """
 import numpy as np
 from specfsm import _impl
-lookup = _impl.module(IMPL, "ngram").prompt_lookup
+lookup = _impl.kernels(IMPL, "ngram").prompt_lookup
 
 class Shrinks(np.int64):
     victim = None

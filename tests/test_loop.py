@@ -482,14 +482,13 @@ def _unreachable(*_args, **_kwargs):
 
 @pytest.mark.parametrize("rule", [None, FirstRunAtLeast(2)], ids=["exact", "minrun"])
 def test_a_loop_given_an_implementation_uses_its_kernels_only(impl, monkeypatch, rule):
-    """``SpeculativeLoop(..., impl=name)`` and ``PromptLookupDrafter(n, impl=name)`` run on
-    that implementation's kernels without reading (or rebinding) ``specfsm._impl``'s
+    """``SpeculativeLoop(..., impl=name)`` runs on that implementation's kernels without reading (or rebinding) ``specfsm._impl``'s
     globals, and reproduce plain greedy decoding with rollbacks taken."""
     impl.module("prefix")  # fails clearly when the compiled core is asked for and not built
     for name in ("common_prefix", "prompt_lookup", "settle"):
         monkeypatch.setattr(_impl, name, _unreachable)
     target = HistoryTarget()
-    loop = SpeculativeLoop(target, PromptLookupDrafter(2, impl=impl.name), 4, rule, impl=impl.name)
+    loop = SpeculativeLoop(target, PromptLookupDrafter(2), 4, rule, impl=impl.name)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
     result = loop.run(Request(prompt, 60))
     assert result.output == plain_greedy(target, prompt, 60)
@@ -521,5 +520,3 @@ def test_a_loop_given_an_implementation_runs_the_batch_api_on_it(impl):
 def test_an_unknown_implementation_is_refused():
     with pytest.raises(ValueError, match="kind"):
         SpeculativeLoop(None, impl="fast")
-    with pytest.raises(ValueError, match="kind"):
-        PromptLookupDrafter(2, impl="fast")

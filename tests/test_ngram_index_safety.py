@@ -10,10 +10,7 @@ consistency, never timing.
 from __future__ import annotations
 
 import copy
-import os
 import pickle
-import subprocess
-import sys
 import textwrap
 from collections.abc import Sequence
 
@@ -22,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from isolated import TESTS, child_env
+from isolated import run_isolated
 from test_ngram_index import reference
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -35,24 +32,9 @@ def ngi(impl):
 
 def _isolated(impl, body: str, timeout: float = 240) -> str:
     """Runs ``body`` (which sees ``ngi``, ``np``, ``threading``, ``time``) in a child
-    process; fails with its output unless it exits 0 (a crash gives a signal)."""
-    code = textwrap.dedent(
-        f"""
-        import threading, time, sys
-        import numpy as np
-        from specfsm import _impl
-        ngi = _impl.module({impl.name!r}, "ngram_index")
-        """
-    ) + textwrap.dedent(body)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-        cwd=str(TESTS), env=child_env(),
-    )
-    assert proc.returncode == 0, (
-        f"child exited with {proc.returncode} (negative: killed by signal)\n"
-        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    )
-    return proc.stdout
+    process (``isolated.run_isolated``): a crash fails the test with the child's output."""
+    prelude = 'import threading, time, sys\nimport numpy as np\nfrom specfsm import _impl\nngi = _impl.kernels(IMPL, "ngram_index")\n'
+    return run_isolated(prelude + textwrap.dedent(body), impl.name, timeout)
 
 
 # ---------------------------------------------------------------------------------------
@@ -137,6 +119,7 @@ def test_offsets_rewritten_by_another_thread(impl):
             except ValueError:
                 refused += 1
         t.join()
+        assert done > 0, f"every one of {refused} calls was refused"
         print(done, refused)
         """,
     )
@@ -168,6 +151,7 @@ def test_record_batch_arrays_rewritten_by_another_thread(impl):
             s = ix.stats
             assert 0 <= s["accepted"] <= s["drafted"], s
             assert 1 <= ix.draft_len <= 16
+        assert any(ix.stats["drafted"] for ix in ixs), "every record_batch call was refused"
         """,
     )
 

@@ -393,8 +393,7 @@ def test_replay_end_to_end_table_and_bad_file(tmp_path):
     assert proc.stdout == ""
 
 
-def test_ngram_drafter_replay_when_available(tmp_path, capsys):
-    pytest.importorskip("specfsm.ngram_index")
+def test_ngram_drafter_replay(tmp_path, capsys):
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(3))
     assert cli.main(["replay", "--workload", path, "--drafter", "ngram", "--json"]) == 0
     ngram = json.loads(capsys.readouterr().out)

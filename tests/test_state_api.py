@@ -302,13 +302,11 @@ def test_accept_row_count_mismatch_says_why_in_the_message():
 
 
 @pytest.mark.parametrize("accepted, row_tokens, row_caches, reason", SETTLE_REFUSALS)
-def test_compiled_and_twin_settle_refuse_with_identical_messages(impl, accepted, row_tokens, row_caches, reason):
-    if impl.name != "compiled":
-        pytest.skip("compares the compiled settle with the twin; nothing to compare on the twin run")
-    from specfsm._py.settle import settle as twin_settle
+def test_compiled_and_twin_settle_refuse_with_identical_messages(compiled, accepted, row_tokens, row_caches, reason):
+    from specfsm import _impl
 
     errors = []
-    for settle in (impl.settle, twin_settle):
+    for settle in (compiled.settle, _impl.kernels("python", "settle").settle):
         with pytest.raises(IllegalTransition) as err:
             settle(2, accepted, len(row_tokens), len(row_caches), "accept")
         errors.append((type(err.value), str(err.value), err.value.reason, err.value.attempted))

@@ -1,7 +1,7 @@
 """The type stubs ``specfsm/_core/<name>.pyi`` describe the compiled modules as they are.
 
 Each stub is read with ``ast`` (no type checker needed) and held to its pure-Python twin
-(``specfsm/_py/<name>.py``): the same ``__all__``, every exported name defined, and every
+(``specfsm._impl.kernels("python", name)``): the same ``__all__``, every exported name defined, and every
 public function, method and property with the twin's parameters (names, kinds, defaults).
 Where the compiled module is built, its exported names, its classes' public members and
 the signatures Cython exposes are held to the same stub. ``.ci/typecheck`` then runs mypy
@@ -11,7 +11,6 @@ over the package, stubs included.
 from __future__ import annotations
 
 import ast
-import importlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 from specfsm import _impl
 
 CORE = Path(__file__).resolve().parent.parent / "specfsm" / "_core"
-MODULES = ["accept", "batch", "ngram", "ngram_index", "place", "prefix", "settle", "suffix_index"]
+MODULES = list(_impl.KERNEL_MODULES)  # the one list of kernel modules
 # members every class has, that a stub need not repeat
 IGNORED_MEMBERS = {"__reduce__", "__repr__", "__setattr__", "__eq__", "__hash__", "__getstate__", "__setstate__"}
 
@@ -107,18 +106,17 @@ def _runtime_members(cls: type) -> tuple[dict[str, Any], set[str]]:
 
 
 def _compiled(name: str):
+    """The compiled module, None when the compiled core is switched off (a module that
+    does not import is an error here, not a skip: a broken build must not pass)."""
     if _impl.NO_EXTENSIONS:
         return None
-    try:
-        return importlib.import_module(f"specfsm._core.{name}")
-    except ImportError:
-        return None
+    return _impl.kernels("compiled", name)
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_every_compiled_module_has_a_stub_that_exports_the_twins_names(name):
     tree = _stub(name)
-    twin = importlib.import_module(f"specfsm._py.{name}")
+    twin = _impl.kernels("python", name)
     exported = _stub_all(tree)
     assert exported == list(twin.__all__)
     defined = set()
@@ -135,7 +133,7 @@ def test_every_compiled_module_has_a_stub_that_exports_the_twins_names(name):
 @pytest.mark.parametrize("name", MODULES)
 def test_stub_signatures_match_the_twin(name):
     tree = _stub(name)
-    twin = importlib.import_module(f"specfsm._py.{name}")
+    twin = _impl.kernels("python", name)
     checked = 0
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
@@ -157,7 +155,7 @@ def test_stub_signatures_match_the_twin(name):
 def test_stub_matches_the_compiled_module(name):
     compiled = _compiled(name)
     if compiled is None:
-        pytest.skip("the compiled core is not built or is switched off: nothing to compare the stub with")
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set: no compiled module to compare the stub with")
     tree = _stub(name)
     assert _stub_all(tree) == list(compiled.__all__)
     for node in tree.body:

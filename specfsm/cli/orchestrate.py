@@ -77,7 +77,7 @@ def make_drafter(name: str, ngram: tuple[int, int | None], kind: str | None = No
                 f"--drafter prompt takes one n-gram length, got --ngram {lo}:{hi} "
                 "(a range needs --drafter ngram or suffix)"
             )
-        return PromptLookupDrafter(lo, impl=kind)
+        return PromptLookupDrafter(lo)
     if name == "ngram":
         if hi is None:
             raise UsageError("--drafter ngram needs a bounded range, as in --ngram 2:4")

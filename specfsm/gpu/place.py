@@ -3,8 +3,8 @@
 ``place_rows`` is the batched gather ``dst[b] = src[b, index[b]]`` that resumes every
 request from the row its verify settled on; ``snapshot`` is the copy ``enter_verify``
 keeps; ``settle_index`` turns a batch's accepted counts into ``index``. numpy arrays go
-to the host kernel of ``specfsm._impl.current()`` (compiled, or its twin); CuPy arrays go to
-``specfsm.gpu._cupy``, which is imported only then.
+to the active implementation's host kernel (compiled, or its twin: ``specfsm._impl``);
+CuPy arrays go to ``specfsm.gpu._cupy``, which is imported only then.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from .. import _impl
 
 
 __all__ = ["place_rows", "snapshot", "settle_index", "check_errors"]
+
+_host = _impl.load("place")  # the active implementation's host kernels, bound once at import
 
 
 def _is_cupy(x: object) -> bool:
@@ -51,7 +53,7 @@ def place_rows(src, index, dst, stream=None):
         return _cupy_path().place_rows(src, index, dst, stream)
     if stream is not None:
         raise ValueError("stream applies to CuPy arrays only; src and dst are on the host")
-    return _impl.current().place.place_rows(src, index, dst)
+    return _host.place_rows(src, index, dst)
 
 
 def snapshot(src, out=None, stream=None):
@@ -97,7 +99,7 @@ def settle_index(accepted, draft_lens) -> np.ndarray:
         raise TypeError(
             "settle_index takes host arrays or lists; call .get() on CuPy counts first"
         )
-    return _impl.current().place.settle_index(accepted, draft_lens)
+    return _host.settle_index(accepted, draft_lens)
 
 
 def check_errors(device: int | None = None, stream=None) -> None:

@@ -94,8 +94,8 @@ class Impl:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.mods = {n: _impl.module(kind, n) for n in _impl.KERNEL_MODULES}
-        self.twin = {n: _impl.module("python", n) for n in _impl.KERNEL_MODULES}
+        self.mods = {n: _impl.kernels(kind, n) for n in _impl.KERNEL_MODULES}
+        self.twin = {n: _impl.kernels("python", n) for n in _impl.KERNEL_MODULES}
         self.mismatches: list[str] = []
 
     def __getitem__(self, name):
@@ -130,22 +130,25 @@ class Impl:
 
 def run_threads(targets, seconds, stop=None):
     """Run the callables in ``targets`` in threads, each looped until ``seconds`` pass;
-    re-raise the first exception outside ALLOWED that any of them raised."""
+    re-raise the first exception outside ALLOWED that any of them raised. Returns, per
+    target, how many of its calls returned (the others raised one of ALLOWED)."""
     stop = stop or threading.Event()
     errors = []
+    returned = [0] * len(targets)
 
-    def loop(fn):
+    def loop(i, fn):
         try:
             while not stop.is_set():
                 try:
                     fn()
                 except ALLOWED:
-                    pass
+                    continue
+                returned[i] += 1
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append((exc, traceback.format_exc()))
             stop.set()
 
-    threads = [threading.Thread(target=loop, args=(fn,), daemon=True) for fn in targets]
+    threads = [threading.Thread(target=loop, args=(i, fn), daemon=True) for i, fn in enumerate(targets)]
     for t in threads:
         t.start()
     stop.wait(seconds)
@@ -158,6 +161,7 @@ def run_threads(targets, seconds, stop=None):
         exc, tb = errors[0]
         sys.stderr.write(tb)
         raise exc
+    return returned
 
 
 # --------------------------------------------------------------------------------------
@@ -278,7 +282,7 @@ def scenario_extreme_ints(impl, rng, seconds):
             "full": rng.choice([big, 0]), "draft_len": rng.choice([big, 4]),
         }
         for kind in ("compiled", "python") if impl.kind == "compiled" else ("python",):
-            mod = _impl.module(kind, "ngram_index")
+            mod = _impl.kernels(kind, "ngram_index")
             if hasattr(mod, "_rebuild"):
                 attempt(
                     mod._rebuild, mod.NgramIndex, rng.choice([1, big]), rng.choice([3, big]),
@@ -591,7 +595,11 @@ def race(impl, seconds, calls, arrays, rng, n_mutators=1):
     for arr in arrays:
         for _ in range(n_mutators):
             bodies.append(toggler(arr, arr.copy(), random.Random(rng.randrange(2**32))))
-    run_threads(bodies + list(calls), seconds)
+    returned = run_threads(bodies + list(calls), seconds)[len(bodies):]
+    # the mutators restore the arrays at once: a rule that refused every call would pass
+    # the harness without running a kernel, so some calls must have returned
+    if not any(returned):
+        raise Failure(f"every call of the race was refused ({len(calls)} callables, {seconds:.1f} s)")
 
 
 def scenario_threads_accept(impl, rng, seconds):
@@ -714,7 +722,9 @@ def scenario_ngram_threads(impl, rng, seconds):
         return body
 
     bodies = [extender(1), extender(2), extender(3), proposer(4), proposer(5), single(6)]
-    run_threads(bodies, seconds)
+    returned = run_threads(bodies, seconds)
+    if not any(returned):  # busy refusals are allowed; refusing every call is not
+        raise Failure(f"every call on the shared indexes was refused ({len(bodies)} threads)")
     for ix in shared:  # the index must still be whole: its own view equals a rebuilt one
         t = ix.tokens.copy()
         fresh = type(ix)(ix.min_n, ix.max_n, ix.prefer)
