@@ -537,10 +537,10 @@ def test_when_every_slot_is_evaluated_the_two_orders_coincide(bm):
 def _twin_and_compiled():
     from specfsm import _impl
 
-    twin = _impl.module("python", "batch")
+    twin = _impl.kernels("python", "batch")
     if _impl.NO_EXTENSIONS:
         pytest.skip("the compiled core is switched off")
-    return twin, _impl.module("compiled", "batch")
+    return twin, _impl.kernels("compiled", "batch")
 
 
 @pytest.mark.parametrize("cls_name", sorted(CLASSES))

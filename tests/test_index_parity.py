@@ -34,10 +34,10 @@ def _modules(kind: str):
     if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set: the compiled core is switched off")
     try:
-        compiled = _impl.module("compiled", mod)
+        compiled = _impl.kernels("compiled", mod)
     except ImportError as exc:
         pytest.skip(f"the compiled core is not built ({exc})")
-    return compiled, _impl.module("python", mod)
+    return compiled, _impl.kernels("python", mod)
 
 
 # --------------------------------------------------------------------------------------

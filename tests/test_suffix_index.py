@@ -674,7 +674,7 @@ def test_last_tokens(sfx):
 WIDEN_RACE = """
 import gc
 from specfsm import _impl
-sfx = _impl.module(IMPL, "suffix_index")
+sfx = _impl.kernels(IMPL, "suffix_index")
 for clear in (True, False):
     ix = sfx.SuffixIndex(1)
     ix.extend(list(range(10)))          # room for 56: the list below needs no growing
