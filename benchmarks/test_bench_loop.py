@@ -1,5 +1,9 @@
 """The serving loop's control-plane cost: replaying code-editing requests built from the
-standard library against a teacher-forced target, compiled core against the twin.
+standard library against a teacher-forced target.
+
+The loop runs on the active implementation (``specfsm._impl``'s choice at import), so each
+run measures one: the compiled core by default, the twin under ``SPECFSM_NO_EXTENSIONS=1``
+(the other ``kind`` is skipped).
 
 Run: pytest benchmarks/test_bench_loop.py --benchmark-group-by=group --benchmark-columns=median,iqr,rounds
 Each round replays the same requests; ``extra_info`` records control-plane µs per output
@@ -10,8 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from specfsm.loop import NgramDrafter, PromptLookupDrafter, Request, SpeculativeLoop, TeacherForcedTarget
-from specfsm.workload import stdlib_workload
+from specfsm import _impl
+from specfsm.drafting import PromptLookupDrafter
+from specfsm.loop import Request, SpeculativeLoop
+from specfsm.ngram_index import NgramDrafter
+from specfsm.workload import TeacherForcedTarget, stdlib_workload
 
 WORKLOAD = stdlib_workload(4)
 
@@ -24,6 +31,10 @@ def requests():
 
 
 def _replay(benchmark, loop, kind):
+    active = "python" if _impl.NO_EXTENSIONS else "compiled"
+    if kind != active:
+        pytest.skip(f"the loop runs on the active implementation ({active}); "
+                    "SPECFSM_NO_EXTENSIONS=1 measures the twin")
     reqs = requests()
     rounds = 5 if kind == "compiled" else 1
     results = benchmark.pedantic(loop.run_batch, args=(reqs,), rounds=rounds, iterations=1)
@@ -40,14 +51,8 @@ def test_replay_prompt_lookup(benchmark, kind):
 
 
 def test_replay_ngram_index(benchmark, kind):
-    from specfsm import _impl
-
-    try:
-        cls = _impl.module(kind, "ngram_index").NgramIndex
-    except ImportError:
-        pytest.skip("specfsm.ngram_index is not available")
     benchmark.group = "replay 4 stdlib edits, n-gram index 2..4, k=5"
-    _replay(benchmark, SpeculativeLoop(None, NgramDrafter(2, 4, index_cls=cls), k=5), kind)
+    _replay(benchmark, SpeculativeLoop(None, NgramDrafter(2, 4), k=5), kind)
 
 
 def test_replay_plain_greedy(benchmark, kind):

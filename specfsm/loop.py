@@ -1,4 +1,5 @@
-"""The speculative serving loop: requests driven through ``ServingState`` against a target.
+"""The speculative serving loop: requests driven through the serving state machine
+(``ServingState``'s transitions, on ``BatchState``) against a target.
 
 A *target* is anything with ``evaluate(inputs, cache) -> (row_tokens, row_caches)``: one
 call per prefill, decode or verify evaluation. ``inputs`` holds one token per row;
@@ -27,14 +28,13 @@ that never accepts past the first disagreement, the output is exactly what plain
 decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per request by
 running plain greedy too.
 
-``SpeculativeLoop.run_batched`` runs requests on the batch API (``specfsm.batch``: one
-``BatchState.step`` per serving step for every request), optionally with the bonus row.
-The teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
-
-Kernels come from ``specfsm._impl`` (the active implementation) unless the caller names
-one: ``SpeculativeLoop(..., impl="python")`` and ``PromptLookupDrafter(n, impl=...)``
-run on that implementation's kernels without touching any module's globals, so the
-compiled core and the twin can run side by side in one process.
+Every request runs on ``specfsm.batch.BatchState`` through one loop, ``serve``: a single
+request (``SpeculativeLoop.run``) is a batch of one and ``run_batch`` steps requests
+together; the indexes of an ``NgramDrafter`` or a ``SuffixDrafter`` without a shared
+cache are served by the batch's ``step``, other drafters' sessions are extended and asked
+for drafts by the loop. ``run_batched`` takes only the former and offers the bonus row.
+Tokens that are not integer ids are mapped to ids for the batch and back. The
+teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import _impl
 from ._validate import check_count
 from . import state as _state
 from ._values import IMMUTABLE, default_clone
+from . import batch as _batch
 from .batch import PREFILL, VERIFY
 from .state import ServingState
 
@@ -339,7 +339,6 @@ def serve(
     clone: Any = None,
     *,
     bonus: bool = False,
-    batch_state: Any = None,
     on_done: Callable[[int, RequestResult], None] | None = None,
 ) -> list[RequestResult]:
     """Run ``requests`` to ``Done`` on one ``BatchState`` (slot ``i`` is request ``i``; a
@@ -352,8 +351,7 @@ def serve(
     ``drafter``: an ``NgramDrafter`` or a ``SuffixDrafter`` without a shared cache has its
     sessions' indexes served by the step (``batchable_drafter``); any other drafter's
     sessions are extended with each step's emitted tokens and their drafts enter the
-    batch with ``enter_verify``. ``batch_state``: the ``BatchState`` class to run on
-    (None: ``specfsm.batch``'s). Cache handles in the batch are the slot numbers: the
+    batch with ``enter_verify``. Cache handles in the batch are the slot numbers: the
     loop keeps the cache object each slot resumes from (the batch cannot hold objects),
     everything else (state, budget, draft, accepted counts) is read from the batch and
     the ``StepResult``."""
@@ -371,9 +369,7 @@ def serve(
     step_rule = rule
     if vocab is not None and rule is not None and not needs_probs(rule) and type(rule).__module__ != "specfsm.accept_rule":
         step_rule = _TokenRule(rule, vocab)
-    if batch_state is None:
-        from .batch import BatchState as batch_state
-    bs = batch_state(n, max(k, 1), bonus=bonus)
+    bs = _batch.BatchState(n, max(k, 1), bonus=bonus)
     for with_eos in (False, True):
         group = [i for i, r in enumerate(requests) if (r.eos is not None) == with_eos]
         if not group:
@@ -550,17 +546,15 @@ def serve(
 # the loop
 # --------------------------------------------------------------------------------------
 class SpeculativeLoop:
-    """Drives requests through ``ServingState``: prefill, then decode or
-    verify/accept/resume|rollback until ``max_tokens`` or ``eos``, then ``Done``.
+    """Drives requests through the serving state machine (``serve``): prefill, then decode
+    or verify/accept/resume|rollback until ``max_tokens`` or ``eos``, then ``Done``.
 
     ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
     the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
     ``clone`` is passed to ``enter_verify`` (None or True: the snapshot is a copy of a
     cache that can change in place and the handle itself when it is immutable; False:
-    always the handle; a callable: what it returns);
-    ``impl`` (``"compiled"`` or ``"python"``) runs the loop's kernels (acceptance, settle,
-    the batch API) on that implementation without rebinding any module's globals; None
-    (the default): the active implementation, ``specfsm._impl``'s.
+    always the handle; a callable: what it returns). The loop runs on the active
+    implementation (``specfsm._impl``'s choice at import).
     """
 
     def __init__(
@@ -570,12 +564,8 @@ class SpeculativeLoop:
         k: int = 5,
         rule: Any = None,
         clone: Callable[[Any], Any] | None = None,
-        impl: str | None = None,
     ) -> None:
         self.k = check_count(k, "k")
-        if impl is not None:
-            _impl.module(impl, "batch")  # refuses an unknown implementation
-        self.impl = impl
         if drafter is not None and not callable(getattr(drafter, "session", None)):
             raise TypeError(
                 f"drafter must have a session(prompt) method, got {type(drafter).__name__}"
@@ -591,22 +581,12 @@ class SpeculativeLoop:
 
     def greedy(self) -> SpeculativeLoop:
         """The same loop with speculation switched off: plain greedy decoding."""
-        return SpeculativeLoop(self.target, None, 0, None, self.clone, self.impl)
-
-    def _batch_state(self) -> Any:
-        """The ``BatchState`` class of the loop's implementation (``impl``, else the one
-        the drafter's index belongs to, else the active one)."""
-        kind = self.impl
-        if kind is None and self.drafter is not None and self.k and batchable_drafter(self.drafter):
-            mod = getattr(self.drafter, "_cls", None).__module__
-            kind = "python" if mod.startswith("specfsm._py.") else ("compiled" if mod.startswith("specfsm._core.") else None)
-        return (_impl.module(kind, "batch") if kind else _impl.load("batch")).BatchState
+        return SpeculativeLoop(self.target, None, 0, None, self.clone)
 
     def run(self, request: Request, check: bool = False) -> RequestResult:
         """Run one request to ``Done`` (a batch of one). ``check=True`` also runs plain
         greedy decoding and raises ``SpeculationMismatch`` if the outputs differ."""
-        result = serve([request], self.target, self.drafter, self.k, self.rule, self.clone,
-                       batch_state=self._batch_state())[0]
+        result = serve([request], self.target, self.drafter, self.k, self.rule, self.clone)[0]
         if check:
             _raise_on_mismatch([result], [self.greedy().run(request)])
         return result
@@ -622,7 +602,7 @@ class SpeculativeLoop:
         results equal running each request alone. ``on_done(index, result)`` is called as
         each request finishes."""
         out = serve(requests, self.target, self.drafter, self.k, self.rule, self.clone,
-                    batch_state=self._batch_state(), on_done=on_done)
+                    on_done=on_done)
         if check:
             _raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out
@@ -647,7 +627,7 @@ class SpeculativeLoop:
                 f"(an index per request), got {self.drafter!r}"
             )
         out = serve(requests, self.target, self.drafter, self.k, self.rule, self.clone,
-                    bonus=bonus, batch_state=self._batch_state(), on_done=on_done)
+                    bonus=bonus, on_done=on_done)
         if check:
             _raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out

@@ -168,7 +168,7 @@ def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
     line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned. An empty
     prompt (or text) is such a bad line: the state machine accepts an empty prompt, as the
     original design does; the CLI refuses it as bad input."""
-    from ..workload import WorkloadError, _ids
+    from ..workload import WorkloadError, trace_ids
 
     try:
         f = open(path, encoding="utf-8")
@@ -209,7 +209,7 @@ def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
                         continue
                     out.append(PromptSpec(name, messages=msgs, lineno=lineno, kind=kind))
                 elif "prompt" in obj:
-                    ids, err = _ids(obj["prompt"], "prompt")
+                    ids, err = trace_ids(obj["prompt"], "prompt")
                     if err is None and not ids:
                         err = "'prompt' is empty (prefill needs at least one token)"
                     if err:

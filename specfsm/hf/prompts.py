@@ -14,7 +14,7 @@ import ast
 import os
 from typing import Any
 
-from ..workload import WorkloadError, _candidate_files, _defined_names, _stdlib_dir, rename_edit, tokenize
+from ..workload import WorkloadError, candidate_files, defined_names, rename_edit, stdlib_dir, tokenize
 
 __all__ = ["EditPrompt", "edit_prompts", "chat_ids"]
 
@@ -48,9 +48,9 @@ def edit_prompts(count: int = DEFAULT_PROMPTS, root: str | None = None, max_char
     no usable sources are found."""
     if type(count) is not int or count < 1:
         raise ValueError(f"count must be a positive integer, got {count!r}")
-    root = _stdlib_dir() if root is None else root
+    root = stdlib_dir() if root is None else root
     usable: list[tuple[str, str, dict[str, str]]] = []
-    for path in _candidate_files(root):
+    for path in candidate_files(root):
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
@@ -59,9 +59,9 @@ def edit_prompts(count: int = DEFAULT_PROMPTS, root: str | None = None, max_char
             continue
         head = _head(text, max_chars)
         try:
-            names = _defined_names(ast.parse(head))
+            names = defined_names(ast.parse(head))
         except SyntaxError:  # cut inside a multi-line construct: use the whole module's names
-            names = _defined_names(ast.parse(text)) & set(tokenize(head))
+            names = defined_names(ast.parse(text)) & set(tokenize(head))
         if not names:
             continue
         _, mapping = rename_edit(tokenize(head), names, count=2)
