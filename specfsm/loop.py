@@ -9,7 +9,7 @@ decode ``[last]``, a verify ``[last, draft[0], ..., draft[K-2]]`` (row 0 follows
 ``last``, row ``i`` follows ``draft[i-1]``, ``specfsm.state``'s convention). Prefill and
 decode read the last row; a verify needs one row per draft token. A target with
 ``evaluate_batch(inputs_list, caches_list) -> [(row_tokens, row_caches), ...]`` is called
-once per step when requests run as a batch.
+once per step for all the requests that use it (a single request too: a batch of one).
 
 A *drafter* makes one session per request: ``drafter.session(prompt)`` returns an object
 with ``extend(tokens)`` (tokens the target confirmed, never drafts) and

@@ -259,7 +259,7 @@ def replay(
     runs: dict[str, list[RequestResult]] = {}
     control: dict[str, float | None] = {}
     runs_done: dict[str, int] = {}
-    settings = dict(drafter=drafter, ngram=ngram, k=k, rule=rule, batch=batch, repeat=repeat, bonus=bonus)
+    settings: dict[str, Any] = dict(drafter=drafter, ngram=ngram, k=k, rule=rule, batch=batch, repeat=repeat, bonus=bonus)
     for kind in kinds:
         bar.phase(f"speculative, {LABELS[kind]}")
         if kind == active_kind():
@@ -342,3 +342,9 @@ def replay(
 def _per_token(result: RequestResult) -> float | None:
     s = result.stats
     return s.control_us_per_token if s.output_tokens else None
+
+
+if __name__ == "__main__":  # the twin's child process (``twin.run_twin``)
+    from .twin import serve_child
+
+    serve_child(speculative_runs)
