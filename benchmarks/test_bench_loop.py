@@ -1,5 +1,9 @@
 """The serving loop's control-plane cost: replaying code-editing requests built from the
-standard library against a teacher-forced target, compiled core against the twin.
+standard library against a teacher-forced target.
+
+The loop runs on the active implementation (``specfsm._impl``'s choice at import), so each
+run measures one: the compiled core by default, the twin under ``SPECFSM_NO_EXTENSIONS=1``
+(the other ``kind`` is skipped).
 
 Run: pytest benchmarks/test_bench_loop.py --benchmark-group-by=group --benchmark-columns=median,iqr,rounds
 Each round replays the same requests; ``extra_info`` records control-plane µs per output
@@ -9,8 +13,11 @@ token (the time outside the target), which is the figure ``specfsm replay`` prin
 from __future__ import annotations
 
 
-from specfsm.loop import NgramDrafter, PromptLookupDrafter, Request, SpeculativeLoop, TeacherForcedTarget
-from specfsm.workload import stdlib_workload
+from specfsm import _impl
+from specfsm.drafting import PromptLookupDrafter
+from specfsm.loop import Request, SpeculativeLoop
+from specfsm.ngram_index import NgramDrafter
+from specfsm.workload import TeacherForcedTarget, stdlib_workload
 
 WORKLOAD = stdlib_workload(4)
 
@@ -23,6 +30,10 @@ def requests():
 
 
 def _replay(benchmark, loop, kind):
+    active = "python" if _impl.NO_EXTENSIONS else "compiled"
+    if kind != active:
+        pytest.skip(f"the loop runs on the active implementation ({active}); "
+                    "SPECFSM_NO_EXTENSIONS=1 measures the twin")
     reqs = requests()
     rounds = 5 if kind == "compiled" else 1
     results = benchmark.pedantic(loop.run_batch, args=(reqs,), rounds=rounds, iterations=1)

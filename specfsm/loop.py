@@ -1,4 +1,5 @@
-"""The speculative serving loop: requests driven through ``ServingState`` against a target.
+"""The speculative serving loop: requests driven through the serving state machine
+(``ServingState``'s transitions, on ``BatchState``) against a target.
 
 A *target* is anything with ``evaluate(inputs, cache) -> (row_tokens, row_caches)``: one
 call per prefill, decode or verify evaluation. ``inputs`` holds one token per row;
@@ -8,7 +9,7 @@ decode ``[last]``, a verify ``[last, draft[0], ..., draft[K-2]]`` (row 0 follows
 ``last``, row ``i`` follows ``draft[i-1]``, ``specfsm.state``'s convention). Prefill and
 decode read the last row; a verify needs one row per draft token. A target with
 ``evaluate_batch(inputs_list, caches_list) -> [(row_tokens, row_caches), ...]`` is called
-once per step when requests run as a batch.
+once per step for all the requests that use it (a single request too: a batch of one).
 
 A *drafter* makes one session per request: ``drafter.session(prompt)`` returns an object
 with ``extend(tokens)`` (tokens the target confirmed, never drafts) and
@@ -27,14 +28,13 @@ that never accepts past the first disagreement, the output is exactly what plain
 decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per request by
 running plain greedy too.
 
-``SpeculativeLoop.run_batched`` runs requests on the batch API (``specfsm.batch``: one
-``BatchState.step`` per serving step for every request), optionally with the bonus row.
-The teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
-
-Kernels come from ``specfsm._impl`` (the active implementation) unless the caller names
-one: ``SpeculativeLoop(..., impl="python")`` and ``PromptLookupDrafter(n, impl=...)``
-run on that implementation's kernels without touching any module's globals, so the
-compiled core and the twin can run side by side in one process.
+Every request runs on ``specfsm.batch.BatchState`` through one loop, ``serve``: a single
+request (``SpeculativeLoop.run``) is a batch of one and ``run_batch`` steps requests
+together; the indexes of an ``NgramDrafter`` or a ``SuffixDrafter`` without a shared
+cache are served by the batch's ``step``, other drafters' sessions are extended and asked
+for drafts by the loop. ``run_batched`` takes only the former and offers the bonus row.
+Tokens that are not integer ids are mapped to ids for the batch and back. The
+teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -46,10 +46,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import _impl
 from ._validate import check_count
 from . import state as _state
-from .state import Accept, Decode, Prefill, ServingState, Verify
+from ._values import IMMUTABLE, default_clone
+from . import batch as _batch
+from .batch import PREFILL, VERIFY
+from .state import ServingState
 
 # the drafters live with their kernels and the teacher-forced target with the replay
 # workload; re-exported here for old imports
@@ -224,138 +226,6 @@ class RequestResult:
     state: ServingState
 
 
-# --------------------------------------------------------------------------------------
-# one request's progress through the state machine
-# --------------------------------------------------------------------------------------
-class _RequestRun:
-    """Steps one request: ``pending()`` says what to evaluate next (None when done),
-    ``absorb()`` takes the target's rows and moves the state machine on."""
-
-    __slots__ = (
-        "state", "output", "target", "session", "k", "rule", "clone", "max_tokens", "eos",
-        "stats", "done", "_dpos", "_apos", "kernels",
-    )
-
-    def __init__(
-        self, request: Request, target: Any, drafter: Any, k: int, rule: Any, clone: Any, kernels: Any = None
-    ):
-        self.kernels = kernels  # (common_prefix, settle) of one implementation; None: _impl's
-        self.state: ServingState = ServingState.start(request.prompt, request.cache)
-        self.output: list[Any] = []
-        self.target = request.target if request.target is not None else target
-        if self.target is None:
-            raise TypeError("no target: pass one to SpeculativeLoop or set Request.target")
-        self.session = drafter.session(request.prompt) if (drafter is not None and k) else None
-        self.k = k
-        self.rule = rule
-        self.clone = clone
-        self.max_tokens = request.max_tokens
-        self.eos = request.eos
-        self.stats = RequestStats(prompt_tokens=len(request.prompt))
-        self._dpos = [0] * k
-        self._apos = [0] * k
-        self.done = False
-
-    def pending(self) -> tuple[Sequence[Any], Any] | None:
-        st = self.state
-        if type(st) is Decode:
-            if self.session is not None:
-                remaining = self.max_tokens - len(self.output)
-                limit = self.k if self.k < remaining else remaining
-                draft = self.session.propose(limit)
-                if len(draft):
-                    if type(draft) is not list:
-                        draft = draft.tolist() if isinstance(draft, np.ndarray) else list(draft)
-                    if len(draft) > limit:  # a drafter that ignores max_k
-                        draft = draft[:limit]
-                    v = st.enter_verify(draft, self.clone)
-                    self.state = v
-                    inputs = [st.last]
-                    inputs += draft[:-1]
-                    return inputs, v.cache
-            return [st.last], st.cache
-        if type(st) is Prefill:
-            return st.positions, st.cache
-        return None
-
-    def absorb(self, row_tokens: Sequence[Any], row_caches: Sequence[Any], probs: Any = None) -> None:
-        st = self.state
-        stats = self.stats
-        if probs is not None and type(st) is not Verify:
-            row_tokens = list(row_tokens)
-            row_tokens[-1] = _decode_choice(self.rule, probs[-1], row_tokens[-1])
-        if type(st) is Verify:
-            draft: Any = st.draft  # a list: pending() enters lists only
-            rule = self.rule
-            kernels = self.kernels
-            if rule is None:  # greedy exact: what Verify.accept computes
-                prefix = _impl.common_prefix if kernels is None else kernels[0]
-                n = prefix(draft, row_tokens)
-            elif probs is not None:  # a sampling rule: its own row tokens
-                n, row_tokens = rule.select(draft, probs[: len(draft)])
-            else:
-                n = rule.accepted_rows(draft, row_tokens)
-            nxt = st.accept_rows(n, row_tokens, row_caches)  # settle: the same on every implementation
-            k = len(draft)
-            stats.verifies += 1
-            stats.drafted += k
-            stats.accepted += n
-            # histograms of draft lengths and accepted counts; per position at the end
-            self._dpos[k - 1] += 1
-            if n:
-                self._apos[n - 1] += 1
-            if isinstance(nxt, Accept):
-                self.state = nxt.resume()
-                self._emit(draft)
-            else:
-                stats.rollbacks += 1
-                self.state = nxt.rollback()
-                new = draft[:n]
-                new.append(nxt.to)
-                self._emit(new)
-            return
-        if len(row_tokens) == 0 or len(row_caches) == 0:
-            raise TargetError(
-                f"the target answered a {type(st).__name__.lower()} evaluation with "
-                f"{len(row_tokens)} row tokens and {len(row_caches)} row caches; it needs at least one"
-            )
-        tok = row_tokens[-1]
-        if type(st) is Decode:
-            stats.decodes += 1
-            self.state = st.advance_decode(tok, row_caches[-1])
-        elif type(st) is Prefill:
-            stats.prefills += 1
-            self.state = st.advance_prefill(tok, row_caches[-1])
-        else:  # pragma: no cover - pending() returned None for every other state
-            raise RuntimeError(f"no evaluation is pending in state {type(st).__name__}")
-        self._emit([tok])
-
-    def _emit(self, tokens: list[Any]) -> None:
-        out = self.output
-        room = self.max_tokens - len(out)
-        stop = False
-        if len(tokens) >= room:
-            tokens = tokens[:room]
-            stop = True
-        eos = self.eos
-        if eos is not None and eos in tokens:
-            tokens = tokens[: tokens.index(eos) + 1]
-            stop = True
-        out += tokens
-        if stop:
-            self.state = self.state.finish()
-            self.done = True
-        elif self.session is not None:
-            self.session.extend(tokens)
-
-    def result(self) -> RequestResult:
-        stats = self.stats
-        stats.output_tokens = len(self.output)
-        stats.drafted_by_position = _at_least(self._dpos)
-        stats.accepted_by_position = _at_least(self._apos)
-        return RequestResult(self.output, stats, self.state)
-
-
 def needs_probs(rule: Any) -> bool:
     """Whether ``rule`` decides from probability rows (``SpeculativeSampling``,
     ``TypicalAcceptance``): the loop then asks the target's ``evaluate_probs``."""
@@ -396,20 +266,296 @@ def _at_least(hist: list[int]) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------
+# the one serving loop
+# --------------------------------------------------------------------------------------
+class _Vocab:
+    """Token <-> int64 id for requests whose tokens are not all integer ids: the batch
+    holds ids, the target, the drafter sessions and the outputs see the tokens."""
+
+    __slots__ = ("ids", "tokens")
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+        self.tokens: list[Any] = []
+
+    def id(self, token: Any) -> int:
+        i = self.ids.get(token)
+        if i is None:
+            i = self.ids[token] = len(self.tokens)
+            self.tokens.append(token)
+        return i
+
+    def encode(self, tokens: Sequence[Any]) -> list[int]:
+        return [self.id(t) for t in tokens]
+
+    def decode(self, ids: Sequence[int]) -> list[Any]:
+        toks = self.tokens
+        return [toks[i] for i in ids]
+
+
+class _TokenRule:
+    """A caller's ``accepted_rows`` rule seen through a ``_Vocab``: it judges the tokens,
+    not the batch's ids."""
+
+    __slots__ = ("rule", "vocab")
+
+    def __init__(self, rule: Any, vocab: _Vocab) -> None:
+        self.rule, self.vocab = rule, vocab
+
+    def accepted_rows(self, draft: Sequence[int], choices: Sequence[int]) -> Any:
+        return self.rule.accepted_rows(self.vocab.decode(draft), self.vocab.decode(choices))
+
+
+def _integer_ids(requests: Sequence[Request]) -> bool:
+    """Whether every prompt and eos is a non-negative integer id (the batch's own tokens)."""
+    for r in requests:
+        if r.eos is not None and not (isinstance(r.eos, (int, np.integer)) and r.eos >= 0):
+            return False
+        p = r.prompt
+        if isinstance(p, np.ndarray):
+            if p.dtype.kind not in "iu" or (p.dtype.kind == "i" and p.size and p.min() < 0):
+                return False
+        elif not all(type(t) is int and t >= 0 for t in p):
+            if not all(isinstance(t, (int, np.integer)) and t >= 0 for t in p):
+                return False
+    return True
+
+
+def _snapshot(cache: Any, clone: Any) -> Any:
+    """The cache a verify evaluates from, as ``Decode.enter_verify`` takes its snapshot."""
+    if clone is None or clone is True:
+        return cache if type(cache) in IMMUTABLE else default_clone(cache)
+    if clone is False:
+        return cache
+    return clone(cache)
+
+
+def serve(
+    requests: Sequence[Request],
+    target: Any,
+    drafter: Any,
+    k: int,
+    rule: Any = None,
+    clone: Any = None,
+    *,
+    bonus: bool = False,
+    on_done: Callable[[int, RequestResult], None] | None = None,
+) -> list[RequestResult]:
+    """Run ``requests`` to ``Done`` on one ``BatchState`` (slot ``i`` is request ``i``; a
+    single request is a batch of one), one serving step at a time: ``pending()`` says
+    what every live slot evaluates, the target answers (one ``evaluate_batch`` call when
+    every request of the step uses ``target`` and it has one and the rule needs no
+    probabilities; else one ``evaluate``/``evaluate_probs`` per slot), and one ``step()``
+    settles, cuts at budgets and eos, updates the slots' indexes and drafts.
+
+    ``drafter``: an ``NgramDrafter`` or a ``SuffixDrafter`` without a shared cache has its
+    sessions' indexes served by the step (``batchable_drafter``); any other drafter's
+    sessions are extended with each step's emitted tokens and their drafts enter the
+    batch with ``enter_verify``. Cache handles in the batch are the slot numbers: the
+    loop keeps the cache object each slot resumes from (the batch cannot hold objects),
+    everything else (state, budget, draft, accepted counts) is read from the batch and
+    the ``StepResult``."""
+    n = len(requests)
+    if n == 0:
+        return []
+    targets = [r.target if r.target is not None else target for r in requests]
+    if any(t is None for t in targets):
+        raise TypeError("no target: pass one to SpeculativeLoop or set Request.target")
+    vocab = None if _integer_ids(requests) else _Vocab()
+    use = drafter is not None and k > 0
+    by_index = use and batchable_drafter(drafter)
+    sessions_drafting = use and not by_index
+    sessions: list[Any] = [drafter.session(r.prompt) for r in requests] if use else [None] * n
+    step_rule = rule
+    if vocab is not None and rule is not None and not needs_probs(rule) and type(rule).__module__ != "specfsm.accept_rule":
+        step_rule = _TokenRule(rule, vocab)
+    bs = _batch.BatchState(n, max(k, 1), bonus=bonus)
+    for with_eos in (False, True):
+        group = [i for i, r in enumerate(requests) if (r.eos is not None) == with_eos]
+        if not group:
+            continue
+        prompts = [list(requests[i].prompt) if vocab is None else vocab.encode(requests[i].prompt) for i in group]
+        offs = np.zeros(len(group) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in prompts], out=offs[1:])
+        eos = None
+        if with_eos:
+            eos = [requests[i].eos if vocab is None else vocab.id(requests[i].eos) for i in group]
+        bs.admit(
+            group, [t for p in prompts for t in p], offs, group,
+            max_tokens=[requests[i].max_tokens for i in group], eos=eos,
+            indexes=[sessions[i].index for i in group] if by_index else None,
+        )
+    caches: list[Any] = [r.cache for r in requests]  # the object behind each slot's handle
+    stats = [RequestStats(prompt_tokens=len(r.prompt)) for r in requests]
+    outputs: list[list[Any]] = [[] for _ in requests]
+    width = max(k, 1)
+    dpos = [[0] * width for _ in requests]
+    apos = [[0] * width for _ in requests]
+    results: list[RequestResult | None] = [None] * n
+    needs = needs_probs(rule)
+    batch_eval = getattr(target, "evaluate_batch", None) if not needs else None
+    clock = perf_counter_ns
+    while True:
+        t0 = clock()
+        slots, inputs, offs = bs.pending()
+        sl = slots.tolist()
+        if not sl:
+            break
+        in_all, in_off = inputs.tolist(), offs.tolist()
+        if vocab is not None:
+            in_all = vocab.decode(in_all)
+        feeds = [in_all[in_off[j] : in_off[j + 1]] for j in range(len(sl))]
+        in_target = 0
+        if batch_eval is not None and all(targets[i] is target for i in sl):
+            a = clock()
+            answers = [(rows, None, rc) for rows, rc in batch_eval(feeds, [caches[i] for i in sl])]
+            in_target = clock() - a
+            share = in_target // len(sl)
+            for i in sl:
+                stats[i].target_ns += share
+        else:
+            answers = []
+            for j, i in enumerate(sl):
+                a = clock()
+                answers.append(_evaluate(targets[i], rule, feeds[j], caches[i]))
+                a = clock() - a
+                stats[i].target_ns += a
+                in_target += a
+        rows_all: list[Any] = []
+        probs_all: list[Any] = []
+        row_caches: list[Any] = []
+        codes: list[int] | None = None  # the slots' states, read when an answer needs them
+        for j, (rows, probs, rc) in enumerate(answers):
+            m = len(feeds[j])
+            if probs is None and len(rows) == m and len(rc) == m:  # the usual answer
+                rows_all += rows
+                row_caches.append(rc)
+                continue
+            if codes is None:
+                codes = bs.states[slots].tolist()
+            if codes[j] != VERIFY:
+                if len(rows) == 0 or len(rc) == 0:
+                    kind = "prefill" if codes[j] == PREFILL else "decode"
+                    raise TargetError(
+                        f"the target answered a {kind} evaluation with {len(rows)} row tokens and "
+                        f"{len(rc)} row caches; it needs at least one"
+                    )
+                # a prefill or a decode reads its last row only
+                last = rows[-1] if probs is None else _decode_choice(rule, probs[-1], rows[-1])
+                rows_all += [last] * m
+                row_caches.append([rc[-1]] * m)
+                if probs is not None:
+                    p = np.asarray(probs, dtype=np.float64)
+                    probs_all.append(p if p.shape[0] == m else np.repeat(p[-1:], m, axis=0))
+            else:
+                if len(rows) < m or len(rc) < m:
+                    raise TargetError(
+                        f"the target answered {m} input rows with {len(rows)} row tokens "
+                        f"and {len(rc)} row caches; it needs one of each per row"
+                    )
+                rows_all += rows[:m]
+                row_caches.append(rc)
+                if probs is not None:
+                    probs_all.append(np.asarray(probs, dtype=np.float64)[:m])
+        if vocab is not None:
+            rows_all = vocab.encode(rows_all)
+        if needs:
+            # one N x V array, rows of a narrower vocabulary padded with zeros (one copy)
+            v = max(p.shape[1] for p in probs_all)
+            allp = np.zeros((sum(p.shape[0] for p in probs_all), v), dtype=np.float64)
+            r0 = 0
+            for p in probs_all:
+                allp[r0 : r0 + p.shape[0], : p.shape[1]] = p
+                r0 += p.shape[0]
+            res = bs.step(np.asarray(rows_all, dtype=np.int64), rule=step_rule, probs=allp)
+        else:
+            res = bs.step(np.asarray(rows_all, dtype=np.int64), rule=step_rule)
+        em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
+        if vocab is not None:
+            em = vocab.decode(em)
+        dr, rr = res.drafted.tolist(), res.resume_rows.tolist()
+        acc = res.accepted.tolist() if any(dr) else dr
+        done = res.finished.tolist()
+        finished = set(done) if done else ()
+        dro = res.draft_offsets.tolist() if by_index else None
+        new_slots: list[int] = []
+        new_tokens: list[Any] = []
+        new_offs = [0]
+        for j, i in enumerate(sl):
+            st = stats[i]
+            kk = dr[j]
+            if kk:  # a verify: drafted and accepted from the step
+                nn = acc[j]
+                st.verifies += 1
+                st.drafted += kk
+                st.accepted += nn
+                dpos[i][kk - 1] += 1
+                if nn:
+                    apos[i][min(nn, width) - 1] += 1
+                if nn < kk:
+                    st.rollbacks += 1
+            elif st.prefills:
+                st.decodes += 1
+            else:  # a slot's first evaluation is its prefill
+                st.prefills += 1
+            caches[i] = row_caches[j][rr[j]]
+            out = em[eo[j] : eo[j + 1]]
+            outputs[i] += out
+            if i in finished:
+                continue
+            if dro is not None and dro[j + 1] > dro[j]:  # the step drafted: it verifies next
+                if clone is not False:
+                    caches[i] = _snapshot(caches[i], clone)
+            elif sessions_drafting:
+                session = sessions[i]
+                session.extend(out)
+                remaining = requests[i].max_tokens - len(outputs[i])
+                limit = k if k < remaining else remaining
+                draft = session.propose(limit)
+                if len(draft):
+                    if type(draft) is not list:
+                        draft = draft.tolist() if isinstance(draft, np.ndarray) else list(draft)
+                    if len(draft) > limit:  # a drafter that ignores max_k
+                        draft = draft[:limit]
+                    new_slots.append(i)
+                    new_tokens += draft if vocab is None else vocab.encode(draft)
+                    new_offs.append(len(new_tokens))
+                    if clone is not False:
+                        caches[i] = _snapshot(caches[i], clone)
+        if new_slots:  # as int64 arrays: the batch converts lists more slowly
+            bs.enter_verify(np.array(new_slots, dtype=np.int64), np.array(new_tokens, dtype=np.int64),
+                            np.array(new_offs, dtype=np.int64))
+        share = (clock() - t0 - in_target) // len(sl)
+        for i in sl:
+            stats[i].control_ns += share
+        for i in sorted(finished):
+            st = stats[i]
+            st.output_tokens = len(outputs[i])
+            st.drafted_by_position = _at_least(dpos[i]) if k else []
+            st.accepted_by_position = _at_least(apos[i]) if k else []
+            result = RequestResult(outputs[i], st, _state.Done(caches[i]))
+            results[i] = result
+            if on_done is not None:
+                on_done(i, result)
+    out = [r for r in results if r is not None]
+    if len(out) != n:  # pragma: no cover - every slot ends in Done
+        raise RuntimeError("a request did not finish")
+    return out
+
+
+# --------------------------------------------------------------------------------------
 # the loop
 # --------------------------------------------------------------------------------------
 class SpeculativeLoop:
-    """Drives requests through ``ServingState``: prefill, then decode or
-    verify/accept/resume|rollback until ``max_tokens`` or ``eos``, then ``Done``.
+    """Drives requests through the serving state machine (``serve``): prefill, then decode
+    or verify/accept/resume|rollback until ``max_tokens`` or ``eos``, then ``Done``.
 
     ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
     the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
     ``clone`` is passed to ``enter_verify`` (None or True: the snapshot is a copy of a
     cache that can change in place and the handle itself when it is immutable; False:
-    always the handle; a callable: what it returns);
-    ``impl`` (``"compiled"`` or ``"python"``) runs the loop's kernels (acceptance, settle,
-    the batch API) on that implementation without rebinding any module's globals; None
-    (the default): the active implementation, ``specfsm._impl``'s.
+    always the handle; a callable: what it returns). The loop runs on the active
+    implementation (``specfsm._impl``'s choice at import).
     """
 
     def __init__(
@@ -419,14 +565,8 @@ class SpeculativeLoop:
         k: int = 5,
         rule: Any = None,
         clone: Callable[[Any], Any] | None = None,
-        impl: str | None = None,
     ) -> None:
         self.k = check_count(k, "k")
-        if impl is None:
-            self._kernels = None
-        else:
-            self._kernels = (_impl.module(impl, "prefix").common_prefix, _impl.module(impl, "settle").settle)
-        self.impl = impl
         if drafter is not None and not callable(getattr(drafter, "session", None)):
             raise TypeError(
                 f"drafter must have a session(prompt) method, got {type(drafter).__name__}"
@@ -442,26 +582,12 @@ class SpeculativeLoop:
 
     def greedy(self) -> SpeculativeLoop:
         """The same loop with speculation switched off: plain greedy decoding."""
-        return SpeculativeLoop(self.target, None, 0, None, self.clone, self.impl)
+        return SpeculativeLoop(self.target, None, 0, None, self.clone)
 
     def run(self, request: Request, check: bool = False) -> RequestResult:
-        """Run one request to ``Done``. ``check=True`` also runs plain greedy decoding and
-        raises ``SpeculationMismatch`` if the outputs differ."""
-        run = _RequestRun(request, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels)
-        t_target = 0
-        t0 = perf_counter_ns()
-        while not run.done:
-            pending = run.pending()
-            if pending is None:
-                break
-            a = perf_counter_ns()
-            rows, probs, caches = _evaluate(run.target, self.rule, *pending)
-            t_target += perf_counter_ns() - a
-            run.absorb(rows, caches, probs)
-        total = perf_counter_ns() - t0
-        run.stats.target_ns = t_target
-        run.stats.control_ns = total - t_target
-        result = run.result()
+        """Run one request to ``Done`` (a batch of one). ``check=True`` also runs plain
+        greedy decoding and raises ``SpeculationMismatch`` if the outputs differ."""
+        result = serve([request], self.target, self.drafter, self.k, self.rule, self.clone)[0]
         if check:
             _raise_on_mismatch([result], [self.greedy().run(request)])
         return result
@@ -476,55 +602,8 @@ class SpeculativeLoop:
         request (one ``evaluate_batch`` call when they share a target that has it). The
         results equal running each request alone. ``on_done(index, result)`` is called as
         each request finishes."""
-        runs = [_RequestRun(r, self.target, self.drafter, self.k, self.rule, self.clone, self._kernels) for r in requests]
-        results: list[RequestResult | None] = [None] * len(runs)
-        active = list(range(len(runs)))
-        shared = self.target
-        batch_eval = getattr(shared, "evaluate_batch", None)
-        clock = perf_counter_ns
-        while active:
-            step: list[tuple[int, tuple[Sequence[Any], Any]]] = []
-            still: list[int] = []
-            for i in active:
-                run = runs[i]
-                t = clock()
-                pending = None if run.done else run.pending()
-                run.stats.control_ns += clock() - t
-                if pending is None:
-                    result = run.result()
-                    results[i] = result
-                    if on_done is not None:
-                        on_done(i, result)
-                else:
-                    step.append((i, pending))
-                    still.append(i)
-            if not step:
-                break
-            if batch_eval is not None and not needs_probs(self.rule) and all(
-                runs[i].target is shared for i, _ in step
-            ):
-                t = clock()
-                answers = batch_eval([p[0] for _, p in step], [p[1] for _, p in step])
-                share = (clock() - t) // len(step)
-                for (i, _), (rows, caches) in zip(step, answers):
-                    run = runs[i]
-                    run.stats.target_ns += share
-                    t = clock()
-                    run.absorb(rows, caches)
-                    run.stats.control_ns += clock() - t
-            else:
-                for i, (inputs, cache) in step:
-                    run = runs[i]
-                    t = clock()
-                    rows, probs, caches = _evaluate(run.target, self.rule, inputs, cache)
-                    t2 = clock()
-                    run.absorb(rows, caches, probs)
-                    run.stats.target_ns += t2 - t
-                    run.stats.control_ns += clock() - t2
-            active = still
-        out = [r for r in results if r is not None]
-        if len(out) != len(runs):  # pragma: no cover - every run ends in Done
-            raise RuntimeError("a request did not finish")
+        out = serve(requests, self.target, self.drafter, self.k, self.rule, self.clone,
+                    on_done=on_done)
         if check:
             _raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out
@@ -536,148 +615,23 @@ class SpeculativeLoop:
         on_done: Callable[[int, RequestResult], None] | None = None,
         bonus: bool = False,
     ) -> list[RequestResult]:
-        """``run_batch`` on the batch API: one ``BatchState`` holds every request and one
-        ``step`` per serving step does acceptance, settle, the transitions, the index
-        update and the next drafts for all of them. The target is still asked once per
-        request per step (``evaluate``, or ``evaluate_probs`` for the sampling rules).
-        Needs integer token ids and an ``NgramDrafter`` or a ``SuffixDrafter`` without a
-        shared cache (or no drafter; see ``batchable_drafter``). ``bonus=True``
-        verifies a K-token draft with K + 1 rows (a fully accepted draft emits K + 1
-        tokens); the default is K rows (``specfsm.state``'s convention), whose results equal
-        ``run_batch``'s.
+        """``run_batch`` with the drafting inside the batch's ``step`` (the index update
+        and the next drafts for every request), optionally with the bonus row. Needs an
+        ``NgramDrafter`` or a ``SuffixDrafter`` without a shared cache (or no drafter;
+        see ``batchable_drafter``). ``bonus=True`` verifies a K-token draft with K + 1
+        rows (a fully accepted draft emits K + 1 tokens); the default is K rows
+        (``specfsm.state``'s convention), whose results equal ``run_batch``'s.
         """
-        drafter, k, rule = self.drafter, self.k, self.rule
-        if drafter is not None and k and not batchable_drafter(drafter):
+        if self.drafter is not None and self.k and not batchable_drafter(self.drafter):
             raise TypeError(
                 "run_batched drafts with an NgramDrafter or a SuffixDrafter without a shared cache "
-                f"(an index per request), got {drafter!r}"
+                f"(an index per request), got {self.drafter!r}"
             )
-        use_indexes = drafter is not None and k > 0
-        kind = self.impl
-        if kind is None:  # the drafter's index names its implementation
-            mod = getattr(drafter, "_cls", None).__module__ if use_indexes else ""
-            kind = "python" if mod.startswith("specfsm._py.") else ("compiled" if mod.startswith("specfsm._core.") else None)
-        bm = _impl.module(kind, "batch") if kind else _impl.load("batch")
-        n = len(requests)
-        out: list[RequestResult | None] = [None] * n
-        if n == 0:
-            return []
-        bs = bm.BatchState(n, max(k, 1), bonus=bonus)
-        targets = [r.target if r.target is not None else self.target for r in requests]
-        if any(t is None for t in targets):
-            raise TypeError("no target: pass one to SpeculativeLoop or set Request.target")
-        caches: list[Any] = [r.cache for r in requests]
-        stats = [RequestStats(prompt_tokens=len(r.prompt)) for r in requests]
-        outputs: list[list[Any]] = [[] for _ in requests]
-        dpos = [[0] * max(k, 1) for _ in requests]
-        apos = [[0] * max(k, 1) for _ in requests]
-        for with_eos in (False, True):
-            group = [i for i, r in enumerate(requests) if (r.eos is not None) == with_eos]
-            if not group:
-                continue
-            prompts = [list(requests[i].prompt) for i in group]
-            offs = np.zeros(len(group) + 1, dtype=np.int64)
-            np.cumsum([len(p) for p in prompts], out=offs[1:])
-            request_indexes = [drafter.session(requests[i].prompt).index for i in group] if use_indexes else None
-            bs.admit(
-                group, [t for p in prompts for t in p], offs, group,
-                max_tokens=[requests[i].max_tokens for i in group],
-                eos=[requests[i].eos for i in group] if with_eos else None, indexes=request_indexes,
-            )
-        clock = perf_counter_ns
-        needs = needs_probs(rule)
-        verify, prefill = bm.VERIFY, bm.PREFILL
-        while True:
-            t0 = clock()
-            slots, inputs, offs = bs.pending()
-            if len(slots) == 0:
-                break
-            codes = bs.states[slots].tolist()
-            sl = slots.tolist()
-            rows_all: list[Any] = []
-            probs_all: list[Any] = []
-            row_caches: list[Any] = []
-            in_all, in_off = inputs.tolist(), offs.tolist()
-            # everything but the target's calls is control time, as the inputs and rows
-            # handled inside run_batch's pending/absorb are there
-            in_target = 0
-            for j, i in enumerate(sl):
-                inp = in_all[in_off[j] : in_off[j + 1]]
-                a = clock()
-                rows, probs, rc = _evaluate(targets[i], rule, inp, caches[i])
-                a = clock() - a
-                stats[i].target_ns += a
-                in_target += a
-                if type(rows) is not list:
-                    rows = list(rows)
-                if len(rows) != len(inp) or len(rc) != len(inp):
-                    raise TargetError(
-                        f"the target answered {len(inp)} input rows with {len(rows)} row tokens "
-                        f"and {len(rc)} row caches; it needs one of each per row"
-                    )
-                if probs is not None:
-                    if codes[j] != verify:
-                        rows = rows[:]      # the target's list is not changed
-                        rows[-1] = _decode_choice(rule, probs[-1], rows[-1])
-                    probs_all.append(np.asarray(probs, dtype=np.float64))
-                rows_all += rows
-                row_caches.append(rc)
-            a = clock()
-            control = a - t0 - in_target
-            kw: dict[str, Any] = {"rule": rule}
-            if needs:
-                # one N x V array, rows of a narrower vocabulary padded with zeros (one copy)
-                v = max(p.shape[1] for p in probs_all)
-                allp = np.zeros((sum(p.shape[0] for p in probs_all), v), dtype=np.float64)
-                r0 = 0
-                for p in probs_all:
-                    allp[r0 : r0 + p.shape[0], : p.shape[1]] = p
-                    r0 += p.shape[0]
-                kw["probs"] = allp
-            res = bs.step(np.asarray(rows_all, dtype=np.int64), **kw)
-            em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
-            acc, dr, rr = res.accepted.tolist(), res.drafted.tolist(), res.resume_rows.tolist()
-            finished = set(res.finished.tolist())
-            for j, i in enumerate(sl):
-                st = stats[i]
-                code = codes[j]
-                rc = row_caches[j]
-                if code == verify:
-                    kk, nn = dr[j], acc[j]
-                    st.verifies += 1
-                    st.drafted += kk
-                    st.accepted += nn
-                    dpos[i][kk - 1] += 1
-                    if nn:
-                        apos[i][min(nn, len(apos[i])) - 1] += 1
-                    if nn < kk:
-                        st.rollbacks += 1
-                elif code == prefill:
-                    st.prefills += 1
-                else:
-                    st.decodes += 1
-                # the row of this slot's own evaluation its cache resumes from (a
-                # prefill's or a decode's last row)
-                caches[i] = rc[rr[j]]
-                outputs[i] += em[eo[j] : eo[j + 1]]
-            control += clock() - a
-            share = control // len(sl)
-            for i in sl:
-                stats[i].control_ns += share
-            for i in sorted(finished):
-                st = stats[i]
-                st.output_tokens = len(outputs[i])
-                st.drafted_by_position = _at_least(dpos[i]) if k else []
-                st.accepted_by_position = _at_least(apos[i]) if k else []
-                out[i] = RequestResult(outputs[i], st, _state.Done(caches[i]))
-                if on_done is not None:
-                    on_done(i, out[i])  # type: ignore[arg-type]
-        results = [r for r in out if r is not None]
-        if len(results) != n:  # pragma: no cover - every slot ends in Done
-            raise RuntimeError("a request did not finish")
+        out = serve(requests, self.target, self.drafter, self.k, self.rule, self.clone,
+                    bonus=bonus, on_done=on_done)
         if check:
-            _raise_on_mismatch(results, self.greedy().run_batch(requests))
-        return results
+            _raise_on_mismatch(out, self.greedy().run_batch(requests))
+        return out
 
 
 def batchable_drafter(drafter: Any) -> bool:

@@ -29,6 +29,10 @@ __all__ = [
     "load_jsonl",
     "DEFAULT_REQUESTS",
     "MAX_LINE_BYTES",
+    "stdlib_dir",
+    "defined_names",
+    "candidate_files",
+    "trace_ids",
 ]
 
 DEFAULT_REQUESTS = 24
@@ -99,11 +103,13 @@ class Vocabulary:
 # --------------------------------------------------------------------------------------
 # the embedded default workload
 # --------------------------------------------------------------------------------------
-def _stdlib_dir() -> str:
+def stdlib_dir() -> str:
+    """This Python's standard-library directory (where the embedded workload is built from)."""
     return sysconfig.get_paths()["stdlib"]
 
 
-def _defined_names(tree: ast.AST) -> set[str]:
+def defined_names(tree: ast.AST) -> set[str]:
+    """The function and class names a module defines (dunder names left out): the names an edit renames."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -121,7 +127,8 @@ def rename_edit(tokens: Sequence[str], names: set[str], count: int = _RENAMES) -
     return [mapping.get(t, t) for t in tokens], mapping
 
 
-def _candidate_files(root: str) -> list[str]:
+def candidate_files(root: str) -> list[str]:
+    """The standard-library modules under ``root`` an edit prompt can be built from, sorted."""
     try:
         names = sorted(os.listdir(root))
     except OSError:
@@ -153,16 +160,16 @@ def stdlib_workload(requests: int | None = None, root: str | None = None) -> Wor
     n = DEFAULT_REQUESTS if requests is None else requests
     if type(n) is not int or n < 1:
         raise ValueError(f"requests must be a positive integer, got {requests!r}")
-    root = _stdlib_dir() if root is None else root
+    root = stdlib_dir() if root is None else root
     usable: list[tuple[str, list[str], list[str], dict[str, str]]] = []
-    for path in _candidate_files(root):
+    for path in candidate_files(root):
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
             tree = ast.parse(text)
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
-        names = _defined_names(tree)
+        names = defined_names(tree)
         if not names:
             continue
         toks = tokenize(text)
@@ -195,7 +202,9 @@ def stdlib_workload(requests: int | None = None, root: str | None = None) -> Wor
 # --------------------------------------------------------------------------------------
 # user traces: JSON lines
 # --------------------------------------------------------------------------------------
-def _ids(value: Any, key: str) -> tuple[list[int] | None, str | None]:
+def trace_ids(value: Any, key: str) -> tuple[list[int] | None, str | None]:
+    """``(ids, None)`` when ``value`` is a JSON list of token ids (ints in 0..2**63-1),
+    else ``(None, message)`` naming ``key`` and the first bad entry."""
     if not isinstance(value, list):
         return None, f"{key!r} must be a list of token ids, got {type(value).__name__}"
     for i, x in enumerate(value):
@@ -212,10 +221,10 @@ def _trace_from(obj: Any, lineno: int) -> tuple[Trace | None, str | None]:
     missing = [k for k in ("prompt", "output") if k not in obj]
     if missing:
         return None, "missing field " + " and ".join(repr(k) for k in missing)
-    prompt, err = _ids(obj["prompt"], "prompt")
+    prompt, err = trace_ids(obj["prompt"], "prompt")
     if err:
         return None, err
-    output, err = _ids(obj["output"], "output")
+    output, err = trace_ids(obj["output"], "output")
     if err:
         return None, err
     if not prompt:

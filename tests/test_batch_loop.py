@@ -78,7 +78,7 @@ def run_batch(bm, ni, recs, k, min_n=1, max_n=3, prefer="latest", bonus=False, r
 def run_loop(ni, recs, k, min_n=1, max_n=3, prefer="latest", eos=None):
     out, stats = [], []
     for p, c, m in recs:
-        loop = SpeculativeLoop(TeacherForcedTarget(p, c), NgramDrafter(min_n, max_n, prefer, index_cls=ni.NgramIndex), k)
+        loop = SpeculativeLoop(TeacherForcedTarget(p, c), NgramDrafter(min_n, max_n, prefer), k)
         r = loop.run(Request(p, m, eos=eos))
         out.append(r.output)
         s = r.stats
@@ -212,10 +212,10 @@ def _rules():
 
 
 @pytest.mark.parametrize("rule_i", range(5))
-def test_run_batched_equals_run_batch_for_every_rule(ni, rule_i):
+def test_run_batched_equals_run_batch_for_every_rule(rule_i):
     rule = _rules()[rule_i]
     reqs = _requests()
-    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 5, rule)
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3), 5, rule)
     want = loop.run_batch(reqs)
     got = loop.run_batched(reqs, check=True)
     assert [r.output for r in got] == [r.output for r in want]
@@ -224,10 +224,10 @@ def test_run_batched_equals_run_batch_for_every_rule(ni, rule_i):
 
 
 @pytest.mark.parametrize("rule_i", range(5))
-def test_run_batched_with_bonus_rows_keeps_the_output_and_verifies_less(ni, rule_i):
+def test_run_batched_with_bonus_rows_keeps_the_output_and_verifies_less(rule_i):
     rule = _rules()[rule_i]
     reqs = _requests(eos_every=0)
-    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 5, rule)
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3), 5, rule)
     want = loop.run_batch(reqs)
     got = loop.run_batched(reqs, bonus=True)
     assert [r.output for r in got] == [r.output for r in want]
@@ -260,7 +260,7 @@ def test_teacher_forced_target_moved_to_the_workload_module():
     assert loop_mod.TraceError is wl.TraceError
 
 
-def test_smoothed_target_sampling_follows_the_target_distribution(ni):
+def test_smoothed_target_sampling_follows_the_target_distribution():
     """A positional, temperature-smoothed target: at every position the recorded token
     has probability hi and every other id lo. Speculative sampling through the batch
     loop must emit the recorded token with frequency hi (a z-test over many positions);
@@ -272,7 +272,7 @@ def test_smoothed_target_sampling_follows_the_target_distribution(ni):
     p, c = seq[:20], seq[20:]
     target = TeacherForcedTarget(p, c, vocab=vocab, temperature=temp)
     hi = np.exp(1 / temp) / (np.exp(1 / temp) + vocab - 1)
-    loop = SpeculativeLoop(None, NgramDrafter(1, 3, index_cls=ni.NgramIndex), 4, SpeculativeSampling(seed=5))
+    loop = SpeculativeLoop(None, NgramDrafter(1, 3), 4, SpeculativeSampling(seed=5))
     (res,) = loop.run_batched([Request(p, 3000, target=target)])
     out = np.array(res.output)
     hits = float((out == np.array(c[: len(out)])).mean())
@@ -450,19 +450,18 @@ def test_the_readme_step_example_speculates(bm, ni):
 
 
 # -- SuffixIndex slots ------------------------------------------------------------------
-def _suffix_drafter(impl, adaptive=False):
+def _suffix_drafter(adaptive=False):
     from specfsm.suffix_index import SuffixDrafter
 
-    return SuffixDrafter(1, None, "earliest", adaptive=adaptive, draft_len=3, max_draft=6,
-                         index_cls=impl.module("suffix_index").SuffixIndex)
+    return SuffixDrafter(1, None, "earliest", adaptive=adaptive, draft_len=3, max_draft=6)
 
 
 @pytest.mark.parametrize("adaptive", [False, True])
 @pytest.mark.parametrize("rule_i", range(5))
-def test_run_batched_with_a_suffix_drafter_equals_run_batch_for_every_rule(impl, rule_i, adaptive):
+def test_run_batched_with_a_suffix_drafter_equals_run_batch_for_every_rule(rule_i, adaptive):
     rule = _rules()[rule_i]
     reqs = _requests()
-    loop = SpeculativeLoop(None, _suffix_drafter(impl, adaptive), 5, rule)
+    loop = SpeculativeLoop(None, _suffix_drafter(adaptive), 5, rule)
     want = loop.run_batch(reqs)
     got = loop.run_batched(reqs, check=True)
     assert [r.output for r in got] == [r.output for r in want]
@@ -527,10 +526,14 @@ def test_suffix_slots_record_what_their_sessions_record(impl, bm):
         recs.append((seq[:10], seq[10:], 60 + s))
     loop_ixs, outs = [], []
     for p, c, m in recs:
-        d, made = _recording_drafter(lambda: _suffix_drafter(impl, adaptive=True))
+        d, made = _recording_drafter(lambda: _suffix_drafter(adaptive=True))
         outs.append(SpeculativeLoop(TeacherForcedTarget(p, c), d, 4).run(Request(p, m)).output)
         loop_ixs.append(made[0])
-    ixs = [_suffix_drafter(impl, adaptive=True).session(p).index for p, _, _ in recs]
+    from specfsm.suffix_index import SuffixDrafter
+
+    # the batch driven directly is ``impl``'s: its slots hold that implementation's indexes
+    ixs = [SuffixDrafter(1, None, "earliest", adaptive=True, draft_len=3, max_draft=6,
+                         index_cls=si.SuffixIndex).session(p).index for p, _, _ in recs]
     got, drafted = _drive(bm, recs, 4, ixs)
     assert got == outs
     assert isinstance(ixs[0], si.SuffixIndex)
@@ -550,12 +553,16 @@ def test_a_batch_mixes_ngram_and_suffix_slots(impl, bm, ni):
     for s in range(6):
         seq = greedy_stream(90, 4, 500 + s)
         recs.append((seq[:8], seq[8:], 50 + s))
-    def drafter(q):
-        return (NgramDrafter(1, 3, index_cls=ni.NgramIndex) if q % 2 else
-                SuffixDrafter(1, None, "earliest", index_cls=si.SuffixIndex))
+    def drafter(q, ngram_cls=None, suffix_cls=None):
+        if q % 2:
+            return NgramDrafter(1, 3) if ngram_cls is None else NgramDrafter(1, 3, index_cls=ngram_cls)
+        if suffix_cls is None:
+            return SuffixDrafter(1, None, "earliest")
+        return SuffixDrafter(1, None, "earliest", index_cls=suffix_cls)
 
-    # each slot's index made (and given the prompt) as its drafter's session makes it
-    ixs = [drafter(q).session(p).index for q, (p, _, _) in enumerate(recs)]
+    # each slot's index made (and given the prompt) as its drafter's session makes it, of
+    # ``impl`` (the batch driven directly is ``impl``'s); the loop runs on the active one
+    ixs = [drafter(q, ni.NgramIndex, si.SuffixIndex).session(p).index for q, (p, _, _) in enumerate(recs)]
     outputs, drafted = _drive(bm, recs, 4, ixs)
     for q, (p, c, m) in enumerate(recs):
         r = SpeculativeLoop(TeacherForcedTarget(p, c), drafter(q), 4).run(Request(p, m))

@@ -19,7 +19,11 @@ from specfsm.cli.progress import Progress
 
 from test_replay import edit_traces, write_jsonl
 
-FAST = ["--impl", "python", "--repeat", "1"]
+# the implementation this process runs on: replay measures it in-process (the twin beside
+# the compiled core runs in a child process, out of reach of a test's monkeypatch)
+ACTIVE = "python" if _impl.NO_EXTENSIONS else "compiled"
+
+FAST = ["--impl", ACTIVE, "--repeat", "1"]
 
 
 def _workload(tmp_path, n=1):

@@ -969,7 +969,7 @@ def test_backoff_flag_is_checked(model):
 def test_load_prompts_takes_chat_messages_and_kinds(tmp_path):
     import json
 
-    from specfsm.hf.cli import load_prompts
+    from specfsm.hf.prompts import load_prompts
     from specfsm.workload import WorkloadError
 
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
@@ -991,7 +991,7 @@ def test_load_prompts_takes_chat_messages_and_kinds(tmp_path):
 
 
 def test_messages_get_the_chat_template():
-    from specfsm.hf.cli import PromptSpec, _token_ids
+    from specfsm.hf.prompts import PromptSpec, token_ids
 
     class Tok:
         chat_template = "yes"
@@ -1004,7 +1004,7 @@ def test_messages_get_the_chat_template():
             return {"input_ids": [len(text)]}
 
     msgs = [{"role": "user", "content": "abc"}]
-    ids = _token_ids([PromptSpec("m", messages=msgs), PromptSpec("t", text="abcd")], Tok(), 100, "f")
+    ids = token_ids([PromptSpec("m", messages=msgs), PromptSpec("t", text="abcd")], Tok(), 100, "f")
     assert ids == [[7, 3, 8], [4]]  # messages templated, text as it is
 
 

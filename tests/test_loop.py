@@ -23,7 +23,7 @@ from specfsm.loop import (
     compare_outputs,
 )
 
-from specfsm import _impl, accept_rule
+from specfsm import accept_rule
 
 from reference import OverAcceptingRule
 
@@ -474,49 +474,74 @@ def test_a_drafter_that_ignores_max_k_is_cut_to_it(fsm):
 
 
 # --------------------------------------------------------------------------------------
-# one implementation per loop, chosen by passing it
+# one loop on the batch API
 # --------------------------------------------------------------------------------------
-def _unreachable(*_args, **_kwargs):
-    raise AssertionError("the loop reached a kernel through specfsm._impl's globals")
-
-
 @pytest.mark.parametrize("rule", [None, FirstRunAtLeast(2)], ids=["exact", "minrun"])
-def test_a_loop_given_an_implementation_uses_its_kernels_only(impl, monkeypatch, rule):
-    """``SpeculativeLoop(..., impl=name)`` runs on that implementation's kernels without reading (or rebinding) ``specfsm._impl``'s
-    globals, and reproduce plain greedy decoding with rollbacks taken."""
-    impl.module("prefix")  # fails clearly when the compiled core is asked for and not built
-    for name in ("common_prefix", "prompt_lookup", "settle"):
-        monkeypatch.setattr(_impl, name, _unreachable)
+def test_every_entry_point_runs_on_one_batch_state(monkeypatch, rule):
+    """``run`` is a batch of one, ``run_batch`` and ``run_batched`` one ``BatchState`` for
+    all their requests (the active implementation's class), and they reproduce plain
+    greedy decoding with rollbacks taken."""
+    import specfsm.batch as batch_mod
+
+    real = batch_mod.BatchState
+    made = []
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        __slots__ = ()
+
+        def __init__(self, capacity, *a, **kw):
+            made.append(capacity)
+            super().__init__(capacity, *a, **kw)
+
+    monkeypatch.setattr(batch_mod, "BatchState", Spy)
     target = HistoryTarget()
-    loop = SpeculativeLoop(target, PromptLookupDrafter(2), 4, rule, impl=impl.name)
+    loop = SpeculativeLoop(target, PromptLookupDrafter(2), 4, rule)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
     result = loop.run(Request(prompt, 60))
+    assert made == [1]
     assert result.output == plain_greedy(target, prompt, 60)
     assert result.stats.verifies and result.stats.rollbacks
     batch = loop.run_batch([Request(prompt, 40), Request(prompt[::-1], 30)])
+    assert made == [1, 2]
     assert [r.output for r in batch] == [plain_greedy(target, prompt, 40), plain_greedy(target, prompt[::-1], 30)]
+    out = SpeculativeLoop(target, NgramDrafter(1, 3), 4, rule).run_batched([Request(prompt, 10)] * 3)
+    assert made == [1, 2, 3]
+    assert [r.output for r in out] == [plain_greedy(target, prompt, 10)] * 3
 
 
-def test_a_loop_given_an_implementation_runs_the_batch_api_on_it(impl):
-    bm = impl.module("batch")
-    loop = SpeculativeLoop(HistoryTarget(), None, 0, impl=impl.name)
-    assert loop.greedy().impl == impl.name
-    seen = []
-    real = bm.BatchState
-
-    class Spy(real):  # type: ignore[misc, valid-type]
-        def __init__(self, *a, **kw):
-            seen.append(1)
-            super().__init__(*a, **kw)
-
-    bm.BatchState = Spy
-    try:
-        out = loop.run_batched([Request([1, 2, 3], 10)])
-    finally:
-        bm.BatchState = real
-    assert seen and out[0].output == plain_greedy(HistoryTarget(), [1, 2, 3], 10)
+def test_the_loop_takes_no_implementation_parameter():
+    with pytest.raises(TypeError, match="impl"):
+        SpeculativeLoop(None, impl="python")  # type: ignore[call-arg]
 
 
-def test_an_unknown_implementation_is_refused():
-    with pytest.raises(ValueError, match="kind"):
-        SpeculativeLoop(None, impl="fast")
+def test_tokens_that_are_not_ids_run_through_the_batch():
+    """Non-integer tokens are mapped to ids for the batch and back: the target, the rule
+    and the output see the tokens."""
+
+    class Letters:
+        def evaluate(self, inputs, cache):
+            c = 0 if cache is None else cache
+            return ["abc"[(ord(x) + c + i) % 3] for i, x in enumerate(inputs)], [c + i + 1 for i in range(len(inputs))]
+
+    class Echo:
+        def session(self, prompt):
+            seen = list(prompt)
+
+            class S:
+                def extend(self, tokens):
+                    seen.extend(tokens)
+
+                def propose(self, max_k):
+                    return seen[-max_k:]
+
+            return S()
+
+    class LettersOnly(FirstRunAtLeast):
+        def accepted_rows(self, draft, choices):
+            assert all(isinstance(x, str) for x in draft) and all(isinstance(x, str) for x in choices)
+            return super().accepted_rows(draft, choices)
+
+    req = Request(["a", "b", "c"], 25, eos="z")
+    res = SpeculativeLoop(Letters(), Echo(), 3, LettersOnly(1)).run(req, check=True)
+    assert len(res.output) == 25 and set(res.output) <= set("abc")
+    assert res.stats.verifies > 0

@@ -24,6 +24,10 @@ from specfsm.workload import (
 
 from reference import OverAcceptingRule
 
+# the implementation this process runs on: replay measures it in-process (the twin beside
+# the compiled core runs in a child process, out of reach of a test's monkeypatch)
+ACTIVE = "python" if _impl.NO_EXTENSIONS else "compiled"
+
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)))
 
 IDENTITY = "identity: all {n} speculative outputs equal their plain greedy outputs"
@@ -341,10 +345,10 @@ def test_a_target_that_breaks_identity_exits_1(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(cli.orchestrate, "make_rule", lambda spec: OverAcceptingRule())
     path = write_jsonl(tmp_path / "w.jsonl", edit_traces(1))
-    assert cli.main(["replay", "--workload", path, "--impl", "python", "--drafter", "prompt"]) == 1
+    assert cli.main(["replay", "--workload", path, "--impl", ACTIVE, "--drafter", "prompt"]) == 1
     err = capsys.readouterr().err
     assert "IDENTITY FAILED" in err and "past a rejected draft token" in err
-    assert cli.main(["replay", "--workload", path, "--impl", "python"]) == 1  # the default drafter
+    assert cli.main(["replay", "--workload", path, "--impl", ACTIVE]) == 1  # the default drafter
     assert "IDENTITY FAILED" in capsys.readouterr().err
 
 
@@ -433,7 +437,7 @@ def test_unreadable_lines_are_named_with_their_line_number(tmp_path, capsys, bad
     assert f"{path}:2: " in str(err.value) and message in str(err.value)
     assert ":1:" not in str(err.value) and ":3:" not in str(err.value)
     assert len(str(err.value)) < 1000  # the bad value is quoted short, not echoed whole
-    assert cli.main(["replay", "--workload", path, "--impl", "python"]) == 2
+    assert cli.main(["replay", "--workload", path, "--impl", ACTIVE]) == 2
     captured = capsys.readouterr()
     assert f"{path}:2: " in captured.err and captured.out == ""
 
@@ -516,7 +520,7 @@ def test_unreadable_workloads_end_to_end_exit_2_without_a_traceback(tmp_path):
     deep = write_jsonl(tmp_path / "deep.jsonl", [GOOD, "[" * 100_000])
     digits = write_jsonl(tmp_path / "digits.jsonl", ['{"prompt": [' + "1" * 5000 + '], "output": [1]}'])
     for path, line in ((deep, 2), (digits, 1)):
-        proc = run_cli("replay", "--workload", path, "--impl", "python", cwd=str(tmp_path))
+        proc = run_cli("replay", "--workload", path, "--impl", ACTIVE, cwd=str(tmp_path))
         assert proc.returncode == 2, proc.stderr
         assert f"{path}:{line}: " in proc.stderr and "Traceback" not in proc.stderr
         assert proc.stdout == ""
@@ -548,7 +552,7 @@ def test_suffix_drafter_takes_a_minimum_and_ngram_needs_a_bound(tmp_path, capsys
 
 def test_the_shipped_smollm2_workload_replays_by_name(capsys):
     """The recorded SmolLM2 outputs ship as package data and replay by name, exactly."""
-    assert cli.main(["replay", "--workload", "smollm2", "--json", "--repeat", "1", "--impl", "python"]) == 0
+    assert cli.main(["replay", "--workload", "smollm2", "--json", "--repeat", "1", "--impl", ACTIVE]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["identical"] is True and s["requests"] >= 1
     assert s["evaluations_speculative"] < s["evaluations_greedy"]
@@ -630,3 +634,26 @@ def test_the_teacher_forced_target_refuses_a_dense_vocabulary_past_its_limit():
         t.evaluate_probs([1, 2**40], None)
     rows, probs, _ = TeacherForcedTarget([1, 2], [5, 6]).evaluate_probs([1, 2], None)
     assert probs.shape == (2, 8)  # the largest id + 2
+
+
+def test_the_twin_beside_the_compiled_core_runs_in_a_child_process(tmp_path, capsys, monkeypatch):
+    """With the compiled core active, ``--impl both`` measures the twin in a child process
+    started with ``SPECFSM_NO_EXTENSIONS=1`` (an implementation is chosen once per
+    process), and both runs take the same decisions."""
+    if _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set: the twin is this process's implementation")
+    from specfsm.cli import twin
+
+    envs = []
+    real = twin.subprocess.run
+
+    def spy(*args, **kwargs):
+        envs.append(kwargs["env"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(twin.subprocess, "run", spy)
+    path = write_jsonl(tmp_path / "w.jsonl", edit_traces(2))
+    assert cli.main(["replay", "--workload", path, "--repeat", "1", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert [e.get("SPECFSM_NO_EXTENSIONS") for e in envs] == ["1"]
+    assert set(s["runs"]) == {"compiled", "python"} and s["implementations_agree"] is True

@@ -1,7 +1,9 @@
 """Replay orchestration for ``specfsm replay``: the workload's requests driven through
 the speculative loop with plain greedy decoding and with speculation under each
-implementation (each run names its implementation; no module globals are rebound), and
-the summary those runs add up to (``specfsm.cli.summary`` formats it)."""
+implementation, and the summary those runs add up to (``specfsm.cli.summary`` formats
+it). The active implementation (``specfsm._impl``'s choice at import) runs in this
+process; the pure-Python twin, when the compiled core is active, runs in a child
+process with ``SPECFSM_NO_EXTENSIONS=1`` (``specfsm.cli.twin``)."""
 
 from __future__ import annotations
 
@@ -12,23 +14,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _impl
-from ..loop import (
-    NgramDrafter,
-    PromptLookupDrafter,
-    Request,
-    RequestResult,
-    SpeculativeLoop,
-    TeacherForcedTarget,
-    batchable_drafter,
-    compare_outputs,
-    needs_probs,
-)
-from ..workload import Trace, Workload
+from ..drafting import PromptLookupDrafter
+from ..loop import Request, RequestResult, SpeculativeLoop, batchable_drafter, compare_outputs, needs_probs
+from ..ngram_index import NgramDrafter
+from ..workload import TeacherForcedTarget, Trace, Workload
 from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, rule_text
 from .progress import Progress
 from .summary import LABELS
 
-__all__ = ["replay", "make_rule", "make_drafter", "available_kinds", "default_ngram", "compact_ids", "SHIPPED_WORKLOADS"]
+__all__ = [
+    "replay", "speculative_runs", "make_rule", "make_drafter", "available_kinds", "active_kind", "default_ngram",
+    "compact_ids", "SHIPPED_WORKLOADS",
+]
 
 _REPEAT_BUDGET_S = 2.0  # no further repeats once an implementation has run this long
 
@@ -56,6 +53,12 @@ def make_rule(spec: tuple[str, int]) -> Any:
     raise ValueError(f"unknown rule {name!r}")
 
 
+def active_kind() -> str:
+    """The implementation this process runs on: ``"python"`` where ``SPECFSM_NO_EXTENSIONS``
+    (or a non-CPython interpreter) switched the compiled core off, else ``"compiled"``."""
+    return "python" if _impl.NO_EXTENSIONS else "compiled"
+
+
 def default_ngram(drafter: str) -> tuple[int, int | None]:
     """``--ngram`` when it is not given: 3 for prompt lookup, 2:4 for the n-gram index,
     and for the suffix drafters a minimum of 1 with no maximum (the longest match)."""
@@ -66,10 +69,10 @@ def default_ngram(drafter: str) -> tuple[int, int | None]:
     return (1, None)
 
 
-def make_drafter(name: str, ngram: tuple[int, int | None], kind: str | None = None) -> Any:
-    """The drafter for ``--drafter``/``--ngram``; ``kind`` picks one implementation's
-    kernels (None: the active ones). A fresh drafter per call: the shared suffix cache
-    must not carry one run's outputs into the next."""
+def make_drafter(name: str, ngram: tuple[int, int | None]) -> Any:
+    """The drafter for ``--drafter``/``--ngram``, on the active implementation. A fresh
+    drafter per call: the shared suffix cache must not carry one run's outputs into the
+    next."""
     lo, hi = ngram
     if name == "prompt":
         if lo != hi:
@@ -81,12 +84,12 @@ def make_drafter(name: str, ngram: tuple[int, int | None], kind: str | None = No
     if name == "ngram":
         if hi is None:
             raise UsageError("--drafter ngram needs a bounded range, as in --ngram 2:4")
-        return NgramDrafter(lo, hi, "latest")  # the active implementation's index
+        return NgramDrafter(lo, hi, "latest")
     if name in ("suffix", "suffix-shared"):
         from .. import suffix_index
 
         shared = suffix_index.SharedSuffixCache() if name == "suffix-shared" else None
-        return suffix_index.SuffixDrafter(lo, hi, shared=shared)  # the active implementation's index
+        return suffix_index.SuffixDrafter(lo, hi, shared=shared)
     if name == "arctic":
         from .. import suffix_index
 
@@ -185,6 +188,41 @@ def _run_batches(
     return out
 
 
+def speculative_runs(
+    workload: Workload,
+    drafter: str,
+    ngram: tuple[int, int | None],
+    k: int,
+    rule: tuple[str, int],
+    batch: int,
+    repeat: int,
+    bonus: bool = False,
+    progress: Progress | None = None,
+) -> tuple[float | None, list[RequestResult], int]:
+    """Up to ``repeat`` speculative replays of ``workload`` on this process's
+    implementation (no further repeats once they have taken ``_REPEAT_BUDGET_S``):
+    ``(best control-plane µs per token, that run's results, runs made)``."""
+    requests = _requests(workload)
+    bar = progress or Progress(1, sys.stderr, False)
+    best: float | None = None
+    results: list[RequestResult] = []
+    done = 0
+    started = time.monotonic()
+    for i in range(repeat):
+        if i and time.monotonic() - started > _REPEAT_BUDGET_S:
+            bar.skip((repeat - i) * len(requests))
+            break
+        done = i + 1
+        loop = SpeculativeLoop(None, make_drafter(drafter, ngram), k, make_rule(rule))
+        got = _run_batches(loop, requests, batch, bar, bonus)
+        ns = sum(r.stats.control_ns for r in got)
+        toks = sum(r.stats.output_tokens for r in got)
+        per = ns / 1e3 / toks if toks else None
+        if per is None or best is None or per < best:
+            best, results = per, got
+    return best, results, done
+
+
 def replay(
     workload: Workload,
     drafter: str = DEFAULT_DRAFTER,
@@ -221,23 +259,16 @@ def replay(
     runs: dict[str, list[RequestResult]] = {}
     control: dict[str, float | None] = {}
     runs_done: dict[str, int] = {}
+    settings: dict[str, Any] = dict(drafter=drafter, ngram=ngram, k=k, rule=rule, batch=batch, repeat=repeat, bonus=bonus)
     for kind in kinds:
         bar.phase(f"speculative, {LABELS[kind]}")
-        best: float | None = None
-        started = time.monotonic()
-        for i in range(repeat):
-            if i and time.monotonic() - started > _REPEAT_BUDGET_S:
-                bar.skip((repeat - i) * len(requests))
-                break
-            runs_done[kind] = i + 1
-            loop = SpeculativeLoop(None, make_drafter(drafter, ngram, kind), k, make_rule(rule), impl=kind)
-            results = _run_batches(loop, requests, batch, bar, bonus)
-            ns = sum(r.stats.control_ns for r in results)
-            toks = sum(r.stats.output_tokens for r in results)
-            per = ns / 1e3 / toks if toks else None
-            if per is None or best is None or per < best:
-                best, runs[kind] = per, results
-        control[kind] = best
+        if kind == active_kind():
+            control[kind], runs[kind], runs_done[kind] = speculative_runs(workload, progress=bar, **settings)
+        else:
+            from .twin import run_twin
+
+            control[kind], runs[kind], runs_done[kind] = run_twin(workload, settings)
+            bar.skip(repeat * len(requests))
     for kind in skipped:
         control[kind] = None
     bar.close()
@@ -311,3 +342,9 @@ def replay(
 def _per_token(result: RequestResult) -> float | None:
     s = result.stats
     return s.control_us_per_token if s.output_tokens else None
+
+
+if __name__ == "__main__":  # the twin's child process (``twin.run_twin``)
+    from .twin import serve_child
+
+    serve_child(speculative_runs)

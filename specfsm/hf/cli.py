@@ -25,6 +25,7 @@ from typing import Any, TextIO
 # one option parser and one exit-2 error for every command of the CLI
 from .._cli_args import UsageError, plural
 from .._cli_args import positive as _positive
+from .prompts import PromptSpec, embedded_prompts, load_prompts, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
 
@@ -126,145 +127,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"messages": [{"role": ..., "content": ...}, ...]} (chat messages: the model\'s chat template is applied, with the reply\'s opening), {"text": "..."} (raw text, tokenized as it is: NO chat template, so write the template yourself for an instruction-tuned model) or {"prompt": [ids]}; text and messages need the model\'s tokenizer; optional "name" and "kind". An empty prompt, text or message list is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
     p.add_argument("--requests", type=_positive, default=None, metavar="N", help=f"how many prompts: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
     p.add_argument("--max-new-tokens", type=_positive, default=256, help="most tokens generated per request (default 256)")
-
-
-# --------------------------------------------------------------------------------------
-# prompts
-# --------------------------------------------------------------------------------------
-class PromptSpec:
-    """One prompt: token ids, or text to tokenize, and a name."""
-
-    __slots__ = ("name", "ids", "text", "messages", "lineno", "kind")
-
-    def __init__(self, name: str, ids: list[int] | None = None, text: str | None = None,
-                 messages: list[dict[str, str]] | None = None, lineno: int = 0, kind: str | None = None) -> None:
-        self.name, self.ids, self.text, self.messages, self.lineno = name, ids, text, messages, lineno
-        self.kind = kind
-
-
-def _messages(value: Any) -> tuple[list[dict[str, str]] | None, str | None]:
-    """``"messages"`` of a prompts line: a non-empty list of ``{"role": str, "content":
-    str}`` objects; ``(messages, None)`` or ``(None, why not)``."""
-    if not isinstance(value, list) or not value:
-        return None, "'messages' must be a non-empty list of {\"role\": ..., \"content\": ...} objects"
-    out = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict):
-            return None, f"messages[{i}] must be an object, got {type(m).__name__}"
-        role, content = m.get("role"), m.get("content")
-        if not isinstance(role, str) or not role:
-            return None, f"messages[{i}]: 'role' must be a non-empty string, got {role!r}"
-        if not isinstance(content, str):
-            return None, f"messages[{i}]: 'content' must be a string, got {type(content).__name__}"
-        out.append({"role": role, "content": content})
-    if not any(m["content"] for m in out):
-        return None, "'messages' hold no text (every content is empty)"
-    return out, None
-
-
-def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
-    """Read ``{"prompt": [ids]}``, ``{"text": "..."}`` (raw text, no chat template) or
-    ``{"messages": [...]}`` (chat messages, templated) objects, one per line; every bad
-    line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned. An empty
-    prompt (or text) is such a bad line: the state machine accepts an empty prompt, as the
-    original design does; the CLI refuses it as bad input."""
-    from ..workload import WorkloadError, _ids
-
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read prompts {path!r}: {exc.strerror or exc}") from None
-    out: list[PromptSpec] = []
-    errors: list[str] = []
-    with f:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    errors.append(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
-                    continue
-                if not isinstance(obj, dict):
-                    errors.append(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                    continue
-                name = obj.get("name", f"line {lineno}")
-                if not isinstance(name, str):
-                    errors.append(f"{path}:{lineno}: 'name' must be a string, got {type(name).__name__}")
-                    continue
-                kind = obj.get("kind")
-                if kind is not None and not isinstance(kind, str):
-                    errors.append(f"{path}:{lineno}: 'kind' must be a string, got {type(kind).__name__}")
-                    continue
-                if sum(key in obj for key in ("prompt", "text", "messages")) != 1:
-                    errors.append(f"{path}:{lineno}: expected exactly one of 'prompt' (token ids), 'text' (raw text) "
-                                  "and 'messages' (chat messages)")
-                    continue
-                if "messages" in obj:
-                    msgs, err = _messages(obj["messages"])
-                    if err:
-                        errors.append(f"{path}:{lineno}: {err}")
-                        continue
-                    out.append(PromptSpec(name, messages=msgs, lineno=lineno, kind=kind))
-                elif "prompt" in obj:
-                    ids, err = _ids(obj["prompt"], "prompt")
-                    if err is None and not ids:
-                        err = "'prompt' is empty (prefill needs at least one token)"
-                    if err:
-                        errors.append(f"{path}:{lineno}: {err}")
-                        continue
-                    out.append(PromptSpec(name, ids=ids, lineno=lineno, kind=kind))
-                else:
-                    text = obj["text"]
-                    if not isinstance(text, str) or not text:
-                        errors.append(f"{path}:{lineno}: 'text' must be a non-empty string")
-                        continue
-                    out.append(PromptSpec(name, text=text, lineno=lineno, kind=kind))
-        except UnicodeDecodeError as exc:
-            errors.append(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})")
-    if errors:
-        shown = errors[:max_errors]
-        more = f"\n... and {len(errors) - len(shown)} more bad lines" if len(errors) > len(shown) else ""
-        raise WorkloadError(
-            f"prompts {path!r} have {len(errors)} bad line{'s' if len(errors) != 1 else ''}:\n"
-            + "\n".join(shown) + more
-        )
-    if not out:
-        raise WorkloadError(f"prompts {path!r} hold no requests (every line is blank)")
-    return out
-
-
-def _embedded(count: int) -> list[PromptSpec]:
-    from .prompts import edit_prompts
-
-    return [PromptSpec(p.name, messages=p.messages) for p in edit_prompts(count)]
-
-
-def _token_ids(specs: list[PromptSpec], tokenizer: Any, vocab: int, source: str) -> list[list[int]]:
-    from .prompts import EditPrompt, chat_ids
-
-    out, errors = [], []
-    for s in specs:
-        where = f"{source}:{s.lineno}" if s.lineno else s.name
-        if s.ids is not None:
-            ids = s.ids
-        elif tokenizer is None:
-            errors.append(f"{where}: a text prompt needs the model's tokenizer, and this model has none; give token ids")
-            continue
-        elif s.messages is not None:
-            ids = chat_ids(tokenizer, EditPrompt(s.name, {}, s.messages))
-        else:
-            ids = [int(t) for t in tokenizer(s.text)["input_ids"]]
-        bad = [t for t in ids if t >= vocab]
-        if bad:
-            errors.append(f"{where}: token id {bad[0]} is outside the model's vocabulary 0..{vocab - 1}")
-            continue
-        out.append(ids)
-    if errors:
-        raise UsageError("\n".join(errors))
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -624,7 +486,7 @@ def main(args: argparse.Namespace) -> int:
                     specs = specs[: args.requests]
                 where = f"{args.prompts} holds"
             else:
-                specs = _embedded(args.requests or DEFAULT_REQUESTS)
+                specs = embedded_prompts(args.requests or DEFAULT_REQUESTS)
                 where = "this Python's standard library gives"
             if args.requests is not None and args.requests > len(specs):
                 print(
@@ -636,7 +498,7 @@ def main(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(args.threads)
             model, tokenizer, info = load_model(args.model)
-            prompts = _token_ids(specs, tokenizer, int(model.config.vocab_size), args.prompts or "embedded")
+            prompts = token_ids(specs, tokenizer, int(model.config.vocab_size), args.prompts or "embedded")
             names = [s.name for s in specs]
             if cmd == "record":
                 return record_main(args, model, prompts, names)

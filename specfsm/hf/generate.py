@@ -15,19 +15,8 @@ by rows from the run's own forwards. With the bonus row
 (the default) a K-token draft is verified by the K + 1 rows the forward yields anyway.
 A rule the batch does not know settles each request through its own ``ServingState``.
 
-The ragged batch cache. All requests share one ``DynamicCache`` of ``T`` columns; a
-column of row ``b`` is either one of that request's consumed tokens or a hole. A 2-D
-attention mask marks the real columns (prompts are left-padded: the padding is holes;
-each prompt is prefilled by its own forward and the caches gathered, so no forward
-computes padding),
-and explicit ``position_ids`` give every request its own positions, so holes change
-nothing a request attends to. A step feeds ``W`` columns to every row (a request
-drafting fewer tokens, or decoding, fills its extra columns with holes); after
-acceptance each request keeps the leading columns it consumed and the rest become
-holes; trailing columns that no request kept are cropped off (``Cache.crop``), and
-when holes pass half the cache the rows are compacted (each row's real columns
-gathered to the right, left-padded). Finished requests leave the batch
-(``batch_select_indices``). A batch of one never has holes: rollback is a crop.
+The model side (the prefill, the ragged batch cache every step feeds and crops, the
+model and version checks) is ``specfsm.hf.evaluate``.
 
 Greedy output is token-for-token what ``model.generate(do_sample=False)`` gives each
 request alone, up to floating-point ties between the top two logits (batched and
@@ -50,6 +39,19 @@ import numpy as np
 from .. import _impl
 from ..accept_rule import Exact, SpeculativeSampling, TypicalAcceptance
 from ..state import Accept, Decode, Rollback, ServingState, Verify
+from .evaluate import (
+    SUPPORTED_TRANSFORMERS,
+    RaggedBatch,
+    UnsupportedModel,
+    check_model,
+    check_transformers,
+    first_mismatch,
+    eos_ids,
+    max_positions,
+    measure_costs,
+    new_cache,
+    prefill,
+)
 from .cost import AcceptanceByMatch, AcceptanceStats, CostModel, OnlineCost, RequestBackoff, choose_width, expected_tokens
 
 __all__ = [
@@ -62,79 +64,6 @@ __all__ = [
     "RunStats",
     "first_mismatch",
 ]
-
-#: The transformers versions whose ``Cache.crop`` semantics this module relies on.
-SUPPORTED_TRANSFORMERS = ">=5.0,<6"
-
-
-class UnsupportedModel(ValueError):
-    """A model, cache or transformers version this generator cannot drive exactly."""
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit()) or "0"
-        out.append(int(digits))
-        if not part.isdigit():
-            break
-    return tuple(out)
-
-
-def check_transformers(version: str | None = None) -> str:
-    """Refuse a transformers outside ``SUPPORTED_TRANSFORMERS``: 4.x crops a cache to an
-    absolute length (``crop(0)`` empties it) where 5.x removes a count of tokens, and
-    6 is unknown. Returns the version checked."""
-    if version is None:
-        import transformers
-
-        version = transformers.__version__
-    v = _version_tuple(version)
-    if not (5,) <= v < (6,):
-        raise UnsupportedModel(
-            f"transformers {version} is not supported: specfsm.hf needs transformers "
-            f"{SUPPORTED_TRANSFORMERS} (4.x crops caches to an absolute length, 5.x by a "
-            "count of tokens); pip install 'transformers>=5,<6'"
-        )
-    return version
-
-
-def _new_cache(model: Any) -> Any:
-    from transformers import DynamicCache
-
-    return DynamicCache(config=model.config)
-
-
-def _croppable(cache: Any) -> bool:
-    flag = getattr(cache, "is_croppable", None)
-    if flag is not None:
-        return bool(flag)
-    layers = getattr(cache, "layers", ())
-    return all(type(layer).__name__ == "DynamicLayer" for layer in layers)
-
-
-def check_model(model: Any, cache: Any = None) -> None:
-    """Refuse what cannot be rolled back exactly: stateful models (a recurrent state
-    has no ``crop``), encoder-decoder models, and caches whose ``crop`` cannot put them
-    back as they were (quantised caches, sliding-window layers)."""
-    check_transformers()
-    config = getattr(model, "config", None)
-    if config is None or not callable(getattr(model, "forward", None)):
-        raise UnsupportedModel(f"model must be a transformers causal LM, got {type(model).__name__}")
-    if getattr(model, "_is_stateful", False):
-        raise UnsupportedModel(
-            f"{type(model).__name__} is stateful: its recurrent state cannot be cropped back "
-            "after a rejected draft, so speculative decoding cannot be exact"
-        )
-    if getattr(config, "is_encoder_decoder", False):
-        raise UnsupportedModel(f"{type(model).__name__} is an encoder-decoder model; only causal LMs are supported")
-    cache = _new_cache(model) if cache is None else cache
-    if not _croppable(cache):
-        raise UnsupportedModel(
-            f"the {type(cache).__name__} of {type(model).__name__} cannot be cropped exactly "
-            "(quantised or sliding-window layers): a rejected draft could not be rolled back"
-        )
-
 
 @dataclass
 class RequestOutput:
@@ -238,36 +167,6 @@ def _real(value: Any, name: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
     return float(value)
-
-
-def _eos_ids(value: Any, model: Any, vocab: int) -> frozenset[int]:
-    """The ids that end a request: ``"model"`` (the model's generation config, taken as
-    it is), None, an id or a collection of ids (each an integer in ``0..vocab-1``)."""
-    if isinstance(value, str):
-        if value != "model":
-            raise ValueError(f"eos_token_id must be 'model', None, an id or ids, got {value!r}")
-        value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        if value is None:
-            return frozenset()
-        return frozenset((int(value),) if isinstance(value, (int, np.integer)) else (int(e) for e in value))
-    if value is None:
-        return frozenset()
-    many = not isinstance(value, (int, np.integer, bool, np.bool_))
-    if many:
-        if isinstance(value, (bytes, bytearray, float, np.floating)) or not hasattr(value, "__iter__"):
-            raise TypeError(f"eos_token_id must be 'model', None, an id or ids, got {type(value).__name__} {value!r}")
-        items = list(value)
-    else:
-        items = [value]
-    out = []
-    for i, e in enumerate(items):
-        where = f"eos_token_id[{i}]" if many else "eos_token_id"
-        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)):
-            raise TypeError(f"{where} must be an integer token id, got {type(e).__name__} {e!r}")
-        if not 0 <= e < vocab:
-            raise ValueError(f"{where}={int(e)} is outside the model's vocabulary 0..{vocab - 1}")
-        out.append(int(e))
-    return frozenset(out)
 
 
 class SpeculativeGenerator:
@@ -423,7 +322,7 @@ class SpeculativeGenerator:
         self.rule = rule
         self.rng = np.random.default_rng(seed)
         self._warpers = self._make_warpers(temperature, top_k, top_p) if self.do_sample else []
-        self.eos: frozenset[int] = _eos_ids(eos_token_id, model, self._vocab)
+        self.eos: frozenset[int] = eos_ids(eos_token_id, model, self._vocab)
         if cost is not None and not isinstance(cost, CostModel):
             raise TypeError(f"cost must be a CostModel or None, got {type(cost).__name__}")
         self.cost = cost
@@ -532,41 +431,15 @@ class SpeculativeGenerator:
 
     def calibrate(self, batch: int = 1, context: int = 512, widths: Sequence[int] | None = None, repeat: int = 3) -> CostModel:
         """Measure one forward's cost by rows (``batch`` requests times each width, by
-        default 1, 2, 4, 8, 12, 16 .. up to ``k_max`` + 1) on a ``context``-token cache,
-        taking the fastest of ``repeat`` rounds (each round measures every width, so a
-        burst of load on a shared machine hits all widths alike, not one), made monotone
-        by ``CostModel``; later ``generate`` calls use it."""
-        import torch
-
+        default 1, 2, 4, 8, 12, 16 .. up to ``k_max`` + 1; ``evaluate.measure_costs``),
+        made monotone by ``CostModel``; later ``generate`` calls use it."""
         if widths is None:
             top = max(self.k_max + self.bonus, 1)
             widths = sorted({w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= top} | {top})
-        vocab = int(self.model.config.vocab_size)
-        limit = _max_positions(self.model.config)
-        if limit is not None:
-            context = max(1, min(context, limit - max(widths)))
-        g = torch.Generator().manual_seed(0)
-        ids = torch.randint(0, vocab, (batch, context), generator=g)
-        pos = torch.arange(context).expand(batch, context)
-        cache = _new_cache(self.model)
         saved = self.last_run
         self.last_run = RunStats()
         t0 = time.perf_counter()
-        # a batch decodes with an explicit mask (holes), so its cost is measured with one
-        ones = torch.ones((batch, context + max(widths)), dtype=torch.long) if batch > 1 else None
-        self._forward(ids, pos, None if ones is None else ones[:, :context], cache, keep=1)
-        costs = {batch * w: float("inf") for w in widths}
-        inputs = []
-        for w in widths:
-            x = torch.randint(0, vocab, (batch, w), generator=g)
-            p = torch.arange(context, context + w).expand(batch, w)
-            inputs.append((w, x, p, None if ones is None else ones[:, : context + w]))
-        for _ in range(max(1, repeat)):
-            for w, x, p, m in inputs:
-                s = time.perf_counter()
-                self._forward(x, p, m, cache)
-                costs[batch * w] = min(costs[batch * w], time.perf_counter() - s)
-                cache.crop(-w)
+        costs = measure_costs(self.model, self._forward, batch, context, widths, repeat)
         saved.calibrate_s += time.perf_counter() - t0
         self.last_run = saved
         self.cost = CostModel(costs)
@@ -610,8 +483,7 @@ class SpeculativeGenerator:
         # any other rule (``select``/``accept_with``) settles through ServingState
 
         # prefill: left-padded, holes masked, positions from 0 at each request's first token
-        b = len(reqs)
-        cache, mask, logits = self._prefill(reqs)
+        cache, mask, logits = prefill(self.model, self._forward, [r.array for r in reqs], self.prefill == "each")
         probs = self.probabilities(logits) if self.do_sample else None
         choice = logits.argmax(-1).tolist()
         for i, r in enumerate(reqs):
@@ -624,19 +496,9 @@ class SpeculativeGenerator:
             self._emit(r, [tok])
 
         active = [r for r in reqs if not r.done]
-        keep_rows = [i for i, r in enumerate(reqs) if not r.done]
-        if len(keep_rows) < b:
-            if keep_rows:
-                cache.batch_select_indices(torch.tensor(keep_rows))
-            mask = mask[keep_rows]
-        # the attention mask lives in a buffer with room to grow; buf[:, :width] is live
-        cap = max(64, 2 * mask.shape[1])
-        buf = torch.zeros((mask.shape[0], cap), dtype=torch.long)
-        buf[:, : mask.shape[1]] = mask
-        width = mask.shape[1]
-        if len(active) == 1 and active[0].valid < width:  # a lone request decodes without a mask
-            width = self._compact(cache, buf, width)
-            run.compactions += 1
+        rb = RaggedBatch(cache, mask, [i for i, r in enumerate(reqs) if not r.done], self._forward)
+        if len(active) == 1 and rb.compact([active[0].valid], self.compact_fraction):
+            run.compactions += 1  # a lone request decodes without a mask
 
         while active:
             b = len(active)
@@ -658,15 +520,7 @@ class SpeculativeGenerator:
                     drafts = [d[:w] if w >= 2 else [] for d in drafts]
             run.widths.append(max((len(d) for d in drafts), default=0))
             # 2. one forward of W columns for the whole batch
-            rows = [max(len(d), 1) for d in drafts]
-            w = max(rows)
-            ids = torch.empty((b, w), dtype=torch.long)
-            pos = torch.empty((b, w), dtype=torch.long)
-            if width + w > buf.shape[1]:
-                nb = torch.zeros((b, 2 * (width + w)), dtype=torch.long)
-                nb[:, :width] = buf[:, :width]
-                buf = nb
-            buf[:, width : width + w] = 0
+            feeds = []
             for i, r in enumerate(active):
                 st = r.state
                 d = drafts[i]
@@ -678,14 +532,9 @@ class SpeculativeGenerator:
                 else:
                     r.idle += 1
                     feed = [last]
-                n = len(feed)
-                ids[i, :n] = torch.tensor(feed)
-                ids[i, n:] = feed[-1]
-                pos[i] = torch.arange(r.valid, r.valid + w).clamp_(max=r.valid + n - 1)
-                buf[i, width : width + n] = 1
-            width += w
-            mask_arg = buf[:, :width] if b > 1 else None
-            logits = self._forward(ids, pos, mask_arg, cache)
+                feeds.append(feed)
+            rows = [len(f) for f in feeds]
+            logits = rb.feed(feeds, [r.valid for r in active])
             # 3. settle each request through its state machine
             if self.do_sample:
                 flat = torch.cat([logits[i, : rows[i]] for i in range(b)])
@@ -728,76 +577,20 @@ class SpeculativeGenerator:
                     emitted = [tok]
                 used = r.state.cache - r.valid  # type: ignore[attr-defined]
                 # the columns this request consumed are its fed tokens that were accepted
-                buf[i, width - w + used : width] = 0
                 consumed.append(used)
                 r.valid += used
                 self._emit(r, emitted)
             # 4. crop trailing columns nobody kept; drop finished requests; compact holes
-            trailing = w - max(consumed)
-            if trailing:
-                cache.crop(-trailing)
-                width -= trailing
+            rb.keep(consumed)
             alive = [i for i, r in enumerate(active) if not r.done]
-            if len(alive) < b:
-                if not alive:
-                    break
-                sel = torch.tensor(alive)
-                cache.batch_select_indices(sel)
-                buf = buf[sel]
-                active = [active[i] for i in alive]
-                b = len(active)
-            if b > 1:
-                live = sum(r.valid for r in active)
-                if width > 32 and live < (1 - self.compact_fraction) * b * width:
-                    width = self._compact(cache, buf, width)
-                    run.compactions += 1
-            elif b == 1 and active[0].valid < width:
-                width = self._compact(cache, buf, width)
+            if not alive:
+                break
+            rb.select(alive)
+            active = [active[i] for i in alive]
+            if rb.compact([r.valid for r in active], self.compact_fraction):
                 run.compactions += 1
         run.wall_s = time.perf_counter() - t_start
         return [r.out for r in reqs]
-
-    def _prefill(self, reqs: list[_Request]) -> tuple[Any, Any, Any]:
-        """The prompts into a left-padded batch cache (holes masked, positions from 0 at
-        each request's first token); returns ``(cache, mask, logits of the last
-        column)``. ``prefill="each"``: one forward per prompt, the caches gathered;
-        ``"padded"``: one forward over the left-padded prompts."""
-        import torch
-
-        b = len(reqs)
-        t = max(len(r.prompt) for r in reqs)
-        mask = torch.zeros((b, t), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            mask[i, t - len(r.prompt) :] = 1
-        if b > 1 and self.prefill == "each":
-            caches, logits = [], []
-            for r in reqs:
-                c = _new_cache(self.model)
-                ids = torch.from_numpy(r.array)[None]
-                logits.append(self._forward(ids, None, None, c, keep=1)[:, -1, :])
-                caches.append(c)
-            cache = caches[0]
-            for li, layer in enumerate(cache.layers):
-                if not getattr(layer, "is_initialized", True) or getattr(layer, "keys", None) is None:
-                    continue
-                k, v = layer.keys, layer.values
-                keys = k.new_zeros((b, k.shape[1], t, k.shape[3]))
-                values = v.new_zeros((b, v.shape[1], t, v.shape[3]))
-                for i, (c, r) in enumerate(zip(caches, reqs)):
-                    n = len(r.prompt)
-                    keys[i, :, t - n :] = c.layers[li].keys[0]
-                    values[i, :, t - n :] = c.layers[li].values[0]
-                layer.keys, layer.values = keys, values
-            return cache, mask, torch.cat(logits)
-        ids = torch.zeros((b, t), dtype=torch.long)
-        pos = torch.zeros((b, t), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            n = len(r.prompt)
-            ids[i, t - n :] = torch.from_numpy(r.array)
-            pos[i, t - n :] = torch.arange(n)
-        cache = _new_cache(self.model)
-        logits = self._forward(ids, pos, mask if b > 1 else None, cache, keep=1)[:, -1, :]
-        return cache, mask, logits
 
     def _generate_batched(self, reqs: list[_Request], max_new_tokens: int, run: RunStats, t_start: float) -> list[RequestOutput]:
         """Greedy decoding of the whole batch on ``specfsm.BatchState``: one ``pending()``
@@ -819,7 +612,7 @@ class SpeculativeGenerator:
         np.cumsum(lens, out=poff[1:])
         batch.admit(np.arange(b), np.concatenate([r.array for r in reqs]), poff, np.arange(b),
                     max_tokens=max_new_tokens)
-        cache, mask, logits = self._prefill(reqs)
+        cache, mask, logits = prefill(self.model, self._forward, [r.array for r in reqs], self.prefill == "each")
         slots, _inputs, off = batch.pending()
         rows = np.full(int(off[-1]), -1, dtype=np.int64)
         if self.do_sample:
@@ -836,17 +629,9 @@ class SpeculativeGenerator:
         self._settle_batch(batch, res, reqs)
 
         active = [i for i in range(b) if not reqs[i].done]  # slot numbers, ascending == cache rows
-        if len(active) < b:
-            if active:
-                cache.batch_select_indices(torch.tensor(active))
-            mask = mask[active]
-        cap = max(64, 2 * mask.shape[1])
-        buf = torch.zeros((mask.shape[0], cap), dtype=torch.long)
-        buf[:, : mask.shape[1]] = mask
-        width = mask.shape[1]
-        if len(active) == 1 and reqs[active[0]].valid < width:  # a lone request decodes without a mask
-            width = self._compact(cache, buf, width)
-            run.compactions += 1
+        rb = RaggedBatch(cache, mask, active, self._forward)
+        if len(active) == 1 and rb.compact([reqs[active[0]].valid], self.compact_fraction):
+            run.compactions += 1  # a lone request decodes without a mask
 
         while active:
             b = len(active)
@@ -905,23 +690,8 @@ class SpeculativeGenerator:
             slots, inputs, off = batch.pending()
             n_in = np.diff(off)
             w = int(n_in.max())
-            ids = torch.empty((b, w), dtype=torch.long)
-            pos = torch.empty((b, w), dtype=torch.long)
-            if width + w > buf.shape[1]:
-                nb = torch.zeros((b, 2 * (width + w)), dtype=torch.long)
-                nb[:, :width] = buf[:, :width]
-                buf = nb
-            buf[:, width : width + w] = 0
-            for j, r in enumerate(act):
-                n = int(n_in[j])
-                feed = torch.from_numpy(inputs[int(off[j]) : int(off[j + 1])])
-                ids[j, :n] = feed
-                ids[j, n:] = feed[-1]
-                pos[j] = torch.arange(r.valid, r.valid + w).clamp_(max=r.valid + n - 1)
-                buf[j, width : width + n] = 1
-            width += w
             t0 = self.last_run.model_s
-            logits = self._forward(ids, pos, buf[:, :width] if b > 1 else None, cache)
+            logits = rb.feed([inputs[int(off[j]) : int(off[j + 1])] for j in range(b)], [r.valid for r in act])
             self.online.record(b * w, self.last_run.model_s - t0)
             # 3. the fused step: acceptance, settle, budgets
             if self.do_sample:
@@ -940,32 +710,17 @@ class SpeculativeGenerator:
             # one column)
             consumed = (res.resume_rows + 1).tolist()
             for j, r in enumerate(act):
-                used = consumed[j]
-                buf[j, width - w + used : width] = 0
-                r.valid += used
+                r.valid += consumed[j]
                 r.out.forwards += 1
             self._settle_batch(batch, res, reqs)
             # 4. crop trailing columns nobody kept; drop finished requests; compact holes
-            trailing = w - max(consumed)
-            if trailing:
-                cache.crop(-trailing)
-                width -= trailing
+            rb.keep(consumed)
             alive = [j for j, i in enumerate(active) if not reqs[i].done]
-            if len(alive) < b:
-                if not alive:
-                    break
-                sel = torch.tensor(alive)
-                cache.batch_select_indices(sel)
-                buf = buf[sel]
-                active = [active[j] for j in alive]
-                b = len(active)
-            if b > 1:
-                live = sum(reqs[i].valid for i in active)
-                if width > 32 and live < (1 - self.compact_fraction) * b * width:
-                    width = self._compact(cache, buf, width)
-                    run.compactions += 1
-            elif b == 1 and reqs[active[0]].valid < width:
-                width = self._compact(cache, buf, width)
+            if not alive:
+                break
+            rb.select(alive)
+            active = [active[j] for j in alive]
+            if rb.compact([reqs[i].valid for i in active], self.compact_fraction):
                 run.compactions += 1
         run.wall_s = time.perf_counter() - t_start
         return [r.out for r in reqs]
@@ -1030,62 +785,3 @@ class SpeculativeGenerator:
             r.index.extend(out[start:])
         if r.done:
             r.state = r.state.finish()
-
-    @staticmethod
-    def _compact(cache: Any, buf: Any, width: int) -> int:
-        """Gather each row's real columns to the right end of a narrower cache (left
-        padding), in place of the holes; returns the new width."""
-        import torch
-
-        mask = buf[:, :width]
-        counts = mask.sum(1)
-        new = int(counts.max())
-        b = mask.shape[0]
-        index = torch.zeros((b, new), dtype=torch.long)
-        for i in range(b):
-            cols = torch.nonzero(mask[i], as_tuple=True)[0]
-            index[i, new - cols.numel() :] = cols
-        for layer in cache.layers:
-            if not getattr(layer, "is_initialized", True) or getattr(layer, "keys", None) is None:
-                continue
-            k = layer.keys
-            g = index[:, None, :, None].expand(b, k.shape[1], new, k.shape[3])
-            layer.keys = torch.gather(k, 2, g)
-            layer.values = torch.gather(layer.values, 2, g)
-        buf[:, :new] = (torch.arange(new)[None, :] >= (new - counts)[:, None]).long()
-        buf[:, new:width] = 0
-        return new
-
-
-def _max_positions(config: Any) -> int | None:
-    for name in ("max_position_embeddings", "n_positions"):
-        v = getattr(config, name, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
-
-
-def first_mismatch(model: Any, prompt: Sequence[int], got: Sequence[int], want: Sequence[int]) -> dict[str, Any] | None:
-    """Where ``got`` parts from ``want`` (both generated after ``prompt``), with the gap
-    between the model's top two logits there: a gap near zero is a floating-point tie,
-    a large one a bug. None when they are equal."""
-    import torch
-
-    n = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
-    if n is None:
-        if len(got) == len(want):
-            return None
-        n = min(len(got), len(want))
-        return {"index": n, "got": list(got[n : n + 1]), "want": list(want[n : n + 1]), "top2_gap": None,
-                "note": f"lengths differ: {len(got)} vs {len(want)}"}
-    ids = torch.tensor([list(prompt) + list(want[:n])])
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0, -1].float()
-    top = torch.topk(logits, 2)
-    return {
-        "index": n,
-        "got": int(got[n]),
-        "want": int(want[n]),
-        "top2_gap": float(top.values[0] - top.values[1]),
-        "logit_gap_want_got": float(logits[int(want[n])] - logits[int(got[n])]),
-    }

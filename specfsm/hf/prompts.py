@@ -1,4 +1,5 @@
-"""The embedded code-editing chat prompts for ``specfsm generate`` and ``specfsm record``.
+"""The prompts of ``specfsm generate`` and ``specfsm record``: the embedded code-editing
+chat prompts, a ``--prompts`` file (``load_prompts``), and both as token ids.
 
 Built at run time from this Python's standard library, like ``specfsm replay``'s default
 workload (``specfsm.workload``): the same modules, the same renaming edit
@@ -11,12 +12,14 @@ n-gram drafting is for.
 from __future__ import annotations
 
 import ast
+import json
 import os
 from typing import Any
 
-from ..workload import WorkloadError, _candidate_files, _defined_names, _stdlib_dir, rename_edit, tokenize
+from .._cli_args import UsageError
+from ..workload import WorkloadError, candidate_files, defined_names, rename_edit, stdlib_dir, tokenize, trace_ids
 
-__all__ = ["EditPrompt", "edit_prompts", "chat_ids"]
+__all__ = ["EditPrompt", "edit_prompts", "chat_ids", "PromptSpec", "load_prompts", "embedded_prompts", "token_ids"]
 
 DEFAULT_PROMPTS = 8
 _MAX_CHARS = 2_400  # about 700 SmolLM2 tokens of source per prompt
@@ -48,9 +51,9 @@ def edit_prompts(count: int = DEFAULT_PROMPTS, root: str | None = None, max_char
     no usable sources are found."""
     if type(count) is not int or count < 1:
         raise ValueError(f"count must be a positive integer, got {count!r}")
-    root = _stdlib_dir() if root is None else root
+    root = stdlib_dir() if root is None else root
     usable: list[tuple[str, str, dict[str, str]]] = []
-    for path in _candidate_files(root):
+    for path in candidate_files(root):
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
@@ -59,9 +62,9 @@ def edit_prompts(count: int = DEFAULT_PROMPTS, root: str | None = None, max_char
             continue
         head = _head(text, max_chars)
         try:
-            names = _defined_names(ast.parse(head))
+            names = defined_names(ast.parse(head))
         except SyntaxError:  # cut inside a multi-line construct: use the whole module's names
-            names = _defined_names(ast.parse(text)) & set(tokenize(head))
+            names = defined_names(ast.parse(text)) & set(tokenize(head))
         if not names:
             continue
         _, mapping = rename_edit(tokenize(head), names, count=2)
@@ -94,3 +97,139 @@ def chat_ids(tokenizer: Any, prompt: EditPrompt) -> list[int]:
         return [int(t) for t in ids]
     text = prompt.messages[-1]["content"] + "\n\n```python\n"
     return [int(t) for t in tokenizer(text)["input_ids"]]
+
+
+# --------------------------------------------------------------------------------------
+# the prompts of one run: a --prompts file, or the embedded edits, as token ids
+# --------------------------------------------------------------------------------------
+class PromptSpec:
+    """One prompt: token ids, or text to tokenize, and a name."""
+
+    __slots__ = ("name", "ids", "text", "messages", "lineno", "kind")
+
+    def __init__(self, name: str, ids: list[int] | None = None, text: str | None = None,
+                 messages: list[dict[str, str]] | None = None, lineno: int = 0, kind: str | None = None) -> None:
+        self.name, self.ids, self.text, self.messages, self.lineno = name, ids, text, messages, lineno
+        self.kind = kind
+
+
+def _messages(value: Any) -> tuple[list[dict[str, str]] | None, str | None]:
+    """``"messages"`` of a prompts line: a non-empty list of ``{"role": str, "content":
+    str}`` objects; ``(messages, None)`` or ``(None, why not)``."""
+    if not isinstance(value, list) or not value:
+        return None, "'messages' must be a non-empty list of {\"role\": ..., \"content\": ...} objects"
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            return None, f"messages[{i}] must be an object, got {type(m).__name__}"
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not role:
+            return None, f"messages[{i}]: 'role' must be a non-empty string, got {role!r}"
+        if not isinstance(content, str):
+            return None, f"messages[{i}]: 'content' must be a string, got {type(content).__name__}"
+        out.append({"role": role, "content": content})
+    if not any(m["content"] for m in out):
+        return None, "'messages' hold no text (every content is empty)"
+    return out, None
+
+
+def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
+    """Read ``{"prompt": [ids]}``, ``{"text": "..."}`` (raw text, no chat template) or
+    ``{"messages": [...]}`` (chat messages, templated) objects, one per line; every bad
+    line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned. An empty
+    prompt (or text) is such a bad line: the state machine accepts an empty prompt, as the
+    original design does; the CLI refuses it as bad input."""
+
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read prompts {path!r}: {exc.strerror or exc}") from None
+    out: list[PromptSpec] = []
+    errors: list[str] = []
+    with f:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    errors.append(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
+                    continue
+                if not isinstance(obj, dict):
+                    errors.append(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                    continue
+                name = obj.get("name", f"line {lineno}")
+                if not isinstance(name, str):
+                    errors.append(f"{path}:{lineno}: 'name' must be a string, got {type(name).__name__}")
+                    continue
+                kind = obj.get("kind")
+                if kind is not None and not isinstance(kind, str):
+                    errors.append(f"{path}:{lineno}: 'kind' must be a string, got {type(kind).__name__}")
+                    continue
+                if sum(key in obj for key in ("prompt", "text", "messages")) != 1:
+                    errors.append(f"{path}:{lineno}: expected exactly one of 'prompt' (token ids), 'text' (raw text) "
+                                  "and 'messages' (chat messages)")
+                    continue
+                if "messages" in obj:
+                    msgs, err = _messages(obj["messages"])
+                    if err:
+                        errors.append(f"{path}:{lineno}: {err}")
+                        continue
+                    out.append(PromptSpec(name, messages=msgs, lineno=lineno, kind=kind))
+                elif "prompt" in obj:
+                    ids, err = trace_ids(obj["prompt"], "prompt")
+                    if err is None and not ids:
+                        err = "'prompt' is empty (prefill needs at least one token)"
+                    if err:
+                        errors.append(f"{path}:{lineno}: {err}")
+                        continue
+                    out.append(PromptSpec(name, ids=ids, lineno=lineno, kind=kind))
+                else:
+                    text = obj["text"]
+                    if not isinstance(text, str) or not text:
+                        errors.append(f"{path}:{lineno}: 'text' must be a non-empty string")
+                        continue
+                    out.append(PromptSpec(name, text=text, lineno=lineno, kind=kind))
+        except UnicodeDecodeError as exc:
+            errors.append(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})")
+    if errors:
+        shown = errors[:max_errors]
+        more = f"\n... and {len(errors) - len(shown)} more bad lines" if len(errors) > len(shown) else ""
+        raise WorkloadError(
+            f"prompts {path!r} have {len(errors)} bad line{'s' if len(errors) != 1 else ''}:\n"
+            + "\n".join(shown) + more
+        )
+    if not out:
+        raise WorkloadError(f"prompts {path!r} hold no requests (every line is blank)")
+    return out
+
+
+def embedded_prompts(count: int) -> list[PromptSpec]:
+
+    return [PromptSpec(p.name, messages=p.messages) for p in edit_prompts(count)]
+
+
+def token_ids(specs: list[PromptSpec], tokenizer: Any, vocab: int, source: str) -> list[list[int]]:
+
+    out, errors = [], []
+    for s in specs:
+        where = f"{source}:{s.lineno}" if s.lineno else s.name
+        if s.ids is not None:
+            ids = s.ids
+        elif tokenizer is None:
+            errors.append(f"{where}: a text prompt needs the model's tokenizer, and this model has none; give token ids")
+            continue
+        elif s.messages is not None:
+            ids = chat_ids(tokenizer, EditPrompt(s.name, {}, s.messages))
+        else:
+            ids = [int(t) for t in tokenizer(s.text)["input_ids"]]
+        bad = [t for t in ids if t >= vocab]
+        if bad:
+            errors.append(f"{where}: token id {bad[0]} is outside the model's vocabulary 0..{vocab - 1}")
+            continue
+        out.append(ids)
+    if errors:
+        raise UsageError("\n".join(errors))
+    return out
