@@ -134,7 +134,7 @@ def _never_built_checkout() -> bool:
     the ``.pyx`` sources sit in ``_core/`` beside the package directory and no kernel
     module imported compiled."""
     root = Path(__file__).resolve().parent.parent
-    return (root / "_core" / "prefix.pyx").is_file() and len(_ERRORS) == len(KERNEL_MODULES)
+    return (root / "_core" / "accept" / "prefix.pyx").is_file() and len(_ERRORS) == len(KERNEL_MODULES)
 
 
 for _name in KERNEL_MODULES:

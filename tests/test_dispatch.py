@@ -138,7 +138,7 @@ def test_kernel_modules_are_every_compiled_source():
     core = os.path.join(PACKAGE_ROOT, "_core")
     if not os.path.isdir(core):
         pytest.skip("the Cython sources are not next to this package (an installed build)")
-    sources = sorted(n[:-4] for n in os.listdir(core) if n.endswith(".pyx"))
+    sources = sorted(n[:-4] for _, _, names in os.walk(core) for n in names if n.endswith(".pyx"))
     assert sorted(specfsm._impl.KERNEL_MODULES) == sources
 
 
