@@ -566,10 +566,9 @@ class BatchState:
         an index listed for two live slots (ValueError) and an index in use by another
         call (RuntimeError); the same step can then be retried. (Left open: another
         thread taking an index between the step's updates of its n-gram and its suffix
-        indexes, or, where the index module is the pure-Python twin, between an index's extend
-        and its propose; the step then
-        refuses with the batch unchanged but the indexes already updated keep the
-        step's tokens.) A rule callback that calls back into the batch is refused
+        indexes, or, on the pure-Python twin, between an index's extend and its propose;
+        the step then refuses with the batch unchanged but the indexes already updated
+        keep the step's tokens.) A rule callback that calls back into the batch is refused
         (RuntimeError) like any call during the step.
         """
         g = self._write()
