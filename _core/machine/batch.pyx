@@ -12,40 +12,20 @@ writer flag for its whole duration (set before the GIL is released or any Python
 runs), ``pending`` counts itself as a reader, and every other call checks it, so another
 thread's call, or a callback's, meanwhile raises RuntimeError; a second ``__init__`` is
 refused and an object whose ``__init__`` never completed refuses every call.
+
+This file holds the batch class (its guard, views and public methods) and the step with
+its index update; ``batch_transitions.pxi`` the transitions' bodies and
+``batch_step.pxi`` the step's layout, draft checks and ``StepResult`` (both included
+below, so one module).
 """
 
 import numpy as np
 
 from specfsm._validate import (
-    ACCEPT,
-    DECODE,
-    DONE,
-    FREE,
-    PREFILL,
-    R_EXACT,
-    R_MINRUN,
-    R_OTHER,
-    R_SPEC,
-    R_TYPICAL,
-    ROLLBACK,
-    STATE_NAMES,
-    VERIFY,
-    _capacity,
-    _check_index_types,
-    _ids,
-    _illegal,
-    _indexes,
-    _per_slot,
-    _probs_rows,
-    _ragged,
-    _resume_index,
-    _rule_kind,
-    _missing,
-    REQUIRED,
-    _slots,
-    INT64_MAX,
-    check_count,
-    settle_reason,
+    ACCEPT, DECODE, DONE, FREE, PREFILL, R_EXACT, R_MINRUN, R_OTHER, R_SPEC, R_TYPICAL,
+    ROLLBACK, STATE_NAMES, VERIFY, _capacity, _check_index_types, _ids, _illegal, _indexes,
+    _per_slot, _probs_rows, _ragged, _resume_index, _rule_kind, _missing, REQUIRED, _slots,
+    INT64_MAX, check_count, settle_reason,
 )
 # the index modules of the same implementation (a build without them has no compiled batch)
 from specfsm._core import ngram_index as _ni

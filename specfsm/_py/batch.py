@@ -12,7 +12,8 @@ the handle the draft was entered with), ``n`` (``Accept.n``) and the draft (at m
 ``k_max`` tokens per slot). Every transition takes ``slots`` (distinct slot numbers) and
 applies ``ServingState``'s transition to each; if it is illegal for any of them the whole call
 raises ``IllegalTransition`` naming those slots (``err.slots``) and the state each was
-in (``err.states``), and the batch is left unchanged.
+in (``err.states``), and the batch is left unchanged. The fused step and its
+``StepResult`` are in ``specfsm._py.batch_step``.
 """
 
 from __future__ import annotations
