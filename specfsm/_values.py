@@ -11,24 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["seq_eq", "value_eq", "hash_key", "default_clone", "IMMUTABLE", "register_state_types", "state_types"]
-
-# The state-value classes (Prefill, Decode, Verify, Accept, Rollback, Done) by name.
-# specfsm.state registers them when it is imported (importing specfsm does), so the batch
-# kernels can build them in ``BatchState.state_of`` without importing the public layer.
-_STATE_TYPES: dict[str, type] = {}
-
-
-def register_state_types(**types: type) -> None:
-    """Record the state-value classes (called once, by ``specfsm.state``)."""
-    _STATE_TYPES.update(types)
-
-
-def state_types() -> dict[str, type]:
-    """The registered state-value classes by name (``"Prefill"`` ... ``"Done"``)."""
-    if not _STATE_TYPES:
-        raise RuntimeError("specfsm.state has not been imported (import specfsm first)")
-    return _STATE_TYPES
+__all__ = ["seq_eq", "value_eq", "hash_key", "default_clone", "IMMUTABLE"]
 
 
 def seq_eq(a: object, b: object) -> bool:

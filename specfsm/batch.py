@@ -52,14 +52,19 @@ later step cannot overwrite an earlier result and the caller may keep or modify 
 well under 1 µs; not worth a result that silently changes under its holder.)
 
 Runs on the compiled core (``specfsm._core.batch``: transitions and the step's settle
-loop without the GIL) or on its pure-Python twin (``specfsm._py.batch``).
+loop without the GIL) or on its pure-Python twin (``specfsm._py.batch``). The kernels
+give a slot's fields as codes and ints (``slot_fields``); this module's ``BatchState``,
+a subclass of the active kernel class, builds the ``specfsm.state`` value from them
+(``state_of``), so nothing below the public layer knows the state classes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from . import _impl
+from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
 
 if TYPE_CHECKING:  # type checkers read the twin
     from ._py import batch as _active
@@ -79,9 +84,55 @@ __all__ = [
     "STATE_NAMES",
 ]
 
-BatchState = _active.BatchState
 StepResult = _active.StepResult
 FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = (
     _active.FREE, _active.PREFILL, _active.DECODE, _active.VERIFY, _active.ACCEPT, _active.ROLLBACK, _active.DONE,
 )
 STATE_NAMES = _active.STATE_NAMES
+
+
+def state_value(fields: tuple[int, int, int, list[int], int, int, list[int]] | None) -> ServingState[Any, Any] | None:
+    """The ``specfsm.state`` value of one slot from its ``slot_fields`` (None: FREE)."""
+    if fields is None:
+        return None
+    code, token, cache, draft, snapshot, accepted, positions = fields
+    if code == PREFILL:
+        return Prefill(positions, cache)
+    if code == DECODE:
+        return Decode(token, cache)
+    if code == VERIFY:
+        return Verify(draft, snapshot, cache)
+    if code == ACCEPT:
+        return Accept(accepted, token, cache)
+    if code == ROLLBACK:
+        return Rollback(cache, token)
+    return Done(cache)
+
+
+class BatchState(_active.BatchState):
+    """The active implementation's batch (see the module's docstring) with its slots as
+    state values: ``state_of(slot)``."""
+
+    __slots__ = ()
+
+    def state_of(self, slot: int) -> ServingState[Any, Any] | None:
+        """Slot ``slot`` as a ``specfsm.state`` value (tokens and caches as ints), or None
+        when it is FREE."""
+        return state_value(self.slot_fields(slot))
+
+
+_OVER: dict[type, type] = {_active.BatchState: BatchState}
+
+
+def over(kernels: ModuleType) -> type[BatchState]:
+    """This module's ``BatchState`` over one implementation's kernel module (``kernels``:
+    ``specfsm._impl.module(kind, "batch")``), for tests and benchmarks that compare the
+    two; the active implementation's is ``BatchState`` itself."""
+    base = kernels.BatchState
+    cls = _OVER.get(base)
+    if cls is None:
+        cls = _OVER[base] = type("BatchState", (base,), {
+            "__slots__": (), "__module__": __name__, "__doc__": BatchState.__doc__,
+            "state_of": BatchState.state_of,
+        })
+    return cls  # type: ignore[return-value]

@@ -32,7 +32,7 @@ import numpy as np
 from . import _impl
 from .accept_rule import select_rows
 from ._validate import as_token_array, check_count, check_entries, settle_reason
-from ._values import IMMUTABLE, Clone, default_clone, hash_key, register_state_types, seq_eq, value_eq
+from ._values import IMMUTABLE, Clone, default_clone, hash_key, seq_eq, value_eq
 from .errors import IllegalTransition
 
 __all__ = ["ServingState", "Prefill", "Decode", "Verify", "Accept", "Rollback", "Done"]
@@ -431,7 +431,3 @@ def _done(cache: Any) -> Done:
     _done_cache(state, cache)
     return state
 
-
-register_state_types(
-    Prefill=Prefill, Decode=Decode, Verify=Verify, Accept=Accept, Rollback=Rollback, Done=Done
-)

@@ -124,3 +124,24 @@ def pytest_collection_modifyitems(items):
     for item in items:  # a test on the compiled core is selectable as such (-m compiled)
         if "compiled" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.compiled)
+
+
+class BatchKernels:
+    """One implementation's batch kernel module, with ``BatchState`` the public class
+    over its kernel class (``specfsm.batch.over``: ``state_of`` builds state values);
+    every other name is the module's (``kernels``: the module itself)."""
+
+    def __init__(self, kernels) -> None:
+        from specfsm import batch
+
+        self.kernels = kernels
+        self.BatchState = batch.over(kernels)
+
+    def __getattr__(self, name: str):
+        return getattr(self.kernels, name)
+
+
+@pytest.fixture
+def bm(impl):
+    """``impl``'s batch kernels with the public ``BatchState`` (see ``BatchKernels``)."""
+    return BatchKernels(impl.module("batch"))

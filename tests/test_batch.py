@@ -12,11 +12,6 @@ from specfsm.errors import IllegalTransition
 from specfsm.state import Decode, Prefill, ServingState, Verify
 
 
-@pytest.fixture
-def bm(impl):
-    return impl.module("batch")
-
-
 # --------------------------------------------------------------------------------------
 # BatchState: walkthrough and refusals
 # --------------------------------------------------------------------------------------
@@ -294,7 +289,9 @@ def test_public_module_uses_the_active_implementation():
     import specfsm.batch as pub
     from specfsm import _impl
 
-    assert pub.BatchState is _impl.load("batch").BatchState
+    assert pub.BatchState.__bases__ == (_impl.load("batch").BatchState,)
+    assert pub.BatchState.__module__ == "specfsm.batch" and pub.BatchState.__name__ == "BatchState"
+    assert pub.over(_impl.load("batch")) is pub.BatchState
     b = pub.BatchState(2)
     b.admit([1], [7, 8], [0, 2], [3])
     assert b.slots_in(pub.PREFILL).tolist() == [1]

@@ -15,11 +15,6 @@ from specfsm.loop import NgramDrafter, Request, SpeculativeLoop, TeacherForcedTa
 
 
 @pytest.fixture
-def bm(impl):
-    return impl.module("batch")
-
-
-@pytest.fixture
 def ni(impl):
     return impl.module("ngram_index")
 

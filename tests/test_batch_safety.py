@@ -25,11 +25,6 @@ from hypothesis import strategies as st
 STUB = pathlib.Path(__file__).resolve().parent.parent / "specfsm" / "_core" / "batch.pyi"
 
 
-@pytest.fixture
-def bm(impl):
-    return impl.module("batch")
-
-
 def _stub_classes() -> dict[str, tuple[dict[str, list[str]], set[str]]]:
     """``{class: ({method: parameter names without self}, {property})}`` from the stub."""
     out = {}
@@ -56,7 +51,7 @@ CALLS = {
     "__len__": lambda b: len(b),
     "slots_in": lambda b: b.slots_in(0),
     "draft": lambda b: b.draft(0),
-    "state_of": lambda b: b.state_of(0),
+    "slot_fields": lambda b: b.slot_fields(0),
     "admit": lambda b: b.admit([0], [1, 2], [0, 2], [0]),
     "advance_prefill": lambda b: b.advance_prefill([0], [1], [0]),
     "advance_decode": lambda b: b.advance_decode([0], [1], [0]),

@@ -12,7 +12,8 @@ the handle the draft was entered with), ``n`` (``Accept.n``) and the draft (at m
 ``k_max`` tokens per slot). Every transition takes ``slots`` (distinct slot numbers) and
 applies ``ServingState``'s transition to each; if it is illegal for any of them the whole call
 raises ``IllegalTransition`` naming those slots (``err.slots``) and the state each was
-in (``err.states``), and the batch is left unchanged.
+in (``err.states``), and the batch is left unchanged. The fused step and its
+``StepResult`` are in ``specfsm._py.batch_step``.
 """
 
 from __future__ import annotations
@@ -30,30 +31,21 @@ from .._validate import (  # noqa: F401  (shared with the compiled module; re-ex
     MAX_DRAFT,
     MAX_SLOTS,
     PREFILL,
-    R_EXACT,
-    R_MINRUN,
-    R_OTHER,
-    R_SPEC,
-    R_TYPICAL,
     ROLLBACK,
     STATE_NAMES,
     VERIFY,
     _capacity,
     _check_index_types,
-    _ids,
     _illegal,
     _indexes,
     _per_slot,
-    _probs_rows,
     _ragged,
-    _resume_index,
-    _rule_kind,
     _slots,
     check_count,
     settle_reason,
 )
-from .._values import state_types as _state_types
 from . import _guard
+from .batch_step import StepResult, run_step
 from . import ngram_index as _ni
 from . import suffix_index as _si
 
@@ -83,64 +75,6 @@ _FROM = {
     "finish": (PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE),
     "release": (DONE,),
 }
-
-
-class StepResult:
-    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the slots the step
-    evaluated: every slot that was in Prefill, Decode or Verify, ascending).
-
-    ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens slot
-    ``slots[j]`` emitted; ``accepted`` and ``drafted`` its verify counts (0 for a prefill
-    or a decode); ``resume_rows[j]`` the row of this step's evaluation, counted within
-    that slot's own rows of ``pending()``'s layout, whose cache the slot resumes from (a
-    prefill: its last prompt row, ``len(prompt) - 1``; a decode: 0; a verify: the settle
-    row, ``K - 1 + bonus`` when all K draft tokens were accepted, else the accepted
-    count), so ``offsets[j] + resume_rows[j]`` (``offsets`` from ``pending()``) is the
-    flat row; a slot that finished carries its row too, though it does not resume.
-    ``resume_rows`` is in ``slots`` order: for ``specfsm.gpu.place_rows`` over per-slot
-    states in capacity order, use ``resume_index(capacity)``. ``drafts`` (with
-    ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
-    ``finished`` the slots that reached Done. Every array is fresh memory of that step
-    (or a shared read-only empty array): a later step never writes into it.
-    """
-
-    __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
-                 "finished", "drafts", "draft_offsets")
-    slots: np.ndarray
-    emitted: np.ndarray
-    emitted_offsets: np.ndarray
-    accepted: np.ndarray
-    drafted: np.ndarray
-    resume_rows: np.ndarray
-    finished: np.ndarray
-    drafts: np.ndarray
-    draft_offsets: np.ndarray
-
-    def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
-                 finished, drafts, draft_offsets) -> None:
-        for name, value in zip(self.__slots__, (slots, emitted, emitted_offsets, accepted, drafted,
-                                                resume_rows, finished, drafts, draft_offsets)):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"StepResult is read-only: cannot set {name!r}")
-
-    def emitted_by_slot(self) -> dict[int, list[int]]:
-        """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
-        e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
-        return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
-
-    def resume_index(self, capacity: int) -> np.ndarray:
-        """``resume_rows`` scattered into capacity order: entry ``s`` is slot ``s``'s
-        resume row, -1 for a slot this step did not evaluate (``capacity`` entries, a
-        fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
-        per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
-        slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
-        return _resume_index(self.slots, self.resume_rows, capacity)
-
-    def __repr__(self) -> str:
-        return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
-                f"finished={len(self.finished)}, drafts={len(self.drafts)})")
 
 
 def _check_from(attempted: str, state: np.ndarray, s: np.ndarray) -> None:
@@ -188,11 +122,11 @@ class BatchState:
     and ``offsets``; an empty draft or one over ``k_max`` is refused with ValueError),
     ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
-    snapshot. ``state_of(slot)`` gives a slot as a ``ServingState`` (None when FREE).
+    snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
 
-    One guard (``specfsm._py._guard``) protects the slots: a second ``__init__`` is
-    refused, an object whose ``__init__`` never completed refuses every call, and while
-    a transition or ``step`` runs (another thread, or a callback inside it) every other
+    One guard (``_core/common/_guard.pxd``, its twin ``specfsm._py._guard``) protects
+    the slots: a second ``__init__`` is refused, an object whose ``__init__`` never
+    completed refuses every call, and while a transition or ``step`` runs (another thread, or a callback inside it) every other
     call on the batch raises RuntimeError, changing nothing. The arrays it exposes
     (``states``, ``tokens``, ...) are fresh copies: writing to them changes nothing.
     """
@@ -321,28 +255,18 @@ class BatchState:
             raise IndexError(f"slot {i} is outside the batch's {self._c} slots")
         return i
 
-    def state_of(self, slot: int) -> Any:
-        """Slot ``slot`` as a ``specfsm.state`` value (tokens and caches as ints), or None
-        when it is FREE."""
-        st = _state_types()
-
+    def slot_fields(self, slot: int) -> tuple[int, int, int, list[int], int, int, list[int]] | None:
+        """Slot ``slot``'s fields, or None when it is FREE: ``(code, token, cache, draft,
+        snapshot, accepted, positions)`` (the state code, ints, and the draft and prompt
+        as lists of ints, empty where the state has none). ``specfsm.batch.BatchState``
+        builds its ``state_of`` value from them."""
         i = self._one(slot)
-        self._check()
         code = int(self._state[i])
-        tok, cache = int(self._token[i]), int(self._cache[i])
         if code == FREE:
             return None
-        if code == PREFILL:
-            return st["Prefill"](list(self._positions[i]), cache)
-        if code == DECODE:
-            return st["Decode"](tok, cache)
-        if code == VERIFY:
-            return st["Verify"](self._draft[i, : self._dlen[i]].tolist(), int(self._snap[i]), cache)
-        if code == ACCEPT:
-            return st["Accept"](int(self._n[i]), tok, cache)
-        if code == ROLLBACK:
-            return st["Rollback"](cache, tok)
-        return st["Done"](cache)
+        return (code, int(self._token[i]), int(self._cache[i]),
+                self._draft[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
+                self._positions[i].tolist() if code == PREFILL else [])
 
     def __len__(self) -> int:
         self._check()
@@ -465,14 +389,16 @@ class BatchState:
         ``row_caches``/``cache_offsets`` as in ``accept``."""
         self._settle("accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
 
-    def _settle(self, attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
+    def _settle(self, attempted: str, slots: Any, accepted: Any, row_tokens: Any, row_offsets: Any,
+                row_caches: Any, cache_offsets: Any) -> None:
         g = self._write()
         try:
             self._settle_held(attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
         finally:
             g.done_write()
 
-    def _settle_held(self, attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
+    def _settle_held(self, attempted: str, slots: Any, accepted: Any, row_tokens: Any, row_offsets: Any,
+                     row_caches: Any, cache_offsets: Any) -> None:
         s = _slots(slots, self._c)
         b = s.shape[0]
         acc = None if accepted is None else _per_slot(accepted, b, "accepted")
@@ -641,222 +567,13 @@ class BatchState:
         an index listed for two live slots (ValueError) and an index in use by another
         call (RuntimeError); the same step can then be retried. (Left open: another
         thread taking an index between the step's updates of its n-gram and its suffix
-        indexes, or, where the index module is the pure-Python twin, between an index's extend
-        and its propose; the step then
-        refuses with the batch unchanged but the indexes already updated keep the
-        step's tokens.) A rule callback that calls back into the batch is refused
+        indexes, or, on the pure-Python twin, between an index's extend and its propose;
+        the step then refuses with the batch unchanged but the indexes already updated
+        keep the step's tokens.) A rule callback that calls back into the batch is refused
         (RuntimeError) like any call during the step.
         """
         g = self._write()
         try:
-            return self._step(row_tokens, probs, rule, draft_probs)
+            return run_step(self, row_tokens, probs, rule, draft_probs)
         finally:
             g.done_write()
-
-    def _step(self, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
-        kind, m = _rule_kind(rule)
-        act, off = self._layout()
-        rows = _ids(row_tokens, "row_tokens")
-        total = int(off[-1])
-        if rows.shape[0] != total:
-            raise ValueError(f"row_tokens holds {rows.shape[0]} rows; this step evaluates {total}")
-        a = act.shape[0]
-        codes = self._state[act].copy()
-        vj = np.flatnonzero(codes == VERIFY)
-        bonus = 1 if self._bonus else 0
-        # pass 1: accepted counts (and sampled replacement tokens), nothing changed yet
-        acc = np.zeros(a, dtype=np.int64)
-        repl = None
-        if kind in (R_SPEC, R_TYPICAL) and vj.shape[0]:
-            p = _probs_rows(probs, total)
-            ks = self._dlen[act[vj]]
-            doff = np.zeros(vj.shape[0] + 1, dtype=np.int64)
-            np.cumsum(ks, out=doff[1:])
-            dflat = np.concatenate([self._draft[int(act[j]), : int(k)] for j, k in zip(vj, ks)])
-            ridx = np.concatenate([np.arange(int(off[j]), int(off[j]) + int(k)) for j, k in zip(vj, ks)])
-            # the draft rows are every row (all verifying, K rows each): no copy of them
-            vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
-            if kind == R_SPEC:
-                out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)  # type: ignore[union-attr]
-            else:
-                out, an = rule.accept_batch(dflat, doff, vrows)  # type: ignore[union-attr]
-            an = np.asarray(an, dtype=np.int64)
-            if an.shape != ks.shape or (an < 0).any() or (an > ks).any():
-                raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
-            acc[vj] = an
-            repl = np.full(a, 0, dtype=np.int64)
-            repl[vj] = np.asarray(out)[np.arange(vj.shape[0]), np.minimum(an, ks)]
-        else:
-            for j in vj.tolist():
-                i = int(act[j])
-                k = int(self._dlen[i])
-                d = self._draft[i, :k]
-                r = rows[int(off[j]) : int(off[j]) + k]
-                if kind == R_OTHER:
-                    n = check_count(rule.accepted_rows(d.tolist(), r.tolist()), "accepted")  # type: ignore[union-attr]
-                    if n > k:
-                        raise _illegal("accept_rows", [i], [VERIFY], [settle_reason(k, n, k, k) or ""])
-                else:
-                    neq = np.flatnonzero(d != r)
-                    n = int(neq[0]) if neq.shape[0] else k
-                    if kind == R_MINRUN and n < m:
-                        n = 0
-                acc[j] = n
-        # pass 2: emission, budgets and the next state of each slot, computed aside (the
-        # batch is changed only once the index update below has succeeded)
-        emitted: list[int] = []
-        eoff = np.zeros(a + 1, dtype=np.int64)
-        drafted = np.zeros(a, dtype=np.int64)
-        resume = np.zeros(a, dtype=np.int64)
-        new_state = np.zeros(a, dtype=np.int8)
-        new_token = np.zeros(a, dtype=np.int64)
-        new_budget = np.zeros(a, dtype=np.int64)
-        finished: list[int] = []
-        for j in range(a):
-            i = int(act[j])
-            code = int(codes[j])
-            r0, r1 = int(off[j]), int(off[j + 1])
-            if code == VERIFY:
-                k = int(self._dlen[i])
-                n = int(acc[j])
-                d = self._draft[i, :k].tolist()
-                if n == k:
-                    out = d + [int(rows[r0 + k])] if bonus else d
-                    resume[j] = k - 1 + bonus
-                else:
-                    t = int(repl[j]) if repl is not None else int(rows[r0 + n])
-                    out = d[:n] + [t]
-                    resume[j] = n
-                drafted[j] = k
-            else:
-                out = [int(rows[r1 - 1])]
-                resume[j] = r1 - 1 - r0      # a prefill's last prompt row, a decode's row 0
-            room = int(self._budget[i])
-            stop = len(out) >= room
-            out = out[:room]
-            if self._has_eos[i]:
-                e = int(self._eos[i])
-                if e in out:
-                    out = out[: out.index(e) + 1]
-                    stop = True
-            new_budget[j] = room - len(out)
-            # a live slot resumes from its last emitted token (a cut emission stops it)
-            new_token[j] = 0 if stop else out[-1]
-            new_state[j] = DONE if stop else DECODE
-            if stop:
-                finished.append(i)
-            emitted += out
-            eoff[j + 1] = len(emitted)
-        em = np.asarray(emitted, dtype=np.int64)
-        live = [j for j in range(a) if new_state[j] == DECODE]
-        # index update and next drafts: every refusal comes before any index changes
-        # (each module's batch calls are all or nothing), and the batch is changed after
-        with_ix = [j for j in live if self._index[int(act[j])] is not None]
-        groups = [g for g in ([j for j in with_ix if isinstance(self._index[int(act[j])], _ni.NgramIndex)],
-                              [j for j in with_ix if not isinstance(self._index[int(act[j])], _ni.NgramIndex)])
-                  if g]
-        if len(groups) == 2:
-            # two module calls: what would refuse the second is checked before the first
-            later = [self._index[int(act[j])] for j in groups[1]]
-            _check_distinct(later)
-            _si.propose_batch(later, 0)       # refuses an index in use, changes nothing
-        by_j: dict[int, np.ndarray] = {}
-        for group in groups:
-            index_list = [self._index[int(act[j])] for j in group]
-            toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in group])
-            loff = np.zeros(len(group) + 1, dtype=np.int64)
-            np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
-            limits = np.minimum(new_budget[group], self._k_max)
-            if isinstance(index_list[0], _ni.NgramIndex):
-                _extend_all(index_list, toks, loff)
-                dflat, doff, dlens = _ni.propose_batch(index_list, limits)
-            else:
-                # what the drafter session records: the draft's agreement with what the
-                # slot emitted (the accepted count, and the replacement when it agrees)
-                agree = np.zeros(len(group), dtype=np.int64)
-                for q, j in enumerate(group):
-                    d = self._draft[int(act[j]), : int(drafted[j])]
-                    e = em[int(eoff[j]) : int(eoff[j + 1])][: d.shape[0]]
-                    neq = np.flatnonzero(d[: e.shape[0]] != e)
-                    agree[q] = int(neq[0]) if neq.shape[0] else e.shape[0]
-                dflat, doff, dlens = _suffix_update(index_list, toks, loff, drafted[group],
-                                                    agree, limits)
-            dflat = np.asarray(dflat, dtype=np.int64)
-            for q, j in enumerate(group):
-                d = dflat[int(doff[q]) : int(doff[q]) + int(dlens[q])]
-                if d.shape[0] > min(self._k_max, int(new_budget[j])):
-                    raise RuntimeError(
-                        f"the index module returned a draft of {d.shape[0]} tokens for "
-                        f"k_max={self._k_max}")
-                by_j[j] = d
-        dr_off = np.zeros(a + 1, dtype=np.int64)
-        lens = np.zeros(a, dtype=np.int64)
-        for j, d in by_j.items():
-            lens[j] = d.shape[0]
-        np.cumsum(lens, out=dr_off[1:])
-        drafts = np.zeros(int(dr_off[a]), dtype=np.int64)
-        # commit: nothing below can refuse
-        for j in range(a):
-            i = int(act[j])
-            if codes[j] == VERIFY:
-                self._dlen[i] = 0
-                self._snap[i] = 0
-            elif codes[j] == PREFILL:
-                self._positions[i] = None
-        self._budget[act] = new_budget
-        self._token[act] = new_token
-        self._state[act] = new_state
-        for j, d in by_j.items():
-            ln = d.shape[0]
-            if ln:
-                i = int(act[j])
-                drafts[int(dr_off[j]) : int(dr_off[j]) + ln] = d
-                self._draft[i, :ln] = d
-                self._dlen[i] = ln
-                self._state[i] = VERIFY
-                self._snap[i] = self._cache[i]
-        return StepResult(act, em, eoff, acc, drafted, resume,
-                          np.asarray(finished, dtype=np.int64), drafts, dr_off)
-
-
-def _check_distinct(index_list: list) -> None:
-    """ValueError when one index is listed for two live slots (the batch step's check,
-    made before any index changes)."""
-    seen: dict[int, int] = {}
-    for q, ix in enumerate(index_list):
-        if seen.setdefault(id(ix), q) != q:
-            raise ValueError(
-                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
-            )
-
-
-def _suffix_update(index_list: list, tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,
-                   accepted: np.ndarray, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
-    session does it per request: each index that verified a draft records it
-    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
-    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
-    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
-    _si.extend_batch(index_list, tokens, offsets)     # all or nothing, before any record
-    verified = [q for q in range(len(index_list)) if int(drafted[q]) > 0]
-    if verified:
-        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
-    limits = np.array(limits, dtype=np.int64, copy=True)
-    for q, ix in enumerate(index_list):
-        if ix.adaptive and ix.draft_len < limits[q]:
-            limits[q] = ix.draft_len
-    return _si.propose_batch(index_list, limits)
-
-
-
-
-def _extend_all(index_list: list, tokens: np.ndarray, offsets: np.ndarray) -> None:
-    """Extend each index with its tokens: ``extend_batch`` when the index module has it."""
-    eb = getattr(_ni, "extend_batch", None)
-    if eb is not None:
-        eb(index_list, tokens, offsets)
-        return
-    for q, ix in enumerate(index_list):
-        a, b = int(offsets[q]), int(offsets[q + 1])
-        if b > a:
-            ix.extend(tokens[a:b])

@@ -7,47 +7,26 @@ validated). Transitions check every slot's state in one C loop, raise before cha
 anything, then apply in a second loop. ``step`` runs the legality-free part of a serving
 step (acceptance for the greedy rules, settle, the transitions, emission with budgets
 and eos, the placement rows, entering Verify with the next drafts) without the GIL. The
-batch takes the one guard of ``_core/_guard.pxd``: a transition or ``step`` holds the
+batch takes the one guard of ``_core/common/_guard.pxd``: a transition or ``step`` holds the
 writer flag for its whole duration (set before the GIL is released or any Python code
 runs), ``pending`` counts itself as a reader, and every other call checks it, so another
 thread's call, or a callback's, meanwhile raises RuntimeError; a second ``__init__`` is
 refused and an object whose ``__init__`` never completed refuses every call.
+
+This file holds the batch class (its guard, views and public methods) and the step with
+its index update; ``batch_transitions.pxi`` the transitions' bodies and
+``batch_step.pxi`` the step's layout, draft checks and ``StepResult`` (both included
+below, so one module).
 """
 
 import numpy as np
 
 from specfsm._validate import (
-    ACCEPT,
-    DECODE,
-    DONE,
-    FREE,
-    PREFILL,
-    R_EXACT,
-    R_MINRUN,
-    R_OTHER,
-    R_SPEC,
-    R_TYPICAL,
-    ROLLBACK,
-    STATE_NAMES,
-    VERIFY,
-    _capacity,
-    _check_index_types,
-    _ids,
-    _illegal,
-    _indexes,
-    _per_slot,
-    _probs_rows,
-    _ragged,
-    _resume_index,
-    _rule_kind,
-    _missing,
-    REQUIRED,
-    _slots,
-    INT64_MAX,
-    check_count,
-    settle_reason,
+    ACCEPT, DECODE, DONE, FREE, PREFILL, R_EXACT, R_MINRUN, R_OTHER, R_SPEC, R_TYPICAL,
+    ROLLBACK, STATE_NAMES, VERIFY, _capacity, _check_index_types, _ids, _illegal, _indexes,
+    _per_slot, _probs_rows, _ragged, _resume_index, _rule_kind, _missing, REQUIRED, _slots,
+    INT64_MAX, check_count, settle_reason,
 )
-from specfsm._values import state_types as _state_types
 # the index modules of the same implementation (a build without them has no compiled batch)
 from specfsm._core import ngram_index as _ni
 from specfsm._core import suffix_index as _si
@@ -81,20 +60,6 @@ __all__ = [
     "StepResult",
 ]
 
-# bit masks of the states each transition applies to
-cdef dict _FROM_MASK = {
-    "admit": 1 << FREE,
-    "advance_prefill": 1 << PREFILL,
-    "advance_decode": 1 << DECODE,
-    "enter_verify": 1 << DECODE,
-    "accept": 1 << VERIFY,
-    "accept_rows": 1 << VERIFY,
-    "resume": 1 << ACCEPT,
-    "rollback": 1 << ROLLBACK,
-    "finish": (1 << PREFILL) | (1 << DECODE) | (1 << VERIFY) | (1 << ACCEPT) | (1 << ROLLBACK) | (1 << DONE),
-    "release": 1 << DONE,
-}
-
 cdef enum:             # what drafts for a slot (_has_ix)
     IX_NONE = 0
     IX_NGRAM = 1
@@ -110,14 +75,6 @@ cdef enum:
     C_DONE = 6
 
 
-cdef Py_ssize_t _first_illegal(const int8_t* st, const int64_t* s, Py_ssize_t b, int mask) noexcept nogil:
-    cdef Py_ssize_t j
-    for j in range(b):
-        if not (mask & (1 << st[s[j]])):
-            return j
-    return -1
-
-
 cdef inline int64_t _prefix(const int64_t* d, const int64_t* r, int64_t m) noexcept nogil:
     cdef int64_t n = 0
     while n < m and d[n] == r[n]:
@@ -126,15 +83,6 @@ cdef inline int64_t _prefix(const int64_t* d, const int64_t* r, int64_t m) noexc
 
 
 cdef str _NAME = "BatchState"
-
-
-def _signature(text):
-    """An ``inspect.Signature`` from a parameter list (the compiled methods whose
-    required parameters default to ``REQUIRED`` show their real signature)."""
-    import inspect
-    ns = {}
-    exec(f"def f({text}): pass", ns)
-    return inspect.signature(ns["f"])
 
 
 cdef class BatchState:
@@ -147,11 +95,11 @@ cdef class BatchState:
     and ``offsets``; an empty draft or one over ``k_max`` is refused with ValueError),
     ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
-    snapshot. ``state_of(slot)`` gives a slot as a ``ServingState`` (None when FREE).
+    snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
 
-    One guard (``specfsm._py._guard``) protects the slots: a second ``__init__`` is
-    refused, an object whose ``__init__`` never completed refuses every call, and while
-    a transition or ``step`` runs (another thread, or a callback inside it) every other
+    One guard (``_core/common/_guard.pxd``, its twin ``specfsm._py._guard``) protects
+    the slots: a second ``__init__`` is refused, an object whose ``__init__`` never
+    completed refuses every call, and while a transition or ``step`` runs (another thread, or a callback inside it) every other
     call on the batch raises RuntimeError, changing nothing. The arrays it exposes
     (``states``, ``tokens``, ...) are fresh copies: writing to them changes nothing.
     """
@@ -304,27 +252,18 @@ cdef class BatchState:
         cdef Py_ssize_t i = self._one(slot)
         return self._draft_a[i, : self._dlen[i]].tolist()
 
-    def state_of(self, slot):
-        """Slot ``slot`` as a ``specfsm.state`` value (tokens and caches as ints), or None
-        when it is FREE."""
-        st = _state_types()
-
+    def slot_fields(self, slot):
+        """Slot ``slot``'s fields, or None when it is FREE: ``(code, token, cache, draft,
+        snapshot, accepted, positions)`` (the state code, ints, and the draft and prompt
+        as lists of ints, empty where the state has none). ``specfsm.batch.BatchState``
+        builds its ``state_of`` value from them."""
         cdef Py_ssize_t i = self._one(slot)
         cdef int code = self._st[i]
-        tok, cache = int(self._tok[i]), int(self._cache[i])
         if code == C_FREE:
             return None
-        if code == C_PREFILL:
-            return st["Prefill"](list(self._positions[i]), cache)
-        if code == C_DECODE:
-            return st["Decode"](tok, cache)
-        if code == C_VERIFY:
-            return st["Verify"](self._draft_a[i, : self._dlen[i]].tolist(), int(self._snap[i]), cache)
-        if code == C_ACCEPT:
-            return st["Accept"](int(self._n[i]), tok, cache)
-        if code == C_ROLLBACK:
-            return st["Rollback"](cache, tok)
-        return st["Done"](cache)
+        return (code, int(self._tok[i]), int(self._cache[i]),
+                self._draft_a[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
+                self._positions[i].tolist() if code == C_PREFILL else [])
 
     def __len__(self):
         guard_check(&self._g, _NAME)
@@ -338,20 +277,6 @@ cdef class BatchState:
         return f"BatchState(capacity={self._c}, k_max={self._k_max}, {shown})"
 
     # -- transitions -------------------------------------------------------------------
-    cdef int _check_from(self, str attempted, s) except -1:
-        cdef int64_t[::1] sv = s
-        cdef Py_ssize_t b = sv.shape[0]
-        cdef int mask = _FROM_MASK[attempted]
-        cdef Py_ssize_t j
-        if b == 0 or _first_illegal(&self._st[0], &sv[0], b, mask) < 0:
-            return 0
-        bad, codes = [], []
-        for j in range(b):
-            if not (mask & (1 << self._st[sv[j]])):
-                bad.append(int(sv[j]))
-                codes.append(int(self._st[sv[j]]))
-        raise _illegal(attempted, bad, codes)
-
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def admit(self, slots=REQUIRED, positions=REQUIRED, offsets=REQUIRED, caches=REQUIRED, *,
               max_tokens=None, eos=None, indexes=None):
@@ -371,65 +296,9 @@ cdef class BatchState:
             _missing("admit", ("slots", "positions", "offsets", "caches"), (slots, positions, offsets, caches))
         guard_write(&self._g, _NAME)
         try:
-            self._admit(slots, positions, offsets, caches, max_tokens, eos, indexes)
+            _admit(self, slots, positions, offsets, caches, max_tokens, eos, indexes)
         finally:
             guard_done_write(&self._g)
-
-    cdef _admit(self, slots, positions, offsets, caches, max_tokens, eos, indexes):
-        s = _slots(slots, self._c)
-        b = s.shape[0]
-        pos, off = _ragged(positions, offsets, b, "positions")
-        cc = _per_slot(caches, b, "caches")
-        budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else _per_slot(max_tokens, b, "max_tokens")
-        if b and budget.min() < 1:
-            j = int(np.argmin(budget))
-            raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
-        eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-        index_list = _indexes(indexes, b)
-        _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
-        if b and (np.diff(off) == 0).any():
-            j = int(np.flatnonzero(np.diff(off) == 0)[0])
-            raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
-        self._check_from("admit", s)
-        cdef int64_t[::1] sv = s
-        cdef int64_t[::1] ov = off
-        cdef int64_t[::1] cv = cc
-        cdef int64_t[::1] bv = budget
-        cdef int64_t[::1] ev = eos_ids
-        cdef int8_t he = eos is not None
-        cdef Py_ssize_t j2, i
-        for j2 in range(b):
-            i = sv[j2]
-            self._positions[i] = pos[ov[j2] : ov[j2 + 1]].copy()
-            self._index[i] = index_list[j2]
-            self._has_ix[i] = (IX_NONE if index_list[j2] is None else
-                               IX_NGRAM if isinstance(index_list[j2], _ni.NgramIndex) else IX_SUFFIX)
-            self._plen[i] = ov[j2 + 1] - ov[j2]
-            self._budget[i] = bv[j2]
-            self._eos[i] = ev[j2]
-            self._has_eos[i] = he
-            self._st[i] = C_PREFILL
-            self._cache[i] = cv[j2]
-            self._tok[i] = 0
-            self._snap[i] = 0
-            self._n[i] = 0
-            self._dlen[i] = 0
-
-    cdef _advance(self, str attempted, slots, next_tokens, caches):
-        s = _slots(slots, self._c)
-        t = _per_slot(next_tokens, s.shape[0], "next_tokens")
-        cc = _per_slot(caches, s.shape[0], "caches")
-        self._check_from(attempted, s)
-        cdef int64_t[::1] sv = s
-        cdef int64_t[::1] tv = t
-        cdef int64_t[::1] cv = cc
-        cdef Py_ssize_t j, i
-        for j in range(sv.shape[0]):
-            i = sv[j]
-            self._positions[i] = None
-            self._st[i] = C_DECODE
-            self._tok[i] = tv[j]
-            self._cache[i] = cv[j]
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def advance_prefill(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
@@ -439,7 +308,7 @@ cdef class BatchState:
             _missing("advance_prefill", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
         guard_write(&self._g, _NAME)
         try:
-            self._advance("advance_prefill", slots, next_tokens, caches)
+            _advance(self, "advance_prefill", slots, next_tokens, caches)
         finally:
             guard_done_write(&self._g)
 
@@ -451,7 +320,7 @@ cdef class BatchState:
             _missing("advance_decode", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
         guard_write(&self._g, _NAME)
         try:
-            self._advance("advance_decode", slots, next_tokens, caches)
+            _advance(self, "advance_decode", slots, next_tokens, caches)
         finally:
             guard_done_write(&self._g)
 
@@ -465,33 +334,9 @@ cdef class BatchState:
             _missing("enter_verify", ("slots", "tokens", "offsets"), (slots, tokens, offsets))
         guard_write(&self._g, _NAME)
         try:
-            self._enter_verify(slots, tokens, offsets)
+            _enter_verify(self, slots, tokens, offsets)
         finally:
             guard_done_write(&self._g)
-
-    cdef _enter_verify(self, slots, tokens, offsets):
-        s = _slots(slots, self._c)
-        t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
-        self._check_from("enter_verify", s)
-        cdef int64_t[::1] sv = s
-        cdef int64_t[::1] tv = t
-        cdef int64_t[::1] ov = off
-        cdef Py_ssize_t j, i, q, m
-        for j in range(sv.shape[0]):
-            m = ov[j + 1] - ov[j]
-            if m == 0:
-                raise ValueError(f"the draft for slot {sv[j]} is empty: a verify needs at least one row")
-            if m > self._k_max:
-                raise ValueError(
-                    f"the draft for slot {sv[j]} holds {m} tokens, more than k_max={self._k_max}")
-        for j in range(sv.shape[0]):
-            i = sv[j]
-            m = ov[j + 1] - ov[j]
-            for q in range(m):
-                self._draft[i, q] = tv[ov[j] + q]
-            self._dlen[i] = m
-            self._st[i] = C_VERIFY
-            self._snap[i] = self._cache[i]
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def accept(self, slots=REQUIRED, row_tokens=REQUIRED, row_offsets=REQUIRED, row_caches=REQUIRED, cache_offsets=REQUIRED):
@@ -503,7 +348,7 @@ cdef class BatchState:
             _missing("accept", ("slots", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, row_tokens, row_offsets, row_caches, cache_offsets))
         guard_write(&self._g, _NAME)
         try:
-            self._settle("accept", slots, None, row_tokens, row_offsets, row_caches, cache_offsets)
+            _settle(self, "accept", slots, None, row_tokens, row_offsets, row_caches, cache_offsets)
         finally:
             guard_done_write(&self._g)
 
@@ -516,81 +361,9 @@ cdef class BatchState:
             _missing("accept_rows", ("slots", "accepted", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets))
         guard_write(&self._g, _NAME)
         try:
-            self._settle("accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
+            _settle(self, "accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
         finally:
             guard_done_write(&self._g)
-
-    cdef _settle(self, str attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
-        s = _slots(slots, self._c)
-        b = s.shape[0]
-        acc = None if accepted is None else _per_slot(accepted, b, "accepted")
-        rt, roff = _ragged(row_tokens, row_offsets, b, "row_tokens")
-        rc, coff = _ragged(row_caches, cache_offsets, b, "row_caches")
-        if acc is not None and b and acc.min() < 0:
-            j = int(np.flatnonzero(acc < 0)[0])
-            raise ValueError(f"accepted must be non-negative, got {int(acc[j])} for slot {int(s[j])}")
-        nn = np.zeros(b, dtype=np.int64) if acc is None else acc
-        idx = np.empty(b, dtype=np.int64)
-        cdef int64_t[::1] sv = s
-        cdef int64_t[::1] rtv = rt
-        cdef int64_t[::1] rov = roff
-        cdef int64_t[::1] rcv = rc
-        cdef int64_t[::1] cov = coff
-        cdef int64_t[::1] nv = nn
-        cdef int64_t[::1] iv = idx
-        cdef Py_ssize_t j2, i, nbad = 0
-        cdef int64_t k, n, nrows, ncaches, m
-        cdef bint compute = acc is None
-        # pass 1: legality and settle per slot (nothing changed yet)
-        for j2 in range(b):
-            i = sv[j2]
-            iv[j2] = -1
-            if self._st[i] != C_VERIFY:
-                nbad += 1
-                continue
-            k = self._dlen[i]
-            nrows = rov[j2 + 1] - rov[j2]
-            ncaches = cov[j2 + 1] - cov[j2]
-            if compute:
-                m = k if k < nrows else nrows
-                n = _prefix(&self._draft[i, 0], &rtv[rov[j2]] if nrows else &self._draft[i, 0], m)
-                nv[j2] = n
-            else:
-                n = nv[j2]
-            if k == 0 or n > k or ncaches != k or (n < k and nrows <= n):
-                nbad += 1
-                continue
-            iv[j2] = n - 1 if n == k else n
-        if nbad:
-            bad, codes, reasons = [], [], []
-            for j2 in range(b):
-                if iv[j2] < 0:
-                    i = sv[j2]
-                    bad.append(int(i))
-                    codes.append(int(self._st[i]))
-                    if self._st[i] == C_VERIFY:
-                        reasons.append(settle_reason(
-                            int(self._dlen[i]), int(nv[j2]), int(rov[j2 + 1] - rov[j2]),
-                            int(cov[j2 + 1] - cov[j2])) or "")
-                    else:
-                        reasons.append("")
-            raise _illegal(attempted, bad, codes, reasons)
-        # pass 2: apply
-        for j2 in range(b):
-            i = sv[j2]
-            k = self._dlen[i]
-            n = nv[j2]
-            self._cache[i] = rcv[cov[j2] + iv[j2]]
-            if n == k:
-                self._st[i] = C_ACCEPT
-                self._n[i] = n
-                self._tok[i] = self._draft[i, k - 1]
-            else:
-                self._st[i] = C_ROLLBACK
-                self._n[i] = 0
-                self._tok[i] = rtv[rov[j2] + n]
-            self._dlen[i] = 0
-            self._snap[i] = 0
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def resume(self, slots=REQUIRED):
@@ -600,18 +373,9 @@ cdef class BatchState:
             _missing("resume", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
-            self._resume(slots)
+            _resume(self, slots)
         finally:
             guard_done_write(&self._g)
-
-    cdef _resume(self, slots):
-        s = _slots(slots, self._c)
-        self._check_from("resume", s)
-        cdef int64_t[::1] sv = s
-        cdef Py_ssize_t j
-        for j in range(sv.shape[0]):
-            self._st[sv[j]] = C_DECODE
-            self._n[sv[j]] = 0
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def rollback(self, slots=REQUIRED):
@@ -621,17 +385,9 @@ cdef class BatchState:
             _missing("rollback", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
-            self._rollback(slots)
+            _rollback(self, slots)
         finally:
             guard_done_write(&self._g)
-
-    cdef _rollback(self, slots):
-        s = _slots(slots, self._c)
-        self._check_from("rollback", s)
-        cdef int64_t[::1] sv = s
-        cdef Py_ssize_t j
-        for j in range(sv.shape[0]):
-            self._st[sv[j]] = C_DECODE
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def finish(self, slots=REQUIRED):
@@ -641,23 +397,9 @@ cdef class BatchState:
             _missing("finish", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
-            self._finish(slots)
+            _finish(self, slots)
         finally:
             guard_done_write(&self._g)
-
-    cdef _finish(self, slots):
-        s = _slots(slots, self._c)
-        self._check_from("finish", s)
-        cdef int64_t[::1] sv = s
-        cdef Py_ssize_t j, i
-        for j in range(sv.shape[0]):
-            i = sv[j]
-            self._positions[i] = None
-            self._st[i] = C_DONE
-            self._tok[i] = 0
-            self._snap[i] = 0
-            self._n[i] = 0
-            self._dlen[i] = 0
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def release(self, slots=REQUIRED):
@@ -666,45 +408,11 @@ cdef class BatchState:
             _missing("release", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
-            self._release(slots)
+            _release(self, slots)
         finally:
             guard_done_write(&self._g)
 
-    cdef _release(self, slots):
-        s = _slots(slots, self._c)
-        self._check_from("release", s)
-        cdef int64_t[::1] sv = s
-        cdef Py_ssize_t j, i
-        for j in range(sv.shape[0]):
-            i = sv[j]
-            self._index[i] = None
-            self._has_ix[i] = 0
-            self._st[i] = C_FREE
-            self._cache[i] = 0
-            self._budget[i] = 0
-
     # -- the fused step ------------------------------------------------------------------
-    cdef Py_ssize_t _layout(self, int64_t* act, int64_t* off) noexcept nogil:
-        """Active slots (ascending) and their row offsets; returns their count."""
-        cdef Py_ssize_t i, a = 0
-        cdef int code
-        cdef int64_t total = 0
-        off[0] = 0
-        for i in range(self._c):
-            code = self._st[i]
-            if code == C_PREFILL:
-                total += self._plen[i]
-            elif code == C_DECODE:
-                total += 1
-            elif code == C_VERIFY:
-                total += self._dlen[i] + self._bonus
-            else:
-                continue
-            act[a] = i
-            a += 1
-            off[a] = total
-        return a
-
     def pending(self):
         """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for (no
         parameters; fresh arrays). Slot ``slots[j]`` (every slot in Prefill, Decode or
@@ -715,83 +423,9 @@ cdef class BatchState:
         """
         guard_read(&self._g, _NAME)
         try:
-            return self._pending()
+            return _pending(self)
         finally:
             guard_done_read(&self._g)
-
-    cdef tuple _pending(self):
-        cdef Py_ssize_t a, j, i, q, r0, m
-        # the layout into buffers of this call (readers may run side by side)
-        sca = _new(2 * self._c + 1)
-        cdef int64_t* sc = _ptr(sca)
-        with nogil:
-            a = self._layout(sc, sc + self._c)
-        act = _new(a)
-        off = _new(a + 1)
-        cdef int64_t* av = _ptr(act)
-        cdef int64_t* ov = _ptr(off)
-        for j in range(a):
-            av[j] = sc[j]
-            ov[j] = sc[self._c + j]
-        ov[a] = sc[self._c + a]
-        inputs = _new(ov[a])
-        cdef int64_t* inv = _ptr(inputs)
-        cdef int64_t* pp
-        for j in range(a):
-            i = av[j]
-            r0 = ov[j]
-            if self._st[i] == C_PREFILL:
-                pos = self._positions[i]      # an int64 array of plen[i] tokens the batch owns
-                pp = _ptr(pos)
-                for q in range(ov[j + 1] - r0):
-                    inv[r0 + q] = pp[q]
-            else:
-                inv[r0] = self._tok[i]
-                if self._st[i] == C_VERIFY:
-                    m = ov[j + 1] - r0 - 1
-                    for q in range(m):
-                        inv[r0 + 1 + q] = self._draft[i, q]
-        return act, inputs, off
-
-    cdef int _check_drafts_out(self, Py_ssize_t count, object flat, object offsets,
-                               object lengths) except -1:
-        """The drafts an index module returned for ``count`` live slots, checked before
-        anything is changed (``_apply_drafts`` then copies them without checks)."""
-        cdef const int64_t* dlv = _ptr(lengths)
-        cdef const int64_t* pov = _ptr(offsets)
-        cdef int64_t n = array_len(flat)
-        cdef Py_ssize_t q
-        if array_len(lengths) != count or array_len(offsets) < count:
-            raise RuntimeError(f"the index module returned {array_len(lengths)} drafts for {count} slots")
-        for q in range(count):
-            if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
-                raise RuntimeError(
-                    f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
-                    f"for k_max={self._k_max} and {n} draft tokens")
-        return 0
-
-    cdef void _apply_drafts(self, const int64_t* av, const int64_t* pos_j, Py_ssize_t count,
-                            object flat, object offsets, object lengths, int64_t* dov) noexcept:
-        """Enter Verify with the next drafts (checked by ``_check_drafts_out``) an index
-        module returned for the live slots at positions ``pos_j`` (their lengths into
-        ``dov[j + 1]``)."""
-        cdef const int64_t* dfv = _ptr(flat)
-        cdef const int64_t* dlv = _ptr(lengths)
-        cdef const int64_t* pov = _ptr(offsets)
-        cdef int64_t m
-        cdef Py_ssize_t q, jj, i, t
-        with nogil:
-            for q in range(count):
-                jj = pos_j[q]
-                m = dlv[q]
-                dov[jj + 1] = m
-                if m:
-                    i = av[jj]
-                    for t in range(m):
-                        self._draft[i, t] = dfv[pov[q] + t]
-                    self._dlen[i] = m
-                    self._st[i] = C_VERIFY
-                    self._snap[i] = self._cache[i]
 
     cdef tuple _update_indexes(self, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive,
                                object emitted, object eoff, Py_ssize_t w, Py_ssize_t a,
@@ -860,10 +494,9 @@ cdef class BatchState:
         an index listed for two live slots (ValueError) and an index in use by another
         call (RuntimeError); the same step can then be retried. (Left open: another
         thread taking an index between the step's updates of its n-gram and its suffix
-        indexes, or, where the index module is the pure-Python twin, between an index's extend
-        and its propose; the step then
-        refuses with the batch unchanged but the indexes already updated keep the
-        step's tokens.) A rule callback that calls back into the batch is refused
+        indexes, or, on the pure-Python twin, between an index's extend and its propose;
+        the step then refuses with the batch unchanged but the indexes already updated
+        keep the step's tokens.) A rule callback that calls back into the batch is refused
         (RuntimeError) like any call during the step.
         """
         if row_tokens is REQUIRED:
@@ -882,7 +515,7 @@ cdef class BatchState:
         cdef Py_ssize_t a
         cdef int64_t* sc = &self._scratch[0]
         with nogil:
-            a = self._layout(sc, sc + self._c)
+            a = _layout(self, sc, sc + self._c)
         act = _new(a)
         off = _new(a + 1)
         cdef int64_t* av = _ptr(act)
@@ -904,47 +537,12 @@ cdef class BatchState:
         cdef int64_t* accv = _ptr(acc)
         memset(accv, 0, a * sizeof(int64_t))
         cdef int64_t k, n
-        repl = None
-        cdef int64_t* replv = NULL
-        cdef bint sampled = False
         # pass 1 for the rules that need Python (probability kernels, other rules)
-        if kind == R_SPEC or kind == R_TYPICAL:
-            codes = self._state_a[act]
-            vja = np.flatnonzero(codes == VERIFY)
-            if vja.shape[0]:
-                p = _probs_rows(probs, total)
-                vsl = act[vja]
-                ks = self._dlen_a[vsl].copy()
-                doff = np.zeros(vja.shape[0] + 1, dtype=np.int64)
-                np.cumsum(ks, out=doff[1:])
-                dflat = np.concatenate([self._draft_a[x, :y] for x, y in zip(vsl.tolist(), ks.tolist())])
-                ridx = np.concatenate([np.arange(x, x + y) for x, y in zip(off[vja].tolist(), ks.tolist())])
-                # the draft rows are every row (all verifying, K rows each): no copy of them
-                vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
-                if kind == R_SPEC:
-                    out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)
-                else:
-                    out, an = rule.accept_batch(dflat, doff, vrows)
-                an = np.asarray(an, dtype=np.int64)
-                if an.shape[0] != ks.shape[0] or (an < 0).any() or (an > ks).any():
-                    raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
-                acc[vja] = an
-                repl = np.zeros(a, dtype=np.int64)
-                repl[vja] = np.asarray(out)[np.arange(vja.shape[0]), np.minimum(an, ks)]
-                replv = _ptr(repl)
-                sampled = True
-        elif kind == R_OTHER:
-            for j in range(a):
-                i = av[j]
-                if self._st[i] != C_VERIFY:
-                    continue
-                k = self._dlen[i]
-                d = self._draft_a[i, :k].tolist()
-                r = rows[ov[j] : ov[j] + k].tolist()
-                n = check_count(rule.accepted_rows(d, r), "accepted")
-                if n > k:
-                    raise _illegal("accept_rows", [int(i)], [VERIFY], [settle_reason(k, n, k, k) or ""])
-                accv[j] = n
+        repl = None
+        if kind == R_SPEC or kind == R_TYPICAL or kind == R_OTHER:
+            repl = _rule_counts(self, kind, rule, probs, draft_probs, act, off, rows, total, acc)
+        cdef bint sampled = repl is not None
+        cdef int64_t* replv = _ptr(repl) if sampled else NULL
         cdef bint computed = kind == R_EXACT or kind == R_MINRUN
         cdef bint minrun = kind == R_MINRUN
         # outputs
@@ -972,68 +570,67 @@ cdef class BatchState:
         cdef int code
         cdef int64_t r0, r1, t, bonus = self._bonus
         cdef bint stop
-        if True:
-            with nogil:
-                for j in range(a):
-                    i = av[j]
-                    code = self._st[i]
-                    r0 = ov[j]
-                    r1 = ov[j + 1]
-                    e0 = w
-                    if code == C_VERIFY:
-                        k = self._dlen[i]
-                        if computed:
-                            n = _prefix(&self._draft[i, 0], rp + r0, k)
-                            if minrun and n < m:
-                                n = 0
-                            accv[j] = n
-                        else:
-                            n = accv[j]
-                        for q in range(n):
-                            emv[w] = self._draft[i, q]
-                            w += 1
-                        if n == k:
-                            if bonus:
-                                emv[w] = rp[r0 + k]
-                                w += 1
-                            rsv[j] = k - 1 + bonus
-                        else:
-                            emv[w] = replv[j] if sampled else rp[r0 + n]
-                            w += 1
-                            rsv[j] = n
-                        drv[j] = k
+        with nogil:
+            for j in range(a):
+                i = av[j]
+                code = self._st[i]
+                r0 = ov[j]
+                r1 = ov[j + 1]
+                e0 = w
+                if code == C_VERIFY:
+                    k = self._dlen[i]
+                    if computed:
+                        n = _prefix(&self._draft[i, 0], rp + r0, k)
+                        if minrun and n < m:
+                            n = 0
+                        accv[j] = n
                     else:
-                        emv[w] = rp[r1 - 1]
+                        n = accv[j]
+                    for q in range(n):
+                        emv[w] = self._draft[i, q]
                         w += 1
-                        rsv[j] = r1 - 1 - r0    # a prefill's last prompt row, a decode's row 0
-                    cnt = w - e0
-                    room = self._budget[i]
-                    stop = cnt >= room
-                    if stop:
-                        cnt = room
-                    if self._has_eos[i]:
-                        for q in range(cnt):
-                            if emv[e0 + q] == self._eos[i]:
-                                cnt = q + 1
-                                stop = True
-                                break
-                    w = e0 + cnt
-                    eov[j + 1] = w
-                    nbv[j] = room - cnt
-                    if stop:
-                        nsv[j] = C_DONE
-                        ntv[j] = 0
-                        finv[nfin] = i
-                        nfin += 1
+                    if n == k:
+                        if bonus:
+                            emv[w] = rp[r0 + k]
+                            w += 1
+                        rsv[j] = k - 1 + bonus
                     else:
-                        nsv[j] = C_DECODE
-                        ntv[j] = emv[w - 1]
-                        if self._has_ix[i] == IX_NGRAM:
-                            lvv[nlive] = j
-                            nlive += 1
-                        elif self._has_ix[i] == IX_SUFFIX:
-                            svv[nsuf] = j
-                            nsuf += 1
+                        emv[w] = replv[j] if sampled else rp[r0 + n]
+                        w += 1
+                        rsv[j] = n
+                    drv[j] = k
+                else:
+                    emv[w] = rp[r1 - 1]
+                    w += 1
+                    rsv[j] = r1 - 1 - r0    # a prefill's last prompt row, a decode's row 0
+                cnt = w - e0
+                room = self._budget[i]
+                stop = cnt >= room
+                if stop:
+                    cnt = room
+                if self._has_eos[i]:
+                    for q in range(cnt):
+                        if emv[e0 + q] == self._eos[i]:
+                            cnt = q + 1
+                            stop = True
+                            break
+                w = e0 + cnt
+                eov[j + 1] = w
+                nbv[j] = room - cnt
+                if stop:
+                    nsv[j] = C_DONE
+                    ntv[j] = 0
+                    finv[nfin] = i
+                    nfin += 1
+                else:
+                    nsv[j] = C_DECODE
+                    ntv[j] = emv[w - 1]
+                    if self._has_ix[i] == IX_NGRAM:
+                        lvv[nlive] = j
+                        nlive += 1
+                    elif self._has_ix[i] == IX_SUFFIX:
+                        svv[nsuf] = j
+                        nsuf += 1
         # index update and next drafts (each batched call releases the GIL for its loop;
         # each refuses before it changes any index)
         dr_off = _new(a + 1)
@@ -1056,7 +653,7 @@ cdef class BatchState:
             # on this step's own buffers (no argument conversion)
             dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a, nbv)
         if nlive:
-            self._check_drafts_out(nlive, dflat, doff2, dlens)
+            _check_drafts_out(self, nlive, dflat, doff2, dlens)
         if nsuf:
             # SuffixIndex slots: the suffix module's policy, as the drafter session serves
             # one request: each verified draft recorded, the emitted tokens extended, the
@@ -1089,7 +686,7 @@ cdef class BatchState:
             sdoff = _new(nsuf + 1)
             for q in range(nsuf + 1):
                 _ptr(sdoff)[q] = q * self._k_max
-            self._check_drafts_out(nsuf, sflat, sdoff, sdlens)
+            _check_drafts_out(self, nsuf, sflat, sdoff, sdlens)
         # commit: nothing below can refuse or run Python code
         for j in range(a):
             i = av[j]
@@ -1102,9 +699,9 @@ cdef class BatchState:
             self._tok[i] = ntv[j]
             self._st[i] = <int8_t>nsv[j]
         if nsuf:
-            self._apply_drafts(av, svv, nsuf, sflat, sdoff, sdlens, dov)
+            _apply_drafts(self, av, svv, nsuf, sflat, sdoff, sdlens, dov)
         if nlive:
-            self._apply_drafts(av, lvv, nlive, dflat, doff2, dlens, dov)
+            _apply_drafts(self, av, lvv, nlive, dflat, doff2, dlens, dov)
         if nlive or nsuf:
             for j in range(a):
                 dov[j + 1] += dov[j]
@@ -1121,129 +718,5 @@ cdef class BatchState:
 
 
 
-cdef int _check_distinct(list index_list) except -1:
-    """ValueError when one index is listed for two live slots (the batch step's check,
-    made before any index changes)."""
-    cdef dict seen = {}
-    cdef Py_ssize_t q
-    for q in range(len(index_list)):
-        if seen.setdefault(id(index_list[q]), q) != q:
-            raise ValueError(
-                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
-            )
-    return 0
-
-
-cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive):
-    """``[index[av[lvv[q]]] for q in range(nlive)]`` without the per-item append."""
-    cdef list out = PyList_New(nlive)
-    cdef Py_ssize_t q
-    cdef object ix
-    for q in range(nlive):
-        ix = index[av[lvv[q]]]
-        Py_INCREF(ix)
-        PyList_SET_ITEM(out, q, ix)
-    return out
-
-
-cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,
-                  int64_t* loff, int64_t* toks) noexcept:
-    cdef Py_ssize_t q, jj, x, w = 0
-    loff[0] = 0
-    for q in range(nlive):
-        jj = lvv[q]
-        for x in range(eov[jj], eov[jj + 1]):
-            toks[w] = emv[x]
-            w += 1
-        loff[q + 1] = w
-
-
-cdef class StepResult:
-    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the slots the step
-    evaluated: every slot that was in Prefill, Decode or Verify, ascending).
-
-    ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens slot
-    ``slots[j]`` emitted; ``accepted`` and ``drafted`` its verify counts (0 for a prefill
-    or a decode); ``resume_rows[j]`` the row of this step's evaluation, counted within
-    that slot's own rows of ``pending()``'s layout, whose cache the slot resumes from (a
-    prefill: its last prompt row, ``len(prompt) - 1``; a decode: 0; a verify: the settle
-    row, ``K - 1 + bonus`` when all K draft tokens were accepted, else the accepted
-    count), so ``offsets[j] + resume_rows[j]`` (``offsets`` from ``pending()``) is the
-    flat row; a slot that finished carries its row too, though it does not resume.
-    ``resume_rows`` is in ``slots`` order: for ``specfsm.gpu.place_rows`` over per-slot
-    states in capacity order, use ``resume_index(capacity)``. ``drafts`` (with
-    ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
-    ``finished`` the slots that reached Done. Every array is fresh memory of that step
-    (or a shared read-only empty array): a later step never writes into it.
-    """
-
-    cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows
-    cdef readonly object finished, drafts, draft_offsets
-
-    def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
-                 finished, drafts, draft_offsets):
-        self.slots = slots
-        self.emitted = emitted
-        self.emitted_offsets = emitted_offsets
-        self.accepted = accepted
-        self.drafted = drafted
-        self.resume_rows = resume_rows
-        self.finished = finished
-        self.drafts = drafts
-        self.draft_offsets = draft_offsets
-
-    def emitted_by_slot(self):
-        """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
-        e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
-        return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
-
-    def resume_index(self, capacity):
-        """``resume_rows`` scattered into capacity order: entry ``s`` is slot ``s``'s
-        resume row, -1 for a slot this step did not evaluate (``capacity`` entries, a
-        fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
-        per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
-        slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
-        return _resume_index(self.slots, self.resume_rows, capacity)
-
-    def __repr__(self):
-        return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
-                f"finished={len(self.finished)}, drafts={len(self.drafts)})")
-
-
-cdef inline object _new(Py_ssize_t n):
-    """A fresh 1-D int64 array of n entries (numpy C API: no Python-level call)."""
-    cdef cnp.npy_intp dims = n
-    return cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
-
-
-cdef inline object _copy(object a):
-    """A fresh copy of one of the batch's 1-D arrays (what its views return)."""
-    return cnp.PyArray_NewCopy(<cnp.ndarray>a, cnp.NPY_CORDER)
-
-
-cdef inline int64_t* _ptr(object a) noexcept:
-    return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
-_EMPTY.flags.writeable = False
-
-
-# the real signatures of the methods whose required parameters default to REQUIRED (so
-# that a missing one is named in the TypeError): help() and inspect show these
-_TRANSITION = "self, slots"
-for _name, _text in (
-    ("admit", "self, slots, positions, offsets, caches, *, max_tokens=None, eos=None, indexes=None"),
-    ("advance_prefill", "self, slots, next_tokens, caches"),
-    ("advance_decode", "self, slots, next_tokens, caches"),
-    ("enter_verify", "self, slots, tokens, offsets"),
-    ("accept", "self, slots, row_tokens, row_offsets, row_caches, cache_offsets"),
-    ("accept_rows", "self, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets"),
-    ("resume", _TRANSITION),
-    ("rollback", _TRANSITION),
-    ("finish", _TRANSITION),
-    ("release", _TRANSITION),
-    ("step", "self, row_tokens, *, probs=None, rule=None, draft_probs=None"),
-):
-    BatchState.__dict__[_name].__signature__ = _signature(_text)
-del _name, _text, _TRANSITION
+include "batch_transitions.pxi"
+include "batch_step.pxi"

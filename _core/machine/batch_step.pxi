@@ -1,0 +1,259 @@
+# The step's layout, drafts and result (included by batch.pyx after ``BatchState``):
+# the rows ``pending`` and ``step`` lay out, the checks and copies of the drafts an index
+# module returns, the index-list helpers, ``StepResult`` and the array helpers.
+
+cdef Py_ssize_t _layout(BatchState self, int64_t* act, int64_t* off) noexcept nogil:
+    """Active slots (ascending) and their row offsets; returns their count."""
+    cdef Py_ssize_t i, a = 0
+    cdef int code
+    cdef int64_t total = 0
+    off[0] = 0
+    for i in range(self._c):
+        code = self._st[i]
+        if code == C_PREFILL:
+            total += self._plen[i]
+        elif code == C_DECODE:
+            total += 1
+        elif code == C_VERIFY:
+            total += self._dlen[i] + self._bonus
+        else:
+            continue
+        act[a] = i
+        a += 1
+        off[a] = total
+    return a
+
+
+cdef tuple _pending(BatchState self):
+    cdef Py_ssize_t a, j, i, q, r0, m
+    # the layout into buffers of this call (readers may run side by side)
+    sca = _new(2 * self._c + 1)
+    cdef int64_t* sc = _ptr(sca)
+    with nogil:
+        a = _layout(self, sc, sc + self._c)
+    act = _new(a)
+    off = _new(a + 1)
+    cdef int64_t* av = _ptr(act)
+    cdef int64_t* ov = _ptr(off)
+    for j in range(a):
+        av[j] = sc[j]
+        ov[j] = sc[self._c + j]
+    ov[a] = sc[self._c + a]
+    inputs = _new(ov[a])
+    cdef int64_t* inv = _ptr(inputs)
+    cdef int64_t* pp
+    for j in range(a):
+        i = av[j]
+        r0 = ov[j]
+        if self._st[i] == C_PREFILL:
+            pos = self._positions[i]      # an int64 array of plen[i] tokens the batch owns
+            pp = _ptr(pos)
+            for q in range(ov[j + 1] - r0):
+                inv[r0 + q] = pp[q]
+        else:
+            inv[r0] = self._tok[i]
+            if self._st[i] == C_VERIFY:
+                m = ov[j + 1] - r0 - 1
+                for q in range(m):
+                    inv[r0 + 1 + q] = self._draft[i, q]
+    return act, inputs, off
+
+
+cdef int _check_drafts_out(BatchState self, Py_ssize_t count, object flat, object offsets,
+                           object lengths) except -1:
+    """The drafts an index module returned for ``count`` live slots, checked before
+    anything is changed (``_apply_drafts`` then copies them without checks)."""
+    cdef const int64_t* dlv = _ptr(lengths)
+    cdef const int64_t* pov = _ptr(offsets)
+    cdef int64_t n = array_len(flat)
+    cdef Py_ssize_t q
+    if array_len(lengths) != count or array_len(offsets) < count:
+        raise RuntimeError(f"the index module returned {array_len(lengths)} drafts for {count} slots")
+    for q in range(count):
+        if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
+            raise RuntimeError(
+                f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
+                f"for k_max={self._k_max} and {n} draft tokens")
+    return 0
+
+
+cdef void _apply_drafts(BatchState self, const int64_t* av, const int64_t* pos_j, Py_ssize_t count,
+                        object flat, object offsets, object lengths, int64_t* dov) noexcept:
+    """Enter Verify with the next drafts (checked by ``_check_drafts_out``) an index
+    module returned for the live slots at positions ``pos_j`` (their lengths into
+    ``dov[j + 1]``)."""
+    cdef const int64_t* dfv = _ptr(flat)
+    cdef const int64_t* dlv = _ptr(lengths)
+    cdef const int64_t* pov = _ptr(offsets)
+    cdef int64_t m
+    cdef Py_ssize_t q, jj, i, t
+    with nogil:
+        for q in range(count):
+            jj = pos_j[q]
+            m = dlv[q]
+            dov[jj + 1] = m
+            if m:
+                i = av[jj]
+                for t in range(m):
+                    self._draft[i, t] = dfv[pov[q] + t]
+                self._dlen[i] = m
+                self._st[i] = C_VERIFY
+                self._snap[i] = self._cache[i]
+
+
+cdef object _rule_counts(BatchState self, int kind, rule, probs, draft_probs, act, off, rows,
+                         Py_ssize_t total, acc):
+    """Pass 1 of ``step`` for the rules that need Python: the probability rules' batch
+    kernels (``kind`` R_SPEC, R_TYPICAL) and any other rule's ``accepted_rows``
+    (R_OTHER) put each verifying slot's accepted count into ``acc``; returns the
+    probability rules' replacement token per slot, else None. Changes nothing else."""
+    cdef const int64_t* av = _ptr(act)
+    cdef const int64_t* ov = _ptr(off)
+    cdef int64_t* accv = _ptr(acc)
+    cdef Py_ssize_t a = array_len(act), j, i
+    cdef int64_t k, n
+    repl = None
+    if kind == R_SPEC or kind == R_TYPICAL:
+        codes = self._state_a[act]
+        vja = np.flatnonzero(codes == VERIFY)
+        if vja.shape[0]:
+            p = _probs_rows(probs, total)
+            vsl = act[vja]
+            ks = self._dlen_a[vsl].copy()
+            doff = np.zeros(vja.shape[0] + 1, dtype=np.int64)
+            np.cumsum(ks, out=doff[1:])
+            dflat = np.concatenate([self._draft_a[x, :y] for x, y in zip(vsl.tolist(), ks.tolist())])
+            ridx = np.concatenate([np.arange(x, x + y) for x, y in zip(off[vja].tolist(), ks.tolist())])
+            # the draft rows are every row (all verifying, K rows each): no copy of them
+            vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
+            if kind == R_SPEC:
+                out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)
+            else:
+                out, an = rule.accept_batch(dflat, doff, vrows)
+            an = np.asarray(an, dtype=np.int64)
+            if an.shape[0] != ks.shape[0] or (an < 0).any() or (an > ks).any():
+                raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
+            acc[vja] = an
+            repl = np.zeros(a, dtype=np.int64)
+            repl[vja] = np.asarray(out)[np.arange(vja.shape[0]), np.minimum(an, ks)]
+    elif kind == R_OTHER:
+        for j in range(a):
+            i = av[j]
+            if self._st[i] != C_VERIFY:
+                continue
+            k = self._dlen[i]
+            d = self._draft_a[i, :k].tolist()
+            r = rows[ov[j] : ov[j] + k].tolist()
+            n = check_count(rule.accepted_rows(d, r), "accepted")
+            if n > k:
+                raise _illegal("accept_rows", [int(i)], [VERIFY], [settle_reason(k, n, k, k) or ""])
+            accv[j] = n
+    return repl
+
+
+cdef int _check_distinct(list index_list) except -1:
+    """ValueError when one index is listed for two live slots (the batch step's check,
+    made before any index changes)."""
+    cdef dict seen = {}
+    cdef Py_ssize_t q
+    for q in range(len(index_list)):
+        if seen.setdefault(id(index_list[q]), q) != q:
+            raise ValueError(
+                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
+            )
+    return 0
+
+
+cdef list _pick(list index, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive):
+    """``[index[av[lvv[q]]] for q in range(nlive)]`` without the per-item append."""
+    cdef list out = PyList_New(nlive)
+    cdef Py_ssize_t q
+    cdef object ix
+    for q in range(nlive):
+        ix = index[av[lvv[q]]]
+        Py_INCREF(ix)
+        PyList_SET_ITEM(out, q, ix)
+    return out
+
+
+cdef void _gather(const int64_t* lvv, Py_ssize_t nlive, const int64_t* eov, const int64_t* emv,
+                  int64_t* loff, int64_t* toks) noexcept:
+    cdef Py_ssize_t q, jj, x, w = 0
+    loff[0] = 0
+    for q in range(nlive):
+        jj = lvv[q]
+        for x in range(eov[jj], eov[jj + 1]):
+            toks[w] = emv[x]
+            w += 1
+        loff[q + 1] = w
+
+
+cdef class StepResult:
+    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the slots the step
+    evaluated: every slot that was in Prefill, Decode or Verify, ascending).
+
+    ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens slot
+    ``slots[j]`` emitted; ``accepted`` and ``drafted`` its verify counts (0 for a prefill
+    or a decode); ``resume_rows[j]`` the row of this step's evaluation, counted within
+    that slot's own rows of ``pending()``'s layout, whose cache the slot resumes from (a
+    prefill: its last prompt row, ``len(prompt) - 1``; a decode: 0; a verify: the settle
+    row, ``K - 1 + bonus`` when all K draft tokens were accepted, else the accepted
+    count), so ``offsets[j] + resume_rows[j]`` (``offsets`` from ``pending()``) is the
+    flat row; a slot that finished carries its row too, though it does not resume.
+    ``resume_rows`` is in ``slots`` order: for ``specfsm.gpu.place_rows`` over per-slot
+    states in capacity order, use ``resume_index(capacity)``. ``drafts`` (with
+    ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
+    ``finished`` the slots that reached Done. Every array is fresh memory of that step
+    (or a shared read-only empty array): a later step never writes into it.
+    """
+
+    cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows
+    cdef readonly object finished, drafts, draft_offsets
+
+    def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
+                 finished, drafts, draft_offsets):
+        self.slots = slots
+        self.emitted = emitted
+        self.emitted_offsets = emitted_offsets
+        self.accepted = accepted
+        self.drafted = drafted
+        self.resume_rows = resume_rows
+        self.finished = finished
+        self.drafts = drafts
+        self.draft_offsets = draft_offsets
+
+    def emitted_by_slot(self):
+        """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
+        e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
+        return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
+
+    def resume_index(self, capacity):
+        """``resume_rows`` scattered into capacity order: entry ``s`` is slot ``s``'s
+        resume row, -1 for a slot this step did not evaluate (``capacity`` entries, a
+        fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
+        per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
+        slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
+        return _resume_index(self.slots, self.resume_rows, capacity)
+
+    def __repr__(self):
+        return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
+                f"finished={len(self.finished)}, drafts={len(self.drafts)})")
+
+
+cdef inline object _new(Py_ssize_t n):
+    """A fresh 1-D int64 array of n entries (numpy C API: no Python-level call)."""
+    cdef cnp.npy_intp dims = n
+    return cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+
+
+cdef inline object _copy(object a):
+    """A fresh copy of one of the batch's 1-D arrays (what its views return)."""
+    return cnp.PyArray_NewCopy(<cnp.ndarray>a, cnp.NPY_CORDER)
+
+
+cdef inline int64_t* _ptr(object a) noexcept:
+    return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY.flags.writeable = False

@@ -1,0 +1,316 @@
+"""The twin batch's fused serving step (``BatchState.step``) and its ``StepResult``.
+
+One step for every slot in Prefill, Decode or Verify: the accepted counts by the rule
+(greedy exact, ``MinRun``, the probability rules' batch kernels, any rule's
+``accepted_rows``), emission with budgets and eos, the index policy per index kind
+(``serve_batch`` of the slots' index module: record the verified draft, extend by what
+the slot emitted, propose the next draft), then the commit. Everything that can refuse
+runs before the batch changes (all or nothing); see ``specfsm._core.batch`` for the
+compiled step with the same behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._validate import (
+    DECODE,
+    DONE,
+    PREFILL,
+    R_MINRUN,
+    R_OTHER,
+    R_SPEC,
+    R_TYPICAL,
+    VERIFY,
+    _ids,
+    _illegal,
+    _probs_rows,
+    _resume_index,
+    _rule_kind,
+    check_count,
+    settle_reason,
+)
+from . import ngram_index as _ni
+from . import suffix_index as _si
+
+if TYPE_CHECKING:
+    from .batch import BatchState
+
+__all__ = ["StepResult", "run_step"]
+
+
+class StepResult:
+    """What ``BatchState.step`` did, as arrays aligned with ``slots`` (the slots the step
+    evaluated: every slot that was in Prefill, Decode or Verify, ascending).
+
+    ``emitted[emitted_offsets[j]:emitted_offsets[j + 1]]`` are the tokens slot
+    ``slots[j]`` emitted; ``accepted`` and ``drafted`` its verify counts (0 for a prefill
+    or a decode); ``resume_rows[j]`` the row of this step's evaluation, counted within
+    that slot's own rows of ``pending()``'s layout, whose cache the slot resumes from (a
+    prefill: its last prompt row, ``len(prompt) - 1``; a decode: 0; a verify: the settle
+    row, ``K - 1 + bonus`` when all K draft tokens were accepted, else the accepted
+    count), so ``offsets[j] + resume_rows[j]`` (``offsets`` from ``pending()``) is the
+    flat row; a slot that finished carries its row too, though it does not resume.
+    ``resume_rows`` is in ``slots`` order: for ``specfsm.gpu.place_rows`` over per-slot
+    states in capacity order, use ``resume_index(capacity)``. ``drafts`` (with
+    ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
+    ``finished`` the slots that reached Done. Every array is fresh memory of that step
+    (or a shared read-only empty array): a later step never writes into it.
+    """
+
+    __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
+                 "finished", "drafts", "draft_offsets")
+    slots: np.ndarray
+    emitted: np.ndarray
+    emitted_offsets: np.ndarray
+    accepted: np.ndarray
+    drafted: np.ndarray
+    resume_rows: np.ndarray
+    finished: np.ndarray
+    drafts: np.ndarray
+    draft_offsets: np.ndarray
+
+    def __init__(self, slots: np.ndarray, emitted: np.ndarray, emitted_offsets: np.ndarray,
+                 accepted: np.ndarray, drafted: np.ndarray, resume_rows: np.ndarray,
+                 finished: np.ndarray, drafts: np.ndarray, draft_offsets: np.ndarray) -> None:
+        for name, value in zip(self.__slots__, (slots, emitted, emitted_offsets, accepted, drafted,
+                                                resume_rows, finished, drafts, draft_offsets)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"StepResult is read-only: cannot set {name!r}")
+
+    def emitted_by_slot(self) -> dict[int, list[int]]:
+        """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
+        e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
+        return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
+
+    def resume_index(self, capacity: int) -> np.ndarray:
+        """``resume_rows`` scattered into capacity order: entry ``s`` is slot ``s``'s
+        resume row, -1 for a slot this step did not evaluate (``capacity`` entries, a
+        fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
+        per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
+        slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
+        return _resume_index(self.slots, self.resume_rows, capacity)
+
+    def __repr__(self) -> str:
+        return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
+                f"finished={len(self.finished)}, drafts={len(self.drafts)})")
+
+
+
+def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
+    """``b.step(row_tokens, probs=..., rule=..., draft_probs=...)`` with ``b``'s writer
+    guard held by the caller."""
+    kind, m = _rule_kind(rule)
+    act, off = b._layout()
+    rows = _ids(row_tokens, "row_tokens")
+    total = int(off[-1])
+    if rows.shape[0] != total:
+        raise ValueError(f"row_tokens holds {rows.shape[0]} rows; this step evaluates {total}")
+    a = act.shape[0]
+    codes = b._state[act].copy()
+    vj = np.flatnonzero(codes == VERIFY)
+    bonus = 1 if b._bonus else 0
+    # pass 1: accepted counts (and sampled replacement tokens), nothing changed yet
+    acc = np.zeros(a, dtype=np.int64)
+    repl = None
+    if kind in (R_SPEC, R_TYPICAL) and vj.shape[0]:
+        p = _probs_rows(probs, total)
+        ks = b._dlen[act[vj]]
+        doff = np.zeros(vj.shape[0] + 1, dtype=np.int64)
+        np.cumsum(ks, out=doff[1:])
+        dflat = np.concatenate([b._draft[int(act[j]), : int(k)] for j, k in zip(vj, ks)])
+        ridx = np.concatenate([np.arange(int(off[j]), int(off[j]) + int(k)) for j, k in zip(vj, ks)])
+        # the draft rows are every row (all verifying, K rows each): no copy of them
+        vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
+        if kind == R_SPEC:
+            out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)  # type: ignore[union-attr]
+        else:
+            out, an = rule.accept_batch(dflat, doff, vrows)  # type: ignore[union-attr]
+        an = np.asarray(an, dtype=np.int64)
+        if an.shape != ks.shape or (an < 0).any() or (an > ks).any():
+            raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
+        acc[vj] = an
+        repl = np.full(a, 0, dtype=np.int64)
+        repl[vj] = np.asarray(out)[np.arange(vj.shape[0]), np.minimum(an, ks)]
+    else:
+        for j in vj.tolist():
+            i = int(act[j])
+            k = int(b._dlen[i])
+            d = b._draft[i, :k]
+            r = rows[int(off[j]) : int(off[j]) + k]
+            if kind == R_OTHER:
+                n = check_count(rule.accepted_rows(d.tolist(), r.tolist()), "accepted")  # type: ignore[union-attr]
+                if n > k:
+                    raise _illegal("accept_rows", [i], [VERIFY], [settle_reason(k, n, k, k) or ""])
+            else:
+                neq = np.flatnonzero(d != r)
+                n = int(neq[0]) if neq.shape[0] else k
+                if kind == R_MINRUN and n < m:
+                    n = 0
+            acc[j] = n
+    # pass 2: emission, budgets and the next state of each slot, computed aside (the
+    # batch is changed only once the index update below has succeeded)
+    emitted: list[int] = []
+    eoff = np.zeros(a + 1, dtype=np.int64)
+    drafted = np.zeros(a, dtype=np.int64)
+    resume = np.zeros(a, dtype=np.int64)
+    new_state = np.zeros(a, dtype=np.int8)
+    new_token = np.zeros(a, dtype=np.int64)
+    new_budget = np.zeros(a, dtype=np.int64)
+    finished: list[int] = []
+    for j in range(a):
+        i = int(act[j])
+        code = int(codes[j])
+        r0, r1 = int(off[j]), int(off[j + 1])
+        if code == VERIFY:
+            k = int(b._dlen[i])
+            n = int(acc[j])
+            d = b._draft[i, :k].tolist()
+            if n == k:
+                out = d + [int(rows[r0 + k])] if bonus else d
+                resume[j] = k - 1 + bonus
+            else:
+                t = int(repl[j]) if repl is not None else int(rows[r0 + n])
+                out = d[:n] + [t]
+                resume[j] = n
+            drafted[j] = k
+        else:
+            out = [int(rows[r1 - 1])]
+            resume[j] = r1 - 1 - r0      # a prefill's last prompt row, a decode's row 0
+        room = int(b._budget[i])
+        stop = len(out) >= room
+        out = out[:room]
+        if b._has_eos[i]:
+            e = int(b._eos[i])
+            if e in out:
+                out = out[: out.index(e) + 1]
+                stop = True
+        new_budget[j] = room - len(out)
+        # a live slot resumes from its last emitted token (a cut emission stops it)
+        new_token[j] = 0 if stop else out[-1]
+        new_state[j] = DONE if stop else DECODE
+        if stop:
+            finished.append(i)
+        emitted += out
+        eoff[j + 1] = len(emitted)
+    em = np.asarray(emitted, dtype=np.int64)
+    live = [j for j in range(a) if new_state[j] == DECODE]
+    # index update and next drafts: every refusal comes before any index changes
+    # (each module's batch calls are all or nothing), and the batch is changed after
+    with_ix = [j for j in live if b._index[int(act[j])] is not None]
+    groups = [g for g in ([j for j in with_ix if isinstance(b._index[int(act[j])], _ni.NgramIndex)],
+                          [j for j in with_ix if not isinstance(b._index[int(act[j])], _ni.NgramIndex)])
+              if g]
+    if len(groups) == 2:
+        # two module calls: what would refuse the second is checked before the first
+        later = [b._index[int(act[j])] for j in groups[1]]
+        _check_distinct(later)
+        _si.propose_batch(later, 0)       # refuses an index in use, changes nothing
+    by_j: dict[int, np.ndarray] = {}
+    for group in groups:
+        index_list = [b._index[int(act[j])] for j in group]
+        toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in group])
+        loff = np.zeros(len(group) + 1, dtype=np.int64)
+        np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
+        limits = np.minimum(new_budget[group], b._k_max)
+        dflat, doff, dlens = _serve(index_list, toks, loff, drafted[group], acc[group], limits,
+                                    b._draft[act[group]], em, eoff[group], eoff[[j + 1 for j in group]])
+        dflat = np.asarray(dflat, dtype=np.int64)
+        for q, j in enumerate(group):
+            d = dflat[int(doff[q]) : int(doff[q]) + int(dlens[q])]
+            if d.shape[0] > min(b._k_max, int(new_budget[j])):
+                raise RuntimeError(
+                    f"the index module returned a draft of {d.shape[0]} tokens for "
+                    f"k_max={b._k_max}")
+            by_j[j] = d
+    dr_off = np.zeros(a + 1, dtype=np.int64)
+    lens = np.zeros(a, dtype=np.int64)
+    for j, d in by_j.items():
+        lens[j] = d.shape[0]
+    np.cumsum(lens, out=dr_off[1:])
+    drafts = np.zeros(int(dr_off[a]), dtype=np.int64)
+    # commit: nothing below can refuse
+    for j in range(a):
+        i = int(act[j])
+        if codes[j] == VERIFY:
+            b._dlen[i] = 0
+            b._snap[i] = 0
+        elif codes[j] == PREFILL:
+            b._positions[i] = None
+    b._budget[act] = new_budget
+    b._token[act] = new_token
+    b._state[act] = new_state
+    for j, d in by_j.items():
+        ln = d.shape[0]
+        if ln:
+            i = int(act[j])
+            drafts[int(dr_off[j]) : int(dr_off[j]) + ln] = d
+            b._draft[i, :ln] = d
+            b._dlen[i] = ln
+            b._state[i] = VERIFY
+            b._snap[i] = b._cache[i]
+    return StepResult(act, em, eoff, acc, drafted, resume,
+                      np.asarray(finished, dtype=np.int64), drafts, dr_off)
+
+
+
+
+def _check_distinct(index_list: list[Any]) -> None:
+    """ValueError when one index is listed for two live slots (the batch step's check,
+    made before any index changes)."""
+    seen: dict[int, int] = {}
+    for q, ix in enumerate(index_list):
+        if seen.setdefault(id(ix), q) != q:
+            raise ValueError(
+                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
+            )
+
+
+def _serve(index_list: list[Any], tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,
+           accepted: np.ndarray, limits: np.ndarray, drafts: np.ndarray, emitted: np.ndarray,
+           starts: np.ndarray, ends: np.ndarray) -> tuple[Any, Any, Any]:
+    """One index kind's serving-step policy for the live slots of one step: the index
+    module's ``serve_batch`` with the step's accepted counts. Returns ``propose_batch``'s
+    ``(drafts, offsets, lengths)``.
+
+    Until both twin index modules have ``serve_batch`` (helper work in flight), a module
+    without it is served as before: an n-gram index is extended and proposes; a suffix
+    index records the agreement of its draft (``drafts[q]``, the slot's rows of the
+    batch's draft buffer) with what the slot emitted (``emitted[starts[q]:ends[q]]``),
+    as ``_suffix_update`` does."""
+    mod = _ni if isinstance(index_list[0], _ni.NgramIndex) else _si
+    serve = getattr(mod, "serve_batch", None)
+    if serve is not None:
+        return serve(index_list, tokens, offsets, drafted, accepted, limits)
+    if mod is _ni:
+        _ni.extend_batch(index_list, tokens, offsets)
+        return _ni.propose_batch(index_list, limits)
+    agree = np.zeros(len(index_list), dtype=np.int64)
+    for q in range(len(index_list)):
+        d = drafts[q, : int(drafted[q])]
+        e = emitted[int(starts[q]) : int(ends[q])][: d.shape[0]]
+        neq = np.flatnonzero(d[: e.shape[0]] != e)
+        agree[q] = int(neq[0]) if neq.shape[0] else e.shape[0]
+    return _suffix_update(index_list, tokens, offsets, drafted, agree, limits)
+
+
+def _suffix_update(index_list: list[Any], tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,
+                   accepted: np.ndarray, limits: np.ndarray) -> tuple[Any, Any, Any]:
+    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
+    session does it per request: each index that verified a draft records it
+    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
+    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
+    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
+    _si.extend_batch(index_list, tokens, offsets)     # all or nothing, before any record
+    verified = [q for q in range(len(index_list)) if int(drafted[q]) > 0]
+    if verified:
+        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
+    limits = np.array(limits, dtype=np.int64, copy=True)
+    for q, ix in enumerate(index_list):
+        if ix.adaptive and ix.draft_len < limits[q]:
+            limits[q] = ix.draft_len
+    return _si.propose_batch(index_list, limits)
