@@ -103,7 +103,7 @@ cdef tuple _serve_batch_args(list ixs, object tokens, object offsets, object dra
     cdef const int64_t[::1] ov = off
     cdef int64_t n = src.shape[0]
     # neighbours compared, never subtracted; a bad copy gets the shared check's message
-    cdef bint bad = ov[0] < 0 or ov[b] > n
+    cdef bint bad = ov[0] != 0 or ov[b] != n
     for i in range(b):
         if ov[i] > ov[i + 1]:
             bad = True

@@ -429,12 +429,13 @@ cdef class BatchState:
 
     cdef tuple _update_indexes(self, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive,
                                object emitted, object eoff, Py_ssize_t w, Py_ssize_t a,
-                               const int64_t* nbv):
+                               const int64_t* nbv, const int64_t* drv):
         """Extend the live slots' indexes with what they emitted and propose their next
         drafts (at most ``min(k_max, nbv[j])`` tokens, ``nbv`` the step's new budgets)
-        through the n-gram module's serving-step policy (``ngram_serve``, recording
-        nothing: the step keeps no acceptance statistics on its NgramIndex slots);
-        returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. Every buffer is fresh memory of this call."""
+        through the n-gram module's serving-step policy (``ngram_serve``: each verified
+        draft recorded with its agreement with what the slot emitted, as the drafter
+        session records it); returns ``(drafts, offsets, lengths)`` as ``propose_batch``
+        does. Every buffer is fresh memory of this call."""
         cdef list index_list = _pick(self._index, av, lvv, nlive)
         cdef const int64_t* emv = _ptr(emitted)
         cdef const int64_t* eov = _ptr(eoff)
@@ -448,14 +449,26 @@ cdef class BatchState:
             _gather(lvv, nlive, eov, emv, _ptr(off), _ptr(src))
         limits = _new(nlive)
         cdef int64_t* limv = _ptr(limits)
+        ndr = _new(nlive)
+        nag = _new(nlive)
+        cdef int64_t* ndv = _ptr(ndr)
+        cdef int64_t* nav = _ptr(nag)
+        cdef Py_ssize_t jj
+        cdef int64_t m
         for q in range(nlive):
-            lim = nbv[lvv[q]]
+            jj = lvv[q]
+            lim = nbv[jj]
             limv[q] = lim if lim < kmax else kmax
+            m = drv[jj]
+            ndv[q] = m
+            if m > eov[jj + 1] - eov[jj]:
+                m = eov[jj + 1] - eov[jj]
+            nav[q] = _prefix(&self._draft[av[jj], 0], emv + eov[jj], m) if m > 0 else 0
         square = _new(nlive * kmax if kmax else 1)
         lengths = _new(nlive)
         cdef int64_t* sqv = _ptr(square)
         cdef int64_t* lnv = _ptr(lengths)
-        ngram_serve(index_list, nlive, _ptr(src), _ptr(off), NULL, NULL, limv, kmax, sqv, lnv)
+        ngram_serve(index_list, nlive, _ptr(src), _ptr(off), ndv, nav, limv, kmax, sqv, lnv)
         doffs = _new(nlive + 1)
         cdef int64_t* dov = _ptr(doffs)
         dov[0] = 0
@@ -651,7 +664,7 @@ cdef class BatchState:
         if nlive:
             # the n-gram module's policy: extend and propose in one pass without the GIL,
             # on this step's own buffers (no argument conversion)
-            dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a, nbv)
+            dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a, nbv, drv)
         if nlive:
             _check_drafts_out(self, nlive, dflat, doff2, dlens)
         if nsuf:
@@ -671,9 +684,9 @@ cdef class BatchState:
                 _ptr(slim)[q] = lim if lim < self._k_max else self._k_max
                 _ptr(sdr)[q] = drv[jj]
                 # what the drafter session records: the draft's agreement with what the
-                # slot emitted. It equals accv[jj] (this step's accepted count) except
-                # where a rule rejects a matching prefix (MinRun), the session counting
-                # it; the two change together (see the report of issue 20's cdraft)
+                # slot emitted (the one policy's input on every path). It equals this
+                # step's accepted count except where a rule rejects a matching prefix
+                # (MinRun) or a budget or eos cut the emission
                 m = drv[jj]
                 if m > eov[jj + 1] - eov[jj]:
                     m = eov[jj + 1] - eov[jj]

@@ -217,7 +217,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
         loff = np.zeros(len(group) + 1, dtype=np.int64)
         np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
         limits = np.minimum(new_budget[group], b._k_max)
-        dflat, doff, dlens = _serve(index_list, toks, loff, drafted[group], acc[group], limits,
+        dflat, doff, dlens = _serve(index_list, toks, loff, drafted[group], limits,
                                     b._draft[act[group]], em, eoff[group], eoff[[j + 1 for j in group]])
         dflat = np.asarray(dflat, dtype=np.int64)
         for q, j in enumerate(group):
@@ -271,46 +271,20 @@ def _check_distinct(index_list: list[Any]) -> None:
 
 
 def _serve(index_list: list[Any], tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,
-           accepted: np.ndarray, limits: np.ndarray, drafts: np.ndarray, emitted: np.ndarray,
+           limits: np.ndarray, drafts: np.ndarray, emitted: np.ndarray,
            starts: np.ndarray, ends: np.ndarray) -> tuple[Any, Any, Any]:
-    """One index kind's serving-step policy for the live slots of one step: the index
-    module's ``serve_batch`` with the step's accepted counts. Returns ``propose_batch``'s
-    ``(drafts, offsets, lengths)``.
-
-    Until both twin index modules have ``serve_batch`` (helper work in flight), a module
-    without it is served as before: an n-gram index is extended and proposes; a suffix
-    index records the agreement of its draft (``drafts[q]``, the slot's rows of the
-    batch's draft buffer) with what the slot emitted (``emitted[starts[q]:ends[q]]``),
-    as ``_suffix_update`` does."""
+    """One index kind's serving-step policy (the index module's ``serve_batch``) for the
+    live slots of one step. What it records for a verified draft is what the drafter
+    session records: the draft's agreement (``drafts[q]``, the slot's rows of the batch's
+    draft buffer) with what the slot emitted (``emitted[starts[q]:ends[q]]``), as the
+    compiled step does; the rule's accepted count differs from it only where a rule
+    rejects a matching prefix (MinRun) or a budget or eos cut the emission. Returns
+    ``propose_batch``'s ``(drafts, offsets, lengths)``."""
     mod = _ni if isinstance(index_list[0], _ni.NgramIndex) else _si
-    serve = getattr(mod, "serve_batch", None)
-    if serve is not None:
-        return serve(index_list, tokens, offsets, drafted, accepted, limits)
-    if mod is _ni:
-        _ni.extend_batch(index_list, tokens, offsets)
-        return _ni.propose_batch(index_list, limits)
     agree = np.zeros(len(index_list), dtype=np.int64)
     for q in range(len(index_list)):
         d = drafts[q, : int(drafted[q])]
         e = emitted[int(starts[q]) : int(ends[q])][: d.shape[0]]
         neq = np.flatnonzero(d[: e.shape[0]] != e)
         agree[q] = int(neq[0]) if neq.shape[0] else e.shape[0]
-    return _suffix_update(index_list, tokens, offsets, drafted, agree, limits)
-
-
-def _suffix_update(index_list: list[Any], tokens: np.ndarray, offsets: np.ndarray, drafted: np.ndarray,
-                   accepted: np.ndarray, limits: np.ndarray) -> tuple[Any, Any, Any]:
-    """The step's update of ``SuffixIndex`` slots, as ``specfsm.suffix_index``'s drafter
-    session does it per request: each index that verified a draft records it
-    (``drafted``, ``accepted``: 0 drafted for a decode), takes its emitted tokens, and
-    proposes at most ``limits[q]`` tokens (and at most its ``draft_len`` when it is
-    ``adaptive``). Returns ``propose_batch``'s ``(drafts, offsets, lengths)``."""
-    _si.extend_batch(index_list, tokens, offsets)     # all or nothing, before any record
-    verified = [q for q in range(len(index_list)) if int(drafted[q]) > 0]
-    if verified:
-        _si.record_batch([index_list[q] for q in verified], drafted[verified], accepted[verified])
-    limits = np.array(limits, dtype=np.int64, copy=True)
-    for q, ix in enumerate(index_list):
-        if ix.adaptive and ix.draft_len < limits[q]:
-            limits[q] = ix.draft_len
-    return _si.propose_batch(index_list, limits)
+    return mod.serve_batch(index_list, tokens, offsets, drafted, agree, limits)
