@@ -75,12 +75,26 @@ def _is_int(x: object) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+#: up to this many slots, ``check_slots`` checks in Python (cheaper than numpy calls)
+_SMALL = 64
+
+
 def check_slots(slots: object, capacity: int) -> np.ndarray:
     """Distinct slot numbers in ``[0, capacity)`` (one int or a token-id-rule sequence)
     as a fresh int64 array."""
     if _is_int(slots):
         slots = [slots]
+    if type(slots) is list and len(slots) <= _SMALL and all(type(v) is int for v in slots):
+        # the usual call (a few plain ints): checked in Python, several times cheaper than
+        # numpy's reductions and unique on a tiny array; anything it does not pass takes
+        # the general path below, which raises the messages
+        if len(set(slots)) == len(slots) and (not slots or (min(slots) >= 0 and max(slots) < capacity)):
+            return np.array(slots, dtype=np.int64)
     s = int64_ids(slots, "slots")
+    if 0 < s.shape[0] <= _SMALL:
+        small = s.tolist()
+        if len(set(small)) == len(small) and min(small) >= 0 and max(small) < capacity:
+            return s
     if s.shape[0]:
         lo, hi = int(s.min()), int(s.max())
         if lo < 0 or hi >= capacity:
