@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from specfsm import _impl
-from specfsm._validate import PROB_ATOL
+from specfsm._checks_accept import PROB_ATOL
 from specfsm.accept_rule import Exact, SpeculativeSampling
 
 WHO = ["compiled", "twin", "numpy"]

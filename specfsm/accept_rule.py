@@ -31,7 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from . import _impl
-from ._validate import PROB_ATOL, as_id_array, check_count, nonnegative_real
+from ._checks import check_count, nonnegative_real, token_ids
+from ._checks_accept import PROB_ATOL
 from .errors import IllegalTransition
 
 __all__ = [
@@ -135,7 +136,7 @@ class MinRun:
 
 
 def _single(draft: Any, name: str = "draft") -> np.ndarray:
-    d = as_id_array(draft, name)
+    d = token_ids(draft, name)
     if d.shape[0] == 0:
         raise ValueError("draft is empty: there is no row to accept")
     return d

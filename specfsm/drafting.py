@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import _impl
-from ._validate import check_count
+from ._checks import check_count
 
 __all__ = ["prompt_lookup", "common_prefix", "PromptLookupDrafter"]
 

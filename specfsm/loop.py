@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._validate import check_count
+from ._checks import check_count
 from . import state as _state
 from ._values import IMMUTABLE, default_clone
 from . import batch as _batch

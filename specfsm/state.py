@@ -31,7 +31,8 @@ import numpy as np
 
 from . import _impl
 from .accept_rule import select_rows
-from ._validate import as_token_array, check_count, check_entries, settle_reason
+from ._checks import check_count, entries, token_ids
+from ._checks_machine import settle_reason
 from ._values import IMMUTABLE, Clone, default_clone, hash_key, seq_eq, value_eq
 from .errors import IllegalTransition
 
@@ -160,7 +161,7 @@ class Prefill(ServingState[Entry, Cache]):
     cache: Cache
 
     def __init__(self, positions: Sequence[Entry], cache: Cache) -> None:
-        _set(self, "positions", check_entries(positions, "positions"))
+        _set(self, "positions", entries(positions, "positions"))
         _set(self, "cache", cache)
 
     def advance_prefill(self, next_token: Entry, cache: Cache) -> Decode[Entry, Cache]:
@@ -215,7 +216,7 @@ class Decode(ServingState[Entry, Cache]):
             raise TypeError(
                 f"clone must be None, a bool or a callable, got {type(clone).__name__} {clone!r}"
             )
-        return _verify(check_entries(draft, "draft"), snapshot, cache)
+        return _verify(entries(draft, "draft"), snapshot, cache)
 
 
 class Verify(ServingState[Entry, Cache]):
@@ -238,7 +239,7 @@ class Verify(ServingState[Entry, Cache]):
     cache: Cache
 
     def __init__(self, draft: Sequence[Entry], snapshot: Cache, cache: Cache) -> None:
-        _set(self, "draft", check_entries(draft, "draft"))
+        _set(self, "draft", entries(draft, "draft"))
         _set(self, "snapshot", snapshot)
         _set(self, "cache", cache)
 
@@ -299,7 +300,7 @@ def _settled(
 ) -> Accept[Any, Any] | Rollback[Any, Any]:
     k = len(draft)
     if type(row_tokens) is not list and isinstance(row_tokens, np.ndarray):
-        as_token_array(row_tokens, "row_tokens")  # refuses 2-D arrays and non-integer dtypes
+        token_ids(row_tokens, "row_tokens")  # refuses 2-D arrays and non-integer dtypes
     idx = _settle(
         k, accepted, _length(row_tokens, "row_tokens"), _length(row_caches, "row_caches"), attempted
     )

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _impl
-from ._validate import as_ids, check_count
+from ._checks import check_count, token_ids
 
 if TYPE_CHECKING:  # type checkers read the twin
     from ._py import suffix_index as _k
@@ -169,7 +169,7 @@ class SharedSuffixCache:
     def _convert(self, tokens: Any) -> list[int]:
         """``tokens`` as a list of ints, checked (before any lock is taken)."""
         try:
-            arr = as_ids(tokens, "tokens")
+            arr = token_ids(tokens, "tokens")
         except ValueError as exc:  # 2-D, ragged
             raise TypeError(f"tokens must be a 1-D sequence of integer ids ({exc})") from None
         if arr.shape[0] and int(arr.min()) < _SEPARATOR_LIMIT:
@@ -223,7 +223,7 @@ class SharedSuffixCache:
         ``(0, [])`` when none of at least ``min_n`` tokens is found."""
         k = check_count(max_k, "max_k")
         # converted once, into memory of its own, before the lock is taken
-        ctx = np.array(as_ids(context, "context"), dtype=np.int64, copy=True)
+        ctx = np.array(token_ids(context, "context"), dtype=np.int64, copy=True)
         best: tuple[int, list[Any]] = (0, [])
         with self._lock:
             self._drain()

@@ -3,7 +3,7 @@
 
 Same names, results and errors as the twin ``specfsm._py.accept`` (read its module
 docstring for the layout). Arguments are converted, copied (the small control arrays)
-and checked once in Python by ``specfsm._validate`` (shared with the twin); the
+and checked once in Python by ``specfsm._checks`` and the concept's check module (shared with the twin); the
 probability-row check and the kernels then run over typed memoryviews with the GIL
 released, reading only the call's own copies and the probability rows. The row check
 and the residual draw are C, in ``accept_kernels.h``.
@@ -11,13 +11,13 @@ and the residual draw are C, in ``accept_kernels.h``.
 
 import numpy as np
 
-from specfsm._validate import (
+from specfsm._checks import check_count
+from specfsm._checks_accept import (
     PROB_ATOL,
     PROB_OK,
     as_prob_rows,
-    check_count,
     check_id_range,
-    check_offsets,
+    draft_offsets,
     draw_uniforms,
     prepare_exact,
     prepare_speculative,
@@ -91,7 +91,7 @@ def check_probs(probs, name="probs"):
 
 
 # -- the shared checks, as C loops ------------------------------------------------------
-# Same results as ``specfsm._validate.check_offsets`` / ``check_id_range``, which they call to raise
+# Same results as ``specfsm._checks_accept.draft_offsets`` / ``check_id_range``, which they call to raise
 # the very same error when something is wrong. Both read only the call's private copies
 # (C-contiguous, native int64 offsets; int32/int64 ids), with the GIL held.
 
@@ -102,15 +102,15 @@ def _fast_check_offsets(off, Py_ssize_t total, name="offsets"):
     cdef int64_t k_max = 0
     if (cnp.PyArray_TYPE(a) != cnp.NPY_INT64 or not cnp.PyArray_ISCARRAY_RO(a)
             or cnp.PyArray_NDIM(a) != 1):
-        return check_offsets(off, total, name)
+        return draft_offsets(off, total, name)
     o = <const int64_t*>cnp.PyArray_DATA(a)
     if n == 0 or o[0] != 0 or o[n - 1] != total:
-        return check_offsets(off, total, name)  # raises
+        return draft_offsets(off, total, name)  # raises
     for i in range(n - 1):
         # neighbours compared, never subtracted first: both are >= o[0] = 0 once in
         # order, so the step below cannot wrap
         if o[i] > o[i + 1]:
-            return check_offsets(off, total, name)  # raises
+            return draft_offsets(off, total, name)  # raises
         if o[i + 1] - o[i] > k_max:
             k_max = o[i + 1] - o[i]
     return k_max
@@ -146,7 +146,7 @@ _FAST = (_fast_check_offsets, _fast_check_ids)
 
 # -- exact / min-run -----------------------------------------------------------------
 # The kernels read only arrays this call owns (private copies of the draft, choices,
-# offsets and uniforms made by ``specfsm._validate.prepare_*``) plus the probability
+# offsets and uniforms made by ``specfsm._checks_accept.prepare_*``) plus the probability
 # rows in place. Every index they derive is still checked where it is used (a request's
 # rows against the draft and the output, a drafted id against the vocabulary): a check
 # that fails returns the request's number + 1 and the call raises RuntimeError, where

@@ -3,7 +3,7 @@
 
 import numpy as np
 
-from specfsm._validate import as_entries, as_token_array
+from specfsm._checks import entries, token_ids
 
 from libc.stdint cimport int32_t, int64_t
 cimport numpy as cnp
@@ -77,8 +77,8 @@ cdef object _as_seq(object x, str name):
     if t is list or t is tuple:
         return x
     if isinstance(x, np.ndarray):
-        return as_token_array(x, name).tolist()
-    return as_entries(x, name)  # the rare generic path: the twin's rule
+        return token_ids(x, name).tolist()
+    return entries(x, name, listed=True)  # the rare generic path: the twin's rule
 
 
 def common_prefix(draft, row_tokens):
@@ -95,8 +95,8 @@ def common_prefix(draft, row_tokens):
     if wa and wa == plain_int_width(row_tokens):
         return _prefix_arrays(draft, row_tokens, wa)
     if isinstance(draft, np.ndarray) and isinstance(row_tokens, np.ndarray):
-        a = as_token_array(draft, "draft")
-        b = as_token_array(row_tokens, "row_tokens")
+        a = token_ids(draft, "draft")
+        b = token_ids(row_tokens, "row_tokens")
         if a.dtype != b.dtype:
             a = a.astype(np.int64)
             b = b.astype(np.int64)

@@ -6,7 +6,7 @@ cimport numpy as cnp
 cdef inline int plain_int_width(object x) noexcept:
     """4 or 8 for a 1-D, C-contiguous, aligned, native-order int32/int64 ndarray (the
     layout the kernels read directly), else 0: such arrays skip the Python-level checks
-    and the buffer acquisition; anything else goes through _validate.as_token_array."""
+    and the buffer acquisition; anything else goes through specfsm._checks.token_ids."""
     if not cnp.PyArray_Check(x):
         return 0
     cdef cnp.ndarray a = <cnp.ndarray>x

@@ -3,7 +3,7 @@
 
 import numpy as np
 
-from specfsm._validate import as_entries, as_token_array, check_count, id_value
+from specfsm._checks import check_count, entries, token_id, token_ids
 
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
@@ -92,9 +92,9 @@ cdef extern from "Python.h":
 
 
 cdef int _id_slow(object h, Py_ssize_t i, Py_ssize_t n, int64_t* out) except -1:
-    """Entry i by ``specfsm._validate.id_value`` (the twin's rule: it refuses non-ids),
+    """Entry i by ``specfsm._checks.token_id`` (the twin's rule: it refuses non-ids),
     then the size checked again (a numpy-integer subclass's ``__index__`` may change h)."""
-    value = id_value(<object>PySequence_Fast_GET_ITEM(h, i), "history", i)
+    value = token_id(<object>PySequence_Fast_GET_ITEM(h, i), "history", i)
     if Py_SIZE(h) != n:
         raise RuntimeError("history changed size during prompt_lookup")
     out[0] = value
@@ -236,7 +236,7 @@ def prompt_lookup(history, ngram, max_k):
     if th is list or th is tuple:
         seq = history
     elif isinstance(history, np.ndarray):
-        arr = as_token_array(history, "history")
+        arr = token_ids(history, "history")
         n = arr.shape[0]
         g = min(<object>ngram, n)
         k = min(<object>max_k, n)
@@ -250,7 +250,7 @@ def prompt_lookup(history, ngram, max_k):
             return history[:0].copy()
         return history[end : end + min(n - end, k)].copy()
     else:
-        seq = as_entries(history, "history")  # other sequences: as a list, the twin's rule
+        seq = entries(history, "history", listed=True)  # other sequences: as a list, the twin's rule
     n = Py_SIZE(seq)
     g = min(<object>ngram, n)
     k = min(<object>max_k, n)

@@ -2,7 +2,7 @@
 """Longest-match n-gram drafting and an incremental n-gram index (compiled).
 
 Same names and behaviour as the twin ``specfsm._py.ngram_index``; both take their
-argument checks from ``specfsm._validate``, so both raise the same errors.
+argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 The index keeps, for each n in [min_n, max_n], an open-addressing hash table over the
 n-grams seen so far. A slot is 8 bytes: a 32-bit hash tag and the end position of one
@@ -17,24 +17,23 @@ growing them never re-reads tokens.
 
 import numpy as np
 
-from specfsm._validate import (
+from specfsm._checks import check_count, token_ids
+from specfsm._checks_drafting import (
     GROW_STEP,
     MAX_INDEX_TOKENS,
     SHRINK_STEP,
-    as_ids,
+    batch_offsets,
+    batch_tokens,
     check_batch_counts,
     check_draft_limits,
-    _check_index_range,
-    _check_ngram_range,
-    _check_offsets,
     check_prefer,
     check_record,
-    _check_stats,
-    _check_total,
-    own_batch_arrays,
-    own_offsets,
-    validate_offsets,
-    check_count,
+    check_stats,
+    check_total,
+    checked_offsets,
+    index_offsets,
+    index_range,
+    ngram_range,
 )
 
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
@@ -507,7 +506,7 @@ def longest_match(history, min_n, max_n, max_k, prefer="latest"):
         lo_ = min_n
         hi_ = max_n
     else:
-        lo_, hi_ = _check_ngram_range(min_n, max_n)
+        lo_, hi_ = ngram_range(min_n, max_n)
     if type(max_k) is not int or max_k < 0:
         max_k = check_count(max_k, "max_k")
     if type(prefer) is str and prefer == "latest":
@@ -526,7 +525,7 @@ def longest_match(history, min_n, max_n, max_k, prefer="latest"):
             except (ValueError, TypeError, BufferError):
                 pass
     if width == 0:
-        arr = as_ids(history, "history")
+        arr = token_ids(history, "history")
         if arr.dtype.itemsize == 8:
             h64 = arr
             width = 8
@@ -584,10 +583,10 @@ def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
     without the GIL.
     """
     # convert every argument first (Python code may run), copying the control arrays
-    lo_, hi_ = _check_ngram_range(min_n, max_n)
+    lo_, hi_ = ngram_range(min_n, max_n)
     cdef bint earliest = check_prefer(prefer) == 1
-    arr = as_ids(tokens, "tokens")
-    off = own_offsets(offsets)
+    arr = token_ids(tokens, "tokens")
+    off = batch_offsets(offsets)
     cdef int64_t b = off.shape[0] - 1
     ks = check_batch_counts(max_k, b, None)          # an owned, validated copy
     cdef const int32_t[::1] t32
@@ -600,7 +599,7 @@ def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
     else:
         t64 = arr
         n = t64.shape[0]
-    validate_offsets(off, n)                    # the copy, compared neighbour to neighbour
+    index_offsets(off, n)                    # the copy, compared neighbour to neighbour
     cdef const int64_t[::1] offv = off
     cdef const int64_t[::1] kv = ks
     # an upper bound on the drafts' total, so one allocation serves the whole batch
@@ -682,7 +681,7 @@ cdef class NgramIndex:
     def __init__(self, min_n, max_n=None, prefer="latest", *, draft_len=4, adaptive=False,
                  min_draft=1, max_draft=16):
         guard_begin_init(&self._g, NAME)    # a second __init__ is refused, changing nothing
-        lo, hi = _check_index_range(min_n, max_n)
+        lo, hi = index_range(min_n, max_n)
         earliest = check_prefer(prefer) == 1
         k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
         self._lo = lo
@@ -854,7 +853,7 @@ cdef class NgramIndex:
                 else:
                     self._ingest(n)
                     return 0
-        arr = as_ids(tokens, "tokens")
+        arr = token_ids(tokens, "tokens")
         m = arr.shape[0]
         if m == 0:
             return 0
@@ -980,7 +979,7 @@ cdef class NgramIndex:
         cdef int64_t pv, av
         if p > INT64_MAX_C - self._drafted:
             guard_check(&self._g, NAME)
-            _check_total(self._drafted, p)   # raises
+            check_total(self._drafted, p)   # raises
         pv = p
         av = a
         # no Python code runs from the check to the change
@@ -1035,7 +1034,7 @@ cdef class NgramIndex:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
-        steps, drafted, accepted, full = _check_stats(stats)
+        steps, drafted, accepted, full = check_stats(stats)
         guard_check(&self._g, NAME)
         self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
 
@@ -1198,7 +1197,7 @@ def record_batch(indexes, proposed, accepted):
     for i in range(b):
         ix = <NgramIndex>index_list[i]
         if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
-            _check_total(ix._drafted + ix._pending, pv[i])   # raises
+            check_total(ix._drafted + ix._pending, pv[i])   # raises
         ix._pending += pv[i]
     for i in range(b):
         ix = <NgramIndex>index_list[i]
@@ -1440,11 +1439,11 @@ def extend_batch(indexes, tokens, offsets):
     if plain_int_width(tokens) == 8:
         src = _copy_int64(tokens)
     else:
-        src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+        src = np.array(token_ids(tokens, "tokens"), dtype=np.int64, copy=True)
     if plain_int_width(offsets) == 8 and array_len(offsets) >= 1:
         off = _copy_int64(offsets)
     else:
-        off = own_offsets(offsets)
+        off = batch_offsets(offsets)
     if off.shape[0] != b + 1:
         raise ValueError(
             f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
@@ -1460,7 +1459,7 @@ def extend_batch(indexes, tokens, offsets):
             bad = True
             break
     if bad:
-        validate_offsets(off, n)
+        index_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
     cdef int64_t z = 0
     _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, NULL, NULL, 0,
@@ -1552,7 +1551,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             for i in range(b):
                 ix = <NgramIndex>index_list[i]
                 if drafted[i] > INT64_MAX_C - ix._drafted:
-                    _check_total(ix._drafted, drafted[i])   # raises
+                    check_total(ix._drafted, drafted[i])   # raises
         if drafts != NULL:
             lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
             if lim == NULL:

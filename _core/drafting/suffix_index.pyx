@@ -2,7 +2,7 @@
 """Unbounded longest-match drafting over a suffix automaton (compiled).
 
 Same names and behaviour as the twin ``specfsm._py.suffix_index``; both take their
-argument checks from ``specfsm._validate``, so both raise the same errors.
+argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 Layout (about 30 bytes per token on source code: the history, 4 bytes per position,
 and what repeats add). A suffix automaton built online creates one state per position,
@@ -36,23 +36,22 @@ out of memory part way through an extend.
 
 import numpy as np
 
-from specfsm._validate import (
+from specfsm._checks import check_count, token_ids
+from specfsm._checks_drafting import (
     GROW_STEP,
     MAX_SUFFIX_TOKENS,
     SHRINK_STEP,
     UNBOUNDED,
-    as_ids,
+    batch_tokens,
     check_anchor,
     check_batch_counts,
-    check_count,
     check_draft_limits,
     check_prefer,
     check_record,
-    check_suffix_range,
-    check_suffix_stats,
-    _check_total,
-    own_batch_arrays,
-    validate_offsets,
+    check_stats,
+    check_total,
+    index_offsets,
+    suffix_range,
 )
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -673,7 +672,7 @@ cdef class SuffixIndex:
     def __init__(self, min_n=1, max_n=None, prefer="earliest", *, draft_len=8, adaptive=False,
                  min_draft=1, max_draft=32, anchor_n=0, anchor_span=64, anchor_misses=4):
         guard_begin_init(&self._g, NAME)    # a second __init__ is refused, changing nothing
-        lo, hi = check_suffix_range(min_n, max_n)
+        lo, hi = suffix_range(min_n, max_n)
         an, aspan, amiss = check_anchor(anchor_n, anchor_span, anchor_misses)
         earliest = check_prefer(prefer)
         k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
@@ -926,7 +925,7 @@ cdef class SuffixIndex:
                     else:
                         self._ingest(n)
                         return
-            arr = as_ids(tokens, "tokens")
+            arr = token_ids(tokens, "tokens")
             m = arr.shape[0]
             if m == 0:
                 return
@@ -1024,7 +1023,7 @@ cdef class SuffixIndex:
             k = self._draft_len
         else:
             k = min(check_count(max_k, "max_k"), MAX_SUFFIX_TOKENS)
-        arr = np.array(as_ids(context, "context"), dtype=np.int64, copy=True)
+        arr = np.array(token_ids(context, "context"), dtype=np.int64, copy=True)
         cdef const int64_t[::1] cv = arr
         # converting may have let another thread in: check again, then keep the GIL
         guard_check(&self._g, NAME)
@@ -1102,7 +1101,7 @@ cdef class SuffixIndex:
         cdef int64_t pv, av
         if p > INT64_MAX_C - self._drafted:
             guard_check(&self._g, NAME)
-            _check_total(self._drafted, p)   # raises
+            check_total(self._drafted, p)   # raises
         pv = p
         av = a
         # no Python code runs from the check to the change
@@ -1159,7 +1158,7 @@ cdef class SuffixIndex:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
-        steps, drafted, accepted, full = check_suffix_stats(stats)
+        steps, drafted, accepted, full = check_stats(stats)
         guard_check(&self._g, NAME)
         self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
 
@@ -1309,7 +1308,7 @@ def record_batch(indexes, proposed, accepted):
     for i in range(b):
         ix = <SuffixIndex>ixs[i]
         if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
-            _check_total(ix._drafted + ix._pending, pv[i])   # raises
+            check_total(ix._drafted + ix._pending, pv[i])   # raises
         ix._pending += pv[i]
     for i in range(b):
         ix = <SuffixIndex>ixs[i]
@@ -1360,7 +1359,7 @@ def extend_batch(indexes, tokens, offsets):
     # every argument converted (Python code may run) and copied before any index is touched
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i, n, z = 0
-    src, off = own_batch_arrays(tokens, offsets, b)
+    src, off = batch_tokens(tokens, offsets, b)
     cdef const int64_t[::1] sv = src
     n = sv.shape[0]
     cdef const int64_t[::1] ov = off
@@ -1372,7 +1371,7 @@ def extend_batch(indexes, tokens, offsets):
             bad = True
             break
     if bad:
-        validate_offsets(off, n)
+        index_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
     _extend_core(ixs, b, &sv[0] if n else &z, &ov[0], NULL, NULL, NULL, 0, NULL, NULL)
 

@@ -2,7 +2,7 @@
 """B request slots as arrays: the batched serving state machine (compiled).
 
 Same names and behaviour as the twin ``specfsm._py.batch``; both take their argument
-checks from ``specfsm._validate`` (every argument is converted into a fresh array the call owns, then
+checks from ``specfsm._checks`` and the concept's check module (every argument is converted into a fresh array the call owns, then
 validated). Transitions check every slot's state in one C loop, raise before changing
 anything, then apply in a second loop. ``step`` runs the legality-free part of a serving
 step (acceptance for the greedy rules, settle, the transitions, emission with budgets
@@ -21,11 +21,34 @@ below, so one module).
 
 import numpy as np
 
-from specfsm._validate import (
-    ACCEPT, DECODE, DONE, FREE, PREFILL, R_EXACT, R_MINRUN, R_OTHER, R_SPEC, R_TYPICAL,
-    ROLLBACK, STATE_NAMES, VERIFY, _capacity, _check_index_types, _ids, _illegal, _indexes,
-    _per_slot, _probs_rows, _ragged, _resume_index, _rule_kind, _missing, REQUIRED, _slots,
-    INT64_MAX, check_count, settle_reason,
+from specfsm._checks import INT64_MAX, REQUIRED, check_count, int64_ids, missing
+from specfsm._checks_machine import (
+    ACCEPT,
+    DECODE,
+    DONE,
+    FREE,
+    PREFILL,
+    ROLLBACK,
+    STATE_NAMES,
+    VERIFY,
+    check_capacity,
+    check_index_types,
+    check_slots,
+    illegal,
+    per_slot,
+    resume_index,
+    settle_reason,
+    slot_indexes,
+    slot_ragged,
+)
+from specfsm._checks_accept import (
+    R_EXACT,
+    R_MINRUN,
+    R_OTHER,
+    R_SPEC,
+    R_TYPICAL,
+    rule_kind,
+    step_probs,
 )
 # the index modules of the same implementation (a build without them has no compiled batch)
 from specfsm._core import ngram_index as _ni
@@ -125,7 +148,7 @@ cdef class BatchState:
 
     def __init__(self, capacity, k_max=8, bonus=False):
         guard_begin_init(&self._g, _NAME)
-        c, k = _capacity(capacity, k_max)
+        c, k = check_capacity(capacity, k_max)
         cdef bint bn = bool(bonus)
         self._state_a = np.zeros(c, dtype=np.int8)
         self._token_a = np.zeros(c, dtype=np.int64)
@@ -293,7 +316,7 @@ cdef class BatchState:
         serves one request: it records each verified draft (``record``) and drafts at
         most its ``draft_len`` when it is ``adaptive``."""
         if slots is REQUIRED or positions is REQUIRED or offsets is REQUIRED or caches is REQUIRED:
-            _missing("admit", ("slots", "positions", "offsets", "caches"), (slots, positions, offsets, caches))
+            missing("admit", ("slots", "positions", "offsets", "caches"), (slots, positions, offsets, caches))
         guard_write(&self._g, _NAME)
         try:
             _admit(self, slots, positions, offsets, caches, max_tokens, eos, indexes)
@@ -305,7 +328,7 @@ cdef class BatchState:
         """Prefill -> Decode: slot ``slots[j]``'s prompt evaluation chose
         ``next_tokens[j]`` and left cache handle ``caches[j]``."""
         if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
-            _missing("advance_prefill", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
+            missing("advance_prefill", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
         guard_write(&self._g, _NAME)
         try:
             _advance(self, "advance_prefill", slots, next_tokens, caches)
@@ -317,7 +340,7 @@ cdef class BatchState:
         """Decode -> Decode: slot ``slots[j]``'s single-row evaluation chose
         ``next_tokens[j]`` and left cache handle ``caches[j]``."""
         if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
-            _missing("advance_decode", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
+            missing("advance_decode", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
         guard_write(&self._g, _NAME)
         try:
             _advance(self, "advance_decode", slots, next_tokens, caches)
@@ -331,7 +354,7 @@ cdef class BatchState:
         longer than ``k_max``, and an empty draft as a batching rule (``ServingState``
         accepts one, as the original design does)."""
         if slots is REQUIRED or tokens is REQUIRED or offsets is REQUIRED:
-            _missing("enter_verify", ("slots", "tokens", "offsets"), (slots, tokens, offsets))
+            missing("enter_verify", ("slots", "tokens", "offsets"), (slots, tokens, offsets))
         guard_write(&self._g, _NAME)
         try:
             _enter_verify(self, slots, tokens, offsets)
@@ -345,7 +368,7 @@ cdef class BatchState:
         ``row_tokens[row_offsets[j]:row_offsets[j + 1]]``; ``row_caches[cache_offsets[j]:
         cache_offsets[j + 1]]`` holds one cache handle per draft row."""
         if slots is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
-            _missing("accept", ("slots", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, row_tokens, row_offsets, row_caches, cache_offsets))
+            missing("accept", ("slots", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, row_tokens, row_offsets, row_caches, cache_offsets))
         guard_write(&self._g, _NAME)
         try:
             _settle(self, "accept", slots, None, row_tokens, row_offsets, row_caches, cache_offsets)
@@ -358,7 +381,7 @@ cdef class BatchState:
         (``Verify.accept_rows``); ``row_tokens``/``row_offsets`` and
         ``row_caches``/``cache_offsets`` as in ``accept``."""
         if slots is REQUIRED or accepted is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
-            _missing("accept_rows", ("slots", "accepted", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets))
+            missing("accept_rows", ("slots", "accepted", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets))
         guard_write(&self._g, _NAME)
         try:
             _settle(self, "accept_rows", slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
@@ -370,7 +393,7 @@ cdef class BatchState:
         """Accept -> Decode for every slot in ``slots``: decoding resumes from ``next``
         with the placed cache."""
         if slots is REQUIRED:
-            _missing("resume", ("slots",), (slots,))
+            missing("resume", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
             _resume(self, slots)
@@ -382,7 +405,7 @@ cdef class BatchState:
         """Rollback -> Decode for every slot in ``slots``: decoding resumes from ``to``
         with the snapshot."""
         if slots is REQUIRED:
-            _missing("rollback", ("slots",), (slots,))
+            missing("rollback", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
             _rollback(self, slots)
@@ -394,7 +417,7 @@ cdef class BatchState:
         """Any state but FREE -> Done for every slot in ``slots`` (Rollback keeps its
         snapshot as the cache)."""
         if slots is REQUIRED:
-            _missing("finish", ("slots",), (slots,))
+            missing("finish", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
             _finish(self, slots)
@@ -405,7 +428,7 @@ cdef class BatchState:
     def release(self, slots=REQUIRED):
         """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
         if slots is REQUIRED:
-            _missing("release", ("slots",), (slots,))
+            missing("release", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
         try:
             _release(self, slots)
@@ -513,7 +536,7 @@ cdef class BatchState:
         (RuntimeError) like any call during the step.
         """
         if row_tokens is REQUIRED:
-            _missing("step", ("row_tokens",), (row_tokens,))
+            missing("step", ("row_tokens",), (row_tokens,))
         guard_write(&self._g, _NAME)
         try:
             return self._step(row_tokens, probs, rule, draft_probs)
@@ -524,7 +547,7 @@ cdef class BatchState:
         cdef int kind = R_EXACT
         cdef int64_t m = 0
         if rule is not None:
-            kind, m = _rule_kind(rule)
+            kind, m = rule_kind(rule)
         cdef Py_ssize_t a
         cdef int64_t* sc = &self._scratch[0]
         with nogil:
@@ -542,7 +565,7 @@ cdef class BatchState:
         if plain_int_width(row_tokens) == 8:
             rows = row_tokens          # read in place: every index is checked below
         else:
-            rows = _ids(row_tokens, "row_tokens")
+            rows = int64_ids(row_tokens, "row_tokens")
         if array_len(rows) != total:
             raise ValueError(f"row_tokens holds {array_len(rows)} rows; this step evaluates {total}")
         cdef const int64_t* rp = <const int64_t*>array_data(rows)

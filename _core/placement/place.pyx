@@ -3,7 +3,7 @@
 batched settle that chooses ``index`` (compiled).
 
 Arguments are converted (the index and the counts into private copies), then checked
-once at the Python boundary by ``specfsm._validate`` (shared with the twin and the
+once at the Python boundary by ``specfsm._checks`` and the concept's check module (shared with the twin and the
 CuPy path, so every path raises the same errors); the loops then run with the GIL
 released over the private copies, the row index re-checked where a row is read.
 """
@@ -18,7 +18,7 @@ cimport numpy as cnp
 
 from _arrays cimport plain_int_width
 
-from specfsm._validate import (
+from specfsm._checks_place import (
     as_host_index,
     as_settle_arrays,
     check_place_arrays,

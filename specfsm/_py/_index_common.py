@@ -16,17 +16,16 @@ import numpy as np
 
 from ._guard import guard_of
 
-from .._validate import (
+from .._checks import check_count, token_ids
+from .._checks_drafting import (
     GROW_STEP,
     SHRINK_STEP,
-    _check_stats,
-    _check_total,
-    as_ids,
+    batch_tokens,
     check_batch_counts,
-    check_count,
     check_record,
-    own_batch_arrays,
-    validate_offsets,
+    check_stats,
+    check_total,
+    index_offsets,
 )
 
 __all__ = ["IndexBase", "index_list", "propose_batch", "record_batch", "extend_batch", "serve_batch"]
@@ -127,7 +126,7 @@ class IndexBase:
         g = guard_of(self, self._NAME)
         g.write()
         try:
-            new = as_ids(tokens, "tokens").tolist()
+            new = token_ids(tokens, "tokens").tolist()
             self._room(len(new))
             self._extend_list(new)
         finally:
@@ -171,7 +170,7 @@ class IndexBase:
         Every argument is converted and checked first; a refusal (bad arguments, an
         index in use, a full index, a drafted total beyond int64) changes nothing."""
         # plain ints and an empty list or tuple (a session's propose) skip the converters
-        new = [] if (type(tokens) is tuple or type(tokens) is list) and not tokens else as_ids(tokens, "tokens").tolist()
+        new = [] if (type(tokens) is tuple or type(tokens) is list) and not tokens else token_ids(tokens, "tokens").tolist()
         d = drafted if type(drafted) is int and drafted >= 0 else check_count(drafted, "drafted")
         a = accepted if type(accepted) is int and accepted >= 0 else check_count(accepted, "accepted")
         if a > d:
@@ -184,7 +183,7 @@ class IndexBase:
         g.write()
         try:
             self._room(len(new))
-            _check_total(self._drafted, d)
+            check_total(self._drafted, d)
             if d > 0:
                 self._record(d, a)
             self._extend_list(new)
@@ -202,7 +201,7 @@ class IndexBase:
         g = guard_of(self, self._NAME)
         with g._lock:  # check and change at once: records from threads are serialised
             g._check()
-            _check_total(self._drafted, p)
+            check_total(self._drafted, p)
             self._record(p, a)
             return self._draft_len
 
@@ -238,7 +237,7 @@ class IndexBase:
 
     def _restore_stats(self, stats: object) -> None:
         """The unpickler's last step: statistics ``record`` could have produced."""
-        steps, drafted, accepted, full = _check_stats(stats)
+        steps, drafted, accepted, full = check_stats(stats)
         g = guard_of(self, self._NAME)
         with g._lock:
             g._check()
@@ -324,7 +323,7 @@ def record_batch(cls: type, indexes: object, proposed: object, accepted: object)
                 raise RuntimeError(f"indexes[{i}]: {exc}") from None
         pending: dict = {}
         for i, ix in enumerate(ixs):
-            _check_total(ix._drafted + pending.get(id(ix), 0), int(p[i]))
+            check_total(ix._drafted + pending.get(id(ix), 0), int(p[i]))
             pending[id(ix)] = pending.get(id(ix), 0) + int(p[i])
         for i, ix in enumerate(ixs):
             ix._record(int(p[i]), int(a[i]))
@@ -362,8 +361,8 @@ def extend_batch(cls: type, indexes: object, tokens: object, offsets: object) ->
     """``extend`` for B indexes, all or nothing (see the index modules)."""
     ixs = index_list(cls, indexes)
     b = len(ixs)
-    src, off = own_batch_arrays(tokens, offsets, b)
-    validate_offsets(off, src.shape[0])
+    src, off = batch_tokens(tokens, offsets, b)
+    index_offsets(off, src.shape[0])
     marked = _write_all(cls, ixs, "extend_batch")
     try:
         for i, ix in enumerate(ixs):
@@ -384,8 +383,8 @@ def serve_batch(cls: type, indexes: object, tokens: object, offsets: object, dra
     ``propose_batch``'s ``(drafts, offsets, lengths)``."""
     ixs = index_list(cls, indexes)
     b = len(ixs)
-    src, off = own_batch_arrays(tokens, offsets, b)
-    validate_offsets(off, src.shape[0])
+    src, off = batch_tokens(tokens, offsets, b)
+    index_offsets(off, src.shape[0])
     d = check_batch_counts(drafted, b, None, "drafted")
     a = check_batch_counts(accepted, b, None, "accepted")
     for i in range(b):
@@ -397,7 +396,7 @@ def serve_batch(cls: type, indexes: object, tokens: object, offsets: object, dra
         for i, ix in enumerate(ixs):
             ix._room(int(off[i + 1] - off[i]), i)
             try:
-                _check_total(ix._drafted, int(d[i]))
+                check_total(ix._drafted, int(d[i]))
             except OverflowError as exc:
                 raise OverflowError(f"indexes[{i}]: {exc}") from None
         pieces: list[int] = []

@@ -11,7 +11,7 @@ needs); ``accepted`` an int32 ``[B]`` array. With ``specfsm.state``'s convention
 verify, no bonus row) a row never fills column ``K_max``: it stays -1.
 
 The argument checks and messages (``prepare_*``, ``prob_error``) live in
-``specfsm._validate``, shared with the compiled module, so both raise identical errors.
+``specfsm._checks`` and the concept's check module, shared with the compiled module, so both raise identical errors.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import math
 
 import numpy as np
 
-from .._validate import (
+from .._checks import check_count
+from .._checks_accept import (
     PROB_ATOL,
     PROB_BADSUM,
     PROB_NEGATIVE,
     PROB_NONFINITE,
     PROB_OK,
     as_prob_rows,
-    check_count,
     draw_uniforms,
     prepare_exact,
     prepare_speculative,

@@ -1,7 +1,7 @@
 """B request slots as arrays: the batched serving state machine (pure-Python twin).
 
 The compiled module ``specfsm._core.batch`` has the same names and behaviour; both take
-their argument checks from ``specfsm._validate``, so both raise the same errors.
+their argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 Each slot holds one request's state as ``specfsm.ServingState`` would, coded as a
 small integer (``FREE`` for an unused slot, then ``PREFILL`` .. ``DONE``), with the
@@ -22,27 +22,29 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import (  # noqa: F401  (shared with the compiled module; re-exported)
+from .._checks import (  # noqa: F401  (shared with the compiled module; re-exported)
+    INT64_MAX,
+    check_count,
+)
+from .._checks_machine import (  # noqa: F401  (shared with the compiled module; re-exported)
     ACCEPT,
     DECODE,
     DONE,
     FREE,
-    INT64_MAX,
     MAX_DRAFT,
     MAX_SLOTS,
     PREFILL,
     ROLLBACK,
     STATE_NAMES,
     VERIFY,
-    _capacity,
-    _check_index_types,
-    _illegal,
-    _indexes,
-    _per_slot,
-    _ragged,
-    _slots,
-    check_count,
+    check_capacity,
+    check_index_types,
+    check_slots,
+    illegal,
+    per_slot,
     settle_reason,
+    slot_indexes,
+    slot_ragged,
 )
 from . import _guard
 from .batch_step import StepResult, run_step
@@ -82,7 +84,7 @@ def _check_from(attempted: str, state: np.ndarray, s: np.ndarray) -> None:
     ok = np.isin(codes, _FROM[attempted])
     if not ok.all():
         bad = np.flatnonzero(~ok)
-        raise _illegal(attempted, s[bad].tolist(), codes[bad].tolist())
+        raise illegal(attempted, s[bad].tolist(), codes[bad].tolist())
 
 
 def _check_drafts(doff: np.ndarray, s: np.ndarray, k_max: int) -> None:
@@ -133,7 +135,7 @@ class BatchState:
 
     def __init__(self, capacity: int, k_max: int = 8, bonus: bool = False) -> None:
         g = _guard.begin_init(self, _NAME)
-        c, k = _capacity(capacity, k_max)
+        c, k = check_capacity(capacity, k_max)
         bonus = bool(bonus)
         self._c = c
         self._k_max = k
@@ -299,17 +301,17 @@ class BatchState:
         most its ``draft_len`` when it is ``adaptive``."""
         g = self._write()
         try:
-            s = _slots(slots, self._c)
+            s = check_slots(slots, self._c)
             b = s.shape[0]
-            pos, off = _ragged(positions, offsets, b, "positions")
-            cc = _per_slot(caches, b, "caches")
-            budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else _per_slot(max_tokens, b, "max_tokens")
+            pos, off = slot_ragged(positions, offsets, b, "positions")
+            cc = per_slot(caches, b, "caches")
+            budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else per_slot(max_tokens, b, "max_tokens")
             if b and budget.min() < 1:
                 j = int(np.argmin(budget))
                 raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
-            eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-            index_list = _indexes(indexes, b)
-            _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
+            eos_ids = np.zeros(b, dtype=np.int64) if eos is None else per_slot(eos, b, "eos")
+            index_list = slot_indexes(indexes, b)
+            check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
             if b and (off[1:] == off[:-1]).any():
                 j = int(np.flatnonzero(off[1:] == off[:-1])[0])
                 raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
@@ -332,9 +334,9 @@ class BatchState:
     def _advance(self, attempted: str, slots: Any, next_tokens: Any, caches: Any) -> None:
         g = self._write()
         try:
-            s = _slots(slots, self._c)
-            t = _per_slot(next_tokens, s.shape[0], "next_tokens")
-            cc = _per_slot(caches, s.shape[0], "caches")
+            s = check_slots(slots, self._c)
+            t = per_slot(next_tokens, s.shape[0], "next_tokens")
+            cc = per_slot(caches, s.shape[0], "caches")
             _check_from(attempted, self._state, s)
             for i in s.tolist():
                 self._positions[i] = None
@@ -361,8 +363,8 @@ class BatchState:
         accepts one, as the original design does)."""
         g = self._write()
         try:
-            s = _slots(slots, self._c)
-            t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
+            s = check_slots(slots, self._c)
+            t, off = slot_ragged(tokens, offsets, s.shape[0], "tokens")
             _check_from("enter_verify", self._state, s)
             _check_drafts(off, s, self._k_max)
             for j, i in enumerate(s.tolist()):
@@ -399,11 +401,11 @@ class BatchState:
 
     def _settle_held(self, attempted: str, slots: Any, accepted: Any, row_tokens: Any, row_offsets: Any,
                      row_caches: Any, cache_offsets: Any) -> None:
-        s = _slots(slots, self._c)
+        s = check_slots(slots, self._c)
         b = s.shape[0]
-        acc = None if accepted is None else _per_slot(accepted, b, "accepted")
-        rt, roff = _ragged(row_tokens, row_offsets, b, "row_tokens")
-        rc, coff = _ragged(row_caches, cache_offsets, b, "row_caches")
+        acc = None if accepted is None else per_slot(accepted, b, "accepted")
+        rt, roff = slot_ragged(row_tokens, row_offsets, b, "row_tokens")
+        rc, coff = slot_ragged(row_caches, cache_offsets, b, "row_caches")
         if acc is not None and b and acc.min() < 0:
             j = int(np.flatnonzero(acc < 0)[0])
             raise ValueError(f"accepted must be non-negative, got {int(acc[j])} for slot {int(s[j])}")
@@ -435,7 +437,7 @@ class BatchState:
                 continue
             plan.append((j, i, k, n, idx))
         if bad:
-            raise _illegal(attempted, bad, bad_states, reasons)
+            raise illegal(attempted, bad, bad_states, reasons)
         for j, i, k, n, idx in plan:
             cache = int(rc[coff[j] + idx])
             if n == k:
@@ -455,7 +457,7 @@ class BatchState:
         with the placed cache."""
         g = self._write()
         try:
-            s = _slots(slots, self._c)
+            s = check_slots(slots, self._c)
             _check_from("resume", self._state, s)
             self._state[s] = DECODE
             self._n[s] = 0
@@ -467,7 +469,7 @@ class BatchState:
         with the snapshot."""
         g = self._write()
         try:
-            s = _slots(slots, self._c)
+            s = check_slots(slots, self._c)
             _check_from("rollback", self._state, s)
             self._state[s] = DECODE
         finally:
@@ -478,7 +480,7 @@ class BatchState:
         snapshot as the cache)."""
         g = self._write()
         try:
-            s = _slots(slots, self._c)
+            s = check_slots(slots, self._c)
             _check_from("finish", self._state, s)
             for i in s.tolist():
                 self._positions[i] = None
@@ -494,7 +496,7 @@ class BatchState:
         """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
         g = self._write()
         try:
-            s = _slots(slots, self._c)
+            s = check_slots(slots, self._c)
             _check_from("release", self._state, s)
             for i in s.tolist():
                 self._index[i] = None

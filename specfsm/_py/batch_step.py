@@ -15,23 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._validate import (
+from .._checks import check_count, int64_ids
+from .._checks_machine import (
     DECODE,
     DONE,
     PREFILL,
-    R_MINRUN,
-    R_OTHER,
-    R_SPEC,
-    R_TYPICAL,
     VERIFY,
-    _ids,
-    _illegal,
-    _probs_rows,
-    _resume_index,
-    _rule_kind,
-    check_count,
+    illegal,
+    resume_index as chk_resume_index,
     settle_reason,
 )
+from .._checks_accept import R_MINRUN, R_OTHER, R_SPEC, R_TYPICAL, rule_kind, step_probs
 from . import ngram_index as _ni
 from . import suffix_index as _si
 
@@ -93,7 +87,7 @@ class StepResult:
         fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
         per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
         slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
-        return _resume_index(self.slots, self.resume_rows, capacity)
+        return chk_resume_index(self.slots, self.resume_rows, capacity)
 
     def __repr__(self) -> str:
         return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
@@ -104,9 +98,9 @@ class StepResult:
 def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
     """``b.step(row_tokens, probs=..., rule=..., draft_probs=...)`` with ``b``'s writer
     guard held by the caller."""
-    kind, m = _rule_kind(rule)
+    kind, m = rule_kind(rule)
     act, off = b._layout()
-    rows = _ids(row_tokens, "row_tokens")
+    rows = int64_ids(row_tokens, "row_tokens")
     total = int(off[-1])
     if rows.shape[0] != total:
         raise ValueError(f"row_tokens holds {rows.shape[0]} rows; this step evaluates {total}")
@@ -118,7 +112,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
     acc = np.zeros(a, dtype=np.int64)
     repl = None
     if kind in (R_SPEC, R_TYPICAL) and vj.shape[0]:
-        p = _probs_rows(probs, total)
+        p = step_probs(probs, total)
         ks = b._dlen[act[vj]]
         doff = np.zeros(vj.shape[0] + 1, dtype=np.int64)
         np.cumsum(ks, out=doff[1:])
@@ -145,7 +139,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             if kind == R_OTHER:
                 n = check_count(rule.accepted_rows(d.tolist(), r.tolist()), "accepted")  # type: ignore[union-attr]
                 if n > k:
-                    raise _illegal("accept_rows", [i], [VERIFY], [settle_reason(k, n, k, k) or ""])
+                    raise illegal("accept_rows", [i], [VERIFY], [settle_reason(k, n, k, k) or ""])
             else:
                 neq = np.flatnonzero(d != r)
                 n = int(neq[0]) if neq.shape[0] else k

@@ -6,17 +6,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._validate import INT64_MAX, INT64_MIN, as_entries, as_token_array, check_count, id_value
+from .._checks import INT64_MAX, INT64_MIN, check_count, entries, token_id, token_ids
 
 __all__ = ["prompt_lookup"]
 
 
 def _id_at(h: Sequence, i: int, n: int) -> int:
-    """Entry ``i`` of ``h`` (``n`` entries) as a token id (``specfsm._validate.id_value``)."""
+    """Entry ``i`` of ``h`` (``n`` entries) as a token id (``specfsm._checks.token_id``)."""
     x = h[i]
     if type(x) is int and INT64_MIN <= x <= INT64_MAX:
         return x
-    v = id_value(x, "history", i)
+    v = token_id(x, "history", i)
     if len(h) != n:  # a numpy-integer subclass's __index__ may have changed the list
         raise RuntimeError("history changed size during prompt_lookup")
     return v
@@ -64,12 +64,12 @@ def prompt_lookup(history: object, ngram: object, max_k: object):
     ngram = check_count(ngram, "ngram")
     max_k = check_count(max_k, "max_k")
     if isinstance(history, np.ndarray):
-        ids = as_token_array(history, "history").tolist()
+        ids = token_ids(history, "history").tolist()
         end = -1 if max_k == 0 else _match_end(ids, ngram)
         if end < 0:
             return history[:0].copy()
         return history[end : end + min(len(ids) - end, max_k)].copy()
-    h = as_entries(history, "history")
+    h = entries(history, "history", listed=True)
     n = len(h)
     end = -1 if max_k == 0 else _match_end(h, ngram)
     if end < 0:

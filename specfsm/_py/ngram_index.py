@@ -1,7 +1,7 @@
 """Longest-match n-gram drafting and an incremental n-gram index (pure-Python twin).
 
 The compiled module ``specfsm._core.ngram_index`` has the same names and behaviour; both
-take their argument checks from ``specfsm._validate``, so both raise the same errors.
+take their argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 Semantics (both implementations). For a history ``h`` of length ``L``, n runs from
 ``max_n`` down to ``min_n``; the first n for which the last n tokens occur earlier (an
@@ -21,16 +21,15 @@ from . import _index_common as _common
 from ._guard import READY, begin_init, guard_of
 from ._index_common import IndexBase
 
-from .._validate import (
+from .._checks import check_count, token_ids
+from .._checks_drafting import (
     MAX_INDEX_TOKENS,
-    _check_index_range,
-    _check_ngram_range,
-    _check_offsets,
-    as_ids,
     check_batch_counts,
-    check_count,
     check_draft_limits,
     check_prefer,
+    checked_offsets,
+    index_range,
+    ngram_range,
 )
 
 __all__ = [
@@ -71,10 +70,10 @@ def longest_match(history: object, min_n: object, max_n: object, max_k: object, 
     ``min_n == max_n`` this is ``prompt_lookup``) or its first (``"earliest"``). A numpy
     ``history`` gives a numpy draft of the same dtype, a list or tuple gives a list.
     """
-    lo, hi = _check_ngram_range(min_n, max_n)
+    lo, hi = ngram_range(min_n, max_n)
     k = check_count(max_k, "max_k")
     earliest = check_prefer(prefer) == 1
-    arr = as_ids(history, "history")
+    arr = token_ids(history, "history")
     h = arr.tolist()
     end = -1 if k == 0 else _match_end(h, lo, hi, earliest)
     if isinstance(history, np.ndarray):
@@ -93,10 +92,10 @@ def longest_match_batch(tokens: object, offsets: object, min_n: object, max_n: o
     ``drafts[draft_offsets[i]:draft_offsets[i + 1]]`` and has ``lengths[i]`` tokens;
     ``drafts`` has the dtype of ``tokens`` (int32 or int64).
     """
-    lo, hi = _check_ngram_range(min_n, max_n)
+    lo, hi = ngram_range(min_n, max_n)
     earliest = check_prefer(prefer) == 1
-    arr = as_ids(tokens, "tokens")
-    off = _check_offsets(offsets, arr.shape[0])
+    arr = token_ids(tokens, "tokens")
+    off = checked_offsets(offsets, arr.shape[0])
     b = off.shape[0] - 1
     ks = check_batch_counts(max_k, b, None)
     flat = arr.tolist()
@@ -150,7 +149,7 @@ class NgramIndex(IndexBase):
         max_draft: object = 16,
     ) -> None:
         g = begin_init(self, NAME)  # a second __init__ is refused, changing nothing
-        self._lo, self._hi = _check_index_range(min_n, max_n)
+        self._lo, self._hi = index_range(min_n, max_n)
         self._earliest = check_prefer(prefer) == 1
         self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
         self._adaptive = bool(adaptive)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._validate import as_entries
+from .._checks import entries
 
 __all__ = ["common_prefix"]
 
@@ -13,8 +13,8 @@ def common_prefix(draft: object, row_tokens: object) -> int:
     Entries compare with ``==`` (identity counts as equal, as in CPython's containers);
     integer numpy arrays compare by value whatever their dtype.
     """
-    a = as_entries(draft, "draft")
-    b = as_entries(row_tokens, "row_tokens")
+    a = entries(draft, "draft", listed=True)
+    b = entries(row_tokens, "row_tokens", listed=True)
     n = 0
     for x, y in zip(a, b):
         if not (x is y or x == y):

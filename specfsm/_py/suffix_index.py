@@ -1,7 +1,7 @@
 """Unbounded longest-match drafting over a suffix automaton (pure-Python twin).
 
 The compiled module ``specfsm._core.suffix_index`` has the same names and behaviour; both
-take their argument checks from ``specfsm._validate``, so both raise the same errors.
+take their argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 The rule (both implementations). After ``L`` tokens ``t[0:L]``, the match length ``n``
 is the largest ``n <= max_n`` (no cap when ``max_n`` is None) such that ``t[L-n:L]``
@@ -29,15 +29,14 @@ from . import _index_common as _common
 from ._guard import READY, begin_init, guard_of
 from ._index_common import IndexBase
 
-from .._validate import (
+from .._checks import check_count, token_ids
+from .._checks_drafting import (
     MAX_SUFFIX_TOKENS,
     UNBOUNDED,
-    as_ids,
     check_anchor,
-    check_count,
     check_draft_limits,
     check_prefer,
-    check_suffix_range,
+    suffix_range,
 )
 
 __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
@@ -89,7 +88,7 @@ class SuffixIndex(IndexBase):
         anchor_misses: object = 4,
     ) -> None:
         g = begin_init(self, NAME)  # a second __init__ is refused, changing nothing
-        self._min_n, self._max_n = check_suffix_range(min_n, max_n)
+        self._min_n, self._max_n = suffix_range(min_n, max_n)
         self._anchor_n, self._anchor_span, self._anchor_misses = check_anchor(anchor_n, anchor_span, anchor_misses)
         self._earliest = check_prefer(prefer)
         self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
@@ -266,7 +265,7 @@ class SuffixIndex(IndexBase):
         ``min_n`` tokens occurs. O(len(context)) amortised."""
         self._check_ready()
         kk = None if max_k is None else check_count(max_k, "max_k")
-        ctx = as_ids(context, "context").tolist()
+        ctx = token_ids(context, "context").tolist()
         g = guard_of(self, NAME)
         g.read()
         try:

@@ -16,8 +16,8 @@ from importlib import resources
 import cupy
 import numpy as np
 
-from .._validate import (
-    INT32_MAX,
+from .._checks import INT32_MAX
+from .._checks_place import (
     as_host_index,
     byte_bounds,
     check_place_arrays,

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_count
+from .._checks import check_count
 from .settings import log_settings, verify_setting
 
 __all__ = ["RowTrackingProposer"]

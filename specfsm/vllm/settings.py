@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-from .._validate import check_count
+from .._checks import check_count
 
 __all__ = [
     "RANGE_SOURCES",
