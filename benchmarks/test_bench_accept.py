@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from specfsm import _impl
-from specfsm._checks_accept import PROB_ATOL
-from specfsm.accept_rule import Exact, SpeculativeSampling
+from specfsm.accept._checks import PROB_ATOL
+from specfsm.accept.rules import Exact, SpeculativeSampling
 
 WHO = ["compiled", "twin", "numpy"]
 BS = [1, 64, 256]

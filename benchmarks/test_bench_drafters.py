@@ -57,7 +57,7 @@ def _compiled(name: str):
 
 @functools.lru_cache(maxsize=1)
 def workload():
-    from specfsm.workload import stdlib_workload
+    from specfsm.serving.workload import stdlib_workload
 
     return stdlib_workload()
 
@@ -73,23 +73,23 @@ def history() -> np.ndarray:
 def make_drafter(name: str):
     kind, cfg = DRAFTERS[name]
     if kind == "ngram":
-        from specfsm.loop import NgramDrafter
+        from specfsm.serving.loop import NgramDrafter
 
         _compiled("ngram_index")
         return NgramDrafter(*cfg)
     if kind == "suffix":
-        from specfsm.suffix_index import SuffixDrafter
+        from specfsm.drafting.suffix_index import SuffixDrafter
 
         _compiled("suffix_index")
         return SuffixDrafter(**cfg)
     pytest.importorskip("arctic_inference.suffix_decoding", reason="arctic-inference is not installed")
-    from specfsm.suffix_index import ArcticDrafter
+    from specfsm.drafting.suffix_index import ArcticDrafter
 
     return ArcticDrafter(max_tree_depth=24, max_cached_requests=0)
 
 
 def tokens_per_evaluation(name: str, k: int) -> float:
-    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
+    from specfsm.serving.loop import Request, SpeculativeLoop, TeacherForcedTarget
 
     reqs = [
         Request(t.prompt, len(t.output), eos=t.eos, target=TeacherForcedTarget(t.prompt, t.output))
@@ -209,13 +209,13 @@ CROSS = ["suffix, own history", "suffix + shared cache", "arctic local", "arctic
 
 def cross_drafter(name: str):
     if name.startswith("suffix"):
-        from specfsm.suffix_index import SharedSuffixCache, SuffixDrafter
+        from specfsm.drafting.suffix_index import SharedSuffixCache, SuffixDrafter
 
         _compiled("suffix_index")
         shared = SharedSuffixCache(1 << 20) if "shared" in name else None
         return SuffixDrafter(shared=shared)
     pytest.importorskip("arctic_inference.suffix_decoding", reason="arctic-inference is not installed")
-    from specfsm.suffix_index import ArcticDrafter
+    from specfsm.drafting.suffix_index import ArcticDrafter
 
     return ArcticDrafter(max_tree_depth=24, max_cached_requests=-1 if "global" in name else 0)
 
@@ -225,7 +225,7 @@ def cross_tpe(name: str, k: int, batch: int = 8) -> float:
     from earlier batches' outputs."""
     import gc
 
-    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
+    from specfsm.serving.loop import Request, SpeculativeLoop, TeacherForcedTarget
 
     drafter = cross_drafter(name)
     traces = template_traces()

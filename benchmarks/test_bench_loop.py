@@ -14,10 +14,10 @@ from __future__ import annotations
 
 
 from specfsm import _impl
-from specfsm.drafting import PromptLookupDrafter
-from specfsm.loop import Request, SpeculativeLoop
-from specfsm.ngram_index import NgramDrafter
-from specfsm.workload import TeacherForcedTarget, stdlib_workload
+from specfsm.drafting.lookup import PromptLookupDrafter
+from specfsm.serving.loop import Request, SpeculativeLoop
+from specfsm.drafting.ngram_index import NgramDrafter
+from specfsm.serving.workload import TeacherForcedTarget, stdlib_workload
 
 WORKLOAD = stdlib_workload(4)
 

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from specfsm import _impl
-from specfsm.state import Accept, ServingState, Verify
+from specfsm.machine.state import Accept, ServingState, Verify
 
 from conftest import repetitive_stream
 

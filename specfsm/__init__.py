@@ -8,13 +8,27 @@ compiled; ``extensions()`` says which are, and why any fell back to the twin.
 """
 
 from ._impl import USE_EXTENSIONS, extensions
-from .accept_rule import AcceptRule, Exact, MinRun, SpeculativeSampling, TypicalAcceptance, accept_with
-from .drafting import common_prefix, prompt_lookup
+from .accept.rules import (
+    AcceptRule,
+    Exact,
+    MinRun,
+    SpeculativeSampling,
+    TypicalAcceptance,
+    accept_with,
+)
+from .drafting.lookup import common_prefix, prompt_lookup
 from .errors import IllegalTransition, ServingFsmError
-from .batch import BatchState, StepResult
-from .ngram_index import NgramIndex, extend_batch, longest_match, longest_match_batch, propose_batch, record_batch
-from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
-from .suffix_index import SharedSuffixCache, SuffixDrafter, SuffixIndex
+from .machine.batch import BatchState, StepResult
+from .drafting.ngram_index import (
+    NgramIndex,
+    extend_batch,
+    longest_match,
+    longest_match_batch,
+    propose_batch,
+    record_batch,
+)
+from .machine.state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+from .drafting.suffix_index import SharedSuffixCache, SuffixDrafter, SuffixIndex
 
 __version__ = "0.1.0"
 

@@ -49,14 +49,14 @@ __all__ = [
 #: the module path of its pure-Python twin. The one list of kernel modules: the tests,
 #: the stub checks and ``.ci/typecheck`` read it from here.
 TWINS: dict[str, str] = {
-    "accept": "specfsm._py.accept",
-    "batch": "specfsm._py.batch",
-    "ngram": "specfsm._py.ngram",
-    "ngram_index": "specfsm._py.ngram_index",
-    "place": "specfsm._py.place",
-    "prefix": "specfsm._py.prefix",
-    "settle": "specfsm._py.settle",
-    "suffix_index": "specfsm._py.suffix_index",
+    "accept": "specfsm.accept._accept_py",
+    "batch": "specfsm.machine._batch_py",
+    "ngram": "specfsm.drafting._ngram_py",
+    "ngram_index": "specfsm.drafting._ngram_index_py",
+    "place": "specfsm.gpu._place_py",
+    "prefix": "specfsm.accept._prefix_py",
+    "settle": "specfsm.machine._settle_py",
+    "suffix_index": "specfsm.drafting._suffix_index_py",
 }
 KERNEL_MODULES: tuple[str, ...] = tuple(TWINS)
 
@@ -170,9 +170,9 @@ elif NEVER_BUILT:
 
 # The foundation kernels, for callers outside the public layer (the active ones).
 if TYPE_CHECKING:  # type checkers read the twin: typed Python with the same names
-    from ._py.ngram import prompt_lookup
-    from ._py.prefix import common_prefix
-    from ._py.settle import settle
+    from .drafting._ngram_py import prompt_lookup
+    from .accept._prefix_py import common_prefix
+    from .machine._settle_py import settle
 else:
     common_prefix = _ACTIVE["prefix"].common_prefix
     prompt_lookup = _ACTIVE["ngram"].prompt_lookup

@@ -128,11 +128,11 @@ def pytest_collection_modifyitems(items):
 
 class BatchKernels:
     """One implementation's batch kernel module, with ``BatchState`` the public class
-    over its kernel class (``specfsm.batch.over``: ``state_of`` builds state values);
+    over its kernel class (``specfsm.machine.batch.over``: ``state_of`` builds state values);
     every other name is the module's (``kernels``: the module itself)."""
 
     def __init__(self, kernels) -> None:
-        from specfsm import batch
+        from specfsm.machine import batch
 
         self.kernels = kernels
         self.BatchState = batch.over(kernels)

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from action_fixture import run_sequential, run_speculative
 from isolated import run_isolated
-from specfsm import _impl, accept_rule
-from specfsm.accept_rule import (
+from specfsm import _impl
+from specfsm.accept import rules as accept_rule
+from specfsm.accept.rules import (
     AcceptRule,
     Exact,
     MinRun,
@@ -24,7 +25,7 @@ from specfsm.accept_rule import (
     pack_ragged,
 )
 from specfsm.errors import IllegalTransition
-from specfsm.state import Accept, Rollback, ServingState, Verify
+from specfsm.machine.state import Accept, Rollback, ServingState, Verify
 
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -41,18 +41,18 @@ DOC = ROOT / "ARCHITECTURE.md"
 #: kernels wherever they sit. Moving modules into packages changes only this table.
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("specfsm.errors", "specfsm._values", "specfsm._checks",
-                   "specfsm._checks_machine", "specfsm._checks_accept", "specfsm._checks_drafting",
-                   "specfsm._checks_place"),
+                   "specfsm.machine._checks", "specfsm.accept._checks", "specfsm.drafting._checks",
+                   "specfsm.gpu._checks"),
     "kernel": ("specfsm._core", "specfsm._py"),
     "dispatch": ("specfsm._impl",),
     "public": (
-        "specfsm.state", "specfsm.accept_rule", "specfsm.drafting",
-        "specfsm.batch", "specfsm.ngram_index", "specfsm.suffix_index",
+        "specfsm.machine.state", "specfsm.accept.rules", "specfsm.drafting",
+        "specfsm.machine.batch", "specfsm.drafting.ngram_index", "specfsm.drafting.suffix_index",
     ),
     "package": ("specfsm",),
     "application": (
-        "specfsm.gpu", "specfsm.hf", "specfsm.cli", "specfsm._cli_args", "specfsm.vllm",
-        "specfsm.loop", "specfsm.workload", "specfsm.__main__",
+        "specfsm.gpu", "specfsm.hf", "specfsm.cli", "specfsm.cli.args", "specfsm.vllm",
+        "specfsm.serving.loop", "specfsm.serving.workload", "specfsm.__main__",
     ),
 }
 
@@ -259,10 +259,10 @@ def test_the_rules_can_fail():
     twin, compiled = _impl.TWINS["prefix"], "specfsm._core.accept"
     graph[twin].add("specfsm.gpu")
     graph[twin].add(compiled)
-    graph["specfsm._checks"].add("specfsm.state")
+    graph["specfsm._checks"].add("specfsm.machine.state")
     assert (twin, "specfsm.gpu") in violations(graph)
     assert (twin, compiled) in violations(graph)
-    assert any("specfsm._checks" in c and "specfsm.state" in c for c in cycles(graph))
+    assert any("specfsm._checks" in c and "specfsm.machine.state" in c for c in cycles(graph))
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import specfsm.gpu\nelse:\n    import specfsm.errors\n")
     seen = {a.name for n in _runtime_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
     assert seen == {"specfsm.errors"}
@@ -272,8 +272,8 @@ def test_the_rules_can_fail():
 def test_the_pyx_reader_sees_function_local_imports_and_skips_cimports():
     known = set(pyx_modules())
     graph = import_graph()
-    assert "specfsm._checks_accept" in graph["specfsm._core.accept"]
-    assert "specfsm._checks_place" in graph["specfsm._core.place"]
+    assert "specfsm.accept._checks" in graph["specfsm._core.accept"]
+    assert "specfsm.gpu._checks" in graph["specfsm._core.place"]
     assert not any(t.startswith("specfsm.gpu") for t in graph["specfsm._core.place"])
     assert "specfsm.errors" in graph["specfsm._core.settle"]
     assert known
@@ -310,7 +310,7 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     covered = _loaded_by_the_package(env) | _loaded_by_the_package(twin_env)
     modules = [m for m in sorted(python_modules()) if m not in covered and m != "specfsm.__main__"]
     modules = [m for m in modules if m not in _OPTIONAL or _importable(_OPTIONAL[m])]
-    assert "specfsm.state" in covered and _impl.TWINS["accept"] in covered  # the twin run loads it
+    assert "specfsm.machine.state" in covered and _impl.TWINS["accept"] in covered  # the twin run loads it
     procs = {}
     failed = []
     limit = max(2, os.cpu_count() or 2)
@@ -345,7 +345,7 @@ _TICKED = re.compile(r"`([^`]+)`")
 def doc_module_entries(text: str) -> list[str]:
     """The module references of the doc's tables: the backticked names in the first cell
     of each row (header and separator rows skipped). A reference is a dotted module
-    (``specfsm.machine.state``, or ``state`` for ``specfsm.state``), a path
+    (``specfsm.machine.state``, or ``state`` for ``specfsm.machine.state``), a path
     (``specfsm/machine/state.py``, ``_core/drafting/ngram_index.pyx``, relative to the
     repository root or to ``specfsm/``), or either ending in ``*`` for everything under it."""
     entries = []
@@ -432,7 +432,7 @@ MAX_LINES = 800
 #: this set: an entry that is no longer over the limit fails the test, so it cannot go stale.
 OVERSIZED = {
     "specfsm/vllm.py",
-    "specfsm/_py/batch.py",
+    "specfsm/machine/_batch_py.py",
     "specfsm/hf/cli.py",
     "specfsm/hf/generate.py",
     "_core/batch.pyx",

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specfsm.errors import IllegalTransition
-from specfsm.state import Decode, Prefill, ServingState, Verify
+from specfsm.machine.state import Decode, Prefill, ServingState, Verify
 
 
 # --------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_batch_matches_serving_states_on_random_interleavings(bm, data):
 def test_compiled_batch_matches_the_twin(impl):
     if impl.name != "compiled":
         pytest.skip("compares the compiled module with the twin; nothing to compare on the twin run")
-    from specfsm._py import batch as twin
+    from specfsm.machine import _batch_py as twin
 
     comp = impl.module("batch")
     assert [n for n in twin.__all__] == [n for n in comp.__all__]
@@ -286,11 +286,11 @@ def test_compiled_batch_matches_the_twin(impl):
 
 
 def test_public_module_uses_the_active_implementation():
-    import specfsm.batch as pub
+    import specfsm.machine.batch as pub
     from specfsm import _impl
 
     assert pub.BatchState.__bases__ == (_impl.load("batch").BatchState,)
-    assert pub.BatchState.__module__ == "specfsm.batch" and pub.BatchState.__name__ == "BatchState"
+    assert pub.BatchState.__module__ == "specfsm.machine.batch" and pub.BatchState.__name__ == "BatchState"
     assert pub.over(_impl.load("batch")) is pub.BatchState
     b = pub.BatchState(2)
     b.admit([1], [7, 8], [0, 2], [3])

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specfsm.errors import IllegalTransition
-from specfsm.loop import NgramDrafter, Request, SpeculativeLoop, TeacherForcedTarget
+from specfsm.serving.loop import NgramDrafter, Request, SpeculativeLoop, TeacherForcedTarget
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_rule_beyond_the_draft_is_refused(bm, ni):
 
 
 def test_sampling_rules_with_one_hot_rows_match_greedy(bm, ni):
-    from specfsm.accept_rule import SpeculativeSampling, TypicalAcceptance
+    from specfsm.accept.rules import SpeculativeSampling, TypicalAcceptance
 
     seq = greedy_stream(80, 4, 3)
     recs = [(seq[:6], seq[6:], 50), (seq[:9], seq[9:], 30)]
@@ -201,7 +201,7 @@ def _requests(n=4, eos_every=2):
 
 
 def _rules():
-    from specfsm.accept_rule import Exact, MinRun, SpeculativeSampling, TypicalAcceptance
+    from specfsm.accept.rules import Exact, MinRun, SpeculativeSampling, TypicalAcceptance
 
     return [None, Exact(), MinRun(2), SpeculativeSampling(seed=3), TypicalAcceptance()]
 
@@ -230,14 +230,14 @@ def test_run_batched_with_bonus_rows_keeps_the_output_and_verifies_less(rule_i):
 
 
 def test_run_batched_refuses_a_drafter_without_an_index():
-    from specfsm.loop import PromptLookupDrafter
+    from specfsm.serving.loop import PromptLookupDrafter
 
     with pytest.raises(TypeError, match="NgramDrafter"):
         SpeculativeLoop(None, PromptLookupDrafter(2), 4).run_batched(_requests(1))
 
 
 def test_sampling_rule_needs_a_target_with_probabilities():
-    from specfsm.accept_rule import SpeculativeSampling
+    from specfsm.accept.rules import SpeculativeSampling
 
     class Plain:
         def evaluate(self, inputs, cache):
@@ -248,8 +248,8 @@ def test_sampling_rule_needs_a_target_with_probabilities():
 
 
 def test_teacher_forced_target_moved_to_the_workload_module():
-    import specfsm.loop as loop_mod
-    import specfsm.workload as wl
+    import specfsm.serving.loop as loop_mod
+    import specfsm.serving.workload as wl
 
     assert loop_mod.TeacherForcedTarget is wl.TeacherForcedTarget
     assert loop_mod.TraceError is wl.TraceError
@@ -260,7 +260,7 @@ def test_smoothed_target_sampling_follows_the_target_distribution():
     has probability hi and every other id lo. Speculative sampling through the batch
     loop must emit the recorded token with frequency hi (a z-test over many positions);
     typical acceptance at this temperature is greedy at the rejected rows."""
-    from specfsm.accept_rule import SpeculativeSampling
+    from specfsm.accept.rules import SpeculativeSampling
 
     vocab, temp = 6, 0.5
     seq = greedy_stream(4000, vocab - 1, 11)
@@ -382,7 +382,7 @@ def test_a_later_step_leaves_earlier_results_alone(bm, ni):
 README_EXAMPLE = '''
 import numpy as np
 from specfsm import NgramIndex
-from specfsm.batch import BatchState
+from specfsm.machine.batch import BatchState
 
 def target(inputs):            # a stand-in greedy model: each row's choice is input + 1
     return (inputs + 1) % 11
@@ -446,7 +446,7 @@ def test_the_readme_step_example_speculates(bm, ni):
 
 # -- SuffixIndex slots ------------------------------------------------------------------
 def _suffix_drafter(adaptive=False):
-    from specfsm.suffix_index import SuffixDrafter
+    from specfsm.drafting.suffix_index import SuffixDrafter
 
     return SuffixDrafter(1, None, "earliest", adaptive=adaptive, draft_len=3, max_draft=6)
 
@@ -524,7 +524,7 @@ def test_suffix_slots_record_what_their_sessions_record(impl, bm):
         d, made = _recording_drafter(lambda: _suffix_drafter(adaptive=True))
         outs.append(SpeculativeLoop(TeacherForcedTarget(p, c), d, 4).run(Request(p, m)).output)
         loop_ixs.append(made[0])
-    from specfsm.suffix_index import SuffixDrafter
+    from specfsm.drafting.suffix_index import SuffixDrafter
 
     # the batch driven directly is ``impl``'s: its slots hold that implementation's indexes
     ixs = [SuffixDrafter(1, None, "earliest", adaptive=True, draft_len=3, max_draft=6,
@@ -541,7 +541,7 @@ def test_suffix_slots_record_what_their_sessions_record(impl, bm):
 
 def test_a_batch_mixes_ngram_and_suffix_slots(impl, bm, ni):
     """N-gram slots and suffix slots in one batch draft as their own loops do."""
-    from specfsm.suffix_index import SuffixDrafter
+    from specfsm.drafting.suffix_index import SuffixDrafter
 
     si = impl.module("suffix_index")
     recs = []

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specfsm import _impl
-from specfsm.accept_rule import Exact, MinRun
-from specfsm.batch import over
+from specfsm.accept.rules import Exact, MinRun
+from specfsm.machine.batch import over
 
 CAP, KMAX = 4, 3
 SIDES = ("compiled", "python")

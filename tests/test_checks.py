@@ -2,7 +2,7 @@
 contract, the one stats checker and the rule kinds, tested directly (both
 implementations share these modules) and through the public entry points of both
 implementations (the n-gram and suffix indexes' batch calls, ``BatchState``, the
-acceptance kernels and ``specfsm.accept_rule``)."""
+acceptance kernels and ``specfsm.accept.rules``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specfsm import _checks, _checks_accept, _checks_drafting, _checks_machine
-from specfsm import accept_rule
+from specfsm import _checks
+from specfsm.accept import _checks as _checks_accept
+from specfsm.drafting import _checks as _checks_drafting
+from specfsm.machine import _checks as _checks_machine
+from specfsm.accept import rules as accept_rule
 
 # -------------------------------------------------------------------------------------
 # the token-id converter

@@ -250,7 +250,7 @@ def test_generate_summary_counts_agree_with_their_nouns():
 def test_embedded_requests_beyond_this_python_s_modules_say_how_many_there_are(tmp_path, capsys, monkeypatch):
     """The embedded workload holds one request per usable standard-library module (74 on
     CPython 3.11): ``--requests`` picks that many evenly spaced, and beyond it says so."""
-    from specfsm import workload as wl
+    from specfsm.serving import workload as wl
 
     for i in range(3):  # three usable "modules"
         (tmp_path / f"mod{i}.py").write_text(("def f%d():\n    return f%d()\n" % (i, i)) * 300)
@@ -281,7 +281,7 @@ def test_help_states_the_request_counts_and_the_empty_prompt_rule(capsys):
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the counts the help states are CPython 3.11's")
 def test_the_stated_counts_are_this_python_s():
     from specfsm.hf.prompts import edit_prompts
-    from specfsm.workload import stdlib_workload
+    from specfsm.serving.workload import stdlib_workload
 
     assert len(stdlib_workload()) == 24
     assert len(stdlib_workload(1000)) == 74

@@ -25,7 +25,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)
 # active implementation, the kernels the public functions and classes were bound to, and
 # whether each public class is (or derives from) the active kernel module's class.
 PROBE = (
-    "import json, specfsm, specfsm._impl as i, specfsm.state as s, specfsm.accept_rule as a, "
+    "import json, specfsm, specfsm._impl as i, specfsm.machine.state as s, specfsm.accept.rules as a, "
     "specfsm.drafting as d, specfsm.gpu.place as g; "
     "print(json.dumps({'use': specfsm.USE_EXTENSIONS, 'error': repr(i.IMPORT_ERROR), "
     "'active': {n: i.load(n).__name__ for n in i.KERNEL_MODULES}, "
@@ -323,7 +323,7 @@ def test_the_public_layer_takes_no_implementation_parameter():
 
     names = {"impl", "kernels", "settle", "index_cls", "kind"}
     found = set()
-    for mod in (specfsm, specfsm.gpu, specfsm.drafting, specfsm.accept_rule, specfsm.state):
+    for mod in (specfsm, specfsm.gpu, specfsm.drafting, specfsm.accept.rules, specfsm.machine.state):
         for public in mod.__all__:
             obj = getattr(mod, public)
             members = [obj] + ([v for k, v in vars(obj).items() if not k.startswith("_") or k == "__init__"]

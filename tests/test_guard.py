@@ -1,4 +1,4 @@
-"""The guard protocol (``_core/common/_guard.pxd``, twin ``specfsm/_py/_guard.py``), checked
+"""The guard protocol (``_core/common/_guard.pxd``, twin ``specfsm/_guard.py``), checked
 structurally for every guarded class on both implementations: the public methods and
 properties are read from the class's stub (``specfsm/_core/<module>.pyi``, parsed with
 ``ast``), so a name added to a class without the guard fails here.

@@ -634,7 +634,7 @@ def test_cli_bad_prompts_are_reported_by_line(checkpoint, tmp_path, capsys):
 def test_cli_record_writes_a_replay_workload(checkpoint, tmp_path, capsys):
     import json
 
-    from specfsm.workload import load_jsonl
+    from specfsm.serving.workload import load_jsonl
 
     prompts = _prompts()[:2]
     path = _prompts_file(tmp_path, [json.dumps({"prompt": p}) for p in prompts])
@@ -651,7 +651,7 @@ def test_shipped_smollm2_recording_is_a_replay_workload():
     import os
 
     import specfsm
-    from specfsm.workload import load_jsonl
+    from specfsm.serving.workload import load_jsonl
 
     path = os.path.join(os.path.dirname(specfsm.__file__), "data", "smollm2_edits.jsonl")
     wl = load_jsonl(path)
@@ -970,7 +970,7 @@ def test_load_prompts_takes_chat_messages_and_kinds(tmp_path):
     import json
 
     from specfsm.hf.prompts import load_prompts
-    from specfsm.workload import WorkloadError
+    from specfsm.serving.workload import WorkloadError
 
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
     path = _prompts_file(tmp_path, [json.dumps({"messages": msgs, "kind": "open", "name": "hi"}),

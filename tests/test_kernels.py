@@ -358,7 +358,7 @@ def test_common_prefix_list_shrunk_by_eq(impl):
 # TypeError naming the argument; the state machine and common_prefix compare any entries.
 def _id_functions():
     import specfsm
-    from specfsm.accept_rule import Exact, SpeculativeSampling
+    from specfsm.accept.rules import Exact, SpeculativeSampling
 
     probs = np.full((3, 4), 0.25)
     return {

@@ -1,4 +1,4 @@
-"""The speculative serving loop (``specfsm.loop``): speculation never changes what plain
+"""The speculative serving loop (``specfsm.serving.loop``): speculation never changes what plain
 greedy decoding produces, batches equal single requests, and the teacher-forced target
 answers exactly as documented. State-machine tests run against both implementations
 through the ``fsm`` fixture."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specfsm import Done
-from specfsm.loop import (
+from specfsm.serving.loop import (
     NgramDrafter,
     PromptLookupDrafter,
     Request,
@@ -23,7 +23,7 @@ from specfsm.loop import (
     compare_outputs,
 )
 
-from specfsm import accept_rule
+from specfsm.accept import rules as accept_rule
 
 from reference import OverAcceptingRule
 
@@ -110,7 +110,7 @@ def array_clone(cache):
 # --------------------------------------------------------------------------------------
 class FirstRunAtLeast:
     """A local min-run rule (the seed's anchor-macro policy), so the test does not depend
-    on ``specfsm.accept_rule``."""
+    on ``specfsm.accept.rules``."""
 
     def __init__(self, m: int) -> None:
         self.m = m
@@ -481,7 +481,7 @@ def test_every_entry_point_runs_on_one_batch_state(monkeypatch, rule):
     """``run`` is a batch of one, ``run_batch`` and ``run_batched`` one ``BatchState`` for
     all their requests (the active implementation's class), and they reproduce plain
     greedy decoding with rollbacks taken."""
-    import specfsm.batch as batch_mod
+    import specfsm.machine.batch as batch_mod
 
     real = batch_mod.BatchState
     made = []

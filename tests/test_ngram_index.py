@@ -223,7 +223,7 @@ def test_long_random_stream_every_step(ngi, prefer, vocab):
 
 def test_implementations_agree(impl):
     """The compiled index and the twin give the same drafts on one shared stream."""
-    from specfsm._py import ngram_index as twin
+    from specfsm.drafting import _ngram_index_py as twin
 
     ngi = impl.module("ngram_index")
     rng = np.random.default_rng(7)
@@ -466,7 +466,7 @@ def test_bad_batch_arguments(ngi):
 
 
 def test_index_from_other_implementation_refused(impl):
-    from specfsm._py import ngram_index as twin
+    from specfsm.drafting import _ngram_index_py as twin
 
     ngi = impl.module("ngram_index")
     if ngi is twin:
@@ -552,7 +552,7 @@ def test_array_layouts(ngi, make):
 
 def test_public_wrappers():
     from specfsm import _impl
-    from specfsm import ngram_index as pub
+    from specfsm.drafting import ngram_index as pub
 
     assert pub.NgramIndex is _impl.load("ngram_index").NgramIndex
     h = [5, 6, 7, 5, 6, 7, 8, 5, 6]
@@ -609,7 +609,7 @@ def test_bulk_extend_across_chunks(ngi, prefer):
 
 
 def test_twin_has_the_same_names(impl):
-    from specfsm._py import ngram_index as twin
+    from specfsm.drafting import _ngram_index_py as twin
 
     ngi = impl.module("ngram_index")
     assert list(ngi.__all__) == list(twin.__all__)
@@ -623,7 +623,7 @@ def test_drafter_session_serves_its_index():
     """The n-gram drafter's session goes through ``NgramIndex.serve``: the tokens after a
     proposal record that draft's agreement, then extend, and the next proposal is at
     most the loop's limit (the active implementation's index)."""
-    from specfsm.ngram_index import NgramDrafter, NgramIndex
+    from specfsm.drafting.ngram_index import NgramDrafter, NgramIndex
 
     sess = NgramDrafter(1, 3).session([1, 2, 3, 4, 1, 2])
     assert type(sess.index) is NgramIndex

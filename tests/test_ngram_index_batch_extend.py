@@ -176,7 +176,7 @@ def test_extend_batch_from_threads(impl):
 
 
 def test_extend_batch_public_wrapper():
-    from specfsm import ngram_index as pub
+    from specfsm.drafting import ngram_index as pub
 
     a, b = pub.NgramIndex(1, 2), pub.NgramIndex(1, 2)
     assert pub.extend_batch([a, b], [3, 4, 3, 8], [0, 3, 4]) is None

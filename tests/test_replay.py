@@ -12,7 +12,7 @@ import pytest
 
 import specfsm
 from specfsm import _impl, cli
-from specfsm.workload import (
+from specfsm.serving.workload import (
     MAX_LINE_BYTES,
     Vocabulary,
     WorkloadError,
@@ -473,7 +473,7 @@ def test_an_unbounded_line_is_read_in_bounded_chunks(tmp_path, monkeypatch):
     of any length is never held in memory whole."""
     import io
 
-    from specfsm import workload as wl
+    from specfsm.serving import workload as wl
 
     sizes = []
     real_open = open
@@ -529,7 +529,7 @@ def test_unreadable_workloads_end_to_end_exit_2_without_a_traceback(tmp_path):
 @pytest.mark.parametrize("drafter", ["suffix", "suffix-shared", "ngram", "prompt", "arctic"])
 def test_replay_every_drafter_keeps_identity(tmp_path, capsys, drafter):
     if drafter == "arctic":
-        from specfsm.suffix_index import arctic_available
+        from specfsm.drafting.suffix_index import arctic_available
 
         if not arctic_available():
             assert cli.main(["replay", "--drafter", "arctic", "--requests", "1"]) == 2
@@ -626,7 +626,7 @@ def test_compact_ids_keep_the_summary_identical(rule, drafter):
 
 
 def test_the_teacher_forced_target_refuses_a_dense_vocabulary_past_its_limit():
-    from specfsm.workload import TeacherForcedTarget
+    from specfsm.serving.workload import TeacherForcedTarget
 
     t = TeacherForcedTarget([1, 2**40], [5, 6])
     assert t.evaluate([1, 2**40], None) == ([2**40, 5], [1, 2])  # the exact rules need no rows

@@ -363,7 +363,7 @@ def test_start_takes_an_empty_prompt_as_the_design_does(positions):
 
 
 def test_empty_prompts_are_a_batching_rule_only():
-    from specfsm.batch import BatchState
+    from specfsm.machine.batch import BatchState
 
     batch = BatchState(2, 4)
     with pytest.raises(ValueError, match="empty"):

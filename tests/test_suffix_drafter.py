@@ -19,8 +19,8 @@ import pytest
 
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_drafter_in_loop_matches_greedy(adaptive):
-    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
-    from specfsm.suffix_index import SuffixDrafter
+    from specfsm.serving.loop import Request, SpeculativeLoop, TeacherForcedTarget
+    from specfsm.drafting.suffix_index import SuffixDrafter
 
     rng = np.random.default_rng(2)
     prompt = rng.integers(0, 30, size=300).tolist()
@@ -39,7 +39,7 @@ def test_drafter_in_loop_matches_greedy(adaptive):
 
 
 def test_drafter_refuses_bad_settings():
-    from specfsm.suffix_index import SuffixDrafter
+    from specfsm.drafting.suffix_index import SuffixDrafter
 
     with pytest.raises(ValueError, match="min_n"):
         SuffixDrafter(0)
@@ -53,7 +53,7 @@ def test_drafter_refuses_bad_settings():
 
 
 def test_shared_cache():
-    from specfsm.suffix_index import SharedSuffixCache
+    from specfsm.drafting.suffix_index import SharedSuffixCache
 
     cache = SharedSuffixCache(max_tokens=40, generations=2, min_n=2)
     cache.add([1, 2, 3, 4, 5])
@@ -76,7 +76,7 @@ def test_shared_cache():
 
 
 def test_shared_cache_from_threads():
-    from specfsm.suffix_index import SharedSuffixCache
+    from specfsm.drafting.suffix_index import SharedSuffixCache
 
     cache = SharedSuffixCache(max_tokens=20_000, generations=4)
     rng = np.random.default_rng(4)
@@ -101,8 +101,8 @@ def test_shared_cache_from_threads():
 
 
 def test_drafter_with_shared_cache_drafts_across_requests():
-    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
-    from specfsm.suffix_index import SharedSuffixCache, SuffixDrafter
+    from specfsm.serving.loop import Request, SpeculativeLoop, TeacherForcedTarget
+    from specfsm.drafting.suffix_index import SharedSuffixCache, SuffixDrafter
 
     rng = np.random.default_rng(8)
     template = rng.integers(0, 1000, size=200).tolist()
@@ -130,8 +130,8 @@ def test_drafter_with_shared_cache_drafts_across_requests():
 def test_arctic_drafter_in_loop():
     """The comparison drafter (optional package) drafts only verified-equal output."""
     pytest.importorskip("arctic_inference.suffix_decoding", reason="arctic-inference is not installed")
-    from specfsm.loop import Request, SpeculativeLoop, TeacherForcedTarget
-    from specfsm.suffix_index import ArcticDrafter, arctic_available
+    from specfsm.serving.loop import Request, SpeculativeLoop, TeacherForcedTarget
+    from specfsm.drafting.suffix_index import ArcticDrafter, arctic_available
 
     assert arctic_available()
     rng = np.random.default_rng(3)
@@ -144,7 +144,7 @@ def test_arctic_drafter_in_loop():
 
 
 def _session_with_output(cache):
-    from specfsm.suffix_index import SuffixDrafter
+    from specfsm.drafting.suffix_index import SuffixDrafter
 
     d = SuffixDrafter(shared=cache)
     sess = d.session([1, 2, 3])
@@ -156,7 +156,7 @@ def test_dropped_session_never_waits_for_the_cache_lock():
     """The garbage collector may finalise a drafter session inside a cache call that
     holds the cache's lock, in the same thread: the finaliser queues the output instead
     of waiting (today's code deadlocked), and the next call indexes it."""
-    from specfsm.suffix_index import SharedSuffixCache
+    from specfsm.drafting.suffix_index import SharedSuffixCache
 
     cache = SharedSuffixCache()
     sess = _session_with_output(cache)
@@ -183,7 +183,7 @@ def test_dropped_session_by_the_collector_inside_a_cache_call():
     list holding it), so the finaliser runs there, in the lookup's thread."""
     import gc
 
-    from specfsm.suffix_index import SharedSuffixCache
+    from specfsm.drafting.suffix_index import SharedSuffixCache
 
     cache = SharedSuffixCache()
     cache.add([1, 2, 3])
@@ -225,7 +225,7 @@ def test_shared_cache_callbacks_and_ids_beyond_int64():
     separators' range), and ids in that range are refused too."""
     from collections.abc import Sequence
 
-    from specfsm.suffix_index import SharedSuffixCache
+    from specfsm.drafting.suffix_index import SharedSuffixCache
 
     cache = SharedSuffixCache()
     with pytest.raises(OverflowError, match="tokens"):

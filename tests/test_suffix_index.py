@@ -1,7 +1,7 @@
 """The suffix-automaton drafter (issue 13), both implementations.
 
 Every draft is checked against ``reference`` below: a plain brute-force transcription
-of the rule in ``specfsm.suffix_index``'s docstring, and ``anchored`` for the anchor.
+of the rule in ``specfsm.drafting.suffix_index``'s docstring, and ``anchored`` for the anchor.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ chunks_st = st.lists(st.lists(st.integers(0, 3), min_size=0, max_size=12), min_s
     as_array=st.booleans(),
 )
 def test_index_equals_reference(impl, chunks, lo, cap, prefer, ks, as_array):
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     hi = None if cap is None else lo + cap
@@ -238,7 +238,7 @@ def test_long_random_stream_every_step(impl, prefer, vocab):
     """A few thousand tokens extended in uneven pieces (small vocabularies force deep
     automata and many clones; a large one many root edges), checked against the twin
     after every piece and against brute force at sampled points."""
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     rng = np.random.default_rng(vocab)
@@ -264,7 +264,7 @@ def test_long_random_stream_every_step(impl, prefer, vocab):
 def test_implementations_agree(impl):
     if impl.name == "python":
         pytest.skip("compares the compiled index with the twin; on the twin run it would compare the twin with itself")
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     rng = np.random.default_rng(11)
@@ -456,7 +456,7 @@ def test_bad_batch_arguments(sfx):
 def test_index_from_other_implementation_refused(impl):
     if impl.name == "python":
         pytest.skip("only the compiled module has a second class to mix up")
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     with pytest.raises(TypeError, match="same implementation"):
@@ -464,7 +464,7 @@ def test_index_from_other_implementation_refused(impl):
 
 
 def test_twin_has_the_same_names(impl):
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     assert list(sfx.__all__) == list(twin.__all__)
@@ -599,7 +599,7 @@ WIDE_IDS = [0, 1, 2, 2**32, 2**32 + 1, -(2**32) + 2, 2**40 + 1, -(2**63), 2**63 
 def test_wide_ids_equal_reference(impl, narrow, chunks, lo, cap, prefer, as_array):
     """Small ids first, then ids beyond int32 (the history turns int64 mid-stream) and
     ids sharing their low 32 bits: compiled == twin == brute force after every extend."""
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     hi = None if cap is None else lo + cap
@@ -638,7 +638,7 @@ def test_lookup_on_a_narrow_index_tells_ids_beyond_int32_apart(sfx):
 def test_counts_equal_the_twins(impl, prefer):
     """The compiled automaton keeps position states and most transitions implicit; it
     still has exactly the twin's states and transitions."""
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     rng = np.random.default_rng(4)

@@ -185,7 +185,7 @@ def test_extend_batch_from_threads(impl):
 def test_extend_batch_refuses_the_other_implementation(impl):
     if impl.name == "python":
         pytest.skip("only the compiled module has a second class to mix up")
-    from specfsm._py import suffix_index as twin
+    from specfsm.drafting import _suffix_index_py as twin
 
     sfx = impl.module("suffix_index")
     with pytest.raises(TypeError, match="same implementation"):
@@ -193,7 +193,7 @@ def test_extend_batch_refuses_the_other_implementation(impl):
 
 
 def test_extend_batch_public_wrapper():
-    from specfsm import suffix_index as pub
+    from specfsm.drafting import suffix_index as pub
 
     a, b = pub.SuffixIndex(1), pub.SuffixIndex(1)
     assert pub.extend_batch([a, b], [3, 4, 3, 8], [0, 3, 4]) is None

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Batched acceptance kernels over ragged drafts (compiled).
 
-Same names, results and errors as the twin ``specfsm._py.accept`` (read its module
+Same names, results and errors as the twin ``specfsm.accept._accept_py`` (read its module
 docstring for the layout). Arguments are converted, copied (the small control arrays)
 and checked once in Python by ``specfsm._checks`` and the concept's check module (shared with the twin); the
 probability-row check and the kernels then run over typed memoryviews with the GIL
@@ -12,7 +12,7 @@ and the residual draw are C, in ``accept_kernels.h``.
 import numpy as np
 
 from specfsm._checks import check_count
-from specfsm._checks_accept import (
+from specfsm.accept._checks import (
     PROB_ATOL,
     PROB_OK,
     as_prob_rows,
@@ -91,7 +91,7 @@ def check_probs(probs, name="probs"):
 
 
 # -- the shared checks, as C loops ------------------------------------------------------
-# Same results as ``specfsm._checks_accept.draft_offsets`` / ``check_id_range``, which they call to raise
+# Same results as ``specfsm.accept._checks.draft_offsets`` / ``check_id_range``, which they call to raise
 # the very same error when something is wrong. Both read only the call's private copies
 # (C-contiguous, native int64 offsets; int32/int64 ids), with the GIL held.
 
@@ -146,7 +146,7 @@ _FAST = (_fast_check_offsets, _fast_check_ids)
 
 # -- exact / min-run -----------------------------------------------------------------
 # The kernels read only arrays this call owns (private copies of the draft, choices,
-# offsets and uniforms made by ``specfsm._checks_accept.prepare_*``) plus the probability
+# offsets and uniforms made by ``specfsm.accept._checks.prepare_*``) plus the probability
 # rows in place. Every index they derive is still checked where it is used (a request's
 # rows against the draft and the output, a drafted id against the vocabulary): a check
 # that fails returns the request's number + 1 and the call raises RuntimeError, where

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Longest-match n-gram drafting and an incremental n-gram index (compiled).
 
-Same names and behaviour as the twin ``specfsm._py.ngram_index``; both take their
+Same names and behaviour as the twin ``specfsm.drafting._ngram_index_py``; both take their
 argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 The index keeps, for each n in [min_n, max_n], an open-addressing hash table over the
@@ -18,7 +18,7 @@ growing them never re-reads tokens.
 import numpy as np
 
 from specfsm._checks import check_count, token_ids
-from specfsm._checks_drafting import (
+from specfsm.drafting._checks import (
     GROW_STEP,
     MAX_INDEX_TOKENS,
     SHRINK_STEP,

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Unbounded longest-match drafting over a suffix automaton (compiled).
 
-Same names and behaviour as the twin ``specfsm._py.suffix_index``; both take their
+Same names and behaviour as the twin ``specfsm.drafting._suffix_index_py``; both take their
 argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 Layout (about 30 bytes per token on source code: the history, 4 bytes per position,
@@ -37,7 +37,7 @@ out of memory part way through an extend.
 import numpy as np
 
 from specfsm._checks import check_count, token_ids
-from specfsm._checks_drafting import (
+from specfsm.drafting._checks import (
     GROW_STEP,
     MAX_SUFFIX_TOKENS,
     SHRINK_STEP,

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """B request slots as arrays: the batched serving state machine (compiled).
 
-Same names and behaviour as the twin ``specfsm._py.batch``; both take their argument
+Same names and behaviour as the twin ``specfsm.machine._batch_py``; both take their argument
 checks from ``specfsm._checks`` and the concept's check module (every argument is converted into a fresh array the call owns, then
 validated). Transitions check every slot's state in one C loop, raise before changing
 anything, then apply in a second loop. ``step`` runs the legality-free part of a serving
@@ -22,7 +22,7 @@ below, so one module).
 import numpy as np
 
 from specfsm._checks import INT64_MAX, REQUIRED, check_count, int64_ids, missing
-from specfsm._checks_machine import (
+from specfsm.machine._checks import (
     ACCEPT,
     DECODE,
     DONE,
@@ -41,7 +41,7 @@ from specfsm._checks_machine import (
     slot_indexes,
     slot_ragged,
 )
-from specfsm._checks_accept import (
+from specfsm.accept._checks import (
     R_EXACT,
     R_MINRUN,
     R_OTHER,
@@ -120,7 +120,7 @@ cdef class BatchState:
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
     snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
 
-    One guard (``_core/common/_guard.pxd``, its twin ``specfsm._py._guard``) protects
+    One guard (``_core/common/_guard.pxd``, its twin ``specfsm._guard``) protects
     the slots: a second ``__init__`` is refused, an object whose ``__init__`` never
     completed refuses every call, and while a transition or ``step`` runs (another thread, or a callback inside it) every other
     call on the batch raises RuntimeError, changing nothing. The arrays it exposes
@@ -278,7 +278,7 @@ cdef class BatchState:
     def slot_fields(self, slot):
         """Slot ``slot``'s fields, or None when it is FREE: ``(code, token, cache, draft,
         snapshot, accepted, positions)`` (the state code, ints, and the draft and prompt
-        as lists of ints, empty where the state has none). ``specfsm.batch.BatchState``
+        as lists of ints, empty where the state has none). ``specfsm.machine.batch.BatchState``
         builds its ``state_of`` value from them."""
         cdef Py_ssize_t i = self._one(slot)
         cdef int code = self._st[i]

@@ -2,7 +2,7 @@
 """Settling a verify evaluation: validation and the placement choice (compiled)."""
 
 from specfsm._checks import check_count
-from specfsm._checks_machine import settle_reason
+from specfsm.machine._checks import settle_reason
 from specfsm.errors import IllegalTransition
 
 __all__ = ["settle"]
@@ -14,7 +14,7 @@ def settle(Py_ssize_t draft_len, accepted, Py_ssize_t n_row_tokens, Py_ssize_t n
 
     That is ``accepted`` when a draft row was rejected, ``accepted - 1`` when every row
     was accepted. Refuses (``IllegalTransition(attempted, reason)``, the reason from
-    ``specfsm._checks_machine.settle_reason``, the same text in both implementations) an empty
+    ``specfsm.machine._checks.settle_reason``, the same text in both implementations) an empty
     draft, ``accepted`` beyond the draft, a ``row_caches`` that is not one entry per draft
     row, and a ``row_tokens`` that does not reach row ``accepted`` when a row was rejected.
     ``accepted`` that is not a non-negative integer raises TypeError/ValueError.

@@ -18,7 +18,7 @@ cimport numpy as cnp
 
 from _arrays cimport plain_int_width
 
-from specfsm._checks_place import (
+from specfsm.gpu._checks import (
     as_host_index,
     as_settle_arrays,
     check_place_arrays,

@@ -1,5 +1,5 @@
 # Type stub for the compiled module specfsm._core.accept; its pure-Python twin is
-# specfsm/_py/accept.py (same names, same signatures: tests/test_stubs.py checks both).
+# specfsm/accept/_accept_py.py (same names, same signatures: tests/test_stubs.py checks both).
 import numpy as np
 
 __all__ = ["PROB_ATOL", "check_probs", "exact_batch", "min_run_batch", "speculative_batch", "typical_batch"]

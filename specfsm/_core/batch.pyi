@@ -1,5 +1,5 @@
 # Type stub for the compiled module specfsm._core.batch; its pure-Python twin is
-# specfsm/_py/batch.py (same names, same signatures: tests/test_stubs.py checks both).
+# specfsm/machine/_batch_py.py (same names, same signatures: tests/test_stubs.py checks both).
 from typing import Any, Final
 
 import numpy as np

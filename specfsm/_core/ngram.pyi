@@ -1,5 +1,5 @@
 # Type stub for the compiled module specfsm._core.ngram; its pure-Python twin is
-# specfsm/_py/ngram.py (same names, same signatures: tests/test_stubs.py checks both).
+# specfsm/drafting/_ngram_py.py (same names, same signatures: tests/test_stubs.py checks both).
 from typing import Any
 
 __all__ = ["prompt_lookup"]

@@ -1,5 +1,5 @@
 # Type stub for the compiled module specfsm._core.ngram_index; its pure-Python twin is
-# specfsm/_py/ngram_index.py (same names, same signatures: tests/test_stubs.py checks both).
+# specfsm/drafting/_ngram_index_py.py (same names, same signatures: tests/test_stubs.py checks both).
 from collections.abc import Sequence
 from typing import Any
 

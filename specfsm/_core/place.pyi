@@ -1,5 +1,5 @@
 # Type stub for the compiled module specfsm._core.place; its pure-Python twin is
-# specfsm/_py/place.py (same names, same signatures: tests/test_stubs.py checks both).
+# specfsm/gpu/_place_py.py (same names, same signatures: tests/test_stubs.py checks both).
 import numpy as np
 
 __all__ = ["place_rows", "settle_index"]

@@ -9,7 +9,7 @@ replay runs and the summary), ``summary`` (the table), ``progress`` (the bar) an
 Exit status: 0 when every speculative output equals its plain greedy output, 1 when one
 does not, 2 for a usage error (a bad ``--plot`` path is refused before the replay), a
 workload that cannot be read (every unreadable line is named as ``file:line``; a line
-may hold at most ``specfsm.workload.MAX_LINE_BYTES`` bytes, 64 MiB, and is read in
+may hold at most ``specfsm.serving.workload.MAX_LINE_BYTES`` bytes, 64 MiB, and is read in
 bounded chunks), ``--impl compiled`` when some kernel module is not compiled, and a
 plot that could not be written after the results were printed.
 """
@@ -21,8 +21,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..loop import TraceError
-from ..workload import WorkloadError, load_jsonl, stdlib_workload
+from ..serving.loop import TraceError
+from ..serving.workload import WorkloadError, load_jsonl, stdlib_workload
 from . import plot
 from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, _positive, build_parser, check_plot_path
 from .orchestrate import SHIPPED_WORKLOADS, available_kinds, default_ngram, make_drafter, make_rule, replay

@@ -14,10 +14,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _impl
-from ..drafting import PromptLookupDrafter
-from ..loop import Request, RequestResult, SpeculativeLoop, batchable_drafter, compare_outputs, needs_probs
-from ..ngram_index import NgramDrafter
-from ..workload import TeacherForcedTarget, Trace, Workload
+from ..drafting.lookup import PromptLookupDrafter
+from ..serving.loop import (
+    Request,
+    RequestResult,
+    SpeculativeLoop,
+    batchable_drafter,
+    compare_outputs,
+    needs_probs,
+)
+from ..drafting.ngram_index import NgramDrafter
+from ..serving.workload import TeacherForcedTarget, Trace, Workload
 from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, rule_text
 from .progress import Progress
 from .summary import LABELS
@@ -39,7 +46,7 @@ SHIPPED_WORKLOADS = {
 def make_rule(spec: tuple[str, int]) -> Any:
     """A fresh acceptance rule object for a parsed ``--rule`` (each run gets its own, so a
     sampling rule's random stream starts from its seed every time)."""
-    from .. import accept_rule
+    from ..accept import rules as accept_rule
 
     name, arg = spec
     if name == "exact":
@@ -86,12 +93,12 @@ def make_drafter(name: str, ngram: tuple[int, int | None]) -> Any:
             raise UsageError("--drafter ngram needs a bounded range, as in --ngram 2:4")
         return NgramDrafter(lo, hi, "latest")
     if name in ("suffix", "suffix-shared"):
-        from .. import suffix_index
+        from ..drafting import suffix_index
 
         shared = suffix_index.SharedSuffixCache() if name == "suffix-shared" else None
         return suffix_index.SuffixDrafter(lo, hi, shared=shared)
     if name == "arctic":
-        from .. import suffix_index
+        from ..drafting import suffix_index
 
         if not suffix_index.arctic_available():
             raise UsageError(

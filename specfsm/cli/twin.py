@@ -14,9 +14,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..loop import RequestResult
-from ..state import Done
-from ..workload import Workload
+from ..serving.loop import RequestResult
+from ..machine.state import Done
+from ..serving.workload import Workload
 
 __all__ = ["run_twin", "serve_child"]
 

@@ -17,7 +17,7 @@ import cupy
 import numpy as np
 
 from .._checks import INT32_MAX
-from .._checks_place import (
+from ._checks import (
     as_host_index,
     byte_bounds,
     check_place_arrays,

@@ -23,8 +23,8 @@ import time
 from typing import Any, TextIO
 
 # one option parser and one exit-2 error for every command of the CLI
-from .._cli_args import UsageError, plural
-from .._cli_args import positive as _positive
+from ..cli.args import UsageError, plural
+from ..cli.args import positive as _positive
 from .prompts import PromptSpec, embedded_prompts, load_prompts, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
@@ -474,7 +474,7 @@ def main(args: argparse.Namespace) -> int:
             import transformers  # noqa: F401
         except ImportError as exc:
             raise UsageError(f"needs torch and transformers ({exc}); pip install 'specfsm[hf]'") from None
-        from ..workload import WorkloadError
+        from ..serving.workload import WorkloadError
         from .generate import UnsupportedModel, check_transformers
         from .loading import ModelNotFound, load_model
 

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from .. import _impl
-from ..accept_rule import Exact, SpeculativeSampling, TypicalAcceptance
-from ..state import Accept, Decode, Rollback, ServingState, Verify
+from ..accept.rules import Exact, SpeculativeSampling, TypicalAcceptance
+from ..machine.state import Accept, Decode, Rollback, ServingState, Verify
 from .evaluate import (
     SUPPORTED_TRANSFORMERS,
     RaggedBatch,
@@ -269,9 +269,9 @@ class SpeculativeGenerator:
         self.prefer = prefer
         if index_cls is None:
             if drafter == "suffix":
-                from ..suffix_index import SuffixIndex as index_cls
+                from ..drafting.suffix_index import SuffixIndex as index_cls
             else:
-                from ..ngram_index import NgramIndex as index_cls
+                from ..drafting.ngram_index import NgramIndex as index_cls
         if drafter in ("suffix", "ngram"):
             if not callable(index_cls):
                 raise TypeError(f"index_cls must be an index class, got {type(index_cls).__name__}")
@@ -601,7 +601,7 @@ class SpeculativeGenerator:
         with ``enter_verify``."""
         import torch
 
-        from ..batch import BatchState
+        from ..machine.batch import BatchState
 
         b = len(reqs)
         kcap = self.k_max if self.adaptive else self.k

@@ -2,7 +2,7 @@
 chat prompts, a ``--prompts`` file (``load_prompts``), and both as token ids.
 
 Built at run time from this Python's standard library, like ``specfsm replay``'s default
-workload (``specfsm.workload``): the same modules, the same renaming edit
+workload (``specfsm.serving.workload``): the same modules, the same renaming edit
 (``rename_edit``: a module's most-used function and class names get ``_v2``). Each
 prompt asks a chat model to apply the renames to the first lines of the module's source
 and print the whole edited code, so a good answer copies most of its prompt: the case
@@ -16,8 +16,16 @@ import json
 import os
 from typing import Any
 
-from .._cli_args import UsageError
-from ..workload import WorkloadError, candidate_files, defined_names, rename_edit, stdlib_dir, tokenize, trace_ids
+from ..cli.args import UsageError
+from ..serving.workload import (
+    WorkloadError,
+    candidate_files,
+    defined_names,
+    rename_edit,
+    stdlib_dir,
+    tokenize,
+    trace_ids,
+)
 
 __all__ = ["EditPrompt", "edit_prompts", "chat_ids", "PromptSpec", "load_prompts", "embedded_prompts", "token_ids"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import ngram_index, suffix_index
+from ..drafting import ngram_index, suffix_index
 from .rows import RowTrackingProposer
 from .settings import RANGE_SOURCES, prefer_setting, range_sources
 

@@ -742,7 +742,8 @@ def scenario_ngram_threads(impl, rng, seconds):
 # scenario: the public wrappers (whatever implementation the package picked)
 # --------------------------------------------------------------------------------------
 def scenario_public(impl, rng, seconds):
-    from specfsm import accept_rule, ngram_index
+    from specfsm.accept import rules as accept_rule
+    from specfsm.drafting import ngram_index
     from specfsm.gpu import place as gplace
 
     deadline = time.monotonic() + seconds / 2

@@ -249,7 +249,7 @@ def drive(rng, b, mods, hostile, publish=None):
     if hostile and rng.random() < 0.5:
         rule = HostileRule(rng, b, mods)
     elif rng.random() < 0.3:
-        from specfsm import accept_rule
+        from specfsm.accept import rules as accept_rule
 
         rule = rng.choice([accept_rule.Exact(), accept_rule.MinRun(2)])
     if publish is not None:

@@ -1,5 +1,5 @@
 """Hostile scenarios for the drafting indexes (``SuffixIndex``, ``NgramIndex``) and the
-shared suffix cache (``specfsm.suffix_index.SharedSuffixCache``), run by ``runner.py``.
+shared suffix cache (``specfsm.drafting.suffix_index.SharedSuffixCache``), run by ``runner.py``.
 
 ``index_reentry`` (one thread): every public method of both index kinds and of the
 cache, called with arguments whose conversion (``__index__``, ``__eq__``, ``__len__``,
@@ -177,7 +177,7 @@ def index_calls(mod, kind, ix, rng, others):
 def cache_calls(cache, sfx, rng):
     """``(label, thunk)`` for every public method of a SharedSuffixCache, and the
     drafter sessions that hand outputs to it (some dropped without ``close``)."""
-    from specfsm.suffix_index import SuffixDrafter
+    from specfsm.drafting.suffix_index import SuffixDrafter
 
     def session():
         d = SuffixDrafter(shared=cache, shared_below=rng.choice([0, 8]))
@@ -205,7 +205,7 @@ def cache_calls(cache, sfx, rng):
 # --------------------------------------------------------------------------------------
 def scenario_index_reentry(impl, rng, seconds):
     R = _r()
-    from specfsm.suffix_index import SharedSuffixCache
+    from specfsm.drafting.suffix_index import SharedSuffixCache
 
     sfx, ngi = impl["suffix_index"], impl["ngram_index"]
     deadline = time.monotonic() + seconds
@@ -299,7 +299,7 @@ def _check_whole(R, kind, ix, mod):
 # --------------------------------------------------------------------------------------
 def scenario_index_threads(impl, rng, seconds):
     R = _r()
-    from specfsm.suffix_index import SharedSuffixCache
+    from specfsm.drafting.suffix_index import SharedSuffixCache
 
     sfx, ngi = impl["suffix_index"], impl["ngram_index"]
     pools = {

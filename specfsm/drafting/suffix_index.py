@@ -6,7 +6,7 @@ every token, at amortised O(1) cost per token; ``propose`` copies the tokens tha
 followed it, and ``serve`` is one serving step (record the verified draft, extend,
 propose within the adaptive limit). ``extend_batch``, ``propose_batch``,
 ``record_batch`` and ``serve_batch`` serve B indexes per call. ``SuffixDrafter`` plugs
-the index into ``specfsm.loop.SpeculativeLoop`` (its sessions call ``serve``). Every
+the index into ``specfsm.serving.loop.SpeculativeLoop`` (its sessions call ``serve``). Every
 class and function runs on the compiled core, or on its pure-Python twin where that is
 not built (``specfsm._impl``, chosen once at import).
 
@@ -16,7 +16,7 @@ The rule: after ``L`` tokens ``t``, the match length ``n`` is the largest
 token); nothing matches when ``n < min_n``. Of that n's occurrences the one with the
 largest ``e`` (``prefer="latest"``) or the smallest (``"earliest"``) is chosen and the
 draft is ``t[e:e+max_k]``. With a finite ``max_n`` this equals
-``specfsm.ngram_index.longest_match(t, min_n, max_n, max_k, prefer)``.
+``specfsm.drafting.ngram_index.longest_match(t, min_n, max_n, max_k, prefer)``.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _impl
-from ._checks import check_count, token_ids
+from .. import _impl
+from .._checks import check_count, token_ids
 
 if TYPE_CHECKING:  # type checkers read the twin
-    from ._py import suffix_index as _k
+    from . import _suffix_index_py as _k
 else:
     _k = _impl.load("suffix_index")
 

@@ -1,7 +1,7 @@
 """Acceptance rules: how many drafted rows a verify evaluation keeps.
 
 ``Verify.accept_rows`` takes the accepted count from the caller; the rules here
-decide it. Row convention (the one ``specfsm.state`` uses throughout): a K-token draft is
+decide it. Row convention (the one ``specfsm.machine.state`` uses throughout): a K-token draft is
 verified in one K-row
 evaluation; row 0 follows ``last`` and row ``i > 0`` follows ``draft[i - 1]``, so
 ``choices[i]`` (or ``target_probs[i]``) is the target's view of position ``draft[i]``.
@@ -16,7 +16,7 @@ evaluation; row 0 follows ``last`` and row ``i > 0`` follows ``draft[i - 1]``, s
 rule to the next state in one call. The batched methods (``Exact.accept_batch``,
 ``MinRun.accept_batch``, ``SpeculativeSampling.sample_batch``,
 ``TypicalAcceptance.accept_batch``) run B ragged drafts at once on the compiled core,
-GIL released (see ``specfsm._py.accept`` for the flat-array-plus-offsets layout;
+GIL released (see ``specfsm.accept._accept_py`` for the flat-array-plus-offsets layout;
 ``pack_ragged`` builds it from a list of drafts).
 
 There is no bonus row: a K-row verify yields K probability rows, so when all K rows are
@@ -30,10 +30,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from . import _impl
-from ._checks import check_count, nonnegative_real, token_ids
-from ._checks_accept import PROB_ATOL
-from .errors import IllegalTransition
+from .. import _impl
+from .._checks import check_count, nonnegative_real, token_ids
+from ._checks import PROB_ATOL
+from ..errors import IllegalTransition
 
 __all__ = [
     "AcceptRule",
@@ -75,7 +75,7 @@ class Exact:
     (the equality and verifier-exact policies of the Rust design specfsm was ported from)."""
 
     __slots__ = ()
-    kind = "exact"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
+    kind = "exact"  # how the batch step tells the rule apart (specfsm.accept._checks.rule_kind)
 
     def accepted_rows(self, draft: Any, choices: Any) -> int:
         return _common_prefix(draft, choices)
@@ -105,7 +105,7 @@ class MinRun:
     non-integer ``m``."""
 
     __slots__ = ("m",)
-    kind = "min_run"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
+    kind = "min_run"  # how the batch step tells the rule apart (specfsm.accept._checks.rule_kind)
     m: int
 
     def __init__(self, m: int) -> None:
@@ -156,7 +156,7 @@ class SpeculativeSampling:
     """
 
     __slots__ = ("rng",)
-    kind = "speculative"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
+    kind = "speculative"  # how the batch step tells the rule apart (specfsm.accept._checks.rule_kind)
 
     def __init__(self, rng: np.random.Generator | None = None, seed: Any = None) -> None:
         if rng is not None and seed is not None:
@@ -215,7 +215,7 @@ class TypicalAcceptance:
     not finite."""
 
     __slots__ = ("posterior_threshold", "posterior_alpha")
-    kind = "typical"  # how the batch step tells the rule apart (specfsm._checks_accept.rule_kind)
+    kind = "typical"  # how the batch step tells the rule apart (specfsm.accept._checks.rule_kind)
 
     def __init__(self, posterior_threshold: float = 0.09, posterior_alpha: float = 0.3) -> None:
         self.posterior_threshold = nonnegative_real(posterior_threshold, "posterior_threshold")
@@ -284,7 +284,7 @@ def accept_with(state: Any, rule: Any, choices: Any, row_caches: Any, *args: Any
     that is not a state).
     """
     # every ServingState has the method (refused but by Verify); this module does not
-    # import specfsm.state, which imports it
+    # import specfsm.machine.state, which imports it
     method = getattr(type(state), "accept_with", None)
     if method is None:
         raise IllegalTransition("accept_with")

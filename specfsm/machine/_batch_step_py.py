@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._checks import check_count, int64_ids
-from .._checks_machine import (
+from ._checks import (
     DECODE,
     DONE,
     PREFILL,
@@ -25,12 +25,12 @@ from .._checks_machine import (
     resume_index as chk_resume_index,
     settle_reason,
 )
-from .._checks_accept import R_MINRUN, R_OTHER, R_SPEC, R_TYPICAL, rule_kind, step_probs
-from . import ngram_index as _ni
-from . import suffix_index as _si
+from ..accept._checks import R_MINRUN, R_OTHER, R_SPEC, R_TYPICAL, rule_kind, step_probs
+from ..drafting import _ngram_index_py as _ni
+from ..drafting import _suffix_index_py as _si
 
 if TYPE_CHECKING:
-    from .batch import BatchState
+    from ._batch_py import BatchState
 
 __all__ = ["StepResult", "run_step"]
 

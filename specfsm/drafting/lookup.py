@@ -1,6 +1,6 @@
 """Drafting helpers: prompt lookup over the tokens a request has produced so far, the
 greedy acceptance count, and ``PromptLookupDrafter`` (prompt lookup as a drafter of
-``specfsm.loop``: one session per request)."""
+``specfsm.serving.loop``: one session per request)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _impl
-from ._checks import check_count
+from .. import _impl
+from .._checks import check_count
 
 __all__ = ["prompt_lookup", "common_prefix", "PromptLookupDrafter"]
 

@@ -357,7 +357,7 @@ def _tokens(n: int) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# the teacher-forced target (moved here from specfsm.loop, which re-exports it)
+# the teacher-forced target (moved here from specfsm.serving.loop, which re-exports it)
 # --------------------------------------------------------------------------------------
 __all__ += ["TeacherForcedTarget", "TraceError"]
 

@@ -7,7 +7,7 @@ probability rows) use the same offsets. Every kernel returns ``(tokens, accepted
 ``tokens`` an int32 ``[B, K_max + 1]`` array padded with -1 whose row ``b`` holds the
 ``accepted[b]`` accepted draft tokens followed, when a row was rejected, by the token
 emitted at that row (exactly the ``row_tokens`` that ``ServingState.accept_rows``
-needs); ``accepted`` an int32 ``[B]`` array. With ``specfsm.state``'s convention (a K-row
+needs); ``accepted`` an int32 ``[B]`` array. With ``specfsm.machine.state``'s convention (a K-row
 verify, no bonus row) a row never fills column ``K_max``: it stays -1.
 
 The argument checks and messages (``prepare_*``, ``prob_error``) live in
@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .._checks import check_count
-from .._checks_accept import (
+from ._checks import (
     PROB_ATOL,
     PROB_BADSUM,
     PROB_NEGATIVE,

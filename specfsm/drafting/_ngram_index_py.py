@@ -17,12 +17,12 @@ import sys
 
 import numpy as np
 
-from . import _index_common as _common
-from ._guard import READY, begin_init, guard_of
-from ._index_common import IndexBase
+from . import _index_py as _common
+from .._guard import READY, begin_init, guard_of
+from ._index_py import IndexBase
 
 from .._checks import check_count, token_ids
-from .._checks_drafting import (
+from ._checks import (
     MAX_INDEX_TOKENS,
     check_batch_counts,
     check_draft_limits,
@@ -130,7 +130,7 @@ class NgramIndex(IndexBase):
     accepted draft and shortens it by 1 after a rejection, within
     ``[min_draft, max_draft]``. Acceptance statistics are kept either way. ``serve``
     is one serving step (record, extend, propose). Guarded as the compiled index is
-    (``specfsm._py._guard``, through ``specfsm._py._index_common``).
+    (``specfsm._guard``, through ``specfsm.drafting._index_py``).
     """
 
     _NAME = NAME

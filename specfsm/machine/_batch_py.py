@@ -13,7 +13,7 @@ the handle the draft was entered with), ``n`` (``Accept.n``) and the draft (at m
 applies ``ServingState``'s transition to each; if it is illegal for any of them the whole call
 raises ``IllegalTransition`` naming those slots (``err.slots``) and the state each was
 in (``err.states``), and the batch is left unchanged. The fused step and its
-``StepResult`` are in ``specfsm._py.batch_step``.
+``StepResult`` are in ``specfsm.machine._batch_step_py``.
 """
 
 from __future__ import annotations
@@ -22,11 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import (  # noqa: F401  (shared with the compiled module; re-exported)
-    INT64_MAX,
-    check_count,
-)
-from .._checks_machine import (  # noqa: F401  (shared with the compiled module; re-exported)
+from .._checks import INT64_MAX, check_count
+from ._checks import (
     ACCEPT,
     DECODE,
     DONE,
@@ -46,10 +43,10 @@ from .._checks_machine import (  # noqa: F401  (shared with the compiled module;
     slot_indexes,
     slot_ragged,
 )
-from . import _guard
-from .batch_step import StepResult, run_step
-from . import ngram_index as _ni
-from . import suffix_index as _si
+from .. import _guard
+from ._batch_step_py import StepResult, run_step
+from ..drafting import _ngram_index_py as _ni
+from ..drafting import _suffix_index_py as _si
 
 __all__ = [
     "BatchState",
@@ -126,7 +123,7 @@ class BatchState:
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
     snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
 
-    One guard (``_core/common/_guard.pxd``, its twin ``specfsm._py._guard``) protects
+    One guard (``_core/common/_guard.pxd``, its twin ``specfsm._guard``) protects
     the slots: a second ``__init__`` is refused, an object whose ``__init__`` never
     completed refuses every call, and while a transition or ``step`` runs (another thread, or a callback inside it) every other
     call on the batch raises RuntimeError, changing nothing. The arrays it exposes
@@ -260,7 +257,7 @@ class BatchState:
     def slot_fields(self, slot: int) -> tuple[int, int, int, list[int], int, int, list[int]] | None:
         """Slot ``slot``'s fields, or None when it is FREE: ``(code, token, cache, draft,
         snapshot, accepted, positions)`` (the state code, ints, and the draft and prompt
-        as lists of ints, empty where the state has none). ``specfsm.batch.BatchState``
+        as lists of ints, empty where the state has none). ``specfsm.machine.batch.BatchState``
         builds its ``state_of`` value from them."""
         i = self._one(slot)
         code = int(self._state[i])

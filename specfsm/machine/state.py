@@ -29,12 +29,12 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from . import _impl
-from .accept_rule import select_rows
-from ._checks import check_count, entries, token_ids
-from ._checks_machine import settle_reason
-from ._values import IMMUTABLE, Clone, default_clone, hash_key, seq_eq, value_eq
-from .errors import IllegalTransition
+from .. import _impl
+from ..accept.rules import select_rows
+from .._checks import check_count, entries, token_ids
+from ._checks import settle_reason
+from .._values import IMMUTABLE, Clone, default_clone, hash_key, seq_eq, value_eq
+from ..errors import IllegalTransition
 
 __all__ = ["ServingState", "Prefill", "Decode", "Verify", "Accept", "Rollback", "Done"]
 
@@ -106,7 +106,7 @@ class ServingState(Generic[Entry, Cache]):
         self, rule: Any, choices: Any, row_caches: Sequence[Cache], *args: Any, **kwargs: Any
     ) -> ServingState[Entry, Cache]:
         """``Verify -> Accept | Rollback`` with the accepted count decided by an acceptance
-        rule (see ``specfsm.accept_rule.accept_with`` for the arguments)."""
+        rule (see ``specfsm.accept.rules.accept_with`` for the arguments)."""
         raise IllegalTransition("accept_with")
 
     def resume(self) -> ServingState[Entry, Cache]:
@@ -283,7 +283,7 @@ class Verify(ServingState[Entry, Cache]):
         self, rule: Any, choices: Any, row_caches: Sequence[Cache], *args: Any, **kwargs: Any
     ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
         """``accept_rows`` with the accepted count (and the row tokens) decided by ``rule``
-        (see ``specfsm.accept_rule.accept_with`` for the arguments)."""
+        (see ``specfsm.accept.rules.accept_with`` for the arguments)."""
         draft = self.draft
         if not len(draft):  # before the rule sees it: there is no row to settle
             raise IllegalTransition("accept_rows", settle_reason(0, 0, 0, 0))

@@ -6,7 +6,7 @@ call per prefill, decode or verify evaluation. ``inputs`` holds one token per ro
 ``row_tokens[i]`` is the target's greedy choice having consumed ``inputs[i]`` and
 ``row_caches[i]`` the cache it produced at that row. A prefill passes the prompt, a
 decode ``[last]``, a verify ``[last, draft[0], ..., draft[K-2]]`` (row 0 follows
-``last``, row ``i`` follows ``draft[i-1]``, ``specfsm.state``'s convention). Prefill and
+``last``, row ``i`` follows ``draft[i-1]``, ``specfsm.machine.state``'s convention). Prefill and
 decode read the last row; a verify needs one row per draft token. A target with
 ``evaluate_batch(inputs_list, caches_list) -> [(row_tokens, row_caches), ...]`` is called
 once per step for all the requests that use it (a single request too: a batch of one).
@@ -15,11 +15,11 @@ A *drafter* makes one session per request: ``drafter.session(prompt)`` returns a
 with ``extend(tokens)`` (tokens the target confirmed, never drafts) and
 ``propose(max_k)`` (a draft of at most ``max_k`` tokens, possibly empty).
 ``PromptLookupDrafter`` (``specfsm.drafting``) uses ``prompt_lookup``, ``NgramDrafter``
-(``specfsm.ngram_index``) an ``NgramIndex`` and ``SuffixDrafter``
-(``specfsm.suffix_index``) a ``SuffixIndex``; each lives beside its kernel.
+(``specfsm.drafting.ngram_index``) an ``NgramIndex`` and ``SuffixDrafter``
+(``specfsm.drafting.suffix_index``) a ``SuffixIndex``; each lives beside its kernel.
 
 A *rule* is ``None`` (greedy exact match, what ``Verify.accept`` does) or any object with
-``accepted_rows(draft, choices) -> int`` (``specfsm.accept_rule``). The sampling rules
+``accepted_rows(draft, choices) -> int`` (``specfsm.accept.rules``). The sampling rules
 (``SpeculativeSampling``, ``TypicalAcceptance``) decide from probabilities: the loop then
 calls the target's ``evaluate_probs(inputs, cache) -> (row_tokens, row_probs,
 row_caches)`` (one probability row per input) and, for ``SpeculativeSampling``, draws
@@ -28,13 +28,13 @@ that never accepts past the first disagreement, the output is exactly what plain
 decoding produces; ``SpeculativeLoop.run(..., check=True)`` proves it per request by
 running plain greedy too.
 
-Every request runs on ``specfsm.batch.BatchState`` through one loop, ``serve``: a single
+Every request runs on ``specfsm.machine.batch.BatchState`` through one loop, ``serve``: a single
 request (``SpeculativeLoop.run``) is a batch of one and ``run_batch`` steps requests
 together; the indexes of an ``NgramDrafter`` or a ``SuffixDrafter`` without a shared
 cache are served by the batch's ``step``, other drafters' sessions are extended and asked
 for drafts by the loop. ``run_batched`` takes only the former and offers the bonus row.
 Tokens that are not integer ids are mapped to ids for the batch and back. The
-teacher-forced target for replay lives in ``specfsm.workload`` (re-exported here).
+teacher-forced target for replay lives in ``specfsm.serving.workload`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -46,17 +46,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._checks import check_count
-from . import state as _state
-from ._values import IMMUTABLE, default_clone
-from . import batch as _batch
-from .batch import PREFILL, VERIFY
-from .state import ServingState
+from .._checks import check_count
+from ..machine import state as _state
+from .._values import IMMUTABLE, default_clone
+from ..machine import batch as _batch
+from ..machine.batch import PREFILL, VERIFY
+from ..machine.state import ServingState
 
 # the drafters live with their kernels and the teacher-forced target with the replay
 # workload; re-exported here for old imports
-from .drafting import PromptLookupDrafter
-from .ngram_index import NgramDrafter
+from ..drafting.lookup import PromptLookupDrafter
+from ..drafting.ngram_index import NgramDrafter
 from .workload import TeacherForcedTarget, TraceError
 
 __all__ = [
@@ -367,7 +367,7 @@ def serve(
     sessions_drafting = use and not by_index
     sessions: list[Any] = [drafter.session(r.prompt) for r in requests] if use else [None] * n
     step_rule = rule
-    if vocab is not None and rule is not None and not needs_probs(rule) and type(rule).__module__ != "specfsm.accept_rule":
+    if vocab is not None and rule is not None and not needs_probs(rule) and type(rule).__module__ != "specfsm.accept.rules":
         step_rule = _TokenRule(rule, vocab)
     bs = _batch.BatchState(n, max(k, 1), bonus=bonus)
     for with_eos in (False, True):
@@ -620,7 +620,7 @@ class SpeculativeLoop:
         ``NgramDrafter`` or a ``SuffixDrafter`` without a shared cache (or no drafter;
         see ``batchable_drafter``). ``bonus=True`` verifies a K-token draft with K + 1
         rows (a fully accepted draft emits K + 1 tokens); the default is K rows
-        (``specfsm.state``'s convention), whose results equal ``run_batch``'s.
+        (``specfsm.machine.state``'s convention), whose results equal ``run_batch``'s.
         """
         if self.drafter is not None and self.k and not batchable_drafter(self.drafter):
             raise TypeError(
@@ -636,11 +636,11 @@ class SpeculativeLoop:
 
 def batchable_drafter(drafter: Any) -> bool:
     """Whether ``SpeculativeLoop.run_batched`` can draft with ``drafter`` on the batch API:
-    an ``NgramDrafter``, or a ``specfsm.suffix_index.SuffixDrafter`` without a shared
+    an ``NgramDrafter``, or a ``specfsm.drafting.suffix_index.SuffixDrafter`` without a shared
     cache (its sessions hold one ``SuffixIndex`` each, which ``BatchState`` serves)."""
     if isinstance(drafter, NgramDrafter):
         return True
-    from .suffix_index import SuffixDrafter
+    from ..drafting.suffix_index import SuffixDrafter
 
     return isinstance(drafter, SuffixDrafter) and drafter.shared is None
 

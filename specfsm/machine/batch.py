@@ -52,9 +52,9 @@ later step cannot overwrite an earlier result and the caller may keep or modify 
 well under 1 µs; not worth a result that silently changes under its holder.)
 
 Runs on the compiled core (``specfsm._core.batch``: transitions and the step's settle
-loop without the GIL) or on its pure-Python twin (``specfsm._py.batch``). The kernels
+loop without the GIL) or on its pure-Python twin (``specfsm.machine._batch_py``). The kernels
 give a slot's fields as codes and ints (``slot_fields``); this module's ``BatchState``,
-a subclass of the active kernel class, builds the ``specfsm.state`` value from them
+a subclass of the active kernel class, builds the ``specfsm.machine.state`` value from them
 (``state_of``), so nothing below the public layer knows the state classes.
 """
 
@@ -63,11 +63,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import _impl
+from .. import _impl
 from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
 
 if TYPE_CHECKING:  # type checkers read the twin
-    from ._py import batch as _active
+    from . import _batch_py as _active
 else:
     _active = _impl.load("batch")
 
@@ -92,7 +92,7 @@ STATE_NAMES = _active.STATE_NAMES
 
 
 def state_value(fields: tuple[int, int, int, list[int], int, int, list[int]] | None) -> ServingState[Any, Any] | None:
-    """The ``specfsm.state`` value of one slot from its ``slot_fields`` (None: FREE)."""
+    """The ``specfsm.machine.state`` value of one slot from its ``slot_fields`` (None: FREE)."""
     if fields is None:
         return None
     code, token, cache, draft, snapshot, accepted, positions = fields
@@ -116,7 +116,7 @@ class BatchState(_active.BatchState):
     __slots__ = ()
 
     def state_of(self, slot: int) -> ServingState[Any, Any] | None:
-        """Slot ``slot`` as a ``specfsm.state`` value (tokens and caches as ints), or None
+        """Slot ``slot`` as a ``specfsm.machine.state`` value (tokens and caches as ints), or None
         when it is FREE."""
         return state_value(self.slot_fields(slot))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import INT64_MAX, check_count, check_offsets, int64_ids, ragged
+from .._checks import INT64_MAX, check_count, check_offsets, int64_ids, ragged
 
 __all__ = [
     "MAX_INDEX_TOKENS",

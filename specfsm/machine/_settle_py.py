@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._checks import check_count
-from .._checks_machine import settle_reason
+from ._checks import settle_reason
 from ..errors import IllegalTransition
 
 __all__ = ["settle"]
@@ -16,7 +16,7 @@ def settle(
 
     That is ``accepted`` when a draft row was rejected, ``accepted - 1`` when every row
     was accepted. Refuses (``IllegalTransition(attempted, reason)``, the reason from
-    ``specfsm._checks_machine.settle_reason``, the same text in both implementations) an empty
+    ``specfsm.machine._checks.settle_reason``, the same text in both implementations) an empty
     draft, ``accepted`` beyond the draft, a ``row_caches`` that is not one entry per draft
     row, and a ``row_tokens`` that does not reach row ``accepted`` when a row was rejected.
     ``accepted`` that is not a non-negative integer raises TypeError/ValueError.

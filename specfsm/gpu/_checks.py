@@ -1,7 +1,7 @@
 """Argument checks of row placement and the settle index.
 
 Shared by every ``place_rows`` path: the compiled host kernel (``specfsm._core.place``),
-its twin (``specfsm._py.place``) and the CuPy wrapper (``specfsm.gpu._cupy``): placement
+its twin (``specfsm.gpu._place_py``) and the CuPy wrapper (``specfsm.gpu._cupy``): placement
 arrays, the host index, memory overlap and byte bounds, and ``settle_index``'s arrays.
 Nothing here imports CuPy: the functions only read ``shape``, ``dtype``, ``ndim`` and
 ``flags``, which numpy and CuPy arrays share.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import INT32_MAX, INT64_MAX
+from .._checks import INT32_MAX, INT64_MAX
 
 __all__ = [
     "check_place_arrays",

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._guard import guard_of
+from .._guard import guard_of
 
 from .._checks import check_count, token_ids
-from .._checks_drafting import (
+from ._checks import (
     GROW_STEP,
     SHRINK_STEP,
     batch_tokens,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks_place import (
+from ._checks import (
     as_host_index,
     as_settle_arrays,
     check_place_arrays,

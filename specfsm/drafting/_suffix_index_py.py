@@ -25,12 +25,12 @@ import sys
 
 import numpy as np
 
-from . import _index_common as _common
-from ._guard import READY, begin_init, guard_of
-from ._index_common import IndexBase
+from . import _index_py as _common
+from .._guard import READY, begin_init, guard_of
+from ._index_py import IndexBase
 
 from .._checks import check_count, token_ids
-from .._checks_drafting import (
+from ._checks import (
     MAX_SUFFIX_TOKENS,
     UNBOUNDED,
     check_anchor,
@@ -54,8 +54,8 @@ class SuffixIndex(IndexBase):
     fully accepted draft and shortens it by 1 after a rejection, within
     ``[min_draft, max_draft]``. ``serve`` is one serving step (record, extend, propose).
 
-    Guarded as the compiled index is (``specfsm._py._guard``, through
-    ``specfsm._py._index_common``): ``extend``, ``append``, ``serve``, ``extend_batch``
+    Guarded as the compiled index is (``specfsm._guard``, through
+    ``specfsm.drafting._index_py``): ``extend``, ``append``, ``serve``, ``extend_batch``
     and ``serve_batch`` hold the writer flag, ``record`` checks it under the guard's
     lock, reads count themselves or check it, so a call meeting another that changes the
     index raises RuntimeError; an instance made with ``__new__`` (or whose ``__init__``

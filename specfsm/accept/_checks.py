@@ -1,7 +1,7 @@
 """Argument checks of the acceptance rules and their kernels.
 
 Preparing the exact, speculative and typical kernels' arguments, probability rows,
-uniforms, and telling the rules apart by kind. Shared by ``specfsm.accept_rule``, the
+uniforms, and telling the rules apart by kind. Shared by ``specfsm.accept.rules``, the
 compiled ``specfsm._core.accept``/``batch`` and their twins, so both raise the same
 errors.
 
@@ -16,7 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import INT32_MAX, LIST_CHECK_MAX, as_real, check_offsets, check_real, int64_ids, token_ids
+from .._checks import (
+    INT32_MAX,
+    LIST_CHECK_MAX,
+    as_real,
+    check_offsets,
+    check_real,
+    int64_ids,
+    token_ids,
+)
 
 __all__ = [
     "PROB_ATOL",
@@ -53,7 +61,7 @@ PROB_OK, PROB_NONFINITE, PROB_NEGATIVE, PROB_BADSUM = 0, 1, 2, 3
 #: rule kinds the batch step knows: greedy exact, min-run, speculative sampling, typical,
 #: any other rule (called through its ``accepted_rows``)
 R_EXACT, R_MINRUN, R_SPEC, R_TYPICAL, R_OTHER = range(5)
-#: a rule class's own ``kind`` attribute (``specfsm.accept_rule``) -> its code
+#: a rule class's own ``kind`` attribute (``specfsm.accept.rules``) -> its code
 RULE_KINDS = {"exact": R_EXACT, "min_run": R_MINRUN, "speculative": R_SPEC, "typical": R_TYPICAL}
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -230,7 +238,7 @@ def prob_error(name: str, code: int, row: int, col: int, value: float) -> ValueE
 
 def rule_kind(rule: object) -> tuple[int, int]:
     """``(kind, m)`` for a rule: None is greedy exact; a class that declares its own
-    ``kind`` (``specfsm.accept_rule``'s rules: a subclass that does not declare one is
+    ``kind`` (``specfsm.accept.rules``'s rules: a subclass that does not declare one is
     another rule) gets that kind's code, ``m`` for a min-run rule; any other object with
     ``accepted_rows`` is ``R_OTHER``. Refuses objects that are not rules."""
     if rule is None:

@@ -3,16 +3,16 @@
 Settling a verify (``Verify.accept``/``accept_rows``, the settle kernels and the batch's
 settle), the batch's slots, per-slot values, capacity and ragged per-slot arrays, its
 state codes and names, the ``IllegalTransition`` it raises, and a step's resume index.
-Shared by ``specfsm.state``, the compiled ``specfsm._core.batch``/``settle`` and their
-twins ``specfsm._py.batch``/``settle``, so both raise the same errors.
+Shared by ``specfsm.machine.state``, the compiled ``specfsm._core.batch``/``settle`` and their
+twins ``specfsm.machine._batch_py``/``settle``, so both raise the same errors.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import INT64_MAX, INT64_MIN, check_count, int64_ids, ragged
-from .errors import IllegalTransition
+from .._checks import INT64_MAX, INT64_MIN, check_count, int64_ids, ragged
+from ..errors import IllegalTransition
 
 __all__ = [
     "FREE",
@@ -36,7 +36,7 @@ __all__ = [
     "illegal",
 ]
 
-#: the batch's state codes (``specfsm._core.batch``, ``specfsm._py.batch``)
+#: the batch's state codes (``specfsm._core.batch``, ``specfsm.machine._batch_py``)
 FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = range(7)
 STATE_NAMES = ("free", "prefill", "decode", "verify", "accept", "rollback", "done")
 #: at most this many slots per batch and tokens per draft (keeps every index in int32 range)

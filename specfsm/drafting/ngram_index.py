@@ -5,7 +5,7 @@ one request's verified tokens indexed so that each proposal costs the same at 1k
 as at 1M, and ``NgramIndex.serve`` is one serving step (record, extend, propose);
 ``propose_batch``, ``extend_batch``, ``record_batch``, ``serve_batch`` and
 ``longest_match_batch`` serve B requests per call (the compiled core releases the GIL
-for the whole batch); ``NgramDrafter`` is the index as a drafter of ``specfsm.loop``
+for the whole batch); ``NgramDrafter`` is the index as a drafter of ``specfsm.serving.loop``
 (one session per request, served through ``serve``). The stateless functions
 are safe from any number of threads: they copy the control arrays they are given
 (offsets, counts) before checking them and read caller token arrays only within the
@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _impl
+from .. import _impl
 
 if TYPE_CHECKING:  # type checkers read the twin
-    from ._py import ngram_index as _active
+    from . import _ngram_index_py as _active
 else:
     _active = _impl.load("ngram_index")
 
@@ -185,7 +185,7 @@ class _NgramSession:
 
 
 class NgramDrafter:
-    """Drafts with ``NgramIndex(min_n, max_n, prefer)`` from ``specfsm.ngram_index``: the
+    """Drafts with ``NgramIndex(min_n, max_n, prefer)`` from ``specfsm.drafting.ngram_index``: the
     longest suffix match from ``max_n`` down to ``min_n``, in time independent of the
     history length (``min_n == max_n`` with ``prefer="latest"`` drafts exactly what
     ``PromptLookupDrafter(min_n)`` does). Sessions hold an ``NgramIndex`` of the active
