@@ -43,16 +43,20 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("specfsm.errors", "specfsm._values", "specfsm._checks",
                    "specfsm.machine._checks", "specfsm.accept._checks", "specfsm.drafting._checks",
                    "specfsm.gpu._checks"),
-    "kernel": ("specfsm._core", "specfsm._py"),
+    # the twins' own helpers (the twin of _core/common/_guard.pxd, the shared index
+    # machinery, the batch step) sit with the twins
+    "kernel": ("specfsm._core", "specfsm._guard", "specfsm.drafting._index_py",
+               "specfsm.machine._batch_step_py"),
     "dispatch": ("specfsm._impl",),
     "public": (
-        "specfsm.machine.state", "specfsm.accept.rules", "specfsm.drafting",
-        "specfsm.machine.batch", "specfsm.drafting.ngram_index", "specfsm.drafting.suffix_index",
+        "specfsm.machine", "specfsm.accept", "specfsm.drafting",
     ),
-    "package": ("specfsm",),
+    # the package, and the documented old module paths of the public faces
+    "package": ("specfsm", "specfsm.state", "specfsm.batch", "specfsm.accept_rule",
+                "specfsm.ngram_index", "specfsm.suffix_index"),
     "application": (
-        "specfsm.gpu", "specfsm.hf", "specfsm.cli", "specfsm.cli.args", "specfsm.vllm",
-        "specfsm.serving.loop", "specfsm.serving.workload", "specfsm.__main__",
+        "specfsm.gpu", "specfsm.hf", "specfsm.cli", "specfsm.vllm", "specfsm.serving",
+        "specfsm.loop", "specfsm.workload", "specfsm.__main__",
     ),
 }
 
@@ -431,13 +435,8 @@ MAX_LINES = 800
 #: Files over MAX_LINES today, split on other branches of this issue. The lead empties
 #: this set: an entry that is no longer over the limit fails the test, so it cannot go stale.
 OVERSIZED = {
-    "specfsm/vllm.py",
-    "specfsm/machine/_batch_py.py",
-    "specfsm/hf/cli.py",
-    "specfsm/hf/generate.py",
-    "_core/batch.pyx",
-    "_core/ngram_index.pyx",
-    "_core/suffix_index.pyx",
+    "_core/drafting/ngram_index.pyx",
+    "_core/drafting/suffix_index.pyx",
 }
 
 
