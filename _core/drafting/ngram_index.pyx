@@ -29,7 +29,7 @@ from specfsm._validate import (
     _check_offsets,
     check_prefer,
     check_record,
-    _check_stats,
+    _check_stats as _check_index_stats,
     _check_total,
     own_batch_arrays,
     own_offsets,
@@ -37,7 +37,7 @@ from specfsm._validate import (
     check_count,
 )
 
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
@@ -67,8 +67,10 @@ from _guard cimport (
     guard_t,
     guard_write,
 )
+from _index_stats cimport index_stats_t, stats_fits, stats_init, stats_limit, stats_record
 
 NAME = "NgramIndex"            # the guard's refusals name the class
+WHAT = "an NgramIndex"         # ... and messages name an instance
 
 cdef extern from "prefetch.h" nogil:
     void NGI_PREFETCH(const void* p)
@@ -143,9 +145,9 @@ __all__ = [
     "serve_batch",
 ]
 
-cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
 
+include "_index_common.pxi"
 include "_serve.pxi"
 
 cdef enum:
@@ -653,7 +655,7 @@ cdef class NgramIndex:
     """
 
     cdef int64_t _lo, _hi, _n_levels
-    cdef bint _earliest, _adaptive
+    cdef bint _earliest
     cdef object _buf                 # int64 ndarray holding the tokens (capacity >= _len)
     cdef int64_t* _tok
     cdef int64_t _len, _cap
@@ -667,12 +669,10 @@ cdef class NgramIndex:
     # and out after they are done; every other method and property checks it.
     cdef guard_t _g
     cdef int64_t _write_stamp        # the extend_batch call holding the writer flag (duplicates)
-    cdef int64_t _pending            # record_batch: drafted tokens this call adds (duplicates)
     cdef bint _rolling               # min_n > ROLL_MIN_N: the rolling hash
     cdef uint64_t _roll, _bpow       # its state H(_len, min_n) and RB**min_n
     cdef uint64_t _work              # hashing and comparison steps so far (tests)
-    cdef int64_t _draft_len, _min_draft, _max_draft
-    cdef int64_t _steps, _drafted, _accepted, _full
+    cdef index_stats_t _st           # acceptance statistics, the adaptive draft length
 
     def __cinit__(self):
         self._levels = NULL
@@ -693,11 +693,8 @@ cdef class NgramIndex:
         self._bpow = _pow(RB, lo)
         self._work = 0
         self._earliest = earliest
-        self._adaptive = bool(adaptive)
-        self._draft_len = min(k, MAX_INDEX_TOKENS)
-        self._min_draft = min(kmin, MAX_INDEX_TOKENS)
-        self._max_draft = min(kmax, MAX_INDEX_TOKENS)
-        self._steps = self._drafted = self._accepted = self._full = 0
+        stats_init(&self._st, bool(adaptive), min(k, MAX_INDEX_TOKENS),
+                   min(kmin, MAX_INDEX_TOKENS), min(kmax, MAX_INDEX_TOKENS))
         self._len = 0
         self._cap = 64
         self._buf = _token_array(&self._cap)
@@ -769,13 +766,13 @@ cdef class NgramIndex:
     @property
     def adaptive(self):
         guard_check(&self._g, NAME)
-        return bool(self._adaptive)
+        return bool(self._st.adaptive)
 
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
         guard_check(&self._g, NAME)
-        return self._draft_len
+        return self._st.draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
@@ -936,7 +933,7 @@ cdef class NgramIndex:
         list; ``max_k=None`` uses ``draft_len``."""
         cdef int64_t k, end, i, stop
         if max_k is None:
-            k = self._draft_len
+            k = self._st.draft_len
         else:
             if type(max_k) is not int or max_k < 0:
                 max_k = check_count(max_k, "max_k")   # may run Python code: before the check
@@ -959,9 +956,7 @@ cdef class NgramIndex:
         draft, ``propose(min(draft_len, max_k))`` when adaptive, else
         ``propose(max_k)``. Refuses what those refuse, changing nothing."""
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
-        return _serve_one(ngram_serve, self, &self._g, "an NgramIndex", src, d, a, k,
-                          self._len, self._drafted, self._adaptive, self._draft_len,
-                          MAX_TOKENS_C)
+        return _serve_one(ngram_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
@@ -976,43 +971,13 @@ cdef class NgramIndex:
     def record(self, proposed, accepted):
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
-        p, a = check_record(proposed, accepted)
-        cdef int64_t pv, av
-        if p > INT64_MAX_C - self._drafted:
-            guard_check(&self._g, NAME)
-            _check_total(self._drafted, p)   # raises
-        pv = p
-        av = a
-        # no Python code runs from the check to the change
-        guard_check(&self._g, NAME)
-        self._record(pv, av)
-        return self._draft_len
-
-    cdef void _record(self, int64_t p, int64_t a) noexcept:
-        self._steps += 1
-        self._drafted += p
-        self._accepted += a
-        if p > 0 and a == p:
-            self._full += 1
-        if self._adaptive and p > 0:
-            if a == p:
-                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
-            else:
-                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
+        return _record_one(&self._g, &self._st, proposed, accepted)
 
     @property
     def stats(self):
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
-        guard_check(&self._g, NAME)
-        return {
-            "steps": self._steps,
-            "drafted": self._drafted,
-            "accepted": self._accepted,
-            "full_accepts": self._full,
-            "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
-            "draft_len": self._draft_len,
-        }
+        return _stats_dict(&self._g, &self._st)
 
     def __repr__(self):
         if self._g.phase != GUARD_READY:
@@ -1027,17 +992,14 @@ cdef class NgramIndex:
             return (
                 _rebuild,
                 (type(self), self._lo, self._hi, "earliest" if self._earliest else "latest",
-                 self._draft_len, bool(self._adaptive), self._min_draft, self._max_draft,
-                 np.array(self._buf[: self._len]),
-                 (self._steps, self._drafted, self._accepted, self._full)),
+                 self._st.draft_len, bool(self._st.adaptive), self._st.min_draft,
+                 self._st.max_draft, np.array(self._buf[: self._len]), _stats_tuple(&self._st)),
             )
         finally:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
-        steps, drafted, accepted, full = _check_stats(stats)
-        guard_check(&self._g, NAME)
-        self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
+        _stats_restore(&self._g, &self._st, stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
@@ -1051,38 +1013,21 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
     return ix
 
 
-cdef int _refuse(guard_t* g, Py_ssize_t i, bint write) except -1:
-    """The guard's refusal of ``indexes[i]`` in a batch call, the index named (the
-    callers test the guard inline first: this runs only when it refuses)."""
-    try:
-        if write:
-            guard_write(g, NAME)
-            guard_done_write(g)      # not reached: the caller saw a refusal coming
-        else:
-            guard_check(g, NAME)
-    except RuntimeError as exc:
-        raise RuntimeError(f"indexes[{i}]: {exc}") from None
-    return 0
+# what _index_common.pxi and _serve.pxi ask of this module's index class
+cdef inline bint _is_index(object o):
+    return type(o) is NgramIndex or isinstance(o, NgramIndex)
 
 
-cdef list _index_list(object indexes):
-    if isinstance(indexes, NgramIndex):
-        raise TypeError("indexes must be a sequence of NgramIndex, got a single NgramIndex")
-    try:
-        out = list(indexes)
-    except TypeError:
-        raise TypeError(
-            f"indexes must be a sequence of NgramIndex, got {type(indexes).__name__}"
-        ) from None
-    cdef Py_ssize_t i
-    for i in range(len(out)):
-        if type(out[i]) is not NgramIndex and not isinstance(out[i], NgramIndex):
-            ix = out[i]
-            raise TypeError(
-                f"indexes[{i}] must be an NgramIndex of the same implementation, "
-                f"got {type(ix).__module__}.{type(ix).__name__}"
-            )
-    return out
+cdef inline guard_t* _guard_of(object o) noexcept:
+    return &(<NgramIndex>o)._g
+
+
+cdef inline index_stats_t* _stats_of(object o) noexcept:
+    return &(<NgramIndex>o)._st
+
+
+cdef inline int64_t _len_of(object o) noexcept:
+    return (<NgramIndex>o)._len
 
 
 cdef void _propose_views(const view_t* views, int64_t b, int64_t* out, int64_t* out_off,
@@ -1135,7 +1080,7 @@ def propose_batch(indexes, max_k=None):
             guard_read(&ix._g, NAME)
             marked += 1
             if max_k is None:
-                k = ix._draft_len
+                k = ix._st.draft_len
             elif one_k >= 0:
                 k = one_k
             else:
@@ -1176,35 +1121,7 @@ cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, 
 def record_batch(indexes, proposed, accepted):
     """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
     Returns the next draft lengths (int64)."""
-    cdef list index_list = _index_list(indexes)
-    cdef int64_t b = len(index_list), i
-    p = check_batch_counts(proposed, b, None, "proposed")
-    a = check_batch_counts(accepted, b, None, "accepted")
-    cdef const int64_t[::1] pv = p
-    cdef const int64_t[::1] av = a
-    for i in range(b):
-        if av[i] > pv[i]:
-            raise ValueError(f"accepted[{i}]={av[i]} is beyond the {pv[i]} drafted tokens")
-    out = np.empty(b, dtype=np.int64)
-    cdef int64_t[::1] ov = out
-    cdef NgramIndex ix
-    # all or nothing: every index's guard and every total (an index listed twice adds
-    # up) checked before any changes; no Python code runs from here to the last change
-    for i in range(b):
-        ix = <NgramIndex>index_list[i]
-        if ix._g.phase != GUARD_READY or ix._g.writing:
-            _refuse(&ix._g, i, False)
-        ix._pending = 0
-    for i in range(b):
-        ix = <NgramIndex>index_list[i]
-        if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
-            _check_total(ix._drafted + ix._pending, pv[i])   # raises
-        ix._pending += pv[i]
-    for i in range(b):
-        ix = <NgramIndex>index_list[i]
-        ix._record(pv[i], av[i])
-        ov[i] = ix._draft_len
-    return out
+    return _record_batch(indexes, proposed, accepted)
 
 
 def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
@@ -1214,25 +1131,8 @@ def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
     per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
     tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
     nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
-    cdef list ixs = _index_list(indexes)
-    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
-                                               max_k, MAX_TOKENS_C)
-    cdef Py_ssize_t b = len(ixs), i
-    cdef NgramIndex ix
-    cdef int64_t k_cap = 0, room
-    cdef const int64_t[::1] ov = off
-    if lims is None:
-        lims = np.empty(b, dtype=np.int64)
-        for i in range(b):
-            ix = <NgramIndex>ixs[i]
-            lims[i] = MAX_TOKENS_C if ix._adaptive else ix._draft_len
-    cdef const int64_t[::1] lv = lims
-    for i in range(b):
-        room = (<NgramIndex>ixs[i])._len + ov[i + 1] - ov[i]
-        room = lv[i] if lv[i] < room else room
-        if room > k_cap:
-            k_cap = room
-    return _serve_run(ngram_serve, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
+    return _serve_batch(ngram_serve, indexes, tokens, offsets, drafted, accepted, max_k,
+                        MAX_TOKENS_C)
 
 
 # ------------------------------------------------------------------------------------
@@ -1452,16 +1352,7 @@ def extend_batch(indexes, tokens, offsets):
     cdef const int64_t[::1] sv = src
     n = sv.shape[0]
     cdef const int64_t[::1] ov = off
-    # the owned copy checked in C (neighbours compared, never subtracted); only a bad
-    # one goes through the shared check, for the twin's exact error message
-    cdef bint bad = ov[0] < 0 or ov[b] > n
-    for i in range(b):
-        if ov[i] > ov[i + 1]:
-            bad = True
-            break
-    if bad:
-        validate_offsets(off, n)
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    _check_run_offsets(off, &ov[0], b, n)
     cdef int64_t z = 0
     _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, NULL, NULL, 0,
                  NULL, NULL)
@@ -1492,15 +1383,7 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         # the write guard on every index, all or nothing; no Python code runs in this loop
         for i in range(b):
             ix = <NgramIndex>index_list[i]
-            if ix._g.phase != GUARD_READY or ix._g.writing or ix._g.readers:
-                if ix._g.writing and ix._write_stamp == stamp:
-                    raise ValueError(
-                        f"indexes[{i}] appears twice in the batch; extend_batch takes each "
-                        "index once"
-                    )
-                _refuse(&ix._g, i, True)
-            ix._g.writing = 1
-            ix._write_stamp = stamp
+            _take_write(&ix._g, &ix._write_stamp, stamp, i)
             marked += 1
             # start loading what the next passes read
             NGI_PREFETCH(ix._levels)
@@ -1551,8 +1434,8 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             # every total checked before the first record (an index is listed once)
             for i in range(b):
                 ix = <NgramIndex>index_list[i]
-                if drafted[i] > INT64_MAX_C - ix._drafted:
-                    _check_total(ix._drafted, drafted[i])   # raises
+                if not stats_fits(&ix._st, drafted[i], 0):
+                    _check_total(ix._st.drafted, drafted[i])   # raises
         if drafts != NULL:
             lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
             if lim == NULL:
@@ -1563,9 +1446,8 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
                 if drafted != NULL:
                     ix = <NgramIndex>index_list[i]
                     if drafted[i] > 0:
-                        ix._record(drafted[i], accepted[i])
-                    if ix._adaptive and ix._draft_len < lim[i]:
-                        lim[i] = ix._draft_len
+                        stats_record(&ix._st, drafted[i], accepted[i], GROW_C, SHRINK_C)
+                    lim[i] = stats_limit(&ix._st, lim[i])
         with nogil:
             _extend_jobs(jobs, b, src, job_of, total, ring)
             if drafts != NULL:
@@ -1622,25 +1504,6 @@ cdef int ngram_serve(list indexes, Py_ssize_t b, const int64_t* tokens,
     (the batch step's NgramIndex slots). Buffers are the caller's own (never changed
     meanwhile). Refuses what ``extend_batch`` and ``record_batch`` refuse, changing no
     index."""
-    cdef Py_ssize_t i
-    if len(indexes) != b or k_cap < 0:
-        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
-    for i in range(b):
-        o = indexes[i]
-        if type(o) is not NgramIndex and not isinstance(o, NgramIndex):
-            raise TypeError(
-                f"indexes[{i}] must be an NgramIndex of the same implementation, "
-                f"got {type(o).__module__}.{type(o).__name__}"
-            )
-        if offsets[i] > offsets[i + 1]:
-            raise ValueError("offsets must be nondecreasing")
-        if drafted != NULL and (drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]):
-            raise ValueError(
-                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
-            )
-        if limits[i] < 0:
-            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
-    if b and offsets[0] < 0:
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    _check_serve_c(indexes, b, offsets, drafted, accepted, limits, k_cap)
     return _extend_core(indexes, b, tokens, offsets, drafted, accepted, limits, k_cap,
                         out_tokens, out_lens)

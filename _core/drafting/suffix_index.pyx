@@ -49,13 +49,13 @@ from specfsm._validate import (
     check_prefer,
     check_record,
     check_suffix_range,
-    check_suffix_stats,
+    check_suffix_stats as _check_index_stats,
     _check_total,
     own_batch_arrays,
     validate_offsets,
 )
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset
 
@@ -72,10 +72,12 @@ from _guard cimport (
     guard_t,
     guard_write,
 )
+from _index_stats cimport index_stats_t, stats_fits, stats_init, stats_limit, stats_record
 
 __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
 
 NAME = "SuffixIndex"           # the guard's refusals name the class
+WHAT = "a SuffixIndex"         # ... and messages name an instance
 
 cdef extern from "prefetch.h" nogil:
     void SFX_PREFETCH "NGI_PREFETCH" (const void* p)
@@ -92,11 +94,11 @@ cdef enum:
     LEN_MASK = (1 << 30) - 1
     HAS_EDGES = 1 << 30   # in clone_t.len: the clone has table edges
 
-cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 cdef int64_t INT32_LO = -2147483648
 cdef int64_t INT32_HI = 2147483647
 cdef int64_t MAX_TOKENS_C = MAX_SUFFIX_TOKENS
 
+include "_index_common.pxi"
 include "_serve.pxi"
 
 ctypedef struct clone_t:
@@ -662,10 +664,7 @@ cdef class SuffixIndex:
     cdef int64_t _len, _cap          # tokens held, room in _buf and the position arrays
     cdef guard_t _g                  # the shared guard protocol (_core/_guard.pxd)
     cdef int64_t _wstamp             # the extend_batch call holding the writer flag (duplicates)
-    cdef int64_t _pending            # record_batch: drafted tokens this call adds (duplicates)
-    cdef bint _adaptive
-    cdef int64_t _draft_len, _min_draft, _max_draft
-    cdef int64_t _steps, _drafted, _accepted, _full
+    cdef index_stats_t _st           # acceptance statistics, the adaptive draft length
 
     def __cinit__(self):
         memset(&self.m, 0, sizeof(sam_t))   # the guard is zeroed too: UNINIT
@@ -677,12 +676,8 @@ cdef class SuffixIndex:
         an, aspan, amiss = check_anchor(anchor_n, anchor_span, anchor_misses)
         earliest = check_prefer(prefer)
         k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
-        adaptive = bool(adaptive)
-        self._adaptive = adaptive
-        self._draft_len = min(k, MAX_SUFFIX_TOKENS)
-        self._min_draft = min(kmin, MAX_SUFFIX_TOKENS)
-        self._max_draft = min(kmax, MAX_SUFFIX_TOKENS)
-        self._steps = self._drafted = self._accepted = self._full = 0
+        stats_init(&self._st, bool(adaptive), min(k, MAX_SUFFIX_TOKENS),
+                   min(kmin, MAX_SUFFIX_TOKENS), min(kmax, MAX_SUFFIX_TOKENS))
         self._len = 0
         self._cap = 0
         self._buf = np.zeros(0, dtype=np.int32)
@@ -752,13 +747,13 @@ cdef class SuffixIndex:
     @property
     def adaptive(self):
         guard_check(&self._g, NAME)
-        return bool(self._adaptive)
+        return bool(self._st.adaptive)
 
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
         guard_check(&self._g, NAME)
-        return self._draft_len
+        return self._st.draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
@@ -995,7 +990,7 @@ cdef class SuffixIndex:
         chosen earlier occurrence of the longest matching suffix; empty when none."""
         cdef int64_t k, end, i, stop
         if max_k is None:
-            k = self._draft_len
+            k = self._st.draft_len
         else:
             if type(max_k) is not int or max_k < 0:
                 max_k = check_count(max_k, "max_k")   # may run Python code: before the check
@@ -1021,7 +1016,7 @@ cdef class SuffixIndex:
         cdef int32_t s = 0, d, ref
         guard_check(&self._g, NAME)
         if max_k is None:
-            k = self._draft_len
+            k = self._st.draft_len
         else:
             k = min(check_count(max_k, "max_k"), MAX_SUFFIX_TOKENS)
         arr = np.array(as_ids(context, "context"), dtype=np.int64, copy=True)
@@ -1058,9 +1053,7 @@ cdef class SuffixIndex:
         draft, ``propose(min(draft_len, max_k))`` when adaptive, else
         ``propose(max_k)``. Refuses what those refuse, changing nothing."""
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
-        return _serve_one(suffix_serve, self, &self._g, "a SuffixIndex", src, d, a, k,
-                          self._len, self._drafted, self._adaptive, self._draft_len,
-                          MAX_TOKENS_C)
+        return _serve_one(suffix_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
@@ -1098,43 +1091,13 @@ cdef class SuffixIndex:
         the draft length to use next (changed only when ``adaptive``). Refuses
         (OverflowError, changing nothing) a record that would take the drafted-token
         count beyond int64, as ``NgramIndex`` does."""
-        p, a = check_record(proposed, accepted)
-        cdef int64_t pv, av
-        if p > INT64_MAX_C - self._drafted:
-            guard_check(&self._g, NAME)
-            _check_total(self._drafted, p)   # raises
-        pv = p
-        av = a
-        # no Python code runs from the check to the change
-        guard_check(&self._g, NAME)
-        self._record(pv, av)
-        return self._draft_len
-
-    cdef void _record(self, int64_t p, int64_t a) noexcept:
-        self._steps += 1
-        self._drafted += p
-        self._accepted += a
-        if p > 0 and a == p:
-            self._full += 1
-        if self._adaptive and p > 0:
-            if a == p:
-                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
-            else:
-                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
+        return _record_one(&self._g, &self._st, proposed, accepted)
 
     @property
     def stats(self):
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
-        guard_check(&self._g, NAME)
-        return {
-            "steps": self._steps,
-            "drafted": self._drafted,
-            "accepted": self._accepted,
-            "full_accepts": self._full,
-            "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
-            "draft_len": self._draft_len,
-        }
+        return _stats_dict(&self._g, &self._st)
 
     def __repr__(self):
         if self._g.phase != GUARD_READY:
@@ -1150,18 +1113,16 @@ cdef class SuffixIndex:
             return (
                 _rebuild,
                 (type(self), self.m.min_n, None if self.m.max_n >= UNBOUNDED else self.m.max_n,
-                 "earliest" if self.m.earliest else "latest", self._draft_len,
-                 bool(self._adaptive), self._min_draft, self._max_draft, np.array(self.tokens),
-                 (self._steps, self._drafted, self._accepted, self._full), self.m.anchor_n,
+                 "earliest" if self.m.earliest else "latest", self._st.draft_len,
+                 bool(self._st.adaptive), self._st.min_draft, self._st.max_draft,
+                 np.array(self.tokens), _stats_tuple(&self._st), self.m.anchor_n,
                  self.m.anchor_span, self.m.anchor_misses),
             )
         finally:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
-        steps, drafted, accepted, full = check_suffix_stats(stats)
-        guard_check(&self._g, NAME)
-        self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
+        _stats_restore(&self._g, &self._st, stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
@@ -1178,38 +1139,21 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, 
 # batches of indexes
 # ------------------------------------------------------------------------------------
 
-cdef int _refuse(guard_t* g, Py_ssize_t i, bint write) except -1:
-    """The guard's refusal of ``indexes[i]`` in a batch call, the index named (the
-    callers test the guard inline first: this runs only when it refuses)."""
-    try:
-        if write:
-            guard_write(g, NAME)
-            guard_done_write(g)      # not reached: the caller saw a refusal coming
-        else:
-            guard_check(g, NAME)
-    except RuntimeError as exc:
-        raise RuntimeError(f"indexes[{i}]: {exc}") from None
-    return 0
+# what _index_common.pxi and _serve.pxi ask of this module's index class
+cdef inline bint _is_index(object o):
+    return type(o) is SuffixIndex or isinstance(o, SuffixIndex)
 
 
-cdef list _index_list(object indexes):
-    if isinstance(indexes, SuffixIndex):
-        raise TypeError("indexes must be a sequence of SuffixIndex, got a single SuffixIndex")
-    try:
-        out = list(indexes)
-    except TypeError:
-        raise TypeError(
-            f"indexes must be a sequence of SuffixIndex, got {type(indexes).__name__}"
-        ) from None
-    cdef Py_ssize_t i
-    for i in range(len(out)):
-        if not isinstance(out[i], SuffixIndex):
-            ix = out[i]
-            raise TypeError(
-                f"indexes[{i}] must be a SuffixIndex of the same implementation, "
-                f"got {type(ix).__module__}.{type(ix).__name__}"
-            )
-    return out
+cdef inline guard_t* _guard_of(object o) noexcept:
+    return &(<SuffixIndex>o)._g
+
+
+cdef inline index_stats_t* _stats_of(object o) noexcept:
+    return &(<SuffixIndex>o)._st
+
+
+cdef inline int64_t _len_of(object o) noexcept:
+    return (<SuffixIndex>o)._len
 
 
 cdef void _copy_views(const view_t* views, int64_t b, int64_t* out, int64_t* out_off,
@@ -1237,7 +1181,7 @@ def propose_batch(indexes, max_k=None):
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i, k, end, bound = 0
     cdef SuffixIndex ix
-    ks = check_batch_counts(max_k, b, [(<SuffixIndex>x)._draft_len for x in ixs])
+    ks = check_batch_counts(max_k, b, [(<SuffixIndex>x)._st.draft_len for x in ixs])
     cdef const int64_t[::1] kv = ks
     cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
     if views == NULL:
@@ -1287,35 +1231,7 @@ cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, 
 def record_batch(indexes, proposed, accepted):
     """``record`` for B indexes: one count each in ``proposed`` and ``accepted``.
     Returns the next draft lengths (int64)."""
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i
-    p = check_batch_counts(proposed, b, None, "proposed")
-    a = check_batch_counts(accepted, b, None, "accepted")
-    cdef const int64_t[::1] pv = p
-    cdef const int64_t[::1] av = a
-    for i in range(b):
-        if av[i] > pv[i]:
-            raise ValueError(f"accepted[{i}]={av[i]} is beyond the {pv[i]} drafted tokens")
-    out = np.empty(b, dtype=np.int64)
-    cdef int64_t[::1] ov = out
-    cdef SuffixIndex ix
-    # all or nothing: every index's guard and every total (an index listed twice adds
-    # up) checked before any changes; no Python code runs from here to the last change
-    for i in range(b):
-        ix = <SuffixIndex>ixs[i]
-        if ix._g.phase != GUARD_READY or ix._g.writing:
-            _refuse(&ix._g, i, False)
-        ix._pending = 0
-    for i in range(b):
-        ix = <SuffixIndex>ixs[i]
-        if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
-            _check_total(ix._drafted + ix._pending, pv[i])   # raises
-        ix._pending += pv[i]
-    for i in range(b):
-        ix = <SuffixIndex>ixs[i]
-        ix._record(pv[i], av[i])
-        ov[i] = ix._draft_len
-    return out
+    return _record_batch(indexes, proposed, accepted)
 
 
 def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
@@ -1325,25 +1241,8 @@ def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
     per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
     tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
     nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
-    cdef list ixs = _index_list(indexes)
-    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
-                                               max_k, MAX_TOKENS_C)
-    cdef Py_ssize_t b = len(ixs), i
-    cdef SuffixIndex ix
-    cdef int64_t k_cap = 0, room
-    cdef const int64_t[::1] ov = off
-    if lims is None:
-        lims = np.empty(b, dtype=np.int64)
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            lims[i] = MAX_TOKENS_C if ix._adaptive else ix._draft_len
-    cdef const int64_t[::1] lv = lims
-    for i in range(b):
-        room = (<SuffixIndex>ixs[i])._len + ov[i + 1] - ov[i]
-        room = lv[i] if lv[i] < room else room
-        if room > k_cap:
-            k_cap = room
-    return _serve_run(suffix_serve, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
+    return _serve_batch(suffix_serve, indexes, tokens, offsets, drafted, accepted, max_k,
+                        MAX_TOKENS_C)
 
 
 cdef int64_t _batch_stamp = 0
@@ -1364,16 +1263,7 @@ def extend_batch(indexes, tokens, offsets):
     cdef const int64_t[::1] sv = src
     n = sv.shape[0]
     cdef const int64_t[::1] ov = off
-    # the owned copy checked in C (neighbours compared, never subtracted); only a bad
-    # one goes through the shared check, for the twin's exact message
-    cdef bint bad = ov[0] < 0 or ov[b] > n
-    for i in range(b):
-        if ov[i] > ov[i + 1]:
-            bad = True
-            break
-    if bad:
-        validate_offsets(off, n)
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    _check_run_offsets(off, &ov[0], b, n)
     _extend_core(ixs, b, &sv[0] if n else &z, &ov[0], NULL, NULL, NULL, 0, NULL, NULL)
 
 
@@ -1398,15 +1288,7 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
         # the write guard on every index, all or nothing; no Python code runs in this loop
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
-            if ix._g.phase != GUARD_READY or ix._g.writing or ix._g.readers:
-                if ix._g.writing and ix._wstamp == stamp:
-                    raise ValueError(
-                        f"indexes[{i}] appears twice in the batch; extend_batch takes each "
-                        "index once"
-                    )
-                _refuse(&ix._g, i, True)
-            ix._g.writing = 1
-            ix._wstamp = stamp
+            _take_write(&ix._g, &ix._wstamp, stamp, i)
             marked += 1
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
@@ -1416,10 +1298,10 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
                     f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"
                 )
-            if drafts != NULL and drafted[i] > INT64_MAX_C - ix._drafted:
+            if drafts != NULL and not stats_fits(&ix._st, drafted[i], 0):
                 raise OverflowError(
                     f"indexes[{i}]: proposed={drafted[i]} would take the drafted-token "
-                    f"count beyond int64 (already {ix._drafted})"
+                    f"count beyond int64 (already {ix._st.drafted})"
                 )
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
         if jobs == NULL:
@@ -1460,10 +1342,8 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
             for i in range(b):
                 ix = <SuffixIndex>ixs[i]
                 if drafted[i] > 0:
-                    ix._record(drafted[i], accepted[i])
-                k = limits[i] if limits[i] < kmax else kmax
-                if ix._adaptive and ix._draft_len < k:
-                    k = ix._draft_len
+                    stats_record(&ix._st, drafted[i], accepted[i], GROW_C, SHRINK_C)
+                k = stats_limit(&ix._st, limits[i] if limits[i] < kmax else kmax)
                 end = _start(&ix.m)
                 if end < 0 or k < 0:
                     k = 0
@@ -1495,25 +1375,6 @@ cdef int suffix_serve(list indexes, Py_ssize_t b, const int64_t* tokens,
     entries) with the count in ``out_lens[i]``, in one call on buffers the caller owns
     (never changed meanwhile). Refuses what ``extend_batch`` and ``record_batch``
     refuse, changing no index."""
-    cdef Py_ssize_t i
-    if len(indexes) != b or k_cap < 0:
-        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
-    for i in range(b):
-        o = indexes[i]
-        if type(o) is not SuffixIndex and not isinstance(o, SuffixIndex):
-            raise TypeError(
-                f"indexes[{i}] must be a SuffixIndex of the same implementation, "
-                f"got {type(o).__module__}.{type(o).__name__}"
-            )
-        if offsets[i] > offsets[i + 1]:
-            raise ValueError("offsets must be nondecreasing")
-        if drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]:
-            raise ValueError(
-                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
-            )
-        if limits[i] < 0:
-            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
-    if b and offsets[0] < 0:
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    _check_serve_c(indexes, b, offsets, drafted, accepted, limits, k_cap)
     return _extend_core(indexes, b, tokens, offsets, drafted, accepted, limits, k_cap,
                         out_tokens, out_lens)
