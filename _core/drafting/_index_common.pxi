@@ -31,6 +31,17 @@ cdef object _record_one(guard_t* g, index_stats_t* s, object proposed, object ac
     return s.draft_len
 
 
+cdef inline int64_t _propose_limit(const index_stats_t* s, object max_k,
+                                  const int64_t* length) except -1:
+    """``propose``'s draft limit: ``draft_len`` for None, else ``max_k`` (converted
+    first, which may run Python code) clipped to the length read after it."""
+    if max_k is None:
+        return s.draft_len
+    if type(max_k) is not int or max_k < 0:
+        max_k = check_count(max_k, "max_k")
+    return max_k if max_k < length[0] else length[0]
+
+
 cdef dict _stats_dict(const guard_t* g, const index_stats_t* s):
     """The ``stats`` property."""
     guard_check(g, NAME)

@@ -466,12 +466,7 @@ cdef class NgramIndex:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
         cdef int64_t k, end, i, stop
-        if max_k is None:
-            k = self._st.draft_len
-        else:
-            if type(max_k) is not int or max_k < 0:
-                max_k = check_count(max_k, "max_k")   # may run Python code: before the check
-            k = max_k if max_k < self._len else self._len
+        k = _propose_limit(&self._st, max_k, &self._len)   # may run Python code: before the check
         # checked after the conversion; the copy below lets no other thread run (it
         # allocates no object the garbage collector tracks but the list itself, first)
         if self._g.phase != GUARD_READY or self._g.writing:
