@@ -3,8 +3,8 @@
 Every entry point of both implementations (the compiled core and its pure-Python twin)
 and the public layer converts its arguments through these functions, so a bad argument
 gets the same exception and the same message whichever implementation is active. The
-concept modules (``_checks_machine``, ``_checks_accept``, ``_checks_drafting``,
-``_checks_place``) build on this one. It imports only numpy and the standard library.
+concept modules (``machine._checks``, ``accept._checks``, ``drafting._checks``,
+``gpu._checks``) build on this one. It imports only numpy and the standard library.
 
 The token-id rule (docs/state-machine.md, "Token ids"), applied by ``token_ids``: a 1-D
 numpy array of an integer dtype (int32 and int64 read in place, other integer dtypes

@@ -1,7 +1,8 @@
 # The serving-step policy's Python face, written once for both index kinds: included
 # (``include "_serve.pxi"``) by ngram_index.pyx and suffix_index.pyx, because it reads
 # each module's own names (its index class's C policy ``ngram_serve``/``suffix_serve``,
-# its ``_index_list``) and a .pxd cannot hold Python-level functions. Every argument is
+# and the accessors _index_common.pxi names: ``_index_list``, ``_guard_of``,
+# ``_stats_of``, ``_len_of``, ``WHAT``) and a .pxd cannot hold Python-level functions. Every argument is
 # converted and checked here first; the C policy then refuses what the batch calls
 # refuse, changing no index.
 
@@ -65,26 +66,28 @@ cdef tuple _serve_args(object tokens, object drafted, object accepted, object ma
                        int64_t max_tokens):
     """``serve``'s arguments converted and checked, before the index is looked at:
     ``(tokens as an owned int64 array, drafted, accepted, max_k or -1 for None)``."""
-    src = np.array(as_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    src = np.array(token_ids(tokens, "tokens"), dtype=np.int64, copy=True)
     d, a = _check_serve_counts(drafted, accepted)
     k = -1 if max_k is None else min(check_count(max_k, "max_k"), max_tokens)
     return src, d, a, k
 
 
-cdef list _serve_one(serve_fn fn, object ix, guard_t* g, str what, object src, int64_t d,
-                     int64_t a, int64_t k, int64_t length, int64_t drafted_so_far,
-                     bint adaptive, int64_t draft_len, int64_t max_tokens):
-    """``serve`` for one index: refuses as ``extend`` and ``record`` do (their messages;
-    ``what``: "an NgramIndex" or "a SuffixIndex"), then runs the C policy ``fn``."""
+cdef list _serve_one(serve_fn fn, object ix, object src, int64_t d, int64_t a, int64_t k,
+                     int64_t max_tokens):
+    """``serve`` for one index: refuses as ``extend`` and ``record`` do (their messages),
+    then runs the C policy ``fn``."""
+    cdef guard_t* g = _guard_of(ix)
+    cdef const index_stats_t* st = _stats_of(ix)
+    cdef int64_t length = _len_of(ix)
     cdef int64_t m = src.shape[0], lim
     guard_write(g, NAME)            # refuses as extend does; released at once
     guard_done_write(g)
     if length + m > max_tokens:
-        raise OverflowError(f"{what} holds at most {max_tokens} tokens; {length} + {m} is too many")
-    if d > INT64_MAX_C - drafted_so_far:
-        _check_total(drafted_so_far, d)   # raises
+        raise OverflowError(f"{WHAT} holds at most {max_tokens} tokens; {length} + {m} is too many")
+    if d > INT64_MAX - st.drafted:
+        check_total(st.drafted, d)   # raises
     if k < 0:
-        lim = max_tokens if adaptive else draft_len    # adaptive: draft_len after the record
+        lim = max_tokens if st.adaptive else st.draft_len    # adaptive: draft_len after the record
     else:
         lim = k
     cdef int64_t k_cap = lim if lim < length + m else length + m
@@ -98,24 +101,66 @@ cdef tuple _serve_batch_args(list ixs, object tokens, object offsets, object dra
                              object accepted, object max_k, int64_t max_tokens):
     """``serve_batch``'s arguments converted, copied and checked: ``(tokens, offsets
     starting at 0, drafted, accepted, limits or None for each index's default)``."""
-    cdef Py_ssize_t b = len(ixs), i
-    src, off = own_batch_arrays(tokens, offsets, b)
+    cdef Py_ssize_t b = len(ixs)
+    src, off = batch_tokens(tokens, offsets, b)
     cdef const int64_t[::1] ov = off
-    cdef int64_t n = src.shape[0]
-    # neighbours compared, never subtracted; a bad copy gets the shared check's message
-    cdef bint bad = ov[0] != 0 or ov[b] != n
-    for i in range(b):
-        if ov[i] > ov[i + 1]:
-            bad = True
-            break
-    if bad:
-        validate_offsets(off, n)
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
-    if ov[0]:
-        src = src[ov[0]:]
-        off = off - off[0]
+    _check_run_offsets(off, &ov[0], b, src.shape[0])
     dr, ac = _serve_batch_counts(drafted, accepted, b)
     lims = None
     if max_k is not None:
         lims = np.minimum(check_batch_counts(max_k, b, None), max_tokens)
     return src, off, dr, ac, lims
+
+
+cdef tuple _serve_batch(serve_fn fn, object indexes, object tokens, object offsets,
+                        object drafted, object accepted, object max_k, int64_t max_tokens):
+    """``serve_batch``: the arguments checked, each index's draft limit (its own
+    default where ``max_k`` is None) and the drafts' row width found, the C policy
+    ``fn`` run."""
+    cdef list ixs = _index_list(indexes)
+    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
+                                               max_k, max_tokens)
+    cdef Py_ssize_t b = len(ixs), i
+    cdef const index_stats_t* st
+    cdef int64_t k_cap = 0, room
+    cdef const int64_t[::1] ov = off
+    if lims is None:
+        lims = np.empty(b, dtype=np.int64)
+        for i in range(b):
+            st = _stats_of(ixs[i])
+            lims[i] = max_tokens if st.adaptive else st.draft_len
+    cdef const int64_t[::1] lv = lims
+    for i in range(b):
+        room = _len_of(ixs[i]) + ov[i + 1] - ov[i]
+        room = lv[i] if lv[i] < room else room
+        if room > k_cap:
+            k_cap = room
+    return _serve_run(fn, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
+
+
+cdef int _check_serve_c(list indexes, Py_ssize_t b, const int64_t* offsets,
+                        const int64_t* drafted, const int64_t* accepted,
+                        const int64_t* limits, Py_ssize_t k_cap) except -1:
+    """The C policy's own checks of what its caller (``serve``, ``serve_batch``, the
+    batch step) hands it; ``drafted`` and ``accepted`` may be NULL (nothing recorded)."""
+    cdef Py_ssize_t i
+    if len(indexes) != b or k_cap < 0:
+        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
+    for i in range(b):
+        o = indexes[i]
+        if not _is_index(o):
+            raise TypeError(
+                f"indexes[{i}] must be {WHAT} of the same implementation, "
+                f"got {type(o).__module__}.{type(o).__name__}"
+            )
+        if offsets[i] > offsets[i + 1]:
+            raise ValueError("offsets must be nondecreasing")
+        if drafted != NULL and (drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]):
+            raise ValueError(
+                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
+            )
+        if limits[i] < 0:
+            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
+    if b and offsets[0] < 0:
+        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    return 0

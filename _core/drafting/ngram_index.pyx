@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Longest-match n-gram drafting and an incremental n-gram index (compiled).
 
-Same names and behaviour as the twin ``specfsm.drafting._ngram_index_py``; both take their
+Same names and behaviour as the twin ``specfsm._py.ngram_index``; both take their
 argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 The index keeps, for each n in [min_n, max_n], an open-addressing hash table over the
@@ -13,6 +13,13 @@ looks each up *before* inserting it, and remembers the answer: the end of the ch
 occurrence other than the trailing one. ``propose`` then only reads those answers.
 Tables keep a load factor of at most 2/3 and are indexed by the tag's high bits, so
 growing them never re-reads tokens.
+
+This file holds the module's declarations and the NgramIndex class; the rest of the
+module is included from files of one concern each: _ngram_table.pxi (hashing and the
+slot tables), _ngram_match.pxi (the stateless ``longest_match``), _ngram_batch.pxi (the
+batch API, the serving-step policy and the extend_batch pipeline), and, shared with
+suffix_index.pyx, _index_common.pxi (statistics, record, the batch calls' guards) and
+_serve.pxi (``serve``/``serve_batch``); the statistics' C struct is in _index_stats.pxd.
 """
 
 import numpy as np
@@ -28,7 +35,7 @@ from specfsm.drafting._checks import (
     check_draft_limits,
     check_prefer,
     check_record,
-    check_stats,
+    check_stats as _check_index_stats,
     check_total,
     checked_offsets,
     index_offsets,
@@ -36,7 +43,7 @@ from specfsm.drafting._checks import (
     ngram_range,
 )
 
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
@@ -47,13 +54,6 @@ cimport numpy as cnp
 cnp.import_array()
 
 
-cdef inline object _copy_int64(object a):
-    """A fresh copy of a 1-D C-contiguous int64 ndarray (numpy C API, no Python call)."""
-    cdef cnp.npy_intp n = array_len(a)
-    out = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT64, 0)
-    if n:
-        memcpy(cnp.PyArray_DATA(<cnp.ndarray>out), array_data(a), <size_t>n * sizeof(int64_t))
-    return out
 from _seq cimport Py_SIZE
 from _guard cimport (
     GUARD_READY,
@@ -66,8 +66,10 @@ from _guard cimport (
     guard_t,
     guard_write,
 )
+from _index_stats cimport index_stats_t, stats_fits, stats_init, stats_limit, stats_record
 
 NAME = "NgramIndex"            # the guard's refusals name the class
+WHAT = "an NgramIndex"         # ... and messages name an instance
 
 cdef extern from "prefetch.h" nogil:
     void NGI_PREFETCH(const void* p)
@@ -142,9 +144,9 @@ __all__ = [
     "serve_batch",
 ]
 
-cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index
 
+include "_index_common.pxi"
 include "_serve.pxi"
 
 cdef enum:
@@ -162,475 +164,9 @@ cdef enum:
     PIPE_RING = 32        # a power of two above PIPE_HASH
     PEEK_STEPS = 8        # slots of a probe chain the token prefetch follows at most
 
-ctypedef struct slot_t:
-    uint32_t tag          # high 32 bits of the n-gram's hash
-    int32_t end           # end (exclusive) of the stored occurrence; -1: empty slot
 
-ctypedef struct level_t:
-    slot_t* slots
-    int64_t cap           # a power of two
-    int64_t count
-    int shift             # 32 - log2(cap): home slot = tag >> shift
-
-ctypedef struct view_t:   # what a batch proposal needs from one index, read without the GIL
-    const int64_t* tok
-    const int32_t* answers
-    int64_t n_levels
-    int64_t k
-
-
-# ------------------------------------------------------------------------------------
-# hashing
-# ------------------------------------------------------------------------------------
-
-cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
-    x ^= x >> 30
-    x *= <uint64_t>0xbf58476d1ce4e5b9ULL
-    x ^= x >> 27
-    x *= <uint64_t>0x94d049bb133111ebULL
-    x ^= x >> 31
-    return x
-
-
-cdef inline uint64_t _step(uint64_t h, int64_t t) noexcept nogil:
-    """Hash of an n-gram from the hash of its last n - 1 tokens and its first token."""
-    return _mix(h ^ (<uint64_t>t * <uint64_t>0x9e3779b97f4a7c15ULL + <uint64_t>0x632be59bd9b4e019ULL))
-
-
-cdef inline bint _same(const int64_t* tok, int64_t e, int64_t f, int64_t n) noexcept nogil:
-    """tok[e - n:e] == tok[f - n:f]"""
-    cdef int64_t i
-    for i in range(1, n + 1):
-        if tok[e - i] != tok[f - i]:
-            return False
-    return True
-
-
-# The rolling hash (indexes with min_n > ROLL_MIN_N): H(L, n) = sum over i < n of
-# x(tok[L - 1 - i]) * RB**i (mod 2**64), x a mixed token. H(L, min_n) rolls forward in
-# O(1) per token and each longer n adds one term, so a token costs O(max_n - min_n + 1)
-# whatever min_n is (the chained hash above costs O(max_n)).
-cdef uint64_t RB = <uint64_t>0x9E3779B97F4A7C15ULL | 1
-
-
-cdef inline uint64_t _x(int64_t t) noexcept nogil:
-    return _mix(<uint64_t>t * <uint64_t>0xD6E8FEB86659FD93ULL + <uint64_t>0x632be59bd9b4e019ULL)
-
-
-cdef inline uint64_t _fin(uint64_t h) noexcept nogil:
-    return _mix(h ^ <uint64_t>0x2545F4914F6CDD1DULL)
-
-
-cdef uint64_t _pow(uint64_t b, int64_t e) noexcept nogil:
-    cdef uint64_t r = 1
-    while e > 0:
-        if e & 1:
-            r *= b
-        b *= b
-        e >>= 1
-    return r
-
-
-cdef inline bint _verify(const int64_t* tok, int64_t e, int64_t L, int64_t d, int32_t prev,
-                         uint64_t* work) noexcept nogil:
-    """tok[e - d:e] == tok[L - d:L] for a slot whose tag matched. ``prev`` is this level's
-    answer at position L - 1 (so tok[prev - d:prev] == tok[L - 1 - d:L - 1] when
-    prev >= 0): a candidate continuing that match needs one comparison instead of d,
-    which keeps long n-grams over repetitive streams O(1) per token."""
-    if d >= CHAIN_MIN_N and prev >= 0 and e == prev + 1:
-        work[0] += 1
-        return tok[e - 1] == tok[L - 1]
-    work[0] += <uint64_t>d
-    return _same(tok, e, L, d)
-
-
-cdef inline void _probe(level_t* lv, uint32_t tag, const int64_t* tok, int64_t L, int64_t d,
-                        bint earliest, int32_t* a, uint64_t* work) noexcept nogil:
-    """Look up the d-gram ending at L (tag ``tag``) in its level, insert it, and set the
-    level's answer ``a[0]``: the end of the chosen earlier occurrence, or -1."""
-    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
-    cdef uint64_t idx = (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
-    cdef int32_t found = -1
-    cdef int32_t prev = a[0]
-    cdef slot_t* s
-    while True:
-        s = &lv.slots[idx]
-        if s.end < 0:
-            s.tag = tag
-            s.end = <int32_t>L
-            lv.count += 1
-            break
-        if s.tag == tag and _verify(tok, s.end, L, d, prev, work):
-            found = s.end
-            if not earliest:
-                s.end = <int32_t>L
-            break
-        idx = (idx + 1) & mask
-    a[0] = found
-
-
-cdef inline void _probe_at(level_t* lv, uint32_t tag, uint64_t idx, const int64_t* tok,
-                           int64_t L, int64_t d, bint earliest, int32_t* a,
-                           uint64_t* work) noexcept nogil:
-    """``_probe`` starting at slot ``idx`` of the chain (every slot before it holds
-    another tag), comparing short n-grams without a loop."""
-    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
-    cdef int32_t found = -1
-    cdef int32_t prev = a[0]
-    cdef slot_t* s
-    cdef bint same
-    while True:
-        s = &lv.slots[idx]
-        if s.end < 0:
-            s.tag = tag
-            s.end = <int32_t>L
-            lv.count += 1
-            break
-        if s.tag == tag:
-            if d <= 4:
-                work[0] += <uint64_t>d
-                same = ngi_same_short(tok, s.end, L, d)
-            else:
-                same = _verify(tok, s.end, L, d, prev, work)
-            if same:
-                found = s.end
-                if not earliest:
-                    s.end = <int32_t>L
-                break
-        idx = (idx + 1) & mask
-    a[0] = found
-
-
-cdef int _reserve(level_t* lv, int64_t need) noexcept nogil:
-    """Make room for ``need`` entries at load <= 2/3, rehashing by tag; -1 when out of memory."""
-    cdef int64_t cap = lv.cap
-    cdef int bits = 32 - lv.shift
-    while need * 3 > cap * 2:
-        cap *= 2
-        bits += 1
-    if cap == lv.cap:
-        return 0
-    if bits > 32:
-        return -1
-    cdef slot_t* new = <slot_t*>ngi_table_alloc(cap * sizeof(slot_t))
-    if new == NULL:
-        return -1
-    memset(new, 0xFF, cap * sizeof(slot_t))
-    cdef int shift = 32 - bits
-    cdef uint64_t mask = <uint64_t>(cap - 1)
-    cdef uint64_t i, j
-    cdef slot_t* old = lv.slots
-    for i in range(<uint64_t>lv.cap):
-        if old[i].end >= 0:
-            j = (<uint64_t>old[i].tag) >> shift if shift < 32 else 0
-            while new[j].end >= 0:
-                j = (j + 1) & mask
-            new[j] = old[i]
-    ngi_table_free(old, lv.cap * sizeof(slot_t))
-    lv.slots = new
-    lv.cap = cap
-    lv.shift = shift
-    return 0
-
-
-cdef void _index_tokens(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                        int32_t* answers, int64_t lo, int64_t hi, bint earliest,
-                        uint64_t* work) noexcept nogil:
-    """Index positions start..stop-1 (tables already reserved for stop - start entries)."""
-    cdef int64_t L, d, top
-    cdef uint64_t h
-    cdef level_t* lv
-    cdef int64_t P, ptop
-    cdef uint64_t w = 0
-    for L in range(start + 1, stop + 1):
-        P = L + AHEAD
-        if P <= stop and stop - start > AHEAD:
-            # bulk extends: start loading the slots position P will probe
-            ptop = hi if hi < P else P
-            h = 0
-            for d in range(1, ptop + 1):
-                h = _step(h, tok[P - d])
-                if d >= lo:
-                    lv = &levels[d - lo]
-                    NGI_PREFETCH(&lv.slots[(h >> 32) >> lv.shift])
-        top = hi if hi < L else L
-        h = 0
-        w += <uint64_t>top
-        for d in range(1, top + 1):
-            h = _step(h, tok[L - d])
-            if d < lo:
-                continue
-            _probe(&levels[d - lo], <uint32_t>(h >> 32), tok, L, d, earliest, &answers[d - lo], &w)
-        for d in range(top + 1 if top >= lo else lo, hi + 1):
-            answers[d - lo] = -1
-    work[0] += w
-
-
-cdef void _index_tokens_roll(const int64_t* tok, int64_t start, int64_t stop, level_t* levels,
-                             int32_t* answers, int64_t lo, int64_t hi, bint earliest,
-                             uint64_t* roll, uint64_t bpow, uint64_t* work) noexcept nogil:
-    """``_index_tokens`` with the rolling hash: ``roll`` holds H(start, lo) on entry and
-    H(stop, lo) on return; ``bpow`` is RB**lo."""
-    cdef int64_t L, d, top
-    cdef uint64_t r = roll[0], h, p
-    cdef uint64_t w = 0
-    for L in range(start + 1, stop + 1):
-        r = r * RB + _x(tok[L - 1])
-        if L - 1 >= lo:
-            r -= _x(tok[L - 1 - lo]) * bpow
-        top = hi if hi < L else L
-        w += 2
-        if top >= lo:
-            h = r
-            p = bpow
-            _probe(&levels[0], <uint32_t>(_fin(h) >> 32), tok, L, lo, earliest, &answers[0], &w)
-            for d in range(lo + 1, top + 1):
-                h += _x(tok[L - d]) * p
-                p *= RB
-                w += 1
-                _probe(&levels[d - lo], <uint32_t>(_fin(h) >> 32), tok, L, d, earliest,
-                       &answers[d - lo], &w)
-        for d in range(top + 1 if top >= lo else lo, hi + 1):
-            answers[d - lo] = -1
-    roll[0] = r
-    work[0] += w
-
-
-cdef inline void _index_range(const int64_t* tok, int64_t start, int64_t stop,
-                              level_t* levels, int32_t* answers, int64_t lo, int64_t hi,
-                              bint earliest, bint rolling, uint64_t* roll, uint64_t bpow,
-                              uint64_t* work) noexcept nogil:
-    if rolling:
-        _index_tokens_roll(tok, start, stop, levels, answers, lo, hi, earliest, roll, bpow, work)
-    else:
-        _index_tokens(tok, start, stop, levels, answers, lo, hi, earliest, work)
-
-
-cdef inline int64_t _chosen_end(const int32_t* answers, int64_t n_levels) noexcept nogil:
-    cdef int64_t j
-    for j in range(n_levels - 1, -1, -1):
-        if answers[j] >= 0:
-            return answers[j]
-    return -1
-
-
-# ------------------------------------------------------------------------------------
-# stateless longest match
-# ------------------------------------------------------------------------------------
-
-cdef inline int64_t _suffix_run(const token_t* p, int64_t e, int64_t last, int64_t cap) noexcept nogil:
-    """How many tokens ending at e equal those ending at last (p[e] == p[last] known), up to cap."""
-    cdef int64_t m = 1
-    while m < cap and p[e - m] == p[last - m]:
-        m += 1
-    return m
-
-
-from _scan cimport find_last as _find_last, find_first as _find_first
-
-
-cdef int64_t _lm_end(const token_t* p, int64_t L, int64_t lo, int64_t hi, bint earliest) noexcept nogil:
-    """End (exclusive) of the chosen earlier occurrence of the longest matching suffix, or -1.
-
-    Every candidate end e <= L - 2 whose token equals the last one is measured: the
-    longest common run of tokens ending at e and at L - 1, capped at max_n (and at e + 1).
-    Visiting candidates newest first (``latest``) or oldest first (``earliest``), the
-    first candidate that beats the best run so far marks that run's chosen occurrence;
-    the scan stops once a run reaches max_n. Candidates are found by a vectorised search
-    for the last token (scan.h).
-    """
-    if L < lo + 1:
-        return -1
-    cdef int64_t top = hi if hi < L - 1 else L - 1
-    cdef token_t last = p[L - 1]
-    cdef int64_t best = lo - 1
-    cdef int64_t pos = -1
-    cdef int64_t e, m, c
-    if not earliest:
-        e = L - 2
-        while e >= lo - 1:
-            e = _find_last(p, lo - 1, e, last)
-            if e < 0:
-                break
-            c = top if top < e + 1 else e + 1
-            m = _suffix_run(p, e, L - 1, c)
-            if m > best:
-                best = m
-                pos = e
-                if best == top:
-                    break
-            e -= 1
-    else:
-        e = lo - 1
-        while e <= L - 2:
-            e = _find_first(p, e, L - 2, last)
-            if e < 0:
-                break
-            c = top if top < e + 1 else e + 1
-            m = _suffix_run(p, e, L - 1, c)
-            if m > best:
-                best = m
-                pos = e
-                if best == top:
-                    break
-            e += 1
-    return pos + 1 if pos >= 0 else -1
-
-
-cdef int64_t _lm_run(const token_t* p, int64_t n, int64_t lo, int64_t hi, bint earliest) noexcept:
-    cdef int64_t r
-    if n >= NOGIL_MIN:
-        with nogil:
-            r = _lm_end(p, n, lo, hi, earliest)
-    else:
-        r = _lm_end(p, n, lo, hi, earliest)
-    return r
-
-
-def longest_match(history, min_n, max_n, max_k, prefer="latest"):
-    """Draft up to ``max_k`` tokens that followed the longest (``max_n`` down to
-    ``min_n``) earlier occurrence of ``history``'s last tokens.
-
-    ``prefer`` picks that n's most recent occurrence (``"latest"``; with
-    ``min_n == max_n`` this is ``prompt_lookup``) or its first (``"earliest"``). A numpy
-    ``history`` gives a numpy draft of the same dtype, a list or tuple gives a list.
-    """
-    cdef int64_t lo, hi, k, end = -1, n
-    cdef bint earliest
-    cdef const int64_t[::1] h64
-    cdef const int32_t[::1] h32
-    cdef int width = 0
-    # fast paths for the common argument types; anything else takes the shared checks
-    if (type(min_n) is int and type(max_n) is int and 1 <= <object>min_n <= <object>max_n
-            and <object>max_n <= MAX_INDEX_TOKENS):
-        lo_ = min_n
-        hi_ = max_n
-    else:
-        lo_, hi_ = ngram_range(min_n, max_n)
-    if type(max_k) is not int or max_k < 0:
-        max_k = check_count(max_k, "max_k")
-    if type(prefer) is str and prefer == "latest":
-        earliest = False
-    else:
-        earliest = check_prefer(prefer) == 1
-    arr = history
-    if type(history) is np.ndarray:
-        try:
-            h64 = history
-            width = 8
-        except (ValueError, TypeError, BufferError):
-            try:
-                h32 = history
-                width = 4
-            except (ValueError, TypeError, BufferError):
-                pass
-    if width == 0:
-        arr = token_ids(history, "history")
-        if arr.dtype.itemsize == 8:
-            h64 = arr
-            width = 8
-        else:
-            h32 = arr
-            width = 4
-    n = h64.shape[0] if width == 8 else h32.shape[0]
-    lo = lo_ if lo_ < n + 1 else n + 1     # beyond n + 1 nothing can match anyway
-    hi = hi_ if hi_ < n + 1 else n + 1
-    k = max_k if max_k < n else n
-    if k > 0 and n >= lo + 1:
-        if width == 8:
-            end = _lm_run(&h64[0], n, lo, hi, earliest)
-        else:
-            end = _lm_run(&h32[0], n, lo, hi, earliest)
-    if isinstance(history, np.ndarray):
-        if end < 0:
-            return history[:0].copy()
-        return history[end : end + k].copy()
-    if end < 0:
-        return []
-    return arr[end : end + k].tolist()
-
-
-cdef void _lm_batch(const token_t* p, const int64_t* off, const int64_t* ks, int64_t b,
-                    int64_t lo, int64_t hi, bint earliest, token_t* out, int64_t* out_off,
-                    int64_t* lengths) noexcept nogil:
-    cdef int64_t i, j, s, L, end, take, w = 0
-    out_off[0] = 0
-    for i in range(b):
-        s = off[i]
-        L = off[i + 1] - s
-        take = 0
-        if ks[i] > 0:
-            end = _lm_end(p + s, L, lo, hi, earliest)
-            if end >= 0:
-                take = L - end
-                if ks[i] < take:
-                    take = ks[i]
-                for j in range(take):
-                    out[w + j] = p[s + end + j]
-        w += take
-        lengths[i] = take
-        out_off[i + 1] = w
-
-
-def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
-    """``longest_match`` for B histories stored back to back in one flat array.
-
-    History ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets`` holds B + 1
-    nondecreasing boundaries); ``max_k`` is one count or one per request. Returns
-    ``(drafts, draft_offsets, lengths)``: draft ``i`` is
-    ``drafts[draft_offsets[i]:draft_offsets[i + 1]]`` and has ``lengths[i]`` tokens;
-    ``drafts`` has the dtype of ``tokens`` (int32 or int64). The whole batch runs
-    without the GIL.
-    """
-    # convert every argument first (Python code may run), copying the control arrays
-    lo_, hi_ = ngram_range(min_n, max_n)
-    cdef bint earliest = check_prefer(prefer) == 1
-    arr = token_ids(tokens, "tokens")
-    off = batch_offsets(offsets)
-    cdef int64_t b = off.shape[0] - 1
-    ks = check_batch_counts(max_k, b, None)          # an owned, validated copy
-    cdef const int32_t[::1] t32
-    cdef const int64_t[::1] t64
-    cdef int64_t n
-    # the token buffer is pinned by its view; its length is read once, from the view
-    if arr.dtype.itemsize == 4:
-        t32 = arr
-        n = t32.shape[0]
-    else:
-        t64 = arr
-        n = t64.shape[0]
-    index_offsets(off, n)                    # the copy, compared neighbour to neighbour
-    cdef const int64_t[::1] offv = off
-    cdef const int64_t[::1] kv = ks
-    # an upper bound on the drafts' total, so one allocation serves the whole batch
-    cdef int64_t bound = 0, i, span
-    for i in range(b):
-        span = offv[i + 1] - offv[i]
-        bound += kv[i] if kv[i] < span else span
-    cdef int64_t lo = min(lo_, n + 1)
-    cdef int64_t hi = min(hi_, n + 1)
-    out = np.empty(bound, dtype=arr.dtype)
-    out_off = np.empty(b + 1, dtype=np.int64)
-    lengths = np.empty(b, dtype=np.int64)
-    cdef int64_t[::1] oo = out_off
-    cdef int64_t[::1] ln = lengths
-    cdef int32_t[::1] o32
-    cdef int64_t[::1] o64
-    cdef int32_t z32 = 0
-    cdef int64_t z64 = 0
-    if arr.dtype.itemsize == 4:
-        o32 = out
-        with nogil:
-            _lm_batch(&t32[0] if n else &z32, &offv[0], &kv[0] if b else &z64, b,
-                      lo, hi, earliest, &o32[0] if bound else &z32, &oo[0],
-                      &ln[0] if b else &z64)
-    else:
-        o64 = out
-        with nogil:
-            _lm_batch(&t64[0] if n else &z64, &offv[0], &kv[0] if b else &z64, b,
-                      lo, hi, earliest, &o64[0] if bound else &z64, &oo[0],
-                      &ln[0] if b else &z64)
-    return out[: out_off[b]], out_off, lengths
+include "_ngram_table.pxi"
+include "_ngram_match.pxi"
 
 
 # ------------------------------------------------------------------------------------
@@ -652,13 +188,13 @@ cdef class NgramIndex:
     """
 
     cdef int64_t _lo, _hi, _n_levels
-    cdef bint _earliest, _adaptive
+    cdef bint _earliest
     cdef object _buf                 # int64 ndarray holding the tokens (capacity >= _len)
     cdef int64_t* _tok
     cdef int64_t _len, _cap
     cdef level_t* _levels
     cdef int32_t* _answers
-    # The guard (the shared protocol, _core/_guard.pxd). Every change of it happens with
+    # The guard (the shared protocol, _core/common/_guard.pxd). Every change of it happens with
     # the GIL held and no Python code in between check and change: an extend takes the
     # writer flag before anything that can release the GIL or run Python code (argument
     # conversion, numpy copies, the nogil indexing) and drops it last; a batch proposal
@@ -666,12 +202,10 @@ cdef class NgramIndex:
     # and out after they are done; every other method and property checks it.
     cdef guard_t _g
     cdef int64_t _write_stamp        # the extend_batch call holding the writer flag (duplicates)
-    cdef int64_t _pending            # record_batch: drafted tokens this call adds (duplicates)
     cdef bint _rolling               # min_n > ROLL_MIN_N: the rolling hash
     cdef uint64_t _roll, _bpow       # its state H(_len, min_n) and RB**min_n
     cdef uint64_t _work              # hashing and comparison steps so far (tests)
-    cdef int64_t _draft_len, _min_draft, _max_draft
-    cdef int64_t _steps, _drafted, _accepted, _full
+    cdef index_stats_t _st           # acceptance statistics, the adaptive draft length
 
     def __cinit__(self):
         self._levels = NULL
@@ -692,11 +226,8 @@ cdef class NgramIndex:
         self._bpow = _pow(RB, lo)
         self._work = 0
         self._earliest = earliest
-        self._adaptive = bool(adaptive)
-        self._draft_len = min(k, MAX_INDEX_TOKENS)
-        self._min_draft = min(kmin, MAX_INDEX_TOKENS)
-        self._max_draft = min(kmax, MAX_INDEX_TOKENS)
-        self._steps = self._drafted = self._accepted = self._full = 0
+        stats_init(&self._st, bool(adaptive), min(k, MAX_INDEX_TOKENS),
+                   min(kmin, MAX_INDEX_TOKENS), min(kmax, MAX_INDEX_TOKENS))
         self._len = 0
         self._cap = 64
         self._buf = _token_array(&self._cap)
@@ -768,13 +299,13 @@ cdef class NgramIndex:
     @property
     def adaptive(self):
         guard_check(&self._g, NAME)
-        return bool(self._adaptive)
+        return bool(self._st.adaptive)
 
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
         guard_check(&self._g, NAME)
-        return self._draft_len
+        return self._st.draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
@@ -934,12 +465,7 @@ cdef class NgramIndex:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
         cdef int64_t k, end, i, stop
-        if max_k is None:
-            k = self._draft_len
-        else:
-            if type(max_k) is not int or max_k < 0:
-                max_k = check_count(max_k, "max_k")   # may run Python code: before the check
-            k = max_k if max_k < self._len else self._len
+        k = _propose_limit(&self._st, max_k, &self._len)   # may run Python code: before the check
         # checked after the conversion; the copy below lets no other thread run (it
         # allocates no object the garbage collector tracks but the list itself, first)
         if self._g.phase != GUARD_READY or self._g.writing:
@@ -958,9 +484,7 @@ cdef class NgramIndex:
         draft, ``propose(min(draft_len, max_k))`` when adaptive, else
         ``propose(max_k)``. Refuses what those refuse, changing nothing."""
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
-        return _serve_one(ngram_serve, self, &self._g, "an NgramIndex", src, d, a, k,
-                          self._len, self._drafted, self._adaptive, self._draft_len,
-                          MAX_TOKENS_C)
+        return _serve_one(ngram_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
@@ -975,43 +499,13 @@ cdef class NgramIndex:
     def record(self, proposed, accepted):
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
-        p, a = check_record(proposed, accepted)
-        cdef int64_t pv, av
-        if p > INT64_MAX_C - self._drafted:
-            guard_check(&self._g, NAME)
-            check_total(self._drafted, p)   # raises
-        pv = p
-        av = a
-        # no Python code runs from the check to the change
-        guard_check(&self._g, NAME)
-        self._record(pv, av)
-        return self._draft_len
-
-    cdef void _record(self, int64_t p, int64_t a) noexcept:
-        self._steps += 1
-        self._drafted += p
-        self._accepted += a
-        if p > 0 and a == p:
-            self._full += 1
-        if self._adaptive and p > 0:
-            if a == p:
-                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
-            else:
-                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
+        return _record_one(&self._g, &self._st, proposed, accepted)
 
     @property
     def stats(self):
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
-        guard_check(&self._g, NAME)
-        return {
-            "steps": self._steps,
-            "drafted": self._drafted,
-            "accepted": self._accepted,
-            "full_accepts": self._full,
-            "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
-            "draft_len": self._draft_len,
-        }
+        return _stats_dict(&self._g, &self._st)
 
     def __repr__(self):
         if self._g.phase != GUARD_READY:
@@ -1026,17 +520,14 @@ cdef class NgramIndex:
             return (
                 _rebuild,
                 (type(self), self._lo, self._hi, "earliest" if self._earliest else "latest",
-                 self._draft_len, bool(self._adaptive), self._min_draft, self._max_draft,
-                 np.array(self._buf[: self._len]),
-                 (self._steps, self._drafted, self._accepted, self._full)),
+                 self._st.draft_len, bool(self._st.adaptive), self._st.min_draft,
+                 self._st.max_draft, np.array(self._buf[: self._len]), _stats_tuple(&self._st)),
             )
         finally:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
-        steps, drafted, accepted, full = check_stats(stats)
-        guard_check(&self._g, NAME)
-        self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
+        _stats_restore(&self._g, &self._st, stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
@@ -1050,596 +541,21 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
     return ix
 
 
-cdef int _refuse(guard_t* g, Py_ssize_t i, bint write) except -1:
-    """The guard's refusal of ``indexes[i]`` in a batch call, the index named (the
-    callers test the guard inline first: this runs only when it refuses)."""
-    try:
-        if write:
-            guard_write(g, NAME)
-            guard_done_write(g)      # not reached: the caller saw a refusal coming
-        else:
-            guard_check(g, NAME)
-    except RuntimeError as exc:
-        raise RuntimeError(f"indexes[{i}]: {exc}") from None
-    return 0
+# what _index_common.pxi and _serve.pxi ask of this module's index class
+cdef inline bint _is_index(object o):
+    return type(o) is NgramIndex or isinstance(o, NgramIndex)
 
 
-cdef list _index_list(object indexes):
-    if isinstance(indexes, NgramIndex):
-        raise TypeError("indexes must be a sequence of NgramIndex, got a single NgramIndex")
-    try:
-        out = list(indexes)
-    except TypeError:
-        raise TypeError(
-            f"indexes must be a sequence of NgramIndex, got {type(indexes).__name__}"
-        ) from None
-    cdef Py_ssize_t i
-    for i in range(len(out)):
-        if type(out[i]) is not NgramIndex and not isinstance(out[i], NgramIndex):
-            ix = out[i]
-            raise TypeError(
-                f"indexes[{i}] must be an NgramIndex of the same implementation, "
-                f"got {type(ix).__module__}.{type(ix).__name__}"
-            )
-    return out
+cdef inline guard_t* _guard_of(object o) noexcept:
+    return &(<NgramIndex>o)._g
 
 
-cdef void _propose_views(const view_t* views, int64_t b, int64_t* out, int64_t* out_off,
-                         int64_t* lengths) noexcept nogil:
-    cdef int64_t i, j, end, take, w = 0
-    cdef const view_t* v
-    out_off[0] = 0
-    for i in range(b):
-        v = &views[i]
-        end = _chosen_end(v.answers, v.n_levels)
-        take = 0
-        if end >= 0 and v.k > 0:
-            take = v.k
-            for j in range(take):
-                out[w + j] = v.tok[end + j]
-        w += take
-        lengths[i] = take
-        out_off[i + 1] = w
+cdef inline index_stats_t* _stats_of(object o) noexcept:
+    return &(<NgramIndex>o)._st
 
 
-def propose_batch(indexes, max_k=None):
-    """``propose`` for B indexes in one call, without the GIL for the whole batch.
-
-    ``max_k`` is one count, one count per index, or None for each index's
-    ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
-    does, ``drafts`` being int64. Refuses (RuntimeError) an index being extended.
-    """
-    # every argument converted (Python code may run) before any index is touched
-    cdef list index_list = _index_list(indexes)
-    cdef int64_t b = len(index_list), i, k, end, bound = 0, one_k = -1, marked = 0
-    cdef const int64_t[::1] kv
-    cdef NgramIndex ix
-    if max_k is None:
-        pass
-    elif type(max_k) is int and max_k >= 0:
-        one_k = max_k if max_k < MAX_INDEX_TOKENS else MAX_INDEX_TOKENS
-    elif isinstance(max_k, (np.ndarray, list, tuple)):
-        kv = check_batch_counts(max_k, b, None)     # an owned, validated copy
-    else:
-        one_k = min(check_count(max_k, "max_k"), MAX_INDEX_TOKENS)
-    cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
-    if views == NULL:
-        raise MemoryError()
-    try:
-        # the read guard on every index, before anything can release the GIL or run
-        # Python code (numpy allocations below may run a collection, hence finalizers)
-        # (no Python code runs in this loop: each index is marked, then its view taken)
-        for i in range(b):
-            ix = <NgramIndex>index_list[i]
-            guard_read(&ix._g, NAME)
-            marked += 1
-            if max_k is None:
-                k = ix._draft_len
-            elif one_k >= 0:
-                k = one_k
-            else:
-                k = kv[i]
-            views[i].tok = ix._tok
-            views[i].answers = ix._answers
-            views[i].n_levels = ix._n_levels
-            # clip k to the tokens after the chosen occurrence now, so the nogil pass
-            # needs no length (and the output's size is exact)
-            end = _chosen_end(ix._answers, ix._n_levels)
-            if end < 0 or k < 0:
-                k = 0
-            elif k > ix._len - end:
-                k = ix._len - end
-            views[i].k = k
-            bound += k
-        out = np.empty(bound, dtype=np.int64)
-        out_off = np.empty(b + 1, dtype=np.int64)
-        lengths = np.empty(b, dtype=np.int64)
-        _run_views(views, b, out, out_off, lengths)
-    finally:
-        for i in range(marked):
-            guard_done_read(&(<NgramIndex>index_list[i])._g)
-        free(views)
-    return out, out_off, lengths
+cdef inline int64_t _len_of(object o) noexcept:
+    return (<NgramIndex>o)._len
 
 
-cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, object lengths) except -1:
-    cdef int64_t[::1] o = out
-    cdef int64_t[::1] oo = out_off
-    cdef int64_t[::1] ln = lengths
-    cdef int64_t z = 0
-    with nogil:
-        _propose_views(views, b, &o[0] if o.shape[0] else &z, &oo[0], &ln[0] if b else &z)
-    return 0
-
-
-def record_batch(indexes, proposed, accepted):
-    """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
-    Returns the next draft lengths (int64)."""
-    cdef list index_list = _index_list(indexes)
-    cdef int64_t b = len(index_list), i
-    p = check_batch_counts(proposed, b, None, "proposed")
-    a = check_batch_counts(accepted, b, None, "accepted")
-    cdef const int64_t[::1] pv = p
-    cdef const int64_t[::1] av = a
-    for i in range(b):
-        if av[i] > pv[i]:
-            raise ValueError(f"accepted[{i}]={av[i]} is beyond the {pv[i]} drafted tokens")
-    out = np.empty(b, dtype=np.int64)
-    cdef int64_t[::1] ov = out
-    cdef NgramIndex ix
-    # all or nothing: every index's guard and every total (an index listed twice adds
-    # up) checked before any changes; no Python code runs from here to the last change
-    for i in range(b):
-        ix = <NgramIndex>index_list[i]
-        if ix._g.phase != GUARD_READY or ix._g.writing:
-            _refuse(&ix._g, i, False)
-        ix._pending = 0
-    for i in range(b):
-        ix = <NgramIndex>index_list[i]
-        if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
-            check_total(ix._drafted + ix._pending, pv[i])   # raises
-        ix._pending += pv[i]
-    for i in range(b):
-        ix = <NgramIndex>index_list[i]
-        ix._record(pv[i], av[i])
-        ov[i] = ix._draft_len
-    return out
-
-
-def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
-    """``NgramIndex.serve`` for B distinct indexes in one call: index ``i`` records
-    ``(drafted[i], accepted[i])`` (nothing when 0), takes
-    ``tokens[offsets[i]:offsets[i + 1]]`` and drafts at most ``max_k`` (one count, one
-    per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
-    tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
-    nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
-    cdef list ixs = _index_list(indexes)
-    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
-                                               max_k, MAX_TOKENS_C)
-    cdef Py_ssize_t b = len(ixs), i
-    cdef NgramIndex ix
-    cdef int64_t k_cap = 0, room
-    cdef const int64_t[::1] ov = off
-    if lims is None:
-        lims = np.empty(b, dtype=np.int64)
-        for i in range(b):
-            ix = <NgramIndex>ixs[i]
-            lims[i] = MAX_TOKENS_C if ix._adaptive else ix._draft_len
-    cdef const int64_t[::1] lv = lims
-    for i in range(b):
-        room = (<NgramIndex>ixs[i])._len + ov[i + 1] - ov[i]
-        room = lv[i] if lv[i] < room else room
-        if room > k_cap:
-            k_cap = room
-    return _serve_run(ngram_serve, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
-
-
-# ------------------------------------------------------------------------------------
-# extend for a batch of indexes
-# ------------------------------------------------------------------------------------
-
-ctypedef struct job_t:    # one index's share of extend_batch, read without the GIL
-    int64_t* tok
-    level_t* levels
-    int32_t* answers
-    int64_t start         # the index's length before the call
-    int64_t first         # its tokens are src[first:first + stop - start]
-    int64_t stop
-    int64_t lo, hi
-    uint64_t* roll
-    uint64_t* work
-    uint64_t bpow
-    int64_t n_levels
-    bint earliest, rolling, piped
-
-ctypedef struct tags_t:
-    uint32_t tag[PIPE_LEVELS]
-    uint32_t at[PIPE_LEVELS]  # the slot each level's probe starts from
-    int lower                 # earliest: the shorter n's are to be peeked at too
-
-cdef int64_t _batch_stamp = 0
-
-
-cdef inline uint64_t _home(const level_t* lv, uint32_t tag) noexcept nogil:
-    return (<uint64_t>tag) >> lv.shift if lv.shift < 32 else 0
-
-
-cdef inline void _job_tags(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
-    """Stage 1 for the n-grams ending at L (a chained-hash job): their tags and home
-    slots, and a prefetch of the home slots the probe will need first: every level's,
-    or with ``prefer="earliest"`` only the longest n's (see ``_job_probe``)."""
-    cdef int64_t d, top = jb.hi if jb.hi < L else L
-    cdef uint64_t h = 0
-    cdef const level_t* lv
-    cdef uint32_t t
-    rg.lower = 0
-    for d in range(1, top + 1):
-        h = _step(h, jb.tok[L - d])
-        if d >= jb.lo:
-            lv = &jb.levels[d - jb.lo]
-            t = <uint32_t>(h >> 32)
-            rg.tag[d - jb.lo] = t
-            rg.at[d - jb.lo] = <uint32_t>_home(lv, t)
-            if not jb.earliest or d == top:
-                NGI_PREFETCH(&lv.slots[rg.at[d - jb.lo]])
-
-
-cdef inline bint _peek_level(const job_t* jb, int64_t d, tags_t* rg,
-                             uintptr_t* last) noexcept nogil:
-    """Walk level d's chain from ``rg.at`` (its line prefetched a stage ago; linear
-    probing puts about half the matches past the home slot) to the slot a probe will
-    stop at and, where its tag matches, prefetch the history the compare will read:
-    tok[e - d:e], one or two cache lines, each line once. The slot it stopped at is
-    kept in ``rg.at``: slots never empty and tags never change during a pass, so every
-    slot before it still holds another tag when the probe comes. True on a tag match."""
-    cdef const level_t* lv = &jb.levels[d - jb.lo]
-    cdef uint64_t mask = <uint64_t>(lv.cap - 1)
-    cdef uint64_t idx = rg.at[d - jb.lo]
-    cdef uint32_t tag = rg.tag[d - jb.lo]
-    cdef const slot_t* sl
-    cdef int steps
-    cdef int32_t e
-    cdef uintptr_t line
-    cdef bint hit = False
-    for steps in range(PEEK_STEPS):
-        sl = &lv.slots[idx]
-        e = sl.end
-        if e < 0:
-            break
-        if sl.tag == tag:
-            hit = True
-            if e >= d:
-                line = (<uintptr_t>&jb.tok[e - 1]) >> 6
-                if line != last[0]:
-                    NGI_PREFETCH_KEEP(&jb.tok[e - 1])
-                    last[0] = line
-                line = (<uintptr_t>&jb.tok[e - d]) >> 6
-                if line != last[0]:
-                    NGI_PREFETCH_KEEP(&jb.tok[e - d])
-            break
-        idx = (idx + 1) & mask
-    rg.at[d - jb.lo] = <uint32_t>idx
-    return hit
-
-
-cdef inline void _job_peek_top(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
-    """Stage 2, ``prefer="earliest"`` only: peek at the longest n. Without a tag match
-    there the shorter n's will be probed too: their home slots are prefetched now."""
-    cdef int64_t d, top = jb.hi if jb.hi < L else L
-    cdef uintptr_t last = 0
-    if top < jb.lo:
-        return
-    if not _peek_level(jb, top, rg, &last):
-        rg.lower = 1
-        for d in range(jb.lo, top):
-            NGI_PREFETCH(&jb.levels[d - jb.lo].slots[rg.at[d - jb.lo]])
-
-
-cdef inline void _job_peek(const job_t* jb, int64_t L, tags_t* rg) noexcept nogil:
-    """Stage 3: peek at every level still to be looked at (all of them for ``latest``;
-    for ``earliest``, the shorter n's when the longest had no tag match)."""
-    cdef int64_t d, top = jb.hi if jb.hi < L else L
-    cdef uintptr_t last = 0
-    if jb.earliest:
-        if rg.lower:
-            for d in range(top - 1, jb.lo - 1, -1):
-                if _peek_level(jb, d, rg, &last):
-                    break
-    else:
-        for d in range(jb.lo, top + 1):
-            _peek_level(jb, d, rg, &last)
-
-
-cdef inline void _job_probe(const job_t* jb, int64_t L, const tags_t* rg,
-                            uint64_t* w) noexcept nogil:
-    """Stage 4: probe (and insert) the n-grams ending at L. With ``prefer="earliest"``
-    the longest n goes first and the probe stops at the first n found: every shorter
-    n-gram ending at L is a suffix of that earlier occurrence, so its table already
-    holds it (at its first occurrence, which earliest never moves) and nothing needs
-    writing; those levels' answers are left unknown (-1), which nothing reads while a
-    longer n has an answer."""
-    cdef int64_t d, top = jb.hi if jb.hi < L else L
-    if jb.earliest:
-        d = top
-        while d >= jb.lo:
-            _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
-                      d, True, &jb.answers[d - jb.lo], w)
-            if jb.answers[d - jb.lo] >= 0:
-                break
-            d -= 1
-        while d > jb.lo:
-            d -= 1
-            jb.answers[d - jb.lo] = -1
-    else:
-        for d in range(jb.lo, top + 1):
-            _probe_at(&jb.levels[d - jb.lo], rg.tag[d - jb.lo], rg.at[d - jb.lo], jb.tok, L,
-                      d, False, &jb.answers[d - jb.lo], w)
-    for d in range(top + 1 if top >= jb.lo else jb.lo, jb.hi + 1):
-        jb.answers[d - jb.lo] = -1
-    w[0] += <uint64_t>top
-
-
-cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t* job_of,
-                       int64_t total, tags_t* ring) noexcept nogil:
-    """Index every job's new tokens, positions of all jobs in one software pipeline:
-    position p + PIPE_HASH is hashed and its first home slots prefetched, position
-    p + PIPE_TOP peeks at its longest n (earliest), position p + PIPE_VERIFY's matching
-    slots have their tokens prefetched, and position p is probed, so the cache misses of
-    different requests overlap. Each job's positions are still probed in order, so the
-    result equals one extend per index."""
-    cdef int64_t i, p, q
-    cdef job_t* jb
-    cdef uint64_t w
-    # the new tokens into each buffer
-    for i in range(b):
-        if i + 4 < b:
-            NGI_PREFETCH_W(&jobs[i + 4].tok[jobs[i + 4].start])
-        jb = &jobs[i]
-        if jb.stop > jb.start:
-            memcpy(&jb.tok[jb.start], &src[jb.first], <size_t>(jb.stop - jb.start) * sizeof(int64_t))
-    for p in range(-PIPE_HASH, total):
-        q = p + PIPE_HASH
-        if q < total:
-            jb = &jobs[job_of[q]]
-            if jb.piped:
-                _job_tags(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
-        q = p + PIPE_TOP
-        if 0 <= q < total:
-            jb = &jobs[job_of[q]]
-            if jb.piped and jb.earliest:
-                _job_peek_top(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
-        q = p + PIPE_VERIFY
-        if 0 <= q < total:
-            jb = &jobs[job_of[q]]
-            if jb.piped:
-                _job_peek(jb, jb.start + (q - jb.first) + 1, &ring[q & (PIPE_RING - 1)])
-        if p >= 0:
-            jb = &jobs[job_of[p]]
-            if jb.piped:
-                w = 0
-                _job_probe(jb, jb.start + (p - jb.first) + 1, &ring[p & (PIPE_RING - 1)], &w)
-                jb.work[0] += w
-            elif p == jb.first:
-                _index_range(jb.tok, jb.start, jb.stop, jb.levels, jb.answers, jb.lo, jb.hi,
-                             jb.earliest, jb.rolling, jb.roll, jb.bpow, jb.work)
-
-
-def extend_batch(indexes, tokens, offsets):
-    """``extend`` for B indexes in one call: index ``i`` gets
-    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
-    boundaries). The whole batch is indexed without the GIL, the hash-table cache
-    misses of different indexes overlapping. All or nothing: refuses the whole batch,
-    changing no index, when an index appears twice (ValueError) or is in use by
-    another call (RuntimeError), or when one would exceed its capacity.
-    """
-    # every argument converted (Python code may run) and copied before any index is touched
-    cdef list index_list = _index_list(indexes)
-    cdef int64_t b = len(index_list), i, n
-    # plain int64 arrays (the usual arguments) copied without the shared checks' calls
-    if plain_int_width(tokens) == 8:
-        src = _copy_int64(tokens)
-    else:
-        src = np.array(token_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    if plain_int_width(offsets) == 8 and array_len(offsets) >= 1:
-        off = _copy_int64(offsets)
-    else:
-        off = batch_offsets(offsets)
-    if off.shape[0] != b + 1:
-        raise ValueError(
-            f"offsets holds {off.shape[0]} entries for {b} indexes; it needs B + 1 = {b + 1}"
-        )
-    cdef const int64_t[::1] sv = src
-    n = sv.shape[0]
-    cdef const int64_t[::1] ov = off
-    # the owned copy checked in C (neighbours compared, never subtracted); only a bad
-    # one goes through the shared check, for the twin's exact error message
-    cdef bint bad = ov[0] != 0 or ov[b] != n
-    for i in range(b):
-        if ov[i] > ov[i + 1]:
-            bad = True
-            break
-    if bad:
-        index_offsets(off, n)
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
-    cdef int64_t z = 0
-    _extend_core(index_list, b, &sv[ov[0]] if ov[b] > ov[0] else &z, &ov[0], NULL, NULL, NULL, 0,
-                 NULL, NULL)
-
-
-cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int64_t* off,
-                      const int64_t* drafted, const int64_t* accepted, const int64_t* limits,
-                      int64_t kmax, int64_t* drafts, int64_t* lengths) except -1:
-    """``extend_batch``'s work on checked arguments the caller owns: index ``i`` (every
-    entry of ``index_list`` an NgramIndex) gets ``src[off[i] - off[0]:off[i + 1] -
-    off[0]]``, ``off`` holding B + 1 nondecreasing entries. With ``drafts`` not NULL it
-    also serves (``ngram_serve``): index ``i`` with ``drafted[i] > 0`` (``drafted`` not
-    NULL) records its verified draft, then, in the same pass without the GIL as the
-    extend, its draft of at most ``limits[i]`` tokens (clipped to ``kmax``, and to its
-    ``draft_len`` when adaptive and ``drafted`` is not NULL) goes to
-    ``drafts[i * kmax:]`` and its length to ``lengths[i]``."""
-    global _batch_stamp
-    cdef int64_t i, j, marked = 0, m, total, base
-    cdef NgramIndex ix
-    cdef int64_t stamp
-    cdef job_t* jobs = NULL
-    cdef int32_t* job_of = NULL
-    cdef tags_t* ring = NULL
-    cdef int64_t* lim = NULL
-    _batch_stamp += 1
-    stamp = _batch_stamp
-    try:
-        # the write guard on every index, all or nothing; no Python code runs in this loop
-        for i in range(b):
-            ix = <NgramIndex>index_list[i]
-            if ix._g.phase != GUARD_READY or ix._g.writing or ix._g.readers:
-                if ix._g.writing and ix._write_stamp == stamp:
-                    raise ValueError(
-                        f"indexes[{i}] appears twice in the batch; extend_batch takes each "
-                        "index once"
-                    )
-                _refuse(&ix._g, i, True)
-            ix._g.writing = 1
-            ix._write_stamp = stamp
-            marked += 1
-            # start loading what the next passes read
-            NGI_PREFETCH(ix._levels)
-            NGI_PREFETCH(ix._answers)
-            if ix._len > 0:
-                NGI_PREFETCH(&ix._tok[ix._len - 1])
-        total = off[b] - off[0]
-        base = off[0]
-        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
-        job_of = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
-        ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
-        if jobs == NULL or job_of == NULL or ring == NULL:
-            raise MemoryError()
-        # capacities checked and made (no index's content changes before the nogil pass,
-        # so a refusal here leaves every index as it was)
-        for i in range(b):
-            ix = <NgramIndex>index_list[i]
-            m = off[i + 1] - off[i]
-            if ix._len + m > MAX_TOKENS_C:
-                raise OverflowError(
-                    f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
-                    f"indexes[{i}] has {ix._len} + {m}, too many"
-                )
-            if ix._len + m > ix._cap:
-                ix._grow_buffer(ix._len + m)
-            for j in range(ix._n_levels):
-                if (ix._levels[j].count + m) * 3 > ix._levels[j].cap * 2:
-                    if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
-                        raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
-            jobs[i].tok = ix._tok
-            jobs[i].levels = ix._levels
-            jobs[i].answers = ix._answers
-            jobs[i].n_levels = ix._n_levels
-            jobs[i].start = ix._len
-            jobs[i].first = off[i] - base
-            jobs[i].stop = ix._len + m
-            jobs[i].lo = ix._lo
-            jobs[i].hi = ix._hi
-            jobs[i].roll = &ix._roll
-            jobs[i].work = &ix._work
-            jobs[i].bpow = ix._bpow
-            jobs[i].earliest = ix._earliest
-            jobs[i].rolling = ix._rolling
-            jobs[i].piped = not ix._rolling and ix._n_levels <= PIPE_LEVELS
-            for j in range(off[i] - base, off[i + 1] - base):
-                job_of[j] = <int32_t>i
-        if drafted != NULL:
-            # every total checked before the first record (an index is listed once)
-            for i in range(b):
-                ix = <NgramIndex>index_list[i]
-                if drafted[i] > INT64_MAX_C - ix._drafted:
-                    check_total(ix._drafted, drafted[i])   # raises
-        if drafts != NULL:
-            lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
-            if lim == NULL:
-                raise MemoryError()
-            # nothing below refuses: the verified drafts recorded, the limits set
-            for i in range(b):
-                lim[i] = limits[i]
-                if drafted != NULL:
-                    ix = <NgramIndex>index_list[i]
-                    if drafted[i] > 0:
-                        ix._record(drafted[i], accepted[i])
-                    if ix._adaptive and ix._draft_len < lim[i]:
-                        lim[i] = ix._draft_len
-        with nogil:
-            _extend_jobs(jobs, b, src, job_of, total, ring)
-            if drafts != NULL:
-                _propose_jobs(jobs, b, lim, kmax, drafts, lengths)
-        for i in range(b):
-            (<NgramIndex>index_list[i])._len = jobs[i].stop
-    finally:
-        for i in range(marked):
-            guard_done_write(&(<NgramIndex>index_list[i])._g)
-        free(jobs)
-        free(job_of)
-        free(ring)
-        free(lim)
-    return 0
-
-
-cdef void _propose_jobs(const job_t* jobs, int64_t b, const int64_t* limits, int64_t kmax,
-                        int64_t* drafts, int64_t* lengths) noexcept nogil:
-    """``propose`` for every job after its extend: the draft of job ``i`` (at most
-    ``min(limits[i], kmax)`` tokens) into ``drafts[i * kmax:]``, its length into
-    ``lengths[i]``. The chosen occurrences' tokens are prefetched a few jobs ahead."""
-    cdef int64_t i, j, k, end
-    cdef const job_t* jb
-    for i in range(b):          # the chosen ends first (each index's answers are cached)
-        jb = &jobs[i]
-        end = _chosen_end(jb.answers, jb.n_levels)
-        lengths[i] = end
-        if end >= 0:
-            NGI_PREFETCH(&jb.tok[end])
-    for i in range(b):
-        jb = &jobs[i]
-        end = lengths[i]
-        k = limits[i] if limits[i] < kmax else kmax
-        if end < 0 or k < 0:
-            k = 0
-        elif k > jb.stop - end:
-            k = jb.stop - end
-        for j in range(k):
-            drafts[i * kmax + j] = jb.tok[end + j]
-        lengths[i] = k
-
-
-cdef int ngram_serve(list indexes, Py_ssize_t b, const int64_t* tokens,
-                     const int64_t* offsets, const int64_t* drafted, const int64_t* accepted,
-                     const int64_t* limits, Py_ssize_t k_cap, int64_t* out_tokens,
-                     int64_t* out_lens) except -1:
-    """The serving-step policy for B indexes (declared in
-    ``specfsm._core.ngram_index.pxd``; ``serve``, ``serve_batch`` and the batch step
-    run it): each index with ``drafted[i] > 0`` records ``(drafted[i], accepted[i])``,
-    takes ``tokens[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]``, and proposes
-    at most ``min(limits[i], k_cap)`` tokens (and at most its ``draft_len`` when it is
-    adaptive) into ``out_tokens[i * k_cap:]``, the count into ``out_lens[i]``. With
-    ``drafted`` NULL nothing is recorded and ``draft_len`` does not bound the draft
-    (the batch step's NgramIndex slots). Buffers are the caller's own (never changed
-    meanwhile). Refuses what ``extend_batch`` and ``record_batch`` refuse, changing no
-    index."""
-    cdef Py_ssize_t i
-    if len(indexes) != b or k_cap < 0:
-        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
-    for i in range(b):
-        o = indexes[i]
-        if type(o) is not NgramIndex and not isinstance(o, NgramIndex):
-            raise TypeError(
-                f"indexes[{i}] must be an NgramIndex of the same implementation, "
-                f"got {type(o).__module__}.{type(o).__name__}"
-            )
-        if offsets[i] > offsets[i + 1]:
-            raise ValueError("offsets must be nondecreasing")
-        if drafted != NULL and (drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]):
-            raise ValueError(
-                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
-            )
-        if limits[i] < 0:
-            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
-    if b and offsets[0] < 0:
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
-    return _extend_core(indexes, b, tokens, offsets, drafted, accepted, limits, k_cap,
-                        out_tokens, out_lens)
+include "_ngram_batch.pxi"

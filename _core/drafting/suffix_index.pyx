@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Unbounded longest-match drafting over a suffix automaton (compiled).
 
-Same names and behaviour as the twin ``specfsm.drafting._suffix_index_py``; both take their
+Same names and behaviour as the twin ``specfsm._py.suffix_index``; both take their
 argument checks from ``specfsm._checks`` and the concept's check module, so both raise the same errors.
 
 Layout (about 30 bytes per token on source code: the history, 4 bytes per position,
@@ -22,7 +22,7 @@ kept as int32 while every token fits, as int64 from the first one that does not 
 edge's 32 bits then only pick candidates: the whole token is read from the history).
 ``prefer="latest"`` adds a 4-byte last end position per state.
 
-Thread safety: the shared guard protocol (``_core/_guard.pxd``). ``extend``,
+Thread safety: the shared guard protocol (``_core/common/_guard.pxd``). ``extend``,
 ``append``, ``extend_batch`` (and the serving-step policy, ``suffix_serve``)
 hold the writer flag from before they convert their arguments (that conversion, numpy
 copies and the nogil indexing may let other threads run) until they are done; while it
@@ -32,6 +32,13 @@ Readers that may let other threads run (``tokens``, ``last_tokens``, pickling,
 the other reads never release the GIL after their check and only check. An index made
 with ``__new__``, or whose ``__init__`` failed, refuses every call; so does one that ran
 out of memory part way through an extend.
+
+This file holds the module's declarations and the SuffixIndex class; the rest of the
+module is included from files of one concern each: _suffix_automaton.pxi (the automaton
+and its online construction), _suffix_batch.pxi (the batch API, the serving-step policy
+and the extend_batch pipeline), and, shared with ngram_index.pyx, _index_common.pxi
+(statistics, record, the batch calls' guards) and _serve.pxi (``serve``/``serve_batch``);
+the statistics' C struct is in _index_stats.pxd.
 """
 
 import numpy as np
@@ -48,13 +55,13 @@ from specfsm.drafting._checks import (
     check_draft_limits,
     check_prefer,
     check_record,
-    check_stats,
+    check_stats as _check_index_stats,
     check_total,
     index_offsets,
     suffix_range,
 )
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset
 
@@ -71,10 +78,12 @@ from _guard cimport (
     guard_t,
     guard_write,
 )
+from _index_stats cimport index_stats_t, stats_fits, stats_init, stats_limit, stats_record
 
 __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
 
 NAME = "SuffixIndex"           # the guard's refusals name the class
+WHAT = "a SuffixIndex"         # ... and messages name an instance
 
 cdef extern from "prefetch.h" nogil:
     void SFX_PREFETCH "NGI_PREFETCH" (const void* p)
@@ -91,553 +100,14 @@ cdef enum:
     LEN_MASK = (1 << 30) - 1
     HAS_EDGES = 1 << 30   # in clone_t.len: the clone has table edges
 
-cdef int64_t INT64_MAX_C = 0x7FFFFFFFFFFFFFFF
 cdef int64_t INT32_LO = -2147483648
 cdef int64_t INT32_HI = 2147483647
 cdef int64_t MAX_TOKENS_C = MAX_SUFFIX_TOKENS
 
+include "_index_common.pxi"
 include "_serve.pxi"
 
-ctypedef struct clone_t:
-    int32_t len           # length of the clone's longest string; bit 30: has table edges
-    int32_t link          # suffix link
-    int32_t first         # first end position (inclusive) of its strings
-    int32_t dst           # target of its transition on tok[first + 1], -1: none
-
-ctypedef struct edge_t:
-    int32_t dst
-    int32_t sib           # next edge of the same source, -1: none
-    int32_t tok           # its token's low 32 bits (the token itself while narrow)
-
-ctypedef struct slot_t:
-    int32_t src           # the edge's source state
-    int32_t edge          # -1: empty
-
-ctypedef struct head_t:   # the edge list of a state that has table edges
-    int32_t state         # -1: empty
-    int32_t head
-
-ctypedef struct sam_t:
-    int32_t* t32          # the history (the index's numpy buffer), int32 while narrow
-    int64_t* t64          # ... or int64 once wide
-    bint wide
-    int64_t npos          # positions indexed: position states 0..npos exist
-    int32_t* plink        # per position state: suffix link
-    int32_t* plast        # per position state: last end position (prefer="latest" only)
-    uint8_t* pbits        # per position state, one bit: it has edges in the table
-    clone_t* cl
-    int32_t* clast        # per clone: last end position (prefer="latest" only)
-    int64_t n_cl, cap_cl
-    edge_t* ed
-    int64_t n_ed, cap_ed
-    slot_t* sl
-    int64_t cap_sl        # any size >= MIN_SLOTS (home slot by multiply-shift)
-    head_t* hd
-    int64_t n_hd, cap_hd  # any size >= 8 (home slot by multiply-shift)
-    int32_t tail          # the state of the whole history
-    int32_t cursor        # the state of the current (capped) match
-    int64_t match_len     # its length
-    int64_t match_end     # end (exclusive) of the chosen occurrence, -1: none
-    int64_t min_n, max_n
-    int64_t anchor_n      # anchor: set by matches of at least anchor_n tokens,
-    int64_t anchor_span   # drafts for anchor_span tokens after,
-    int64_t anchor_misses # while at most anchor_misses of them differed
-    int64_t anchor        # where the anchored continuation has got to, -1: none
-    int64_t carry         # tokens appended since the anchor was set
-    int64_t misses        # of which differed from the anchored text
-    bint earliest
-    bint unbounded        # max_n=None
-
-ctypedef struct view_t:
-    const int32_t* t32
-    const int64_t* t64
-    bint wide
-    int64_t end
-    int64_t k
-
-ctypedef struct job_t:    # one index's share of extend_batch, read without the GIL
-    sam_t* m
-    const int64_t* src    # its new tokens (in the call's own copy)
-    int64_t start, stop, done
-
-
-# ------------------------------------------------------------------------------------
-# the automaton
-# ------------------------------------------------------------------------------------
-
-cdef inline int64_t _tk(const sam_t* m, int64_t i) noexcept nogil:
-    """The token at position i."""
-    if m.wide:
-        return m.t64[i]
-    return m.t32[i]
-
-
-cdef inline int32_t _len(const sam_t* m, int32_t v) noexcept nogil:
-    if v >= CLONE:
-        return m.cl[v - CLONE].len & LEN_MASK
-    return v
-
-
-cdef inline int32_t _link(const sam_t* m, int32_t v) noexcept nogil:
-    if v >= CLONE:
-        return m.cl[v - CLONE].link
-    return m.plink[v]
-
-
-cdef inline int32_t _first(const sam_t* m, int32_t v) noexcept nogil:
-    if v >= CLONE:
-        return m.cl[v - CLONE].first
-    return v - 1
-
-
-cdef inline int32_t _last(const sam_t* m, int32_t v) noexcept nogil:
-    if v >= CLONE:
-        return m.clast[v - CLONE]
-    return m.plast[v]
-
-
-cdef inline void _set_last(sam_t* m, int32_t v, int32_t x) noexcept nogil:
-    if v >= CLONE:
-        m.clast[v - CLONE] = x
-    else:
-        m.plast[v] = x
-
-
-cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
-    x ^= x >> 30
-    x *= <uint64_t>0xbf58476d1ce4e5b9ULL
-    x ^= x >> 27
-    x *= <uint64_t>0x94d049bb133111ebULL
-    x ^= x >> 31
-    return x
-
-
-cdef inline uint64_t _home(int32_t src, uint32_t c32, int64_t cap) noexcept nogil:
-    """The home slot of edge (src, c) in a table of cap slots, from the token's low 32
-    bits (tokens agreeing there share a home; lookups compare whole tokens)."""
-    cdef uint64_t h = _mix(((<uint64_t>c32) << 32) | <uint64_t><uint32_t>src)
-    return ((h >> 32) * <uint64_t>cap) >> 32
-
-
-cdef inline bint _has_edges(const sam_t* m, int32_t v) noexcept nogil:
-    """Whether v has edges in the table."""
-    if v >= CLONE:
-        return (m.cl[v - CLONE].len & HAS_EDGES) != 0
-    return (m.pbits[v >> 3] >> (v & 7)) & 1
-
-
-cdef inline uint64_t _head_home(int32_t v, int64_t cap) noexcept nogil:
-    return ((_mix(<uint64_t><uint32_t>v) >> 32) * <uint64_t>cap) >> 32
-
-
-cdef inline int32_t _head(const sam_t* m, int32_t v) noexcept nogil:
-    """The first table edge of v, -1: none."""
-    cdef uint64_t idx
-    if not _has_edges(m, v):
-        return -1
-    idx = _head_home(v, m.cap_hd)
-    while m.hd[idx].state >= 0:
-        if m.hd[idx].state == v:
-            return m.hd[idx].head
-        idx += 1
-        if idx == <uint64_t>m.cap_hd:
-            idx = 0
-    return -1
-
-
-cdef int _set_head(sam_t* m, int32_t v, int32_t e) noexcept nogil:
-    """Make e the first table edge of v; -1 when out of memory."""
-    cdef uint64_t idx
-    cdef head_t* nh
-    cdef int64_t cap, i
-    if (m.n_hd + 1) * 4 > m.cap_hd * 3:
-        cap = m.cap_hd + (m.cap_hd >> 1)
-        if cap >= (<int64_t>1 << 32):
-            return -1
-        nh = <head_t*>malloc(cap * sizeof(head_t))
-        if nh == NULL:
-            return -1
-        memset(nh, 0xFF, cap * sizeof(head_t))
-        for i in range(m.cap_hd):
-            if m.hd[i].state >= 0:
-                idx = _head_home(m.hd[i].state, cap)
-                while nh[idx].state >= 0:
-                    idx += 1
-                    if idx == <uint64_t>cap:
-                        idx = 0
-                nh[idx] = m.hd[i]
-        free(m.hd)
-        m.hd = nh
-        m.cap_hd = cap
-    idx = _head_home(v, m.cap_hd)
-    while m.hd[idx].state >= 0:
-        if m.hd[idx].state == v:
-            m.hd[idx].head = e
-            return 0
-        idx += 1
-        if idx == <uint64_t>m.cap_hd:
-            idx = 0
-    m.hd[idx].state = v
-    m.hd[idx].head = e
-    m.n_hd += 1
-    if v >= CLONE:
-        m.cl[v - CLONE].len |= HAS_EDGES
-    else:
-        m.pbits[v >> 3] |= <uint8_t>(1 << (v & 7))
-    return 0
-
-
-cdef inline int32_t _find(const sam_t* m, int32_t v, int64_t c, int32_t* ref) noexcept nogil:
-    """The target of v's transition on c, -1: none; ``ref`` says where it is stored
-    (REF_SOLID, REF_FIRST, or an edge number)."""
-    cdef const clone_t* r
-    cdef uint64_t idx
-    cdef int32_t e, d
-    if v >= CLONE:
-        r = &m.cl[v - CLONE]
-        if r.dst >= 0 and _tk(m, r.first + 1) == c:
-            ref[0] = REF_FIRST
-            return r.dst
-        if not r.len & HAS_EDGES:
-            return -1
-    else:
-        if v < m.npos and _tk(m, v) == c:
-            ref[0] = REF_SOLID
-            return v + 1
-        if not (m.pbits[v >> 3] >> (v & 7)) & 1:
-            return -1
-    idx = _home(v, <uint32_t>c, m.cap_sl)
-    while True:
-        e = m.sl[idx].edge
-        if e < 0:
-            return -1
-        if m.sl[idx].src == v and m.ed[e].tok == <int32_t>c:
-            d = m.ed[e].dst
-            if (_tk(m, _first(m, d)) == c) if m.wide else (<int64_t>m.ed[e].tok == c):
-                ref[0] = e
-                return d
-        idx += 1
-        if idx == <uint64_t>m.cap_sl:
-            idx = 0
-
-
-cdef inline bint _points_to(const sam_t* m, int32_t v, int64_t c, int32_t q, int32_t* ref) noexcept nogil:
-    """Whether v's transition on c goes to q (``ref`` as for ``_find``). Every
-    transition into q is on the same token, c, so a first transition to q needs no
-    look at its token."""
-    cdef const clone_t* r
-    cdef uint64_t idx
-    cdef int32_t e
-    if v >= CLONE:
-        r = &m.cl[v - CLONE]
-        if r.dst == q:
-            ref[0] = REF_FIRST
-            return True
-        if not r.len & HAS_EDGES:
-            return False
-    else:
-        if v < m.npos and v + 1 == q:
-            ref[0] = REF_SOLID
-            return True
-        if not (m.pbits[v >> 3] >> (v & 7)) & 1:
-            return False
-    idx = _home(v, <uint32_t>c, m.cap_sl)
-    while True:
-        e = m.sl[idx].edge
-        if e < 0:
-            return False
-        if m.sl[idx].src == v and m.ed[e].dst == q:
-            ref[0] = e
-            return True
-        idx += 1
-        if idx == <uint64_t>m.cap_sl:
-            idx = 0
-
-
-cdef int _grow_slots(sam_t* m) noexcept nogil:
-    """Grow the slot table by half, rehashing each edge by its source and token; -1
-    when out of memory. A first pass computes every slot's new home with its edge
-    prefetched a few slots ahead, a second pass inserts."""
-    cdef int64_t cap = m.cap_sl + (m.cap_sl >> 1)
-    if cap >= (<int64_t>1 << 32):
-        return -1
-    cdef slot_t* new = <slot_t*>malloc(cap * sizeof(slot_t))
-    cdef uint32_t* hs = <uint32_t*>malloc(m.cap_sl * sizeof(uint32_t))
-    if new == NULL or hs == NULL:
-        free(new)
-        free(hs)
-        return -1
-    memset(new, 0xFF, cap * sizeof(slot_t))
-    cdef int64_t i, old = m.cap_sl
-    cdef uint64_t j
-    cdef int32_t e, d
-    for i in range(old + PREFETCH_AHEAD):
-        if i < old and m.sl[i].edge >= 0:
-            SFX_PREFETCH(&m.ed[m.sl[i].edge])
-        if i >= PREFETCH_AHEAD:
-            j = <uint64_t>(i - PREFETCH_AHEAD)
-            e = m.sl[j].edge
-            if e >= 0:
-                hs[j] = <uint32_t>_home(m.sl[j].src, <uint32_t>m.ed[e].tok, cap)
-    for i in range(old):
-        e = m.sl[i].edge
-        if e >= 0:
-            j = hs[i]
-            while new[j].edge >= 0:
-                j += 1
-                if j == <uint64_t>cap:
-                    j = 0
-            new[j] = m.sl[i]
-    free(hs)
-    free(m.sl)
-    m.sl = new
-    m.cap_sl = cap
-    return 0
-
-
-cdef int _add_edge(sam_t* m, int32_t src, int64_t c, int32_t dst) noexcept nogil:
-    """Insert the table edge (src, c) -> dst, known to be absent; -1 when out of memory."""
-    cdef edge_t* ne
-    cdef int64_t cap
-    if (m.n_ed + 1) * 4 > m.cap_sl * 3:
-        if _grow_slots(m) < 0:
-            return -1
-    if m.n_ed >= 0x7FFFFFFF:
-        return -1         # edge numbers are 32-bit
-    if m.n_ed == m.cap_ed:
-        cap = m.cap_ed + (m.cap_ed >> 3) + 64
-        ne = <edge_t*>realloc(m.ed, cap * sizeof(edge_t))
-        if ne == NULL:
-            return -1
-        m.ed = ne
-        m.cap_ed = cap
-    cdef int32_t e = <int32_t>m.n_ed
-    m.ed[e].dst = dst
-    m.ed[e].tok = <int32_t>c
-    m.ed[e].sib = _head(m, src)
-    if _set_head(m, src, e) < 0:
-        return -1
-    m.n_ed += 1
-    cdef uint64_t idx = _home(src, <uint32_t>c, m.cap_sl)
-    while m.sl[idx].edge >= 0:
-        idx += 1
-        if idx == <uint64_t>m.cap_sl:
-            idx = 0
-    m.sl[idx].src = src
-    m.sl[idx].edge = e
-    return 0
-
-
-cdef int32_t _new_clone(sam_t* m, int32_t q, int32_t ln) noexcept nogil:
-    """A clone of q with length ln (its first end position, first transition and last
-    end position copied; the caller copies the table edges); -1 when out of memory."""
-    cdef clone_t* nc
-    cdef int32_t* nl
-    cdef int64_t cap
-    if m.n_cl >= CLONE - 1:
-        return -1
-    if m.n_cl == m.cap_cl:
-        cap = m.cap_cl + (m.cap_cl >> 3) + 64
-        if m.clast != NULL or not m.earliest:
-            nl = <int32_t*>realloc(m.clast, cap * sizeof(int32_t))
-            if nl == NULL:
-                return -1
-            m.clast = nl
-        nc = <clone_t*>realloc(m.cl, cap * sizeof(clone_t))
-        if nc == NULL:
-            return -1     # m.clast may be larger than cap_cl: harmless
-        m.cl = nc
-        m.cap_cl = cap
-    cdef int64_t j = m.n_cl
-    cdef clone_t* r = &m.cl[j]
-    r.len = ln                       # no table edges yet
-    r.link = _link(m, q)
-    r.first = _first(m, q)
-    if q >= CLONE:
-        r.dst = m.cl[q - CLONE].dst
-    else:
-        r.dst = q + 1 if q < m.npos else -1
-    if not m.earliest:
-        m.clast[j] = _last(m, q)
-    m.n_cl += 1
-    return <int32_t>(CLONE + j)
-
-
-cdef int _add(sam_t* m, int64_t i) noexcept nogil:
-    """Index the token at position i (already in the buffer; the position arrays hold
-    room for state i + 1); -1 when out of memory."""
-    cdef int64_t c = _tk(m, i)
-    cdef int32_t cur = <int32_t>(i + 1), p, q, clone, e, s, v, d, ref, shortest
-    cdef int64_t n
-    m.plink[cur] = 0
-    if not m.earliest:
-        m.plast[cur] = <int32_t>i
-    m.npos = i + 1                   # the tail's transition to cur exists from here
-    p = _link(m, m.tail)
-    q = -1
-    while p != -1:
-        q = _find(m, p, c, &ref)
-        if q >= 0:
-            break
-        if _add_edge(m, p, c, cur) < 0:
-            return -1
-        p = _link(m, p)
-    s = m.cursor
-    n = m.match_len
-    if p != -1:
-        if _len(m, p) + 1 == _len(m, q):
-            m.plink[cur] = q
-        else:
-            clone = _new_clone(m, q, _len(m, p) + 1)
-            if clone < 0:
-                return -1
-            e = _head(m, q)
-            while e >= 0:
-                d = m.ed[e].dst
-                if _add_edge(m, clone, m.ed[e].tok, d) < 0:
-                    return -1
-                e = m.ed[e].sib
-            # redirect to the clone: p (found above), then its suffix-link ancestors
-            # while their transition on c goes to q, which is while they are at least
-            # as long as q's suffix link (a state's transition on c goes to the state
-            # of its longest string + c, and q holds the suffixes of its longest string
-            # longer than its link's): the first shorter one is not looked up
-            shortest = _len(m, m.cl[clone - CLONE].link)
-            while True:
-                if ref == REF_FIRST:
-                    m.cl[p - CLONE].dst = clone
-                elif ref >= 0:
-                    m.ed[ref].dst = clone
-                p = _link(m, p)
-                if p == -1 or _len(m, p) < shortest or not _points_to(m, p, c, q, &ref):
-                    break
-            if q >= CLONE:
-                m.cl[q - CLONE].link = clone
-            else:
-                m.plink[q] = clone
-            m.plink[cur] = clone
-            if s == q and n <= _len(m, clone):
-                s = clone
-    m.tail = cur
-    if m.unbounded:
-        s = m.plink[cur]
-        n = _len(m, s)
-    else:
-        while True:
-            d = _find(m, s, c, &ref)
-            if d >= 0 and d != cur:
-                s = d
-                n += 1
-                break
-            if s == 0:
-                n = 0
-                break
-            s = _link(m, s)
-            n = _len(m, s)
-        if n > m.max_n:
-            n = m.max_n
-            if _len(m, _link(m, s)) >= n:
-                s = _link(m, s)
-    m.cursor = s
-    m.match_len = n
-    if n >= m.min_n:
-        m.match_end = (_first(m, s) if m.earliest else _last(m, s)) + 1
-    else:
-        m.match_end = -1
-    if m.anchor_n:
-        if m.match_end >= 0 and n >= m.anchor_n:
-            m.anchor = m.match_end
-            m.carry = 0
-            m.misses = 0
-        elif m.anchor >= 0 and m.carry <= m.anchor_span and m.misses <= m.anchor_misses:
-            if _tk(m, m.anchor) != c:
-                m.misses += 1
-            m.anchor += 1
-            m.carry += 1
-    if not m.earliest:
-        v = s
-        while v > 0 and _len(m, v) >= m.min_n:
-            _set_last(m, v, <int32_t>i)
-            v = _link(m, v)
-    return 0
-
-
-cdef inline int64_t _start(const sam_t* m) noexcept nogil:
-    """Where the draft starts: the anchor while it applies, else the match's end."""
-    if m.anchor_n and m.anchor >= 0 and m.carry <= m.anchor_span and m.misses <= m.anchor_misses:
-        return m.anchor
-    return m.match_end
-
-
-cdef int64_t _add_range(sam_t* m, int64_t start, int64_t stop) noexcept nogil:
-    """Index positions start..stop-1; returns the first position not indexed."""
-    cdef int64_t i
-    for i in range(start, stop):
-        if _add(m, i) < 0:
-            return i
-    return stop
-
-
-cdef inline void _peek_state(const sam_t* m) noexcept nogil:
-    """Prefetch what the next token's first lookup reads: the record of the current
-    match's state (its transitions are tried first)."""
-    cdef int32_t v = m.cursor
-    if v >= CLONE:
-        SFX_PREFETCH(&m.cl[v - CLONE])
-    elif m.wide:
-        SFX_PREFETCH(&m.t64[v])
-    else:
-        SFX_PREFETCH(&m.t32[v])
-    SFX_PREFETCH(&m.plink[m.npos])
-
-
-cdef inline void _peek_token(const sam_t* m) noexcept nogil:
-    """Prefetch the token after the match state's first occurrence (its first
-    transition's token) and the anchored token."""
-    cdef int32_t v = m.cursor
-    cdef int64_t at = m.cl[v - CLONE].first + 1 if v >= CLONE else -1
-    if m.wide:
-        if at >= 0:
-            SFX_PREFETCH(&m.t64[at])
-        if m.anchor >= 0:
-            SFX_PREFETCH(&m.t64[m.anchor])
-    else:
-        if at >= 0:
-            SFX_PREFETCH(&m.t32[at])
-        if m.anchor >= 0:
-            SFX_PREFETCH(&m.t32[m.anchor])
-
-
-cdef void _add_jobs(job_t* jobs, int64_t b) noexcept nogil:
-    """Write each job's tokens into its index's buffer (which has room, and is int64
-    when a token needs it), then index them. Indexes are taken in order, the first
-    loads of the ones PIPE_AHEAD, 2 * PIPE_AHEAD and 3 * PIPE_AHEAD places later
-    prefetched meanwhile (each a dependent step further), so the cache misses of
-    different indexes overlap."""
-    cdef int64_t i, j, k
-    cdef sam_t* m
-    for i in range(b + 3 * PIPE_AHEAD):
-        if i < b:
-            SFX_PREFETCH(jobs[i].m)
-            SFX_PREFETCH(<char*>jobs[i].m + 64)
-            SFX_PREFETCH(<char*>jobs[i].m + 128)
-        k = i - PIPE_AHEAD
-        if 0 <= k < b:
-            _peek_state(jobs[k].m)
-        k = i - 2 * PIPE_AHEAD
-        if 0 <= k < b:
-            _peek_token(jobs[k].m)
-        k = i - 3 * PIPE_AHEAD
-        if k < 0 or k >= b:
-            continue
-        m = jobs[k].m
-        if m.wide:
-            for j in range(jobs[k].stop - jobs[k].start):
-                m.t64[jobs[k].start + j] = jobs[k].src[j]
-        else:
-            for j in range(jobs[k].stop - jobs[k].start):
-                m.t32[jobs[k].start + j] = <int32_t>jobs[k].src[j]
-        jobs[k].done = _add_range(m, jobs[k].start, jobs[k].stop)
+include "_suffix_automaton.pxi"
 
 
 # ------------------------------------------------------------------------------------
@@ -659,12 +129,9 @@ cdef class SuffixIndex:
     cdef sam_t m
     cdef object _buf                 # int32 (or, once wide, int64) ndarray of the tokens
     cdef int64_t _len, _cap          # tokens held, room in _buf and the position arrays
-    cdef guard_t _g                  # the shared guard protocol (_core/_guard.pxd)
+    cdef guard_t _g                  # the shared guard protocol (_core/common/_guard.pxd)
     cdef int64_t _wstamp             # the extend_batch call holding the writer flag (duplicates)
-    cdef int64_t _pending            # record_batch: drafted tokens this call adds (duplicates)
-    cdef bint _adaptive
-    cdef int64_t _draft_len, _min_draft, _max_draft
-    cdef int64_t _steps, _drafted, _accepted, _full
+    cdef index_stats_t _st           # acceptance statistics, the adaptive draft length
 
     def __cinit__(self):
         memset(&self.m, 0, sizeof(sam_t))   # the guard is zeroed too: UNINIT
@@ -676,12 +143,8 @@ cdef class SuffixIndex:
         an, aspan, amiss = check_anchor(anchor_n, anchor_span, anchor_misses)
         earliest = check_prefer(prefer)
         k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
-        adaptive = bool(adaptive)
-        self._adaptive = adaptive
-        self._draft_len = min(k, MAX_SUFFIX_TOKENS)
-        self._min_draft = min(kmin, MAX_SUFFIX_TOKENS)
-        self._max_draft = min(kmax, MAX_SUFFIX_TOKENS)
-        self._steps = self._drafted = self._accepted = self._full = 0
+        stats_init(&self._st, bool(adaptive), min(k, MAX_SUFFIX_TOKENS),
+                   min(kmin, MAX_SUFFIX_TOKENS), min(kmax, MAX_SUFFIX_TOKENS))
         self._len = 0
         self._cap = 0
         self._buf = np.zeros(0, dtype=np.int32)
@@ -751,13 +214,13 @@ cdef class SuffixIndex:
     @property
     def adaptive(self):
         guard_check(&self._g, NAME)
-        return bool(self._adaptive)
+        return bool(self._st.adaptive)
 
     @property
     def draft_len(self):
         """The draft length ``propose()`` uses when ``max_k`` is None."""
         guard_check(&self._g, NAME)
-        return self._draft_len
+        return self._st.draft_len
 
     # -- contents -------------------------------------------------------------------
     def __len__(self):
@@ -993,12 +456,7 @@ cdef class SuffixIndex:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
         cdef int64_t k, end, i, stop
-        if max_k is None:
-            k = self._draft_len
-        else:
-            if type(max_k) is not int or max_k < 0:
-                max_k = check_count(max_k, "max_k")   # may run Python code: before the check
-            k = max_k if max_k < self._len else self._len
+        k = _propose_limit(&self._st, max_k, &self._len)   # may run Python code: before the check
         # checked after the conversion; the copy below lets no other thread run (it
         # allocates no object the garbage collector tracks but the list itself, first)
         if self._g.phase != GUARD_READY or self._g.writing:
@@ -1020,7 +478,7 @@ cdef class SuffixIndex:
         cdef int32_t s = 0, d, ref
         guard_check(&self._g, NAME)
         if max_k is None:
-            k = self._draft_len
+            k = self._st.draft_len
         else:
             k = min(check_count(max_k, "max_k"), MAX_SUFFIX_TOKENS)
         arr = np.array(token_ids(context, "context"), dtype=np.int64, copy=True)
@@ -1057,9 +515,7 @@ cdef class SuffixIndex:
         draft, ``propose(min(draft_len, max_k))`` when adaptive, else
         ``propose(max_k)``. Refuses what those refuse, changing nothing."""
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
-        return _serve_one(suffix_serve, self, &self._g, "a SuffixIndex", src, d, a, k,
-                          self._len, self._drafted, self._adaptive, self._draft_len,
-                          MAX_TOKENS_C)
+        return _serve_one(suffix_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
@@ -1097,43 +553,13 @@ cdef class SuffixIndex:
         the draft length to use next (changed only when ``adaptive``). Refuses
         (OverflowError, changing nothing) a record that would take the drafted-token
         count beyond int64, as ``NgramIndex`` does."""
-        p, a = check_record(proposed, accepted)
-        cdef int64_t pv, av
-        if p > INT64_MAX_C - self._drafted:
-            guard_check(&self._g, NAME)
-            check_total(self._drafted, p)   # raises
-        pv = p
-        av = a
-        # no Python code runs from the check to the change
-        guard_check(&self._g, NAME)
-        self._record(pv, av)
-        return self._draft_len
-
-    cdef void _record(self, int64_t p, int64_t a) noexcept:
-        self._steps += 1
-        self._drafted += p
-        self._accepted += a
-        if p > 0 and a == p:
-            self._full += 1
-        if self._adaptive and p > 0:
-            if a == p:
-                self._draft_len = min(self._draft_len + GROW_STEP, self._max_draft)
-            else:
-                self._draft_len = max(self._draft_len - SHRINK_STEP, self._min_draft)
+        return _record_one(&self._g, &self._st, proposed, accepted)
 
     @property
     def stats(self):
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
-        guard_check(&self._g, NAME)
-        return {
-            "steps": self._steps,
-            "drafted": self._drafted,
-            "accepted": self._accepted,
-            "full_accepts": self._full,
-            "acceptance_rate": (<double>self._accepted) / self._drafted if self._drafted else 0.0,
-            "draft_len": self._draft_len,
-        }
+        return _stats_dict(&self._g, &self._st)
 
     def __repr__(self):
         if self._g.phase != GUARD_READY:
@@ -1149,18 +575,16 @@ cdef class SuffixIndex:
             return (
                 _rebuild,
                 (type(self), self.m.min_n, None if self.m.max_n >= UNBOUNDED else self.m.max_n,
-                 "earliest" if self.m.earliest else "latest", self._draft_len,
-                 bool(self._adaptive), self._min_draft, self._max_draft, np.array(self.tokens),
-                 (self._steps, self._drafted, self._accepted, self._full), self.m.anchor_n,
+                 "earliest" if self.m.earliest else "latest", self._st.draft_len,
+                 bool(self._st.adaptive), self._st.min_draft, self._st.max_draft,
+                 np.array(self.tokens), _stats_tuple(&self._st), self.m.anchor_n,
                  self.m.anchor_span, self.m.anchor_misses),
             )
         finally:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
-        steps, drafted, accepted, full = check_stats(stats)
-        guard_check(&self._g, NAME)
-        self._steps, self._drafted, self._accepted, self._full = steps, drafted, accepted, full
+        _stats_restore(&self._g, &self._st, stats)
 
 
 def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, aspan=64, amiss=4):
@@ -1173,346 +597,21 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats, an=0, 
     return ix
 
 
-# ------------------------------------------------------------------------------------
-# batches of indexes
-# ------------------------------------------------------------------------------------
-
-cdef int _refuse(guard_t* g, Py_ssize_t i, bint write) except -1:
-    """The guard's refusal of ``indexes[i]`` in a batch call, the index named (the
-    callers test the guard inline first: this runs only when it refuses)."""
-    try:
-        if write:
-            guard_write(g, NAME)
-            guard_done_write(g)      # not reached: the caller saw a refusal coming
-        else:
-            guard_check(g, NAME)
-    except RuntimeError as exc:
-        raise RuntimeError(f"indexes[{i}]: {exc}") from None
-    return 0
+# what _index_common.pxi and _serve.pxi ask of this module's index class
+cdef inline bint _is_index(object o):
+    return type(o) is SuffixIndex or isinstance(o, SuffixIndex)
 
 
-cdef list _index_list(object indexes):
-    if isinstance(indexes, SuffixIndex):
-        raise TypeError("indexes must be a sequence of SuffixIndex, got a single SuffixIndex")
-    try:
-        out = list(indexes)
-    except TypeError:
-        raise TypeError(
-            f"indexes must be a sequence of SuffixIndex, got {type(indexes).__name__}"
-        ) from None
-    cdef Py_ssize_t i
-    for i in range(len(out)):
-        if not isinstance(out[i], SuffixIndex):
-            ix = out[i]
-            raise TypeError(
-                f"indexes[{i}] must be a SuffixIndex of the same implementation, "
-                f"got {type(ix).__module__}.{type(ix).__name__}"
-            )
-    return out
+cdef inline guard_t* _guard_of(object o) noexcept:
+    return &(<SuffixIndex>o)._g
 
 
-cdef void _copy_views(const view_t* views, int64_t b, int64_t* out, int64_t* out_off,
-                      int64_t* lengths) noexcept nogil:
-    cdef int64_t i, j, w = 0
-    out_off[0] = 0
-    for i in range(b):
-        if views[i].wide:
-            for j in range(views[i].k):
-                out[w + j] = views[i].t64[views[i].end + j]
-        else:
-            for j in range(views[i].k):
-                out[w + j] = views[i].t32[views[i].end + j]
-        w += views[i].k
-        lengths[i] = views[i].k
-        out_off[i + 1] = w
+cdef inline index_stats_t* _stats_of(object o) noexcept:
+    return &(<SuffixIndex>o)._st
 
 
-def propose_batch(indexes, max_k=None):
-    """``propose`` for B indexes in one call, the copying done without the GIL.
-
-    ``max_k`` is one count, one per index, or None for each index's ``draft_len``.
-    Returns ``(drafts, offsets, lengths)`` (int64).
-    """
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, k, end, bound = 0
-    cdef SuffixIndex ix
-    ks = check_batch_counts(max_k, b, [(<SuffixIndex>x)._draft_len for x in ixs])
-    cdef const int64_t[::1] kv = ks
-    cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
-    if views == NULL:
-        raise MemoryError()
-    cdef int64_t taken = 0
-    try:
-        # count every index as read before looking at any, so none can move under us
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            guard_read(&ix._g, NAME)
-            taken += 1
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            end = _start(&ix.m)
-            k = kv[i]
-            if end < 0:
-                k = 0
-            elif k > ix._len - end:
-                k = ix._len - end
-            views[i].t32 = ix.m.t32
-            views[i].t64 = ix.m.t64
-            views[i].wide = ix.m.wide
-            views[i].end = end if end >= 0 else 0
-            views[i].k = k
-            bound += k
-        out = np.empty(bound, dtype=np.int64)
-        out_off = np.empty(b + 1, dtype=np.int64)
-        lengths = np.empty(b, dtype=np.int64)
-        _run_views(views, b, out, out_off, lengths)
-    finally:
-        for i in range(taken):
-            guard_done_read(&(<SuffixIndex>ixs[i])._g)
-        free(views)
-    return out, out_off, lengths
+cdef inline int64_t _len_of(object o) noexcept:
+    return (<SuffixIndex>o)._len
 
 
-cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, object lengths) except -1:
-    cdef int64_t[::1] o = out
-    cdef int64_t[::1] oo = out_off
-    cdef int64_t[::1] ln = lengths
-    cdef int64_t z = 0
-    with nogil:
-        _copy_views(views, b, &o[0] if o.shape[0] else &z, &oo[0], &ln[0] if b else &z)
-    return 0
-
-
-def record_batch(indexes, proposed, accepted):
-    """``record`` for B indexes: one count each in ``proposed`` and ``accepted``.
-    Returns the next draft lengths (int64)."""
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i
-    p = check_batch_counts(proposed, b, None, "proposed")
-    a = check_batch_counts(accepted, b, None, "accepted")
-    cdef const int64_t[::1] pv = p
-    cdef const int64_t[::1] av = a
-    for i in range(b):
-        if av[i] > pv[i]:
-            raise ValueError(f"accepted[{i}]={av[i]} is beyond the {pv[i]} drafted tokens")
-    out = np.empty(b, dtype=np.int64)
-    cdef int64_t[::1] ov = out
-    cdef SuffixIndex ix
-    # all or nothing: every index's guard and every total (an index listed twice adds
-    # up) checked before any changes; no Python code runs from here to the last change
-    for i in range(b):
-        ix = <SuffixIndex>ixs[i]
-        if ix._g.phase != GUARD_READY or ix._g.writing:
-            _refuse(&ix._g, i, False)
-        ix._pending = 0
-    for i in range(b):
-        ix = <SuffixIndex>ixs[i]
-        if pv[i] > INT64_MAX_C - ix._drafted - ix._pending:
-            check_total(ix._drafted + ix._pending, pv[i])   # raises
-        ix._pending += pv[i]
-    for i in range(b):
-        ix = <SuffixIndex>ixs[i]
-        ix._record(pv[i], av[i])
-        ov[i] = ix._draft_len
-    return out
-
-
-def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
-    """``SuffixIndex.serve`` for B distinct indexes in one call: index ``i`` records
-    ``(drafted[i], accepted[i])`` (nothing when 0), takes
-    ``tokens[offsets[i]:offsets[i + 1]]`` and drafts at most ``max_k`` (one count, one
-    per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
-    tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
-    nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
-    cdef list ixs = _index_list(indexes)
-    src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
-                                               max_k, MAX_TOKENS_C)
-    cdef Py_ssize_t b = len(ixs), i
-    cdef SuffixIndex ix
-    cdef int64_t k_cap = 0, room
-    cdef const int64_t[::1] ov = off
-    if lims is None:
-        lims = np.empty(b, dtype=np.int64)
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            lims[i] = MAX_TOKENS_C if ix._adaptive else ix._draft_len
-    cdef const int64_t[::1] lv = lims
-    for i in range(b):
-        room = (<SuffixIndex>ixs[i])._len + ov[i + 1] - ov[i]
-        room = lv[i] if lv[i] < room else room
-        if room > k_cap:
-            k_cap = room
-    return _serve_run(suffix_serve, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
-
-
-cdef int64_t _batch_stamp = 0
-
-
-def extend_batch(indexes, tokens, offsets):
-    """``extend`` for B indexes in one call: index ``i`` gets
-    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
-    boundaries), the indexing of the whole batch done without the GIL. All or nothing:
-    refuses the whole batch, changing no index, when an index appears twice
-    (ValueError) or is in use by another call (RuntimeError), or when one would exceed
-    its capacity (OverflowError).
-    """
-    # every argument converted (Python code may run) and copied before any index is touched
-    cdef list ixs = _index_list(indexes)
-    cdef int64_t b = len(ixs), i, n, z = 0
-    src, off = batch_tokens(tokens, offsets, b)
-    cdef const int64_t[::1] sv = src
-    n = sv.shape[0]
-    cdef const int64_t[::1] ov = off
-    # the owned copy checked in C (neighbours compared, never subtracted); only a bad
-    # one goes through the shared check, for the twin's exact message
-    cdef bint bad = ov[0] != 0 or ov[b] != n
-    for i in range(b):
-        if ov[i] > ov[i + 1]:
-            bad = True
-            break
-    if bad:
-        index_offsets(off, n)
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
-    _extend_core(ixs, b, &sv[0] if n else &z, &ov[0], NULL, NULL, NULL, 0, NULL, NULL)
-
-
-cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
-                      const int64_t* drafted, const int64_t* accepted, const int64_t* limits,
-                      int64_t kmax, int64_t* drafts, int64_t* lengths) except -1:
-    """``extend_batch`` on arguments already owned and checked (``ov``: B + 1
-    nondecreasing offsets into ``sv``; every item a SuffixIndex). When ``drafts`` is
-    not NULL (the serving step's update), after the extend each index with
-    ``drafted[i] > 0`` records ``(drafted[i], accepted[i])`` and proposes at most
-    ``min(limits[i], kmax)`` tokens (and at most its ``draft_len`` when adaptive) into
-    ``drafts[i * kmax:]``, the count into ``lengths[i]``, all under the write guard."""
-    global _batch_stamp
-    cdef SuffixIndex ix
-    cdef job_t* jobs = NULL
-    cdef int64_t stamp, i, j, m, k, end, marked = 0
-    cdef int64_t z = 0
-    cdef bint failed = False
-    _batch_stamp += 1
-    stamp = _batch_stamp
-    try:
-        # the write guard on every index, all or nothing; no Python code runs in this loop
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            if ix._g.phase != GUARD_READY or ix._g.writing or ix._g.readers:
-                if ix._g.writing and ix._wstamp == stamp:
-                    raise ValueError(
-                        f"indexes[{i}] appears twice in the batch; extend_batch takes each "
-                        "index once"
-                    )
-                _refuse(&ix._g, i, True)
-            ix._g.writing = 1
-            ix._wstamp = stamp
-            marked += 1
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            m = ov[i + 1] - ov[i]
-            if ix._len + m > MAX_SUFFIX_TOKENS:
-                raise OverflowError(
-                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
-                    f"indexes[{i}] has {ix._len} + {m}, too many"
-                )
-            if drafts != NULL and drafted[i] > INT64_MAX_C - ix._drafted:
-                raise OverflowError(
-                    f"indexes[{i}]: proposed={drafted[i]} would take the drafted-token "
-                    f"count beyond int64 (already {ix._drafted})"
-                )
-        jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
-        if jobs == NULL:
-            raise MemoryError()
-        # room made, and int64 buffers where a token needs one (no index's contents
-        # change before the nogil pass)
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            m = ov[i + 1] - ov[i]
-            if ix._len + m > ix._cap:
-                ix._grow_buffer(ix._len + m)
-            if not ix.m.wide:
-                for j in range(ov[i], ov[i + 1]):
-                    if sv[j] < INT32_LO or sv[j] > INT32_HI:
-                        ix._widen()
-                        break
-            jobs[i].m = &ix.m
-            jobs[i].src = sv + ov[i] if m else &z
-            jobs[i].start = ix._len
-            jobs[i].stop = ix._len + m
-            jobs[i].done = ix._len
-        with nogil:
-            _add_jobs(jobs, b)
-        for i in range(b):
-            ix = <SuffixIndex>ixs[i]
-            ix._len = jobs[i].done
-            if jobs[i].done < jobs[i].stop:
-                guard_break(&ix._g)
-                failed = True
-        if failed:
-            raise MemoryError(
-                "extend_batch: a SuffixIndex could not grow its tables (out of memory or past "
-                "2**30 - 1 states or 2**31 - 1 edges); that index is unusable now"
-            )
-        if drafts != NULL:
-            # what the drafter session does after a step: record, then propose (each
-            # index still held; a few tokens each, copied with the GIL)
-            for i in range(b):
-                ix = <SuffixIndex>ixs[i]
-                if drafted[i] > 0:
-                    ix._record(drafted[i], accepted[i])
-                k = limits[i] if limits[i] < kmax else kmax
-                if ix._adaptive and ix._draft_len < k:
-                    k = ix._draft_len
-                end = _start(&ix.m)
-                if end < 0 or k < 0:
-                    k = 0
-                elif k > ix._len - end:
-                    k = ix._len - end
-                if ix.m.wide:
-                    for j in range(k):
-                        drafts[i * kmax + j] = ix.m.t64[end + j]
-                else:
-                    for j in range(k):
-                        drafts[i * kmax + j] = ix.m.t32[end + j]
-                lengths[i] = k
-    finally:
-        for i in range(marked):
-            guard_done_write(&(<SuffixIndex>ixs[i])._g)
-        free(jobs)
-    return 0
-
-
-cdef int suffix_serve(list indexes, Py_ssize_t b, const int64_t* tokens,
-                      const int64_t* offsets, const int64_t* drafted, const int64_t* accepted,
-                      const int64_t* limits, Py_ssize_t k_cap, int64_t* out_tokens,
-                      int64_t* out_lens) except -1:
-    """The serving-step policy for B indexes (declared in
-    ``specfsm._core.suffix_index.pxd``; ``serve``, ``serve_batch`` and the batch step
-    run it): ``extend_batch``, then ``record`` for each index that verified a draft
-    (``drafted[i] > 0``), then ``propose`` of at most ``min(limits[i], k_cap)`` tokens
-    (and ``draft_len`` when adaptive) into ``out_tokens[i * k_cap:]`` (``b * k_cap``
-    entries) with the count in ``out_lens[i]``, in one call on buffers the caller owns
-    (never changed meanwhile). Refuses what ``extend_batch`` and ``record_batch``
-    refuse, changing no index."""
-    cdef Py_ssize_t i
-    if len(indexes) != b or k_cap < 0:
-        raise ValueError(f"the update got {len(indexes)} indexes for {b} token runs")
-    for i in range(b):
-        o = indexes[i]
-        if type(o) is not SuffixIndex and not isinstance(o, SuffixIndex):
-            raise TypeError(
-                f"indexes[{i}] must be a SuffixIndex of the same implementation, "
-                f"got {type(o).__module__}.{type(o).__name__}"
-            )
-        if offsets[i] > offsets[i + 1]:
-            raise ValueError("offsets must be nondecreasing")
-        if drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]:
-            raise ValueError(
-                f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
-            )
-        if limits[i] < 0:
-            raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
-    if b and offsets[0] < 0:
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
-    return _extend_core(indexes, b, tokens, offsets, drafted, accepted, limits, k_cap,
-                        out_tokens, out_lens)
+include "_suffix_batch.pxi"

@@ -117,7 +117,7 @@ cdef object _rule_counts(BatchState self, int kind, rule, probs, draft_probs, ac
         codes = self._state_a[act]
         vja = np.flatnonzero(codes == VERIFY)
         if vja.shape[0]:
-            p = _probs_rows(probs, total)
+            p = step_probs(probs, total)
             vsl = act[vja]
             ks = self._dlen_a[vsl].copy()
             doff = np.zeros(vja.shape[0] + 1, dtype=np.int64)
@@ -146,7 +146,7 @@ cdef object _rule_counts(BatchState self, int kind, rule, probs, draft_probs, ac
             r = rows[ov[j] : ov[j] + k].tolist()
             n = check_count(rule.accepted_rows(d, r), "accepted")
             if n > k:
-                raise _illegal("accept_rows", [int(i)], [VERIFY], [settle_reason(k, n, k, k) or ""])
+                raise illegal("accept_rows", [int(i)], [VERIFY], [settle_reason(k, n, k, k) or ""])
             accv[j] = n
     return repl
 
@@ -233,7 +233,7 @@ cdef class StepResult:
         fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
         per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
         slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
-        return _resume_index(self.slots, self.resume_rows, capacity)
+        return resume_index(self.slots, self.resume_rows, capacity)
 
     def __repr__(self):
         return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "

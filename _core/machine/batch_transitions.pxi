@@ -38,21 +38,21 @@ cdef int _check_from(BatchState self, str attempted, s) except -1:
         if not (mask & (1 << self._st[sv[j]])):
             bad.append(int(sv[j]))
             codes.append(int(self._st[sv[j]]))
-    raise _illegal(attempted, bad, codes)
+    raise illegal(attempted, bad, codes)
 
 
 cdef _admit(BatchState self, slots, positions, offsets, caches, max_tokens, eos, indexes):
-    s = _slots(slots, self._c)
+    s = check_slots(slots, self._c)
     b = s.shape[0]
-    pos, off = _ragged(positions, offsets, b, "positions")
-    cc = _per_slot(caches, b, "caches")
-    budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else _per_slot(max_tokens, b, "max_tokens")
+    pos, off = slot_ragged(positions, offsets, b, "positions")
+    cc = per_slot(caches, b, "caches")
+    budget = np.full(b, INT64_MAX, dtype=np.int64) if max_tokens is None else per_slot(max_tokens, b, "max_tokens")
     if b and budget.min() < 1:
         j = int(np.argmin(budget))
         raise ValueError(f"max_tokens must be at least 1, got {int(budget[j])} for slot {int(s[j])}")
-    eos_ids = np.zeros(b, dtype=np.int64) if eos is None else _per_slot(eos, b, "eos")
-    index_list = _indexes(indexes, b)
-    _check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
+    eos_ids = np.zeros(b, dtype=np.int64) if eos is None else per_slot(eos, b, "eos")
+    index_list = slot_indexes(indexes, b)
+    check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
     if b and (np.diff(off) == 0).any():
         j = int(np.flatnonzero(np.diff(off) == 0)[0])
         raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
@@ -83,9 +83,9 @@ cdef _admit(BatchState self, slots, positions, offsets, caches, max_tokens, eos,
 
 
 cdef _advance(BatchState self, str attempted, slots, next_tokens, caches):
-    s = _slots(slots, self._c)
-    t = _per_slot(next_tokens, s.shape[0], "next_tokens")
-    cc = _per_slot(caches, s.shape[0], "caches")
+    s = check_slots(slots, self._c)
+    t = per_slot(next_tokens, s.shape[0], "next_tokens")
+    cc = per_slot(caches, s.shape[0], "caches")
     _check_from(self, attempted, s)
     cdef int64_t[::1] sv = s
     cdef int64_t[::1] tv = t
@@ -100,8 +100,8 @@ cdef _advance(BatchState self, str attempted, slots, next_tokens, caches):
 
 
 cdef _enter_verify(BatchState self, slots, tokens, offsets):
-    s = _slots(slots, self._c)
-    t, off = _ragged(tokens, offsets, s.shape[0], "tokens")
+    s = check_slots(slots, self._c)
+    t, off = slot_ragged(tokens, offsets, s.shape[0], "tokens")
     _check_from(self, "enter_verify", s)
     cdef int64_t[::1] sv = s
     cdef int64_t[::1] tv = t
@@ -125,11 +125,11 @@ cdef _enter_verify(BatchState self, slots, tokens, offsets):
 
 
 cdef _settle(BatchState self, str attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets):
-    s = _slots(slots, self._c)
+    s = check_slots(slots, self._c)
     b = s.shape[0]
-    acc = None if accepted is None else _per_slot(accepted, b, "accepted")
-    rt, roff = _ragged(row_tokens, row_offsets, b, "row_tokens")
-    rc, coff = _ragged(row_caches, cache_offsets, b, "row_caches")
+    acc = None if accepted is None else per_slot(accepted, b, "accepted")
+    rt, roff = slot_ragged(row_tokens, row_offsets, b, "row_tokens")
+    rc, coff = slot_ragged(row_caches, cache_offsets, b, "row_caches")
     if acc is not None and b and acc.min() < 0:
         j = int(np.flatnonzero(acc < 0)[0])
         raise ValueError(f"accepted must be non-negative, got {int(acc[j])} for slot {int(s[j])}")
@@ -178,7 +178,7 @@ cdef _settle(BatchState self, str attempted, slots, accepted, row_tokens, row_of
                         int(cov[j2 + 1] - cov[j2])) or "")
                 else:
                     reasons.append("")
-        raise _illegal(attempted, bad, codes, reasons)
+        raise illegal(attempted, bad, codes, reasons)
     # pass 2: apply
     for j2 in range(b):
         i = sv[j2]
@@ -198,7 +198,7 @@ cdef _settle(BatchState self, str attempted, slots, accepted, row_tokens, row_of
 
 
 cdef _resume(BatchState self, slots):
-    s = _slots(slots, self._c)
+    s = check_slots(slots, self._c)
     _check_from(self, "resume", s)
     cdef int64_t[::1] sv = s
     cdef Py_ssize_t j
@@ -208,7 +208,7 @@ cdef _resume(BatchState self, slots):
 
 
 cdef _rollback(BatchState self, slots):
-    s = _slots(slots, self._c)
+    s = check_slots(slots, self._c)
     _check_from(self, "rollback", s)
     cdef int64_t[::1] sv = s
     cdef Py_ssize_t j
@@ -217,7 +217,7 @@ cdef _rollback(BatchState self, slots):
 
 
 cdef _finish(BatchState self, slots):
-    s = _slots(slots, self._c)
+    s = check_slots(slots, self._c)
     _check_from(self, "finish", s)
     cdef int64_t[::1] sv = s
     cdef Py_ssize_t j, i
@@ -232,7 +232,7 @@ cdef _finish(BatchState self, slots):
 
 
 cdef _release(BatchState self, slots):
-    s = _slots(slots, self._c)
+    s = check_slots(slots, self._c)
     _check_from(self, "release", s)
     cdef int64_t[::1] sv = s
     cdef Py_ssize_t j, i

@@ -8,7 +8,10 @@ importing a twin module of this package (which ``specfsm._impl`` does while it p
 implementations) does not reach back into ``_impl`` before it is ready.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .lookup import common_prefix, prompt_lookup
 
 __all__ = ["common_prefix", "prompt_lookup"]
 
