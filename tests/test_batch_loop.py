@@ -15,6 +15,11 @@ from specfsm.serving.loop import NgramDrafter, Request, SpeculativeLoop, Teacher
 
 
 @pytest.fixture
+def bm(impl):
+    return impl.module("batch")
+
+
+@pytest.fixture
 def ni(impl):
     return impl.module("ngram_index")
 
@@ -496,6 +501,18 @@ def _drive(bm, recs, k, ixs):
     return outputs, drafted
 
 
+#: the ``SuffixIndex`` settings of ``_suffix_drafter``'s sessions (``SuffixDrafter``'s
+#: ``anchor_n`` default is 16, the index's 0)
+_SUFFIX_KW = {"draft_len": 3, "max_draft": 6, "anchor_n": 16}
+
+
+def _holding(index, prompt):
+    """``index`` (one implementation's kernel class) after taking ``prompt``, as a
+    drafter's session starts it."""
+    index.extend(prompt)
+    return index
+
+
 def _recording_drafter(make):
     """A drafter whose sessions' indexes are kept (``made``)."""
     d = make()
@@ -524,11 +541,9 @@ def test_suffix_slots_record_what_their_sessions_record(impl, bm):
         d, made = _recording_drafter(lambda: _suffix_drafter(adaptive=True))
         outs.append(SpeculativeLoop(TeacherForcedTarget(p, c), d, 4).run(Request(p, m)).output)
         loop_ixs.append(made[0])
-    from specfsm.drafting.suffix_index import SuffixDrafter
-
-    # the batch driven directly is ``impl``'s: its slots hold that implementation's indexes
-    ixs = [SuffixDrafter(1, None, "earliest", adaptive=True, draft_len=3, max_draft=6,
-                         index_cls=si.SuffixIndex).session(p).index for p, _, _ in recs]
+    # the batch driven directly is ``impl``'s: its slots hold that implementation's
+    # indexes, made with ``_suffix_drafter(adaptive=True)``'s settings
+    ixs = [_holding(si.SuffixIndex(1, None, "earliest", **_SUFFIX_KW, adaptive=True), p) for p, _, _ in recs]
     got, drafted = _drive(bm, recs, 4, ixs)
     assert got == outs
     assert isinstance(ixs[0], si.SuffixIndex)
@@ -548,16 +563,13 @@ def test_a_batch_mixes_ngram_and_suffix_slots(impl, bm, ni):
     for s in range(6):
         seq = greedy_stream(90, 4, 500 + s)
         recs.append((seq[:8], seq[8:], 50 + s))
-    def drafter(q, ngram_cls=None, suffix_cls=None):
-        if q % 2:
-            return NgramDrafter(1, 3) if ngram_cls is None else NgramDrafter(1, 3, index_cls=ngram_cls)
-        if suffix_cls is None:
-            return SuffixDrafter(1, None, "earliest")
-        return SuffixDrafter(1, None, "earliest", index_cls=suffix_cls)
+    def drafter(q):
+        return NgramDrafter(1, 3) if q % 2 else SuffixDrafter(1, None, "earliest")
 
     # each slot's index made (and given the prompt) as its drafter's session makes it, of
     # ``impl`` (the batch driven directly is ``impl``'s); the loop runs on the active one
-    ixs = [drafter(q, ni.NgramIndex, si.SuffixIndex).session(p).index for q, (p, _, _) in enumerate(recs)]
+    ixs = [_holding(ni.NgramIndex(1, 3, "latest") if q % 2 else si.SuffixIndex(1, None, "earliest", anchor_n=16), p)
+           for q, (p, _, _) in enumerate(recs)]
     outputs, drafted = _drive(bm, recs, 4, ixs)
     for q, (p, c, m) in enumerate(recs):
         r = SpeculativeLoop(TeacherForcedTarget(p, c), drafter(q), 4).run(Request(p, m))

@@ -308,24 +308,33 @@ def test_kernels_returns_one_implementation_by_name(impl):
         _impl.kernels(impl.name, "nope")
 
 
-# Public calls that still take an implementation, removed on another branch of this issue
-# (the suffix index's ``index_cls``). The lead empties this set at the merge: an entry that
-# no longer occurs fails the test, so it cannot go stale.
-NOT_YET_REMOVED = {"SuffixDrafter(index_cls)", "SharedSuffixCache(index_cls)"}
-
-
 def test_the_public_layer_takes_no_implementation_parameter():
-    """No public call threads an implementation through: the rule's choice is the only one."""
+    """No public call threads an implementation through: the rule's choice is the only one
+    (every public module's names, the drafters, ``BatchState`` and ``SpeculativeGenerator``
+    included)."""
     import inspect
 
+    import specfsm.machine.batch
     import specfsm.drafting
     import specfsm.gpu
+    import specfsm.hf
+    import specfsm.hf.cost
+    import specfsm.hf.generate
+    import specfsm.serving.loop
+    import specfsm.drafting.ngram_index
+    import specfsm.drafting.suffix_index
+    import specfsm.vllm
+    import specfsm.serving.workload
 
     names = {"impl", "kernels", "settle", "index_cls", "kind"}
     found = set()
-    for mod in (specfsm, specfsm.gpu, specfsm.drafting, specfsm.accept.rules, specfsm.machine.state):
+    seen = set()
+    for mod in (specfsm, specfsm.gpu, specfsm.drafting, specfsm.accept.rules, specfsm.machine.state, specfsm.machine.batch,
+                specfsm.drafting.ngram_index, specfsm.drafting.suffix_index, specfsm.serving.loop, specfsm.serving.workload, specfsm.vllm,
+                specfsm.hf, specfsm.hf.cost, specfsm.hf.generate):
         for public in mod.__all__:
             obj = getattr(mod, public)
+            seen.add(public)
             members = [obj] + ([v for k, v in vars(obj).items() if not k.startswith("_") or k == "__init__"]
                                if isinstance(obj, type) else [])
             for fn in members:
@@ -334,6 +343,6 @@ def test_the_public_layer_takes_no_implementation_parameter():
                 except (TypeError, ValueError):
                     continue
                 found |= {f"{public}({p})" for p in params if p in names}
-    assert found - NOT_YET_REMOVED == set(), "public calls that take an implementation"
-    assert NOT_YET_REMOVED - found == set(), "removed: delete these from NOT_YET_REMOVED"
+    assert {"SpeculativeGenerator", "SuffixDrafter", "NgramDrafter", "BatchState", "SuffixIndex"} <= seen
+    assert found == set(), "public calls that take an implementation"
     assert not hasattr(specfsm._impl, "using") and not hasattr(specfsm._impl, "current")

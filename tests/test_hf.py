@@ -88,32 +88,17 @@ def references(model):
     return [_reference(model, p, NEW) for p in _prompts()]
 
 
-def _index_cls(impl, drafter="suffix"):
-    """The index class of ``drafter`` ("suffix", the default drafter, or "ngram") in ``impl``."""
-    if drafter == "ngram":
-        return impl.module("ngram_index").NgramIndex
-    return impl.module("suffix_index").SuffixIndex
-
-
 def _check_equal(model, prompt, got, want):
     gap = first_mismatch(model, prompt, got, want)
     assert gap is None, f"speculative output parts from model.generate: {gap}"
 
 
-@pytest.mark.parametrize("drafter", ["suffix", "ngram"])
-def test_single_request_greedy_equals_generate_both_implementations(fsm, model, references, drafter):
-    _single_requests(model, references, 3, drafter, _index_cls(fsm, drafter))
-
-
-@pytest.mark.parametrize("k, drafter", [(0, "suffix"), ("adaptive", "suffix"), ("adaptive", "ngram"), (3, "prompt")])
-def test_single_request_greedy_equals_generate(model, references, k, drafter):
-    _single_requests(model, references, k, drafter, None)
-
-
-def _single_requests(model, references, k, drafter, index_cls):
+@pytest.mark.parametrize("k, drafter", [(0, "suffix"), (3, "suffix"), (3, "ngram"), ("adaptive", "suffix"),
+                                         ("adaptive", "ngram"), (3, "prompt")])
+def test_single_request_greedy_equals_generate(fsm, model, references, k, drafter):
+    # on the active implementation's indexes (CI runs this file compiled and twin);
     # a fixed cost table keeps the adaptive choice independent of this machine's load
-    gen = SpeculativeGenerator(model, k=k, drafter=drafter, eos_token_id=None, index_cls=index_cls,
-                               cost=FLAT_COST)
+    gen = SpeculativeGenerator(model, k=k, drafter=drafter, eos_token_id=None, cost=FLAT_COST)
     accepted = 0
     for prompt, want in zip(_prompts(), references):
         out = gen.generate([prompt], NEW)[0]
@@ -128,7 +113,7 @@ def _single_requests(model, references, k, drafter, index_cls):
 
 @pytest.mark.parametrize("drafter", ["suffix", "ngram"])
 def test_batch_equals_each_request_alone(fsm, model, references, drafter):
-    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, drafter=drafter, index_cls=_index_cls(fsm, drafter))
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=None, drafter=drafter)
     outs = gen.generate(_prompts(), NEW)
     for prompt, out, want in zip(_prompts(), outs, references):
         _check_equal(model, prompt, out.tokens, want)
@@ -136,6 +121,18 @@ def test_batch_equals_each_request_alone(fsm, model, references, drafter):
     assert steps < NEW  # one forward per step for the whole batch
     assert gen.last_run.forwards == steps + len(_prompts())  # and one per prompt to prefill
     assert sum(o.rollbacks for o in outs) > 0  # ragged acceptance really happened
+
+
+@pytest.mark.parametrize("drafter, cls", [("suffix", "SuffixIndex"), ("ngram", "NgramIndex")])
+def test_requests_draft_from_the_active_implementations_index(fsm, model, drafter, cls):
+    import specfsm
+    from specfsm import _impl
+
+    gen = SpeculativeGenerator(model, drafter=drafter, eos_token_id=None)
+    index = gen._new_index()
+    assert type(index) is getattr(specfsm, cls)
+    assert type(index) is getattr(_impl.load(cls.lower().replace("index", "_index")), cls)
+    assert type(index).__module__ == fsm.module(cls.lower().replace("index", "_index")).__name__
 
 
 @pytest.mark.parametrize("prefill", ["each", "padded"])
@@ -157,8 +154,7 @@ def test_batch_adaptive_with_compaction_and_early_finishers(fsm, model):
     # an end-of-sequence token that ends some requests early: one that request 0 emits
     first = _reference(model, prompts[0], NEW)
     eos = first[len(first) // 2]
-    gen = SpeculativeGenerator(model, eos_token_id=eos, compact_fraction=0.1, index_cls=_index_cls(fsm),
-                               cost=FLAT_COST)
+    gen = SpeculativeGenerator(model, eos_token_id=eos, compact_fraction=0.1, cost=FLAT_COST)
     outs = gen.generate(prompts, NEW)
     lengths = set()
     for prompt, out in zip(prompts, outs):
@@ -179,7 +175,7 @@ def test_bonus_row_keeps_outputs_and_saves_forwards(fsm, model):
     references = [_reference(model, p, n) for p in _prompts()]
     forwards = {}
     for bonus in (False, True):
-        gen = SpeculativeGenerator(model, k=4, eos_token_id=None, index_cls=_index_cls(fsm), bonus=bonus)
+        gen = SpeculativeGenerator(model, k=4, eos_token_id=None, bonus=bonus)
         outs = gen.generate(_prompts(), n)
         for prompt, out, want in zip(_prompts(), outs, references):
             _check_equal(model, prompt, out.tokens, want)
@@ -193,7 +189,7 @@ def test_several_eos_ids_end_requests_at_the_first(fsm, model):
     prompts = _prompts(seed=3)
     firsts = [_reference(model, p, NEW) for p in prompts]
     eos = sorted({firsts[0][NEW // 2], firsts[1][NEW // 3]})
-    gen = SpeculativeGenerator(model, k=4, eos_token_id=eos, index_cls=_index_cls(fsm))
+    gen = SpeculativeGenerator(model, k=4, eos_token_id=eos)
     outs = gen.generate(prompts, NEW)
     ended = 0
     for prompt, out, full in zip(prompts, outs, firsts):
@@ -382,7 +378,7 @@ def test_acceptance_by_match_length():
 
 
 def test_adaptive_suffix_drafts_learn_acceptance_by_match_length(fsm, model, references):
-    gen = SpeculativeGenerator(model, eos_token_id=None, index_cls=_index_cls(fsm), cost=FLAT_COST)
+    gen = SpeculativeGenerator(model, eos_token_id=None, cost=FLAT_COST)
     assert gen.drafter == "suffix" and gen.max_n is None and gen.prefer == "latest"
     outs = gen.generate(_prompts(), NEW)
     for prompt, out, want in zip(_prompts(), outs, references):
@@ -746,8 +742,8 @@ class _NoCalls(torch.nn.Module):
         ({"seed": 1.5}, TypeError, "seed must be an integer"),
         ({"seed": -3}, ValueError, "seed must be at least 0"),
         ({"rule": "exact"}, TypeError, "rule must be an acceptance rule"),
-        ({"index_cls": 5}, TypeError, "index_cls must be an index class"),
-        ({"index_cls": dict}, TypeError, "index_cls"),
+        ({"index_cls": dict}, TypeError, "unexpected keyword argument 'index_cls'"),
+        ({"drafter": "ngram", "max_n": 5000}, ValueError, r"NgramIndex refuses \(min_n=1, max_n=5000.*at most 4096"),
         ({"calibrate": ["online"]}, ValueError, "calibrate"),
         ({"prefill": None}, ValueError, "prefill"),
         ({"drafter": np.array([1, 2])}, ValueError, "drafter must be"),
@@ -937,14 +933,9 @@ def test_generator_backs_off_per_request_and_recovers(model):
     want = _reference(model, prompt, n)
     got = {}
     for backoff in (True, False):
-        made = []
-
-        def index_cls(*_a, _made=made):
-            idx = _TeacherIndex(prompt, want, switch)
-            _made.append(idx)
-            return idx
-
-        gen = SpeculativeGenerator(model, eos_token_id=None, cost=BACKOFF_COST, backoff=backoff, index_cls=index_cls)
+        gen = SpeculativeGenerator(model, eos_token_id=None, cost=BACKOFF_COST, backoff=backoff)
+        # each request drafts from the scripted index in place of its suffix index
+        gen._new_index = lambda: _TeacherIndex(prompt, want, switch)
         gen.by_match = _shared_high()
         out = gen.generate([prompt], n)[0]
         _check_equal(model, prompt, out.tokens, want)

@@ -15,6 +15,8 @@ tests check ``serve`` and ``serve_batch`` against their definition, per implemen
 
 from __future__ import annotations
 
+import re
+
 import copy
 import pickle
 import threading
@@ -60,7 +62,8 @@ def _norm(x):
 
 
 def _message(exc: BaseException) -> str:
-    return str(exc).replace("specfsm._core.", "specfsm.<impl>.").replace("specfsm._py.", "specfsm.<impl>.")
+    # a class's module names the implementation: specfsm._core.<name> or its twin
+    return re.sub(r"specfsm\.(?:_core\.\w+|[\w.]*\._\w+_py)\.", "specfsm.<impl>.", str(exc))
 
 
 def outcome(thunk):

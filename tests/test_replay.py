@@ -233,7 +233,7 @@ def test_replay_never_reports_a_partial_build_as_compiled(tmp_path, capsys, monk
     real = _impl.extensions()
     broken = ImportError("simulated: undefined symbol in accept")
     fake = {
-        name: (st._replace(compiled=False, module=f"specfsm._py.{name}", error=broken) if name == "accept"
+        name: (st._replace(compiled=False, module=_impl.TWINS[name], error=broken) if name == "accept"
                else st._replace(compiled=True, module=f"specfsm._core.{name}", error=None))
         for name, st in real.items()
     }

@@ -3,7 +3,7 @@
  *
  * specfsm_check_rows_{f32,f64}(p, n, v, atol, &row, &col, &value): SPECFSM_OK, or what the
  * first bad row holds (SPECFSM_NONFINITE, SPECFSM_NEGATIVE, SPECFSM_BADSUM) and where;
- * the codes are specfsm._validate.PROB_OK, PROB_NONFINITE, ... (its prob_error words them).
+ * the codes are specfsm.accept._checks.PROB_OK, PROB_NONFINITE, ... (its prob_error words them).
  * specfsm_pick_{f32,f64}(p, q, v, x, u, scratch): the token drawn from max(0, p - q).
  */
 #ifndef SPECFSM_ACCEPT_KERNELS_H

@@ -196,8 +196,8 @@ class SpeculativeGenerator:
     ``backoff=False`` keeps the shared estimate alone (the chooser before issue 25).
     ``periodic``: a draft cut short by the end of the history (the latest match runs
     into it) is continued periodically, as the history repeats from the match on.
-    ``index_cls``: the index class (default ``specfsm.SuffixIndex`` or
-    ``specfsm.NgramIndex``, as ``drafter`` says).
+    Each request of an index drafter gets its own ``specfsm.SuffixIndex`` or
+    ``specfsm.NgramIndex`` (as ``drafter`` says), the active implementation's.
     ``eos_token_id``: an id (or ids, or None) that ends a request (default ``"model"``:
     the model's generation config). ``bonus`` (default True): a K-token draft is verified
     with K + 1 rows (the forward over the last token and the draft yields them anyway), so
@@ -237,7 +237,6 @@ class SpeculativeGenerator:
         eos_token_id: Any = "model",
         cost: CostModel | None = None,
         compact_fraction: float = 0.5,
-        index_cls: Any = None,
         periodic: bool = True,
         probe_every: int = 8,
         bonus: bool = True,
@@ -267,24 +266,21 @@ class SpeculativeGenerator:
         if prefer not in ("latest", "earliest"):
             raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
         self.prefer = prefer
-        if index_cls is None:
-            if drafter == "suffix":
-                from ..drafting.suffix_index import SuffixIndex as index_cls
-            else:
-                from ..drafting.ngram_index import NgramIndex as index_cls
-        if drafter in ("suffix", "ngram"):
-            if not callable(index_cls):
-                raise TypeError(f"index_cls must be an index class, got {type(index_cls).__name__}")
-            try:  # a probe: the class takes these settings (nothing else is built from it yet)
-                probe = index_cls(min_n, max_n, prefer)
+        self._index_cls: Any = None
+        if drafter == "suffix":
+            from ..drafting.suffix_index import SuffixIndex
+
+            self._index_cls = SuffixIndex
+        elif drafter == "ngram":
+            from ..drafting.ngram_index import NgramIndex
+
+            self._index_cls = NgramIndex
+        if self._index_cls is not None:  # a probe: the index refuses its settings here, before any model call
+            try:
+                self._index_cls(min_n, max_n, prefer)
             except (TypeError, ValueError) as exc:
-                raise type(exc)(f"index_cls {getattr(index_cls, '__name__', index_cls)!r} refuses "
-                                f"(min_n={min_n}, max_n={max_n}, prefer={prefer!r}): {exc}") from None
-            missing = [m for m in ("extend", "propose", "match_length") if not callable(getattr(probe, m, None))]
-            if missing:
-                raise TypeError(f"index_cls {getattr(index_cls, '__name__', index_cls)!r} makes indexes "
-                                f"without {', '.join(missing)}")
-        self.index_cls = index_cls
+                raise type(exc)(f"{self._index_cls.__name__} refuses (min_n={min_n}, max_n={max_n}, "
+                                f"prefer={prefer!r}): {exc}") from None
         self._vocab = int(model.config.vocab_size)
         self.periodic = _flag(periodic, "periodic")
         self.probe_every = _count(probe_every, "probe_every", least=1)
@@ -380,7 +376,7 @@ class SpeculativeGenerator:
     # -- drafting ---------------------------------------------------------------------
     def _new_index(self) -> Any:
         if self.drafter in ("suffix", "ngram"):
-            return self.index_cls(self.min_n, self.max_n, self.prefer)
+            return self._index_cls(self.min_n, self.max_n, self.prefer)
         return None
 
     def _propose(self, r: _Request, k: int, least: int = 2) -> list[int]:
