@@ -94,8 +94,6 @@ def kernels(kind: str, name: str) -> ModuleType:
     raise ValueError(f"kind must be 'compiled' or 'python', got {kind!r}")
 
 
-module = kernels  # TODO(lead): delete after the merge, once no caller uses _impl.module
-
 _ACTIVE: dict[str, ModuleType] = {}
 _ERRORS: dict[str, ImportError] = {}
 

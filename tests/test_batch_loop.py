@@ -15,11 +15,6 @@ from specfsm.serving.loop import NgramDrafter, Request, SpeculativeLoop, Teacher
 
 
 @pytest.fixture
-def bm(impl):
-    return impl.module("batch")
-
-
-@pytest.fixture
 def ni(impl):
     return impl.module("ngram_index")
 

@@ -194,7 +194,6 @@ class NgramDrafter:
     name = "ngram"
 
     def __init__(self, min_n: int = 1, max_n: int | None = None, prefer: str = "latest") -> None:
-        self._cls = NgramIndex  # the class its sessions' indexes are made of
         self.min_n = min_n
         self.max_n = min_n if max_n is None else max_n
         self.prefer = prefer

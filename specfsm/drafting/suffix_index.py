@@ -362,7 +362,6 @@ class SuffixDrafter:
         shared: SharedSuffixCache | None = None,
         shared_below: int = 8,
     ) -> None:
-        self._cls = SuffixIndex  # the class its sessions' indexes are made of
         self.min_n = min_n
         self.max_n = max_n
         self.prefer = prefer
