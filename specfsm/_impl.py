@@ -53,7 +53,7 @@ TWINS: dict[str, str] = {
     "batch": "specfsm.machine._batch_py",
     "ngram": "specfsm.drafting._ngram_py",
     "ngram_index": "specfsm.drafting._ngram_index_py",
-    "place": "specfsm.gpu._place_py",
+    "place": "specfsm.placement._place_py",
     "prefix": "specfsm.accept._prefix_py",
     "settle": "specfsm.machine._settle_py",
     "suffix_index": "specfsm.drafting._suffix_index_py",

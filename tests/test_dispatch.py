@@ -26,7 +26,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)
 # whether each public class is (or derives from) the active kernel module's class.
 PROBE = (
     "import json, specfsm, specfsm._impl as i, specfsm.machine.state as s, specfsm.accept.rules as a, "
-    "specfsm.drafting as d, specfsm.gpu.place as g; "
+    "specfsm.drafting.lookup as d, specfsm.placement.place as g; "
     "print(json.dumps({'use': specfsm.USE_EXTENSIONS, 'error': repr(i.IMPORT_ERROR), "
     "'active': {n: i.load(n).__name__ for n in i.KERNEL_MODULES}, "
     "'bound': {'state.prefix': s._common_prefix.__module__, 'state.settle': s._settle.__module__, "
@@ -315,7 +315,7 @@ def test_the_public_layer_takes_no_implementation_parameter():
     import inspect
 
     import specfsm.machine.batch
-    import specfsm.drafting
+    import specfsm.drafting.lookup
     import specfsm.gpu
     import specfsm.hf
     import specfsm.hf.cost
@@ -329,7 +329,7 @@ def test_the_public_layer_takes_no_implementation_parameter():
     names = {"impl", "kernels", "settle", "index_cls", "kind"}
     found = set()
     seen = set()
-    for mod in (specfsm, specfsm.gpu, specfsm.drafting, specfsm.accept.rules, specfsm.machine.state, specfsm.machine.batch,
+    for mod in (specfsm, specfsm.gpu, specfsm.drafting.lookup, specfsm.accept.rules, specfsm.machine.state, specfsm.machine.batch,
                 specfsm.drafting.ngram_index, specfsm.drafting.suffix_index, specfsm.serving.loop, specfsm.serving.workload, specfsm.vllm,
                 specfsm.hf, specfsm.hf.cost, specfsm.hf.generate):
         for public in mod.__all__:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import specfsm.gpu
 from specfsm import _impl
-from specfsm.gpu import _geometry
+from specfsm.placement import _geometry
 
 try:  # a real bfloat16 when ml_dtypes is installed; uint16 stands in for its size otherwise
     import ml_dtypes
@@ -304,7 +304,7 @@ def test_settle_index_refuses_bad_counts(impl):
 
 
 def test_public_api_dispatches_numpy_to_the_active_host_kernel():
-    assert specfsm.gpu.place._host is _impl.load("place")  # what the numpy path calls
+    assert specfsm.placement.place._host is _impl.load("place")  # what the numpy path calls
     src = np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2)
     dst = np.zeros((2, 2), np.float32)
     assert specfsm.gpu.place_rows(src, specfsm.gpu.settle_index([3, 1], [3, 2]), dst) is dst
@@ -366,7 +366,7 @@ def test_package_imports_and_runs_without_cupy():
         "g.place_rows(np.ones((1, 2, 2), np.int8), [1], d)\n"
         "assert d.tolist() == [[1, 1]]\n"
         "v = specfsm.Decode(1, np.ones(3)).enter_verify([5])\n"
-        "assert 'specfsm.gpu._cupy' not in sys.modules\n"
+        "assert 'specfsm.placement._cupy' not in sys.modules\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -375,7 +375,7 @@ def test_package_imports_and_runs_without_cupy():
 
 
 def test_kernel_source_ships_with_the_package():
-    text = resources.files("specfsm.gpu").joinpath("place_rows.cu").read_text("utf-8")
+    text = resources.files("specfsm.placement").joinpath("place_rows.cu").read_text("utf-8")
     for w in (16, 8, 4, 2, 1):
         for i in (32, 64):
             assert f"place_rows_w{w}_i{i}" in text
@@ -456,7 +456,7 @@ def emulated_kernel(tmp_path_factory):
         pytest.skip("no C++ compiler to emulate the CUDA kernel on the host")
     d = tmp_path_factory.mktemp("emulated_kernel")
     (d / "place_rows.cu").write_text(
-        resources.files("specfsm.gpu").joinpath("place_rows.cu").read_text("utf-8")
+        resources.files("specfsm.placement").joinpath("place_rows.cu").read_text("utf-8")
     )
     (d / "emulate.cpp").write_text(_EMULATOR)
     lib = d / "libemulate.so"
@@ -485,7 +485,7 @@ def take_errors(lib, err):
 
 
 def emulate_launch(lib, src, index, dst, sm_count=4, err=None):
-    """The launch ``specfsm.gpu._cupy.place_rows`` makes, run by the emulator (into the
+    """The launch ``specfsm.placement._cupy.place_rows`` makes, run by the emulator (into the
     error word ``err`` when given, a fresh one otherwise)."""
     B, K = src.shape[:2]
     row = src.dtype.itemsize * int(np.prod(src.shape[2:], dtype=np.int64))

@@ -18,7 +18,7 @@ cimport numpy as cnp
 
 from _arrays cimport plain_int_width
 
-from specfsm.gpu._checks import (
+from specfsm.placement._checks import (
     as_host_index,
     as_settle_arrays,
     check_place_arrays,

@@ -1,13 +1,13 @@
 """Option parsing for the ``specfsm`` command: the ``replay`` sub-command's parser and its
 argument types (``generate`` and ``record`` add theirs from ``specfsm.hf.cli``; the usage
-error and the shared argument types are in ``specfsm.cli.args``)."""
+error and the shared argument types are in ``specfsm._cli_args``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from .args import SubcommandParser, UsageError, positive
+from .._cli_args import SubcommandParser, UsageError, positive
 from ..serving.workload import DEFAULT_REQUESTS, MAX_LINE_BYTES
 
 __all__ = ["UsageError", "build_parser", "check_plot_path", "rule_text"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .args import plural
+from .._cli_args import plural
 
 __all__ = ["format_summary", "plural", "LABELS"]
 

@@ -23,8 +23,8 @@ import time
 from typing import Any, TextIO
 
 # one option parser and one exit-2 error for every command of the CLI
-from ..cli.args import UsageError, plural
-from ..cli.args import positive as _positive
+from .._cli_args import UsageError, plural
+from .._cli_args import positive as _positive
 from .prompts import PromptSpec, embedded_prompts, load_prompts, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]

@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any
 
-from ..cli.args import UsageError
+from .._cli_args import UsageError
 from ..serving.workload import (
     WorkloadError,
     candidate_files,

@@ -744,7 +744,7 @@ def scenario_ngram_threads(impl, rng, seconds):
 def scenario_public(impl, rng, seconds):
     from specfsm.accept import rules as accept_rule
     from specfsm.drafting import ngram_index
-    from specfsm.gpu import place as gplace
+    from specfsm.placement import place as gplace
 
     deadline = time.monotonic() + seconds / 2
     n = 0

@@ -4,7 +4,7 @@
 request from the row its verify settled on; ``snapshot`` is the copy ``enter_verify``
 keeps; ``settle_index`` turns a batch's accepted counts into ``index``. numpy arrays go
 to the active implementation's host kernel (compiled, or its twin: ``specfsm._impl``);
-CuPy arrays go to ``specfsm.gpu._cupy``, which is imported only then.
+CuPy arrays go to ``specfsm.placement._cupy``, which is imported only then.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def check_errors(device: int | None = None, stream=None) -> None:
     raised now or by the next call). Host paths never set it (host indices are checked
     before copying), so without CuPy this returns at once.
     """
-    mod = sys.modules.get("specfsm.gpu._cupy")
+    mod = sys.modules.get("specfsm.placement._cupy")
     if mod is None:
         return None
     return mod.check_errors(device, stream)

@@ -1,7 +1,7 @@
 """Argument checks of row placement and the settle index.
 
 Shared by every ``place_rows`` path: the compiled host kernel (``specfsm._core.place``),
-its twin (``specfsm.gpu._place_py``) and the CuPy wrapper (``specfsm.gpu._cupy``): placement
+its twin (``specfsm.placement._place_py``) and the CuPy wrapper (``specfsm.placement._cupy``): placement
 arrays, the host index, memory overlap and byte bounds, and ``settle_index``'s arrays.
 Nothing here imports CuPy: the functions only read ``shape``, ``dtype``, ``ndim`` and
 ``flags``, which numpy and CuPy arrays share.

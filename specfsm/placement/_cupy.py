@@ -42,7 +42,7 @@ _sm_counts: dict[int, int] = {}
 def _kernel_source() -> str:
     global _source
     if _source is None:
-        _source = resources.files("specfsm.gpu").joinpath("place_rows.cu").read_text("utf-8")
+        _source = resources.files("specfsm.placement").joinpath("place_rows.cu").read_text("utf-8")
     return _source
 
 
