@@ -573,29 +573,31 @@ def test_a_batch_mixes_ngram_and_suffix_slots(impl, bm, ni):
     assert min(drafted) > 0
 
 
-def test_suffix_slots_use_the_suffix_modules_extend_batch_in_the_twin(impl, bm, monkeypatch):
-    """The twin's suffix update (the reference): the module's batched extend, called with
-    the slots' indexes, their emitted tokens and offsets (same contract as
-    ngram_index's). The compiled step goes through the module's C entry instead."""
+def test_suffix_slots_use_the_suffix_modules_serve_batch_in_the_twin(impl, bm, monkeypatch):
+    """The twin's suffix update (the reference): the module's one serving-step policy,
+    ``serve_batch``, called once with the slots' indexes, their emitted tokens and
+    offsets, the drafted counts and each draft's agreement. The compiled step goes
+    through the module's C entry instead."""
     if impl.name == "compiled":
         pytest.skip("the compiled step updates SuffixIndex slots through the C entry "
                     "(test_the_compiled_step_updates_suffix_slots_in_c)")
     si = impl.module("suffix_index")
     calls = []
+    real = si.serve_batch
 
-    def extend_batch(indexes, tokens, offsets):
-        calls.append((len(indexes), np.asarray(tokens).tolist(), np.asarray(offsets).tolist()))
-        for q, ix in enumerate(indexes):
-            ix.extend(np.asarray(tokens)[offsets[q]:offsets[q + 1]])
+    def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
+        calls.append((len(indexes), np.asarray(tokens).tolist(), np.asarray(offsets).tolist(),
+                      np.asarray(drafted).tolist(), np.asarray(accepted).tolist()))
+        return real(indexes, tokens, offsets, drafted, accepted, max_k)
 
-    monkeypatch.setattr(si, "extend_batch", extend_batch, raising=False)
+    monkeypatch.setattr(si, "serve_batch", serve_batch)
     b = bm.BatchState(2, 3)
     ixs = [si.SuffixIndex(1), si.SuffixIndex(1)]
     for ix in ixs:
         ix.extend([1, 2, 3, 1, 2])
     b.admit([0, 1], [1, 2, 3, 1, 2, 1, 2, 3, 1, 2], [0, 5, 10], [0, 1], indexes=ixs)
     res = b.step(np.array([3, 3, 3, 3, 3, 3, 3, 3, 3, 7], dtype=np.int64))
-    assert calls == [(2, [3, 7], [0, 1, 2])]
+    assert calls == [(2, [3, 7], [0, 1, 2], [0, 0], [0, 0])]
     assert res.drafts.tolist() == [1, 2, 3] + []  # slot 0 matched "1 2 3", slot 1 nothing
     assert len(ixs[0]) == 6 and len(ixs[1]) == 6
 

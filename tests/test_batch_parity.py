@@ -25,13 +25,13 @@ def _kernels():
     if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set: the compiled core is switched off")
     try:
-        comp = _impl.module("compiled", "batch")
+        comp = _impl.kernels("compiled", "batch")
     except ImportError:
         pytest.skip("the compiled core is not built")
     return {
-        "compiled": (over(comp), _impl.module("compiled", "ngram_index"), _impl.module("compiled", "suffix_index")),
-        "python": (over(_impl.module("python", "batch")), _impl.module("python", "ngram_index"),
-                   _impl.module("python", "suffix_index")),
+        "compiled": (over(comp), _impl.kernels("compiled", "ngram_index"), _impl.kernels("compiled", "suffix_index")),
+        "python": (over(_impl.kernels("python", "batch")), _impl.kernels("python", "ngram_index"),
+                   _impl.kernels("python", "suffix_index")),
     }
 
 

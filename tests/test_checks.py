@@ -381,9 +381,10 @@ def test_no_private_names_cross_the_check_modules():
     from pathlib import Path
 
     root = Path(_checks.__file__).parent
-    for name in ("_checks", "_checks_machine", "_checks_accept", "_checks_drafting", "_checks_place"):
-        tree = ast.parse((root / f"{name}.py").read_text())
-        assert ast.get_docstring(tree), name
+    for rel in ("_checks.py", "machine/_checks.py", "accept/_checks.py", "drafting/_checks.py",
+                "placement/_checks.py"):
+        tree = ast.parse((root / rel).read_text())
+        assert ast.get_docstring(tree), rel
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("_checks"):
-                assert not [a.name for a in node.names if a.name.startswith("_")], (name, node.module)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.endswith("_checks"):
+                assert not [a.name for a in node.names if a.name.startswith("_")], (rel, node.module)

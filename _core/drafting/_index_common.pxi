@@ -92,7 +92,7 @@ cdef inline int _take_write(guard_t* g, int64_t* held_by, int64_t stamp,
     if g.phase != GUARD_READY or g.writing or g.readers:
         if g.writing and held_by[0] == stamp:
             raise ValueError(
-                f"indexes[{i}] appears twice in the batch; extend_batch takes each "
+                f"indexes[{i}] appears twice in the batch; a batch call takes each "
                 "index once"
             )
         _refuse(g, i, True)

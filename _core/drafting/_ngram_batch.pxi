@@ -425,7 +425,10 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             for i in range(b):
                 ix = <NgramIndex>index_list[i]
                 if not stats_fits(&ix._st, drafted[i], 0):
-                    check_total(ix._st.drafted, drafted[i])   # raises
+                    try:
+                        check_total(ix._st.drafted, drafted[i])   # raises
+                    except OverflowError as exc:
+                        raise OverflowError(f"indexes[{i}]: {exc}") from None
         if drafts != NULL:
             lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
             if lim == NULL:

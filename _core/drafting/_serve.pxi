@@ -72,10 +72,13 @@ cdef tuple _serve_args(object tokens, object drafted, object accepted, object ma
     return src, d, a, k
 
 
-cdef list _serve_one(serve_fn fn, object ix, object src, int64_t d, int64_t a, int64_t k,
+cdef list _serve_one(serve_fn fn, object ix, object src, object d_obj, object a_obj, int64_t k,
                      int64_t max_tokens):
     """``serve`` for one index: refuses as ``extend`` and ``record`` do (their messages),
-    then runs the C policy ``fn``."""
+    then runs the C policy ``fn``. The counts arrive as Python ints (checked non-negative,
+    ``a_obj <= d_obj``, any size): the drafted total is checked before they become C
+    integers, so a count beyond int64 gets ``record``'s overflow message."""
+    cdef int64_t d, a
     cdef guard_t* g = _guard_of(ix)
     cdef const index_stats_t* st = _stats_of(ix)
     cdef int64_t length = _len_of(ix)
@@ -84,8 +87,10 @@ cdef list _serve_one(serve_fn fn, object ix, object src, int64_t d, int64_t a, i
     guard_done_write(g)
     if length + m > max_tokens:
         raise OverflowError(f"{WHAT} holds at most {max_tokens} tokens; {length} + {m} is too many")
-    if d > INT64_MAX - st.drafted:
-        check_total(st.drafted, d)   # raises
+    if d_obj > INT64_MAX - st.drafted:
+        check_total(st.drafted, d_obj)   # raises
+    d = d_obj
+    a = a_obj
     if k < 0:
         lim = max_tokens if st.adaptive else st.draft_len    # adaptive: draft_len after the record
     else:

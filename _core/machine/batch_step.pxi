@@ -159,7 +159,7 @@ cdef int _check_distinct(list index_list) except -1:
     for q in range(len(index_list)):
         if seen.setdefault(id(index_list[q]), q) != q:
             raise ValueError(
-                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
+                f"indexes[{q}] appears twice in the batch; a batch call takes each index once"
             )
     return 0
 

@@ -342,7 +342,7 @@ def _write_all(cls: type, ixs: list, call: str) -> list:
     try:
         for i, ix in enumerate(ixs):
             if id(ix) in seen:
-                raise ValueError(f"indexes[{i}] appears twice in the batch; {call} takes each index once")
+                raise ValueError(f"indexes[{i}] appears twice in the batch; a batch call takes each index once")
             g = guard_of(ix, cls._NAME)  # type: ignore[attr-defined]
             try:
                 g.write()

@@ -260,7 +260,7 @@ def _check_distinct(index_list: list[Any]) -> None:
     for q, ix in enumerate(index_list):
         if seen.setdefault(id(ix), q) != q:
             raise ValueError(
-                f"indexes[{q}] appears twice in the batch; extend_batch takes each index once"
+                f"indexes[{q}] appears twice in the batch; a batch call takes each index once"
             )
 
 

@@ -126,7 +126,7 @@ _OVER: dict[type, type] = {_active.BatchState: BatchState}
 
 def over(kernels: ModuleType) -> type[BatchState]:
     """This module's ``BatchState`` over one implementation's kernel module (``kernels``:
-    ``specfsm._impl.module(kind, "batch")``), for tests and benchmarks that compare the
+    ``specfsm._impl.kernels(kind, "batch")``), for tests and benchmarks that compare the
     two; the active implementation's is ``BatchState`` itself."""
     base = kernels.BatchState
     cls = _OVER.get(base)

@@ -38,7 +38,7 @@ def attempt(fn, *args, **kwargs):
 def snapshot(b):
     c = b.capacity
     return (b.states.tolist(), b.tokens.tolist(), b.caches.tolist(), b.accepted.tolist(),
-            b.draft_lens.tolist(), b.remaining.tolist(), [repr(b.state_of(i)) for i in range(c)],
+            b.draft_lens.tolist(), b.remaining.tolist(), [repr(b.slot_fields(i)) for i in range(c)],
             [a.tolist() for a in b.pending()])
 
 
@@ -125,7 +125,7 @@ def reentry(rng, b, mods):
         lambda: b.release([s]),
         lambda: b.states,
         lambda: b.draft(s),
-        lambda: b.state_of(s),
+        lambda: b.slot_fields(s),
         lambda: b.slots_in(2),
         lambda: len(b),
         lambda: write_back(b, rng),
@@ -237,7 +237,7 @@ def drive(rng, b, mods, hostile, publish=None):
         return "release", attempt(b.release, rng.sample(done, rng.randrange(1, len(done) + 1)))
     if op == 7:
         i = rng.randrange(c + (1 if hostile else 0))
-        return "read", (attempt(b.state_of, re(i)), attempt(b.draft, re(i)), attempt(b.slots_in, re(rng.randrange(8))))
+        return "read", (attempt(b.slot_fields, re(i)), attempt(b.draft, re(i)), attempt(b.slots_in, re(rng.randrange(8))))
     # a step
     slots, inputs, off = b.pending()
     n = int(off[-1])
@@ -289,7 +289,7 @@ def scenario_batch(impl, rng, seconds):
         # an instance that was never initialised
         u = bm.BatchState.__new__(bm.BatchState)
         for call in (u.pending, lambda: u.step([]), lambda: u.states, lambda: u.admit([0], [1], [0, 1], [0]),
-                     lambda: u.state_of(0), lambda: len(u), lambda: u.finish([0]), repr):
+                     lambda: u.slot_fields(0), lambda: len(u), lambda: u.finish([0]), repr):
             try:
                 call() if call is not repr else repr(u)
             except RuntimeError:
