@@ -18,7 +18,52 @@ from .settings import RANGE_SOURCES, prefer_setting, range_sources
 __all__ = ["SpecfsmNgramProposer", "SpecfsmSuffixProposer"]
 
 
-class SpecfsmNgramProposer(RowTrackingProposer):
+class _IndexProposer(RowTrackingProposer):
+    """What the two proposers share once their range is read: the index class they
+    build (``_index_module.<_INDEX>``), their settings, the serving-step policy each step
+    calls, and their repr."""
+
+    #: the index class's name in ``_index_module``, and the proposer's public name
+    _INDEX = ""
+    _NAME = ""
+    _index_module: ModuleType
+    #: where the range came from (set by each subclass's ``__init__``; ``settings`` says it)
+    range_source: str
+
+    def _configure(self, lo: Any, hi: Any, prefer: Any, vllm_config: Any) -> None:
+        prefer = prefer_setting(prefer, type(self), vllm_config)
+        probe = self._new_index_of(lo, hi, prefer)  # validates min_n, max_n, prefer
+        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
+        self._log()
+
+    def _new_index_of(self, lo: Any, hi: Any, prefer: Any) -> Any:
+        return getattr(self._index_module, self._INDEX)(lo, hi, prefer)
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
+                "range_from": self.range_source}
+
+    def _new_index(self) -> Any:
+        return self._new_index_of(self.min_n, self.max_n, self.prefer)
+
+    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
+        return index.serve(tokens, 0, 0, k)
+
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
+                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # (vLLM does not say which of the last drafts it accepted: nothing to record)
+        none = np.zeros(len(indexes), dtype=np.int64)
+        return self._index_module.serve_batch(indexes, tokens, offsets, none, none, ks)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self._NAME}(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
+            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+            f"verify={self.verify!r})"
+        )
+
+
+class SpecfsmNgramProposer(_IndexProposer):
     """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.
 
     The n-gram range is ``min_n..max_n`` and ``prefer`` picks that n's first occurrence
@@ -40,6 +85,8 @@ class SpecfsmNgramProposer(RowTrackingProposer):
     #: where the index class and its batch calls come from (the public module, so the
     #: active implementation's; a test subclass names one implementation's kernel module)
     _index_module: ModuleType = ngram_index
+    _INDEX = "NgramIndex"
+    _NAME = "SpecfsmNgramProposer"
 
     def __init__(
         self,
@@ -66,36 +113,10 @@ class SpecfsmNgramProposer(RowTrackingProposer):
         )
         lo = hi if lo is None else lo
         hi = lo if hi is None else hi
-        prefer = prefer_setting(prefer, type(self), vllm_config)
-        probe = self._index_module.NgramIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
-        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
-        self._log()
-
-    def settings(self) -> dict:
-        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
-                "range_from": self.range_source}
-
-    def _new_index(self) -> Any:
-        return self._index_module.NgramIndex(self.min_n, self.max_n, self.prefer)
-
-    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
-        return index.serve(tokens, 0, 0, k)
-
-    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
-                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # (vLLM does not say which of the last drafts it accepted: nothing to record)
-        none = np.zeros(len(indexes), dtype=np.int64)
-        return self._index_module.serve_batch(indexes, tokens, offsets, none, none, ks)
-
-    def __repr__(self) -> str:
-        return (
-            f"SpecfsmNgramProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
-            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
-            f"verify={self.verify!r})"
-        )
+        self._configure(lo, hi, prefer, vllm_config)
 
 
-class SpecfsmSuffixProposer(RowTrackingProposer):
+class SpecfsmSuffixProposer(_IndexProposer):
     """vLLM proposer over ``specfsm.SuffixIndex``: unbounded longest-match drafts (the
     longest earlier occurrence of the row's current suffix, of any length) at amortised
     O(1) per token, with the same row tracking as ``SpecfsmNgramProposer``.
@@ -117,6 +138,8 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
     #: where the index class and its batch calls come from (the public module, so the
     #: active implementation's; a test subclass names one implementation's kernel module)
     _index_module: ModuleType = suffix_index
+    _INDEX = "SuffixIndex"
+    _NAME = "SpecfsmSuffixProposer"
 
     def __init__(
         self,
@@ -140,30 +163,4 @@ class SpecfsmSuffixProposer(RowTrackingProposer):
         lo, lo_from = next(((a, name) for (a, _), name in sources if a is not None), (None, "default"))
         hi, hi_from = next(((b, name) for (_, b), name in sources if b is not None), (None, "default"))
         self.range_source = lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
-        prefer = prefer_setting(prefer, type(self), vllm_config)
-        probe = self._index_module.SuffixIndex(lo, hi, prefer)  # validates min_n, max_n, prefer
-        self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
-        self._log()
-
-    def settings(self) -> dict:
-        return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
-                "range_from": self.range_source}
-
-    def _new_index(self) -> Any:
-        return self._index_module.SuffixIndex(self.min_n, self.max_n, self.prefer)
-
-    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
-        return index.serve(tokens, 0, 0, k)
-
-    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
-                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # (vLLM does not say which of the last drafts it accepted: nothing to record)
-        none = np.zeros(len(indexes), dtype=np.int64)
-        return self._index_module.serve_batch(indexes, tokens, offsets, none, none, ks)
-
-    def __repr__(self) -> str:
-        return (
-            f"SpecfsmSuffixProposer(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r}, "
-            f"num_speculative_tokens={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
-            f"verify={self.verify!r})"
-        )
+        self._configure(lo, hi, prefer, vllm_config)
