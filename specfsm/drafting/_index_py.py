@@ -334,7 +334,7 @@ def record_batch(cls: type, indexes: object, proposed: object, accepted: object)
     return out
 
 
-def _write_all(cls: type, ixs: list, call: str) -> list:
+def _write_all(cls: type, ixs: list) -> list:
     """The writer flag of every index, all or nothing (an index listed twice is a
     ValueError, one in use a RuntimeError, each naming its place); returns the guards."""
     marked: list = []
@@ -363,7 +363,7 @@ def extend_batch(cls: type, indexes: object, tokens: object, offsets: object) ->
     b = len(ixs)
     src, off = batch_tokens(tokens, offsets, b)
     index_offsets(off, src.shape[0])
-    marked = _write_all(cls, ixs, "extend_batch")
+    marked = _write_all(cls, ixs)
     try:
         for i, ix in enumerate(ixs):
             ix._room(int(off[i + 1] - off[i]), i)
@@ -391,7 +391,7 @@ def serve_batch(cls: type, indexes: object, tokens: object, offsets: object, dra
         if a[i] > d[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(d[i])} drafted tokens")
     ks = None if max_k is None else check_batch_counts(max_k, b, None)
-    marked = _write_all(cls, ixs, "serve_batch")
+    marked = _write_all(cls, ixs)
     try:
         for i, ix in enumerate(ixs):
             ix._room(int(off[i + 1] - off[i]), i)
