@@ -1,22 +1,25 @@
 """Speculative decoding of a Hugging Face causal LM, driven by specfsm's state machine.
 
 ``SpeculativeGenerator(model).generate(prompts, max_new_tokens)`` decodes a batch of
-requests (lists of token ids) together on ``specfsm.BatchState``: each serving step is
-one ``pending()`` (what every request feeds: its last token and its draft), one model
-forward for the whole batch, and one ``step()`` (acceptance for every request by the
-rule, ``Exact`` for greedy decoding, ``SpeculativeSampling`` or ``TypicalAcceptance``
-against the processed distribution for sampling; settle, budgets); the KV cache keeps
-each request's fed columns up to its ``resume_rows`` and rolls the rest back with the
-cache's own ``crop``. Drafts come from specfsm's suffix index (the longest earlier
-match, no cap on its length), its n-gram index or prompt lookup, and enter the batch with
-``enter_verify`` at the step's adaptive width: the width that maximises expected tokens
-per unit of forward cost, the acceptance estimated per match length and the cost learnt
-by rows from the run's own forwards. With the bonus row
-(the default) a K-token draft is verified by the K + 1 rows the forward yields anyway.
-A rule the batch does not know settles each request through its own ``ServingState``.
+requests (lists of token ids; one request is a batch of one) through the serving loop
+every other target uses, ``specfsm.serving.loop.serve`` on ``specfsm.BatchState``: each
+serving step is one ``pending()`` (what every request feeds: its last token and its
+draft), one model forward for the whole batch (``specfsm.hf.target.ModelTarget``: the
+ragged batch cache, which keeps each request's fed columns up to the row it resumes
+from and rolls the rest back with the cache's own ``crop``), and one ``step()``
+(acceptance for every request: ``Exact`` for greedy decoding; for sampling the rule,
+``SpeculativeSampling`` by default, ``TypicalAcceptance``, a rule comparing tokens
+against sampled rows, or one that ``select``s from the processed distribution; settle,
+budgets, eos). Drafts come from specfsm's suffix index (the longest earlier match, no
+cap on its length), its n-gram index, prompt lookup or a callable, and enter the batch
+at the step's adaptive width (``specfsm.hf.drafting.StepDrafter``: the width that
+maximises expected tokens per unit of forward cost, the acceptance estimated per match
+length and per request, the cost learnt by rows from the run's own forwards). With the
+bonus row (the default) a K-token draft is verified by the K + 1 rows the forward yields
+anyway.
 
-The model side (the prefill, the ragged batch cache every step feeds and crops, the
-model and version checks) is ``specfsm.hf.evaluate``.
+The model side (the prefill, the ragged batch cache, cost measurement, the model and
+version checks) is ``specfsm.hf.evaluate``.
 
 Greedy output is token-for-token what ``model.generate(do_sample=False)`` gives each
 request alone, up to floating-point ties between the top two logits (batched and
@@ -36,23 +39,20 @@ from typing import Any
 
 import numpy as np
 
-from .. import _impl
-from ..accept.rules import Exact, SpeculativeSampling, TypicalAcceptance
-from ..machine.state import Accept, Decode, Rollback, ServingState, Verify
+from ..accept.rules import Exact, SpeculativeSampling
+from ..serving.loop import Request, needs_probs, serve
+from .cost import AcceptanceByMatch, AcceptanceStats, CostModel, OnlineCost
+from .drafting import StepDrafter
 from .evaluate import (
     SUPPORTED_TRANSFORMERS,
-    RaggedBatch,
     UnsupportedModel,
     check_model,
     check_transformers,
-    first_mismatch,
     eos_ids,
-    max_positions,
+    first_mismatch,
     measure_costs,
-    new_cache,
-    prefill,
 )
-from .cost import AcceptanceByMatch, AcceptanceStats, CostModel, OnlineCost, RequestBackoff, choose_width, expected_tokens
+from .target import ModelTarget
 
 __all__ = [
     "SUPPORTED_TRANSFORMERS",
@@ -100,50 +100,6 @@ class RunStats:
     def outside_s(self) -> float:
         """Wall time not spent in model forwards (drafting, acceptance, cache upkeep)."""
         return max(self.wall_s - self.model_s - self.calibrate_s, 0.0)
-
-
-class _Request:
-    __slots__ = ("prompt", "array", "state", "index", "out", "budget", "done", "valid", "idle", "match",
-                 "recent", "predicted", "probing")
-
-    def __init__(self, prompt: list[int], budget: int, index: Any, array: np.ndarray) -> None:
-        self.prompt = prompt
-        self.array = array
-        self.state: ServingState = ServingState.start(prompt, cache=0)
-        self.index = index
-        self.out = RequestOutput([], len(prompt), stats=AcceptanceStats(decay=0.8))
-        self.budget = budget
-        self.done = False
-        self.valid = 0  # columns of the cache this request consumed (== its position)
-        self.idle = 0  # steps since this request last verified a draft
-        self.match: int | None = None  # the match length behind the current draft (None: unknown)
-        self.recent = RequestBackoff()  # what this request's own drafts achieved recently
-        self.predicted = 0.0  # accepted draft tokens the shared estimate expects of the current draft
-        self.probing = False  # the current draft is a probe (the request had stopped drafting)
-
-
-def _identity(cache: Any) -> Any:
-    return cache
-
-
-def _drafted(draft: Any, k: int) -> list[int]:
-    """A callable drafter's proposal as a list of at most ``k`` ints; TypeError for
-    anything that is not a sequence of integers (a float is not truncated to an id)."""
-    if isinstance(draft, (str, bytes, bytearray)) or not hasattr(draft, "__iter__"):
-        raise TypeError(f"the drafter must return a sequence of token ids, got {type(draft).__name__}")
-    if isinstance(draft, np.ndarray):
-        if draft.ndim != 1:
-            raise TypeError(f"the drafter must return a 1-D sequence of token ids, got an array of shape {draft.shape}")
-        if draft.dtype.kind in "iu":
-            return [int(t) for t in draft[:k].tolist()]
-    out = []
-    for i, t in enumerate(draft):
-        if i >= k:
-            break
-        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
-            raise TypeError(f"the drafter returned a non-integer token id at position {i}: {type(t).__name__} {t!r}")
-        out.append(int(t))
-    return out
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -210,8 +166,7 @@ class SpeculativeGenerator:
     computes padding (a batch of prompts of 600 to 1,200 tokens pads a third of its
     rows) and each request's prompt is computed exactly as it is alone; ``"padded"``
     runs one left-padded forward over all prompts.
-    Greedy decoding and the ``SpeculativeSampling``/``TypicalAcceptance`` rules run on
-    ``specfsm.BatchState``; other rules settle per request through ``ServingState``.
+    Every rule runs through ``specfsm.serving.loop.serve`` on ``specfsm.BatchState``.
     Refuses what ``check_model`` refuses, and every argument of the wrong type or
     value (TypeError / ValueError naming it) before anything calls the model; a callable
     drafter that returns anything but a sequence of integer ids is refused (TypeError)
@@ -379,35 +334,6 @@ class SpeculativeGenerator:
             return self._index_cls(self.min_n, self.max_n, self.prefer)
         return None
 
-    def _propose(self, r: _Request, k: int, least: int = 2) -> list[int]:
-        # ``least``: the shortest draft worth a verify (without the bonus row a one-token
-        # draft is worth exactly one decode)
-        if k < least:
-            return []
-        if r.index is not None:
-            d = r.index.propose(k)
-            r.match = r.index.match_length()
-        else:
-            history = r.prompt + r.out.tokens
-            if self.drafter == "prompt":
-                arr = np.asarray(history, dtype=np.int64)
-                d = []
-                top = self.max_n if self.max_n is not None else 4  # set in __init__ for "prompt"
-                for n in range(top, self.min_n - 1, -1):
-                    found = _impl.prompt_lookup(arr, n, k)
-                    if len(found):
-                        d = found.tolist()
-                        break
-            else:
-                d = _drafted(self.drafter(history, k), k)  # type: ignore[operator]
-                bad = [t for t in d if not 0 <= t < self._vocab]
-                if bad:
-                    raise ValueError(f"the drafter proposed token id {bad[0]}, outside the vocabulary 0..{self._vocab - 1}")
-        if self.periodic and 0 < len(d) < k:
-            # the match's continuation ran into the end of the history: the history is
-            # periodic with period len(d) from the match on, so continue the period
-            d = [d[i % len(d)] for i in range(k)]
-        return d if len(d) >= least else []
 
     # -- the model ----------------------------------------------------------------------
     def _forward(self, ids: Any, pos: Any, mask: Any, cache: Any, keep: int | None = None) -> Any:
@@ -448,14 +374,12 @@ class SpeculativeGenerator:
         tokens or an end-of-sequence token, all together; returns one ``RequestOutput``
         per prompt, in order. ``self.last_run`` holds the run's ``RunStats``. Refuses
         empty prompts and a non-positive ``max_new_tokens``."""
-        import torch
-
         if type(max_new_tokens) is not int or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if isinstance(prompts, (str, bytes)) or not len(prompts):
             raise ValueError("prompts must be a non-empty sequence of token-id sequences")
         vocab = int(self.model.config.vocab_size)
-        reqs = []
+        arrays = []
         for i, p in enumerate(prompts):
             arr = np.asarray(p)
             if arr.ndim != 1 or not arr.size:
@@ -466,318 +390,37 @@ class SpeculativeGenerator:
             if bad.size:
                 raise ValueError(f"prompts[{i}] holds token id {arr[bad[0]]} outside the vocabulary 0..{vocab - 1}")
             arr = arr.astype(np.int64, copy=False)
-            reqs.append(_Request(arr.tolist(), max_new_tokens, self._new_index(), arr))
+            arrays.append(arr)
         self.last_run = run = RunStats()
         t_start = time.perf_counter()
-        batched = not self.do_sample or type(self.rule) in (SpeculativeSampling, TypicalAcceptance)
-        if self.adaptive and self.cost is None and (not batched or self.calibration == "upfront"):
-            ctx = min(max(len(r.prompt) for r in reqs), 512)
-            self.calibrate(batch=min(len(reqs), 8), context=ctx)
+        if self.adaptive and self.cost is None and self.calibration == "upfront":
+            ctx = min(max(len(p) for p in arrays), 512)
+            self.calibrate(batch=min(len(arrays), 8), context=ctx)
         run = self.last_run
-        if batched:
-            return self._generate_batched(reqs, max_new_tokens, run, t_start)
-        # any other rule (``select``/``accept_with``) settles through ServingState
-
-        # prefill: left-padded, holes masked, positions from 0 at each request's first token
-        cache, mask, logits = prefill(self.model, self._forward, [r.array for r in reqs], self.prefill == "each")
-        probs = self.probabilities(logits) if self.do_sample else None
-        choice = logits.argmax(-1).tolist()
-        for i, r in enumerate(reqs):
-            r.valid = len(r.prompt)
-            tok = self._sample(probs[i]) if probs is not None else choice[i]
-            r.state = r.state.advance_prefill(tok, cache=r.valid)
-            if r.index is not None:
-                r.index.extend(r.array)
-            r.out.forwards += 1
-            self._emit(r, [tok])
-
-        active = [r for r in reqs if not r.done]
-        rb = RaggedBatch(cache, mask, [i for i, r in enumerate(reqs) if not r.done], self._forward)
-        if len(active) == 1 and rb.compact([active[0].valid], self.compact_fraction):
-            run.compactions += 1  # a lone request decodes without a mask
-
-        while active:
-            b = len(active)
-            # 1. drafts and the step's width
-            budget = [r.budget - len(r.out.tokens) for r in active]
-            kcap = self.k_max if self.adaptive else self.k
-            drafts = [self._propose(r, min(kcap, budget[i])) for i, r in enumerate(active)]
-            if self.adaptive and any(len(d) >= 2 for d in drafts):
-                if self.cost is None:
-                    self.calibrate(batch=min(b, 8))
-                prior = self.global_stats.conditional(self.k_max, prior=0.8, weight=2.0)
-                conds = [r.out.stats.conditional(self.k_max, prior=prior, weight=4.0) for r in active]
-                w = choose_width(conds, [len(d) for d in drafts], self.cost, self.k_max)  # type: ignore[arg-type]
-                if w == 0 and any(r.idle >= self.probe_every and len(d) >= 2 for r, d in zip(active, drafts)):
-                    # a request that stopped drafting is probed now and then: acceptance
-                    # changes along a request (copying a block, then writing new text)
-                    drafts = [d[:4] if r.idle >= self.probe_every else [] for r, d in zip(active, drafts)]
-                else:
-                    drafts = [d[:w] if w >= 2 else [] for d in drafts]
-            run.widths.append(max((len(d) for d in drafts), default=0))
-            # 2. one forward of W columns for the whole batch
-            feeds = []
-            for i, r in enumerate(active):
-                st = r.state
-                d = drafts[i]
-                last = st.last  # type: ignore[attr-defined]
-                if d:
-                    r.idle = 0
-                    r.state = st.enter_verify(d, clone=_identity)
-                    feed = [last] + d[:-1]
-                else:
-                    r.idle += 1
-                    feed = [last]
-                feeds.append(feed)
-            rows = [len(f) for f in feeds]
-            logits = rb.feed(feeds, [r.valid for r in active])
-            # 3. settle each request through its state machine
-            if self.do_sample:
-                flat = torch.cat([logits[i, : rows[i]] for i in range(b)])
-                probs_all = self.probabilities(flat)
-                starts = np.concatenate([[0], np.cumsum(rows)])
-            else:
-                choice_all = logits.argmax(-1).tolist()
-            consumed = []
-            for i, r in enumerate(active):
-                st = r.state
-                r.out.forwards += 1
-                if isinstance(st, Verify):
-                    k = len(st.draft)
-                    row_caches = list(range(r.valid + 1, r.valid + k + 1))
-                    if self.do_sample:
-                        probs = probs_all[starts[i] : starts[i + 1]]
-                        settled = st.accept_with(self.rule, probs, row_caches)
-                    else:
-                        settled = st.accept_with(self.rule, choice_all[i][:k], row_caches)
-                    d = list(st.draft)
-                    if isinstance(settled, Accept):
-                        n = settled.n
-                        emitted = d
-                        r.state = settled.resume()
-                    else:
-                        assert isinstance(settled, Rollback)
-                        n = settled.snapshot - r.valid - 1
-                        emitted = d[:n] + [int(settled.to)]
-                        r.state = settled.rollback()
-                        r.out.rollbacks += 1
-                    r.out.verifies += 1
-                    r.out.drafted += k
-                    r.out.accepted += n
-                    r.out.stats.record(k, n)
-                    self.global_stats.record(k, n)
-                else:
-                    assert isinstance(st, Decode)
-                    tok = self._sample(probs_all[starts[i]]) if self.do_sample else choice_all[i][0]
-                    r.state = st.advance_decode(tok, cache=r.valid + 1)
-                    emitted = [tok]
-                used = r.state.cache - r.valid  # type: ignore[attr-defined]
-                # the columns this request consumed are its fed tokens that were accepted
-                consumed.append(used)
-                r.valid += used
-                self._emit(r, emitted)
-            # 4. crop trailing columns nobody kept; drop finished requests; compact holes
-            rb.keep(consumed)
-            alive = [i for i, r in enumerate(active) if not r.done]
-            if not alive:
-                break
-            rb.select(alive)
-            active = [active[i] for i in alive]
-            if rb.compact([r.valid for r in active], self.compact_fraction):
-                run.compactions += 1
-        run.wall_s = time.perf_counter() - t_start
-        return [r.out for r in reqs]
-
-    def _generate_batched(self, reqs: list[_Request], max_new_tokens: int, run: RunStats, t_start: float) -> list[RequestOutput]:
-        """Greedy decoding of the whole batch on ``specfsm.BatchState``: one ``pending()``
-        and one ``step()`` per serving step, the model forward in between (its argmax at
-        every evaluated row, flattened in ``pending()``'s order); the KV cache keeps
-        ``resume_rows + 1`` of each slot's fed columns, finished slots leave it. Drafts
-        (n-gram index, prompt lookup or a callable; the adaptive width) enter the batch
-        with ``enter_verify``."""
-        import torch
-
-        from ..machine.batch import BatchState
-
-        b = len(reqs)
+        # greedy decoding accepts by exact match; sampling by the rule, against the
+        # processed distribution (the rule's kind says which rows the target draws at)
+        rule = self.rule if self.do_sample else None
+        sample_rows = rule is not None and not needs_probs(rule)
+        target = ModelTarget(self, sample_rows=sample_rows)
+        eos: Any = None
+        if len(self.eos) == 1:
+            eos = next(iter(self.eos))
+        elif self.eos:
+            eos = self.eos
+        requests = [Request(a.tolist(), max_new_tokens, eos=eos, cache=(i, 0)) for i, a in enumerate(arrays)]
         kcap = self.k_max if self.adaptive else self.k
-        bonus = self.bonus
-        batch = BatchState(b, k_max=max(kcap, 1), bonus=bool(bonus))
-        lens = [len(r.prompt) for r in reqs]
-        poff = np.zeros(b + 1, dtype=np.int64)
-        np.cumsum(lens, out=poff[1:])
-        batch.admit(np.arange(b), np.concatenate([r.array for r in reqs]), poff, np.arange(b),
-                    max_tokens=max_new_tokens)
-        cache, mask, logits = prefill(self.model, self._forward, [r.array for r in reqs], self.prefill == "each")
-        slots, _inputs, off = batch.pending()
-        rows = np.full(int(off[-1]), -1, dtype=np.int64)
-        if self.do_sample:
-            probs = self.probabilities(logits)
-            rows[off[1:] - 1] = [self._sample(p) for p in probs]
-        else:
-            rows[off[1:] - 1] = logits.argmax(-1).numpy()
-        for r in reqs:
-            r.valid = len(r.prompt)
-            if r.index is not None:
-                r.index.extend(r.array)
-            r.out.forwards += 1
-        res = batch.step(rows)
-        self._settle_batch(batch, res, reqs)
-
-        active = [i for i in range(b) if not reqs[i].done]  # slot numbers, ascending == cache rows
-        rb = RaggedBatch(cache, mask, active, self._forward)
-        if len(active) == 1 and rb.compact([reqs[active[0]].valid], self.compact_fraction):
-            run.compactions += 1  # a lone request decodes without a mask
-
-        while active:
-            b = len(active)
-            act = [reqs[i] for i in active]
-            # 1. drafts and the step's width, entered into the batch
-            remaining = batch.remaining
-            limit = [min(kcap, int(remaining[i]) - bonus) for i in active]
-            drafts = [self._propose(r, limit[j], 2 - bonus) for j, r in enumerate(act)]
-            if self.adaptive and any(drafts):
-                if self.cost is not None:
-                    cost = self.cost
-                elif self.calibration == "online":
-                    cost = self.online.model()
-                else:
-                    cost = self.calibrate(batch=min(b, 8))
-                kk = self.k_max + bonus
-                prior = self.global_stats.conditional(kk, prior=0.8, weight=2.0)
-                shared = [self.by_match.conditional(r.match, kk) if r.match is not None else None for r in act]
-                if self.backoff:
-                    # each request's own recent drafts over the shared estimate (RequestBackoff)
-                    conds = [r.out.stats.conditional(kk, prior=prior, weight=4.0) if c is None
-                             else r.recent.conditional(r.match or 0, c) for r, c in zip(act, shared)]
-                else:
-                    conds = [r.out.stats.conditional(kk, prior=prior, weight=4.0) if c is None else c
-                             for r, c in zip(act, shared)]
-                # with the bonus row a K-token draft is worth a (K + 1)-token draft without
-                # it: K + 1 rows, the same expected tokens
-                avail = [len(d) + bonus if d else 0 for d in drafts]
-                w = choose_width(conds, avail, cost, self.k_max + bonus) - bonus
-                least = 2 - bonus
-                gaps = [max(r.recent.probe_gap, self.probe_every) if self.backoff else self.probe_every for r in act]
-                if w < least and any(r.idle >= g and d for r, d, g in zip(act, drafts, gaps)):
-                    # a request that stopped drafting is probed now and then (3 tokens:
-                    # 4 rows, a cheap width): acceptance changes along a request; with
-                    # backoff a failed probe doubles that request's gap (up to 64 steps)
-                    drafts = [d[:3] if r.idle >= g else [] for r, d, g in zip(act, drafts, gaps)]
-                    for r, d in zip(act, drafts):
-                        r.probing = bool(d)
-                else:
-                    drafts = [d[:w] if w >= least else [] for d in drafts]
-                    for r in act:
-                        r.probing = False
-                for r, d, c in zip(act, drafts, shared):
-                    # what the shared estimate expects this draft to have accepted
-                    r.predicted = expected_tokens(c, len(d) + 1) - 1 if d and c is not None else 0.0
-            run.widths.append(max((len(d) for d in drafts), default=0))
-            vslots = [s for s, d in zip(active, drafts) if d]
-            if vslots:
-                dl = [d for d in drafts if d]
-                doff = np.zeros(len(dl) + 1, dtype=np.int64)
-                np.cumsum([len(d) for d in dl], out=doff[1:])
-                batch.enter_verify(vslots, np.fromiter((t for d in dl for t in d), dtype=np.int64, count=int(doff[-1])), doff)
-            for r, d in zip(act, drafts):
-                r.idle = 0 if d else r.idle + 1
-            # 2. one forward of W columns for the whole batch, as pending() lays it out
-            slots, inputs, off = batch.pending()
-            n_in = np.diff(off)
-            w = int(n_in.max())
-            t0 = self.last_run.model_s
-            logits = rb.feed([inputs[int(off[j]) : int(off[j + 1])] for j in range(b)], [r.valid for r in act])
-            self.online.record(b * w, self.last_run.model_s - t0)
-            # 3. the fused step: acceptance, settle, budgets
-            if self.do_sample:
-                # the processed distribution at every row; the rule accepts against it and
-                # a decode (or a fully accepted draft's bonus row) takes a sample of its last row
-                flat = torch.cat([logits[j, : int(n_in[j])] for j in range(b)])
-                probs = self.probabilities(flat)
-                rows = np.full(int(off[-1]), -1, dtype=np.int64)
-                rows[off[1:] - 1] = [self._sample(probs[i]) for i in (off[1:] - 1).tolist()]
-                res = batch.step(rows, rule=self.rule, probs=probs)
-            else:
-                choice = logits.argmax(-1).numpy()
-                rows = np.concatenate([choice[j, : int(n_in[j])] for j in range(b)])
-                res = batch.step(rows)
-            # each slot keeps its fed columns up to its resume row (a decode: row 0, its
-            # one column)
-            consumed = (res.resume_rows + 1).tolist()
-            for j, r in enumerate(act):
-                r.valid += consumed[j]
-                r.out.forwards += 1
-            self._settle_batch(batch, res, reqs)
-            # 4. crop trailing columns nobody kept; drop finished requests; compact holes
-            rb.keep(consumed)
-            alive = [j for j, i in enumerate(active) if not reqs[i].done]
-            if not alive:
-                break
-            rb.select(alive)
-            active = [active[j] for j in alive]
-            if rb.compact([reqs[i].valid for i in active], self.compact_fraction):
-                run.compactions += 1
+        drafter = StepDrafter(self)
+        results = serve(requests, target, drafter, kcap, rule, clone=False, bonus=bool(self.bonus))
         run.wall_s = time.perf_counter() - t_start
-        return [r.out for r in reqs]
+        outs = []
+        for r, res, st in zip(requests, results, drafter.sessions or [None] * len(requests)):
+            s = res.stats
+            toks = [int(t) for t in res.output]
+            outs.append(RequestOutput(
+                toks, len(r.prompt), forwards=s.evaluations, verifies=s.verifies, rollbacks=s.rollbacks,
+                drafted=s.drafted, accepted=s.accepted,
+                stats=st.stats if st is not None else AcceptanceStats(decay=0.8),
+                finished_by_eos=bool(toks) and toks[-1] in self.eos,
+            ))
+        return outs
 
-    def _settle_batch(self, batch: Any, res: Any, reqs: list[_Request]) -> None:
-        """A ``StepResult``'s emitted tokens into each request (cut after an eos of the
-        model's set; the slot then finishes) and its verify counts into the statistics."""
-        em = res.emitted.tolist()
-        eo = res.emitted_offsets.tolist()
-        drafted = res.drafted.tolist()
-        accepted = res.accepted.tolist()
-        done = set(res.finished.tolist())
-        cut = []
-        for j, s in enumerate(res.slots.tolist()):
-            r = reqs[s]
-            k = drafted[j]
-            if k:
-                n = accepted[j]
-                r.out.verifies += 1
-                r.out.drafted += k
-                r.out.accepted += n
-                r.out.rollbacks += n < k
-                r.out.stats.record(k, n)
-                self.global_stats.record(k, n)
-                if r.match is not None:
-                    self.by_match.record(r.match, k, n)
-                    if self.backoff:
-                        r.recent.record(r.match, k, n, r.predicted)
-                if r.probing:
-                    r.probing = False
-                    g = max(r.recent.probe_gap, self.probe_every)
-                    r.recent.probe_gap = self.probe_every if n >= 2 else min(2 * g, 64)
-            out = r.out.tokens
-            start = len(out)
-            for tok in em[eo[j] : eo[j + 1]]:
-                out.append(tok)
-                if tok in self.eos:
-                    r.done = r.out.finished_by_eos = True
-                    break
-            if r.index is not None:
-                r.index.extend(out[start:])
-            if s in done:
-                r.done = True
-            elif r.done:
-                cut.append(s)
-        if cut:
-            batch.finish(cut)
-
-    def _emit(self, r: _Request, tokens: list[int]) -> None:
-        out = r.out.tokens
-        start = len(out)
-        for tok in tokens:
-            out.append(int(tok))
-            if tok in self.eos:
-                r.done = True
-                r.out.finished_by_eos = True
-                break
-            if len(out) >= r.budget:
-                r.done = True
-                break
-        if r.index is not None:
-            r.index.extend(out[start:])
-        if r.done:
-            r.state = r.state.finish()

@@ -40,23 +40,31 @@ teacher-forced target for replay lives in ``specfsm.serving.workload`` (re-expor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any, Protocol
 
 import numpy as np
 
 from .._checks import check_count
-from ..machine import state as _state
 from .._values import IMMUTABLE, default_clone
+from ..accept.rules import select_rows
 from ..machine import batch as _batch
+from ..machine import state as _state
 from ..machine.batch import PREFILL, VERIFY
-from ..machine.state import ServingState
 
 # the drafters live with their kernels and the teacher-forced target with the replay
 # workload; re-exported here for old imports
 from ..drafting.lookup import PromptLookupDrafter
 from ..drafting.ngram_index import NgramDrafter
+from .requests import (
+    Request,
+    RequestResult,
+    RequestStats,
+    SpeculationMismatch,
+    at_least,
+    compare_outputs,
+    raise_on_mismatch,
+)
 from .workload import TeacherForcedTarget, TraceError
 
 __all__ = [
@@ -101,168 +109,6 @@ class Drafter(Protocol):
 
 class TargetError(RuntimeError):
     """The target answered an evaluation with rows the loop cannot use."""
-
-
-class SpeculationMismatch(RuntimeError):
-    """A speculative output differs from the plain greedy output of the same request."""
-
-    def __init__(self, mismatches: list[tuple[int, int]]) -> None:
-        self.mismatches = mismatches  # (request index, first differing position)
-        shown = ", ".join(f"request {i} at token {p}" for i, p in mismatches[:5])
-        more = f" and {len(mismatches) - 5} more" if len(mismatches) > 5 else ""
-        super().__init__(f"speculative output differs from plain greedy: {shown}{more}")
-
-
-# --------------------------------------------------------------------------------------
-# requests, stats, results
-# --------------------------------------------------------------------------------------
-@dataclass
-class Request:
-    """One generation request: ``prompt`` (non-empty), at most ``max_tokens`` generated
-    tokens (the prefill's token included), stopping after ``eos`` when given. ``target``
-    overrides the loop's target for this request (a teacher-forced recording is one
-    target per request); ``cache`` is the cache prefill starts from."""
-
-    prompt: Sequence[Any]
-    max_tokens: int
-    eos: Any = None
-    target: Any = None
-    cache: Any = None
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        self.max_tokens = check_count(self.max_tokens, "max_tokens")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        try:
-            n = len(self.prompt)
-        except TypeError:
-            raise TypeError(
-                f"prompt must be a sequence of tokens, got {type(self.prompt).__name__}"
-            ) from None
-        if n == 0:
-            raise ValueError("prompt must hold at least one token (prefill needs a row)")
-
-
-@dataclass
-class RequestStats:
-    """What one request cost and what speculation saved.
-
-    ``drafted_by_position[i]`` counts verify rounds whose draft reached position ``i``,
-    ``accepted_by_position[i]`` those where position ``i`` was accepted. ``control_ns``
-    is the wall time spent outside the target (drafting, state transitions, bookkeeping);
-    ``target_ns`` the time inside it."""
-
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    prefills: int = 0
-    decodes: int = 0
-    verifies: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    rollbacks: int = 0
-    drafted_by_position: list[int] = field(default_factory=list)
-    accepted_by_position: list[int] = field(default_factory=list)
-    control_ns: int = 0
-    target_ns: int = 0
-
-    @property
-    def evaluations(self) -> int:
-        """Target evaluations: one per prefill, decode and verify."""
-        return self.prefills + self.decodes + self.verifies
-
-    @property
-    def tokens_per_evaluation(self) -> float:
-        return self.output_tokens / self.evaluations if self.evaluations else 0.0
-
-    @property
-    def mean_accepted(self) -> float:
-        """Draft tokens accepted per verify round."""
-        return self.accepted / self.verifies if self.verifies else 0.0
-
-    @property
-    def acceptance_by_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
-
-    @property
-    def control_us_per_token(self) -> float:
-        return self.control_ns / 1e3 / self.output_tokens if self.output_tokens else 0.0
-
-    def counts(self) -> dict[str, Any]:
-        """Every count (no timings): equal for runs that took the same decisions."""
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            "prefills": self.prefills,
-            "decodes": self.decodes,
-            "verifies": self.verifies,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "rollbacks": self.rollbacks,
-            "drafted_by_position": list(self.drafted_by_position),
-            "accepted_by_position": list(self.accepted_by_position),
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        d = self.counts()
-        d.update(
-            evaluations=self.evaluations,
-            tokens_per_evaluation=self.tokens_per_evaluation,
-            mean_accepted=self.mean_accepted,
-            acceptance_by_position=self.acceptance_by_position,
-            control_ns=self.control_ns,
-            target_ns=self.target_ns,
-            control_us_per_token=self.control_us_per_token,
-        )
-        return d
-
-
-@dataclass
-class RequestResult:
-    """The generated tokens, the stats, and the terminal ``Done`` state."""
-
-    output: list[Any]
-    stats: RequestStats
-    state: ServingState
-
-
-def needs_probs(rule: Any) -> bool:
-    """Whether ``rule`` decides from probability rows (``SpeculativeSampling``,
-    ``TypicalAcceptance``): the loop then asks the target's ``evaluate_probs``."""
-    return rule is not None and callable(getattr(rule, "sample_rows", None))
-
-
-def _decode_choice(rule: Any, p: Any, greedy: Any) -> Any:
-    """The token a decode or prefill row emits under a sampling rule: a draw from the
-    row's distribution for ``SpeculativeSampling`` (with the rule's generator, so
-    the emitted tokens follow the target's distribution), the greedy choice otherwise."""
-    rng = getattr(rule, "rng", None)
-    if rng is None:
-        return greedy
-    p = np.asarray(p, dtype=np.float64)
-    return int(rng.choice(p.shape[0], p=p / p.sum()))
-
-
-def _evaluate(target: Any, rule: Any, inputs: Sequence[Any], cache: Any) -> tuple[Any, Any, Any]:
-    if needs_probs(rule):
-        fn = getattr(target, "evaluate_probs", None)
-        if fn is None:
-            raise TypeError(
-                f"{type(rule).__name__} needs probabilities: the target must have "
-                "evaluate_probs(inputs, cache) -> (row_tokens, row_probs, row_caches)"
-            )
-        return fn(inputs, cache)
-    rows, caches = target.evaluate(inputs, cache)
-    return rows, None, caches
-
-
-def _at_least(hist: list[int]) -> list[int]:
-    """From ``hist[j]`` = rounds with exactly ``j + 1`` (drafted or accepted) tokens, the
-    rounds with at least ``i + 1``: the count at each draft position."""
-    out = hist[:]
-    for i in range(len(out) - 2, -1, -1):
-        out[i] += out[i + 1]
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -330,6 +176,148 @@ def _snapshot(cache: Any, clone: Any) -> Any:
     return clone(cache)
 
 
+def selects(rule: Any) -> bool:
+    """Whether ``rule`` chooses its own row tokens from probability rows (it has
+    ``select(draft, probs)`` and no ``accepted_rows``): the loop settles it before the
+    step and hands the step the count it chose."""
+    return (rule is not None and callable(getattr(rule, "select", None))
+            and not callable(getattr(rule, "accepted_rows", None)))
+
+
+def needs_probs(rule: Any) -> bool:
+    """Whether ``rule`` decides from probability rows (``SpeculativeSampling``,
+    ``TypicalAcceptance``, a rule that only ``select``s): the loop then asks the target's
+    ``evaluate_batch_probs`` or ``evaluate_probs``."""
+    return rule is not None and (callable(getattr(rule, "sample_rows", None)) or selects(rule))
+
+
+def _decode_choice(rule: Any, p: Any, greedy: Any) -> Any:
+    """The token a decode or prefill row emits under a sampling rule: a draw from the
+    row's distribution for ``SpeculativeSampling`` (with the rule's generator, so
+    the emitted tokens follow the target's distribution), the target's own choice
+    otherwise (a sampling target's choice is its sample)."""
+    rng = getattr(rule, "rng", None)
+    if rng is None:
+        return greedy
+    p = np.asarray(p, dtype=np.float64)
+    return int(rng.choice(p.shape[0], p=p / p.sum()))
+
+
+def _evaluate(target: Any, rule: Any, inputs: Sequence[Any], cache: Any) -> tuple[Any, Any, Any]:
+    if needs_probs(rule):
+        fn = getattr(target, "evaluate_probs", None)
+        if fn is None:
+            raise TypeError(
+                f"{type(rule).__name__} needs probabilities: the target must have "
+                "evaluate_probs(inputs, cache) -> (row_tokens, row_probs, row_caches)"
+            )
+        return fn(inputs, cache)
+    rows, caches = target.evaluate(inputs, cache)
+    return rows, None, caches
+
+
+def _eos_set(eos: Any) -> frozenset[Any] | None:
+    """A request's end tokens when it names several (a set, a tuple, a list), else None."""
+    if isinstance(eos, (set, frozenset, tuple, list)):
+        return frozenset(eos)
+    return None
+
+
+class _Chosen:
+    """The counts a ``select`` rule chose, slot by slot, as an ``accepted_rows`` rule for
+    the step (which asks once per verifying slot, in ``slots`` order); refuses a draft
+    other than the one the count was chosen for."""
+
+    __slots__ = ("chosen", "at")
+
+    def __init__(self, chosen: list[tuple[list[int], int]]) -> None:
+        self.chosen, self.at = chosen, 0
+
+    def accepted_rows(self, draft: Sequence[int], choices: Sequence[int]) -> int:
+        want, n = self.chosen[self.at]
+        if list(draft) != want:  # pragma: no cover - the step's order is slots order
+            raise RuntimeError("the step asked for a verify the loop did not settle")
+        self.at += 1
+        return n
+
+
+def _gather(bs: Any, slots: Any, feeds: list[list[Any]], answers: list[tuple[Any, Any, Any]],
+            rule: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """The targets' answers as the step's flat row tokens, probability rows (when the
+    rule needs them) and each slot's row caches; a prefill or a decode reads its last
+    row only. Refuses an answer short of rows (TargetError)."""
+    rows_all: list[Any] = []
+    probs_all: list[Any] = []
+    row_caches: list[Any] = []
+    codes: list[int] | None = None  # the slots' states, read when an answer needs them
+    for j, (rows, probs, rc) in enumerate(answers):
+        m = len(feeds[j])
+        if probs is None and len(rows) == m and len(rc) == m:  # the usual answer
+            rows_all += rows
+            row_caches.append(rc)
+            continue
+        if codes is None:
+            codes = bs.states[slots].tolist()
+        if codes[j] != VERIFY:
+            if len(rows) == 0 or len(rc) == 0:
+                kind = "prefill" if codes[j] == PREFILL else "decode"
+                raise TargetError(
+                    f"the target answered a {kind} evaluation with {len(rows)} row tokens and "
+                    f"{len(rc)} row caches; it needs at least one"
+                )
+            last = rows[-1] if probs is None else _decode_choice(rule, probs[-1], rows[-1])
+            rows_all += [last] * m
+            row_caches.append([rc[-1]] * m)
+            if probs is not None:
+                p = np.asarray(probs, dtype=np.float64)
+                probs_all.append(p if p.shape[0] == m else np.repeat(p[-1:], m, axis=0))
+        else:
+            if len(rows) < m or len(rc) < m:
+                raise TargetError(
+                    f"the target answered {m} input rows with {len(rows)} row tokens "
+                    f"and {len(rc)} row caches; it needs one of each per row"
+                )
+            rows_all += rows[:m]
+            row_caches.append(rc)
+            if probs is not None:
+                probs_all.append(np.asarray(probs, dtype=np.float64)[:m])
+    return rows_all, probs_all, row_caches
+
+
+def _stack(probs_all: list[Any]) -> np.ndarray:
+    """One N x V array of the slots' probability rows, a narrower vocabulary padded with
+    zeros (one copy)."""
+    v = max(p.shape[1] for p in probs_all)
+    allp = np.zeros((sum(p.shape[0] for p in probs_all), v), dtype=np.float64)
+    r0 = 0
+    for p in probs_all:
+        allp[r0 : r0 + p.shape[0], : p.shape[1]] = p
+        r0 += p.shape[0]
+    return allp
+
+
+def _settle_selects(bs: Any, slots: list[int], offs: list[int], rows: np.ndarray, probs: np.ndarray,
+                    rule: Any) -> _Chosen:
+    """A ``select`` rule's decision for every verifying slot, before the step: its row
+    tokens replace the target's at that slot's rows (the last rows keep the target's,
+    a bonus row among them), and the count it chose is what the step accepts."""
+    codes = bs.states[np.asarray(slots, dtype=np.int64)].tolist()
+    chosen = []
+    for j, s in enumerate(slots):
+        if codes[j] != VERIFY:
+            continue
+        draft = bs.slot_fields(s)[3]
+        a, b = offs[j], offs[j + 1]
+        n, toks = select_rows(rule, draft, probs[a:b])
+        n = check_count(n, "accepted")
+        if n > len(draft):
+            raise ValueError(f"{type(rule).__name__}.select accepted {n} rows of a {len(draft)}-token draft")
+        toks = list(toks)[: b - a]
+        rows[a : a + len(toks)] = toks
+        chosen.append((draft, n))
+    return _Chosen(chosen)
+
+
 def serve(
     requests: Sequence[Request],
     target: Any,
@@ -343,18 +331,26 @@ def serve(
 ) -> list[RequestResult]:
     """Run ``requests`` to ``Done`` on one ``BatchState`` (slot ``i`` is request ``i``; a
     single request is a batch of one), one serving step at a time: ``pending()`` says
-    what every live slot evaluates, the target answers (one ``evaluate_batch`` call when
-    every request of the step uses ``target`` and it has one and the rule needs no
-    probabilities; else one ``evaluate``/``evaluate_probs`` per slot), and one ``step()``
-    settles, cuts at budgets and eos, updates the slots' indexes and drafts.
+    what every live slot evaluates, the target answers (one ``evaluate_batch`` call, or
+    ``evaluate_batch_probs`` when the rule needs probabilities, when every request of
+    the step uses ``target`` and it has one; else one ``evaluate``/``evaluate_probs``
+    per slot), and one ``step()`` settles, cuts at budgets and eos, updates the slots'
+    indexes and drafts. A rule that only ``select``s is settled by the loop from the
+    probability rows and the step takes its count (``_settle_selects``).
 
     ``drafter``: an ``NgramDrafter`` or a ``SuffixDrafter`` without a shared cache has its
     sessions' indexes served by the step (``batchable_drafter``); any other drafter's
-    sessions are extended with each step's emitted tokens and their drafts enter the
-    batch with ``enter_verify``. Cache handles in the batch are the slot numbers: the
-    loop keeps the cache object each slot resumes from (the batch cannot hold objects),
-    everything else (state, budget, draft, accepted counts) is read from the batch and
-    the ``StepResult``."""
+    sessions are told each verify's counts (``verified(drafted, accepted)``, where a
+    session has it), extended with each step's emitted tokens, and their drafts (of at
+    most ``k`` tokens and the request's remaining budget, less the bonus row) enter the
+    batch with ``enter_verify``. A drafter with ``propose_step(sessions, limits)`` drafts
+    for all of a step's sessions in one call (a width chosen for the whole step);
+    otherwise each session's ``propose(limit)`` is called in turn, right after its
+    ``extend``. ``Request.eos`` may name several end tokens (a set, tuple or list): the
+    loop cuts the output after the first and finishes the slot. Cache handles in the
+    batch are the slot numbers: the loop keeps the cache object each slot resumes from
+    (the batch cannot hold objects), everything else (state, budget, draft, accepted
+    counts, rollbacks) is read from the batch and the ``StepResult``."""
     n = len(requests)
     if n == 0:
         return []
@@ -366,12 +362,16 @@ def serve(
     by_index = use and batchable_drafter(drafter)
     sessions_drafting = use and not by_index
     sessions: list[Any] = [drafter.session(r.prompt) for r in requests] if use else [None] * n
+    verified = [getattr(s, "verified", None) for s in sessions] if sessions_drafting else [None] * n
+    propose_step = getattr(drafter, "propose_step", None) if sessions_drafting else None
+    select_rule = selects(rule)
     step_rule = rule
     if vocab is not None and rule is not None and not needs_probs(rule) and type(rule).__module__ != "specfsm.accept.rules":
         step_rule = _TokenRule(rule, vocab)
     bs = _batch.BatchState(n, max(k, 1), bonus=bonus)
+    eos_sets = [_eos_set(r.eos) for r in requests]
     for with_eos in (False, True):
-        group = [i for i, r in enumerate(requests) if (r.eos is not None) == with_eos]
+        group = [i for i, r in enumerate(requests) if (r.eos is not None and eos_sets[i] is None) == with_eos]
         if not group:
             continue
         prompts = [list(requests[i].prompt) if vocab is None else vocab.encode(requests[i].prompt) for i in group]
@@ -389,11 +389,12 @@ def serve(
     stats = [RequestStats(prompt_tokens=len(r.prompt)) for r in requests]
     outputs: list[list[Any]] = [[] for _ in requests]
     width = max(k, 1)
+    spare = 1 if bonus else 0  # a fully accepted draft emits a token more than it holds
     dpos = [[0] * width for _ in requests]
     apos = [[0] * width for _ in requests]
     results: list[RequestResult | None] = [None] * n
     needs = needs_probs(rule)
-    batch_eval = getattr(target, "evaluate_batch", None) if not needs else None
+    batch_eval = getattr(target, "evaluate_batch_probs" if needs else "evaluate_batch", None)
     clock = perf_counter_ns
     while True:
         t0 = clock()
@@ -408,7 +409,9 @@ def serve(
         in_target = 0
         if batch_eval is not None and all(targets[i] is target for i in sl):
             a = clock()
-            answers = [(rows, None, rc) for rows, rc in batch_eval(feeds, [caches[i] for i in sl])]
+            answers = batch_eval(feeds, [caches[i] for i in sl])
+            if not needs:
+                answers = [(rows, None, rc) for rows, rc in answers]
             in_target = clock() - a
             share = in_target // len(sl)
             for i in sl:
@@ -421,63 +424,29 @@ def serve(
                 a = clock() - a
                 stats[i].target_ns += a
                 in_target += a
-        rows_all: list[Any] = []
-        probs_all: list[Any] = []
-        row_caches: list[Any] = []
-        codes: list[int] | None = None  # the slots' states, read when an answer needs them
-        for j, (rows, probs, rc) in enumerate(answers):
-            m = len(feeds[j])
-            if probs is None and len(rows) == m and len(rc) == m:  # the usual answer
-                rows_all += rows
-                row_caches.append(rc)
-                continue
-            if codes is None:
-                codes = bs.states[slots].tolist()
-            if codes[j] != VERIFY:
-                if len(rows) == 0 or len(rc) == 0:
-                    kind = "prefill" if codes[j] == PREFILL else "decode"
-                    raise TargetError(
-                        f"the target answered a {kind} evaluation with {len(rows)} row tokens and "
-                        f"{len(rc)} row caches; it needs at least one"
-                    )
-                # a prefill or a decode reads its last row only
-                last = rows[-1] if probs is None else _decode_choice(rule, probs[-1], rows[-1])
-                rows_all += [last] * m
-                row_caches.append([rc[-1]] * m)
-                if probs is not None:
-                    p = np.asarray(probs, dtype=np.float64)
-                    probs_all.append(p if p.shape[0] == m else np.repeat(p[-1:], m, axis=0))
-            else:
-                if len(rows) < m or len(rc) < m:
-                    raise TargetError(
-                        f"the target answered {m} input rows with {len(rows)} row tokens "
-                        f"and {len(rc)} row caches; it needs one of each per row"
-                    )
-                rows_all += rows[:m]
-                row_caches.append(rc)
-                if probs is not None:
-                    probs_all.append(np.asarray(probs, dtype=np.float64)[:m])
+        rows_all, probs_all, row_caches = _gather(bs, slots, feeds, answers, rule)
         if vocab is not None:
             rows_all = vocab.encode(rows_all)
+        rows_arr = np.asarray(rows_all, dtype=np.int64)
         if needs:
-            # one N x V array, rows of a narrower vocabulary padded with zeros (one copy)
-            v = max(p.shape[1] for p in probs_all)
-            allp = np.zeros((sum(p.shape[0] for p in probs_all), v), dtype=np.float64)
-            r0 = 0
-            for p in probs_all:
-                allp[r0 : r0 + p.shape[0], : p.shape[1]] = p
-                r0 += p.shape[0]
-            res = bs.step(np.asarray(rows_all, dtype=np.int64), rule=step_rule, probs=allp)
+            allp = _stack(probs_all)
+            if select_rule:
+                res = bs.step(rows_arr, rule=_settle_selects(bs, sl, in_off, rows_arr, allp, rule))
+            else:
+                res = bs.step(rows_arr, rule=step_rule, probs=allp)
         else:
-            res = bs.step(np.asarray(rows_all, dtype=np.int64), rule=step_rule)
+            res = bs.step(rows_arr, rule=step_rule)
         em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
         if vocab is not None:
             em = vocab.decode(em)
         dr, rr = res.drafted.tolist(), res.resume_rows.tolist()
         acc = res.accepted.tolist() if any(dr) else dr
         done = res.finished.tolist()
-        finished = set(done) if done else ()
+        finished = set(done) if done else set()
         dro = res.draft_offsets.tolist() if by_index else None
+        cut: list[int] = []
+        asking: list[int] = []
+        limits: list[int] = []
         new_slots: list[int] = []
         new_tokens: list[Any] = []
         new_offs = [0]
@@ -494,12 +463,22 @@ def serve(
                     apos[i][min(nn, width) - 1] += 1
                 if nn < kk:
                     st.rollbacks += 1
+                if verified[i] is not None:
+                    verified[i](kk, nn)
             elif st.prefills:
                 st.decodes += 1
             else:  # a slot's first evaluation is its prefill
                 st.prefills += 1
             caches[i] = row_caches[j][rr[j]]
             out = em[eo[j] : eo[j + 1]]
+            ends = eos_sets[i]
+            if ends is not None:
+                at = next((t for t, tok in enumerate(out) if tok in ends), -1)
+                if at >= 0:
+                    out = out[: at + 1]
+                    if i not in finished:
+                        cut.append(i)
+                        finished.add(i)
             outputs[i] += out
             if i in finished:
                 continue
@@ -507,32 +486,35 @@ def serve(
                 if clone is not False:
                     caches[i] = _snapshot(caches[i], clone)
             elif sessions_drafting:
-                session = sessions[i]
-                session.extend(out)
-                remaining = requests[i].max_tokens - len(outputs[i])
+                sessions[i].extend(out)
+                remaining = requests[i].max_tokens - len(outputs[i]) - spare
                 limit = k if k < remaining else remaining
-                draft = session.propose(limit)
-                if len(draft):
-                    if type(draft) is not list:
-                        draft = draft.tolist() if isinstance(draft, np.ndarray) else list(draft)
-                    if len(draft) > limit:  # a drafter that ignores max_k
-                        draft = draft[:limit]
-                    new_slots.append(i)
-                    new_tokens += draft if vocab is None else vocab.encode(draft)
-                    new_offs.append(len(new_tokens))
-                    if clone is not False:
-                        caches[i] = _snapshot(caches[i], clone)
+                if propose_step is not None:
+                    asking.append(i)
+                    limits.append(limit)
+                else:
+                    _enter(sessions[i].propose(limit) if limit > 0 else (), i, limit, vocab,
+                           new_slots, new_tokens, new_offs)
+        if cut:
+            bs.finish(np.asarray(cut, dtype=np.int64))
+        if asking:
+            drafts = propose_step([sessions[i] for i in asking], limits)
+            for i, limit, draft in zip(asking, limits, drafts):
+                _enter(draft, i, limit, vocab, new_slots, new_tokens, new_offs)
         if new_slots:  # as int64 arrays: the batch converts lists more slowly
             bs.enter_verify(np.array(new_slots, dtype=np.int64), np.array(new_tokens, dtype=np.int64),
                             np.array(new_offs, dtype=np.int64))
+            if clone is not False:
+                for i in new_slots:
+                    caches[i] = _snapshot(caches[i], clone)
         share = (clock() - t0 - in_target) // len(sl)
         for i in sl:
             stats[i].control_ns += share
         for i in sorted(finished):
             st = stats[i]
             st.output_tokens = len(outputs[i])
-            st.drafted_by_position = _at_least(dpos[i]) if k else []
-            st.accepted_by_position = _at_least(apos[i]) if k else []
+            st.drafted_by_position = at_least(dpos[i]) if k else []
+            st.accepted_by_position = at_least(apos[i]) if k else []
             result = RequestResult(outputs[i], st, _state.Done(caches[i]))
             results[i] = result
             if on_done is not None:
@@ -543,6 +525,21 @@ def serve(
     return out
 
 
+def _enter(draft: Any, i: int, limit: int, vocab: _Vocab | None, new_slots: list[int],
+           new_tokens: list[Any], new_offs: list[int]) -> None:
+    """Slot ``i``'s draft (at most ``limit`` tokens kept; empty: it decodes) onto the
+    step's ``enter_verify`` lists."""
+    if not len(draft) or limit <= 0:
+        return
+    if type(draft) is not list:
+        draft = draft.tolist() if isinstance(draft, np.ndarray) else list(draft)
+    if len(draft) > limit:  # a drafter that ignores max_k
+        draft = draft[:limit]
+    new_slots.append(i)
+    new_tokens += draft if vocab is None else vocab.encode(draft)
+    new_offs.append(len(new_tokens))
+
+
 # --------------------------------------------------------------------------------------
 # the loop
 # --------------------------------------------------------------------------------------
@@ -551,7 +548,8 @@ class SpeculativeLoop:
     or verify/accept/resume|rollback until ``max_tokens`` or ``eos``, then ``Done``.
 
     ``drafter`` makes the drafts (None or ``k == 0``: plain greedy decoding); ``k`` caps
-    the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact);
+    the draft length; ``rule`` decides how many draft rows to keep (None: greedy exact; a
+    rule that only ``select``s decides from probability rows, its row tokens emitted);
     ``clone`` is passed to ``enter_verify`` (None or True: the snapshot is a copy of a
     cache that can change in place and the handle itself when it is immutable; False:
     always the handle; a callable: what it returns). The loop runs on the active
@@ -571,9 +569,10 @@ class SpeculativeLoop:
             raise TypeError(
                 f"drafter must have a session(prompt) method, got {type(drafter).__name__}"
             )
-        if rule is not None and not callable(getattr(rule, "accepted_rows", None)):
+        if rule is not None and not (callable(getattr(rule, "accepted_rows", None)) or selects(rule)):
             raise TypeError(
-                f"rule must be None or have an accepted_rows(draft, choices) method, got {type(rule).__name__}"
+                "rule must be None or have an accepted_rows(draft, choices) method or a "
+                f"select(draft, probs) method, got {type(rule).__name__}"
             )
         self.target = target
         self.drafter = drafter
@@ -589,7 +588,7 @@ class SpeculativeLoop:
         greedy decoding and raises ``SpeculationMismatch`` if the outputs differ."""
         result = serve([request], self.target, self.drafter, self.k, self.rule, self.clone)[0]
         if check:
-            _raise_on_mismatch([result], [self.greedy().run(request)])
+            raise_on_mismatch([result], [self.greedy().run(request)])
         return result
 
     def run_batch(
@@ -605,7 +604,7 @@ class SpeculativeLoop:
         out = serve(requests, self.target, self.drafter, self.k, self.rule, self.clone,
                     on_done=on_done)
         if check:
-            _raise_on_mismatch(out, self.greedy().run_batch(requests))
+            raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out
 
     def run_batched(
@@ -630,7 +629,7 @@ class SpeculativeLoop:
         out = serve(requests, self.target, self.drafter, self.k, self.rule, self.clone,
                     bonus=bonus, on_done=on_done)
         if check:
-            _raise_on_mismatch(out, self.greedy().run_batch(requests))
+            raise_on_mismatch(out, self.greedy().run_batch(requests))
         return out
 
 
@@ -645,26 +644,3 @@ def batchable_drafter(drafter: Any) -> bool:
     return isinstance(drafter, SuffixDrafter) and drafter.shared is None
 
 
-def compare_outputs(
-    speculative: Sequence[RequestResult | Sequence[Any]], greedy: Sequence[RequestResult | Sequence[Any]]
-) -> list[tuple[int, int]]:
-    """``(request index, first differing token position)`` for every request whose
-    speculative output differs from its plain greedy output (empty: all identical)."""
-    if len(speculative) != len(greedy):
-        raise ValueError(
-            f"speculative has {len(speculative)} results and greedy {len(greedy)}; they must pair up"
-        )
-    bad = []
-    for i, (s, g) in enumerate(zip(speculative, greedy)):
-        a = s.output if isinstance(s, RequestResult) else list(s)
-        b = g.output if isinstance(g, RequestResult) else list(g)
-        if a != b:
-            p = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            bad.append((i, p))
-    return bad
-
-
-def _raise_on_mismatch(spec: Sequence[RequestResult], greedy: Sequence[RequestResult]) -> None:
-    bad = compare_outputs(spec, greedy)
-    if bad:
-        raise SpeculationMismatch(bad)

@@ -1,0 +1,107 @@
+"""A transformers model as the serving loop's target: ``ModelTarget`` answers
+``specfsm.serving.loop.serve``'s batched evaluations from one ragged batch cache.
+
+One ``ModelTarget`` serves one ``SpeculativeGenerator.generate`` run. Its cache handles
+are ``(slot, columns)`` pairs: the request's slot and the count of its tokens the cache
+holds (its position). The loop keeps each slot's handle at the row it resumes from, so
+at every call the target reads from the handles what the last step kept: a slot now at
+``c`` columns consumed ``c - c_fed`` of the columns it was fed (the rest become holes
+and trailing columns nobody kept are cropped), a slot missing from the call has
+finished (its row leaves the cache), and the rows are compacted when holes pass the
+generator's fraction (``specfsm.hf.evaluate.RaggedBatch``). The first call is every
+request's prefill (``evaluate.prefill``: each prompt by its own forward, or one padded
+forward).
+
+Row tokens are the model's greedy choices, or, when the generator samples, draws from
+its processed distribution (every row for a rule that compares tokens, the last row of
+each slot otherwise: the bonus row and a decode); ``evaluate_batch_probs`` also gives
+that distribution at every row for the rules that decide from probabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .evaluate import RaggedBatch, prefill
+
+__all__ = ["ModelTarget"]
+
+
+class ModelTarget:
+    """``serve``'s target over ``gen``'s model for one run (see the module docstring).
+    ``sample_rows``: when sampling, draw a token at every row (a rule that compares
+    tokens) or at each slot's last row only."""
+
+    __slots__ = ("gen", "sample_rows", "rb", "live", "fed")
+
+    def __init__(self, gen: Any, sample_rows: bool = True) -> None:
+        self.gen = gen
+        self.sample_rows = sample_rows
+        self.rb: RaggedBatch | None = None
+        self.live: list[int] = []  # the slot at each row of the batch cache
+        self.fed: dict[int, int] = {}  # slot -> its columns when it was last fed
+
+    # -- the loop's protocol ------------------------------------------------------------
+    def evaluate_batch(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        return [(rows, rc) for rows, _p, rc in self._answer(feeds, caches, False)]
+
+    def evaluate_batch_probs(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]]) -> list[tuple[list[int], Any, list[tuple[int, int]]]]:
+        return self._answer(feeds, caches, True)
+
+    # -- the model ----------------------------------------------------------------------
+    def _answer(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]], want_probs: bool) -> list[tuple[list[int], Any, list[tuple[int, int]]]]:
+        import torch
+
+        gen = self.gen
+        slots = [int(c[0]) for c in caches]
+        cols = [int(c[1]) for c in caches]
+        if self.rb is None:
+            prompts = [np.asarray(f, dtype=np.int64) for f in feeds]
+            cache, mask, logits = prefill(gen.model, gen._forward, prompts, gen.prefill == "each")
+            self.rb = RaggedBatch(cache, mask, list(range(len(slots))), gen._forward)
+            self.live = slots
+            lens = [len(p) for p in prompts]
+            self.fed = dict(zip(slots, lens))
+            flat = logits
+            counts = [1] * len(slots)
+            handles = [[(s, n)] for s, n in zip(slots, lens)]
+        else:
+            rb = self.rb
+            # what the last step kept: each row's consumed columns, then finished rows out
+            now = dict(zip(slots, cols))
+            rb.keep([now[s] - self.fed[s] if s in now else 0 for s in self.live])
+            if len(slots) != len(self.live):
+                where = {s: r for r, s in enumerate(self.live)}
+                rb.select([where[s] for s in slots])
+                self.live = slots
+            if rb.compact(cols, gen.compact_fraction):
+                gen.last_run.compactions += 1
+            counts = [len(f) for f in feeds]
+            w = max(counts)
+            t0 = gen.last_run.model_s
+            logits = rb.feed(feeds, cols)
+            gen.online.record(len(feeds) * w, gen.last_run.model_s - t0)
+            self.fed = {s: c for s, c in zip(slots, cols)}
+            flat = torch.cat([logits[j, :n] for j, n in enumerate(counts)]) if w > 1 else logits[:, 0]
+            handles = [[(s, c + i) for i in range(1, n + 1)] for s, c, n in zip(slots, cols, counts)]
+        starts = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        probs = None
+        if gen.do_sample or want_probs:
+            probs = gen.probabilities(flat)
+        if gen.do_sample:
+            assert probs is not None
+            rows = flat.argmax(-1).tolist()  # placeholders where no draw is needed
+            at = range(len(rows)) if self.sample_rows else (starts[1:] - 1).tolist()
+            for r in at:
+                rows[r] = gen._sample(probs[r])
+        else:
+            rows = flat.argmax(-1).tolist()
+        out = []
+        for j in range(len(counts)):
+            a, b = int(starts[j]), int(starts[j + 1])
+            out.append((rows[a:b], probs[a:b] if want_probs and probs is not None else None, handles[j]))
+        return out
