@@ -12,6 +12,7 @@ token (the time outside the target), which is the figure ``specfsm replay`` prin
 
 from __future__ import annotations
 
+import pytest
 
 from specfsm import _impl
 from specfsm.drafting.lookup import PromptLookupDrafter

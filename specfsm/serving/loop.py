@@ -203,19 +203,6 @@ def _decode_choice(rule: Any, p: Any, greedy: Any) -> Any:
     return int(rng.choice(p.shape[0], p=p / p.sum()))
 
 
-def _evaluate(target: Any, rule: Any, inputs: Sequence[Any], cache: Any) -> tuple[Any, Any, Any]:
-    if needs_probs(rule):
-        fn = getattr(target, "evaluate_probs", None)
-        if fn is None:
-            raise TypeError(
-                f"{type(rule).__name__} needs probabilities: the target must have "
-                "evaluate_probs(inputs, cache) -> (row_tokens, row_probs, row_caches)"
-            )
-        return fn(inputs, cache)
-    rows, caches = target.evaluate(inputs, cache)
-    return rows, None, caches
-
-
 def _eos_set(eos: Any) -> frozenset[Any] | None:
     """A request's end tokens when it names several (a set, a tuple, a list), else None."""
     if isinstance(eos, (set, frozenset, tuple, list)):
@@ -386,63 +373,118 @@ def serve(
             indexes=[sessions[i].index for i in group] if by_index else None,
         )
     caches: list[Any] = [r.cache for r in requests]  # the object behind each slot's handle
-    stats = [RequestStats(prompt_tokens=len(r.prompt)) for r in requests]
     outputs: list[list[Any]] = [[] for _ in requests]
     width = max(k, 1)
     spare = 1 if bonus else 0  # a fully accepted draft emits a token more than it holds
+    # per slot: verifies, drafted, accepted, rollbacks, and the draft positions reached
+    # and accepted (the rest of RequestStats follows from the steps a slot was in)
+    ver = [0] * n
+    drafted_n = [0] * n
+    accepted_n = [0] * n
+    rolled = [0] * n
     dpos = [[0] * width for _ in requests]
     apos = [[0] * width for _ in requests]
+    target_ns = [0] * n
+    # every live slot is in every step, so a slot's share of the steps' control time is
+    # the running total at its finish (all slots start together)
+    control_total = 0
+    target_total = 0  # the shared target's time, split evenly among a step's slots
+    steps = 0
     results: list[RequestResult | None] = [None] * n
     needs = needs_probs(rule)
     batch_eval = getattr(target, "evaluate_batch_probs" if needs else "evaluate_batch", None)
+    shared = batch_eval is not None and all(t is target for t in targets)
+    own = [getattr(t, "evaluate_probs" if needs else "evaluate", None) for t in targets]
+    if not shared and any(f is None for f in own):
+        bad = type(next(t for t, f in zip(targets, own) if f is None)).__name__
+        if needs:
+            raise TypeError(
+                f"{type(rule).__name__} needs probabilities: the target must have "
+                f"evaluate_probs(inputs, cache) -> (row_tokens, row_probs, row_caches), got {bad}"
+            )
+        raise TypeError(f"the target must have evaluate(inputs, cache) -> (row_tokens, row_caches), got {bad}")
     clock = perf_counter_ns
+    step = bs.step
     while True:
         t0 = clock()
         slots, inputs, offs = bs.pending()
         sl = slots.tolist()
         if not sl:
             break
+        steps += 1
         in_all, in_off = inputs.tolist(), offs.tolist()
         if vocab is not None:
             in_all = vocab.decode(in_all)
         feeds = [in_all[in_off[j] : in_off[j + 1]] for j in range(len(sl))]
-        in_target = 0
-        if batch_eval is not None and all(targets[i] is target for i in sl):
+        if shared or (batch_eval is not None and all(targets[i] is target for i in sl)):
             a = clock()
-            answers = batch_eval(feeds, [caches[i] for i in sl])
+            answers = batch_eval(feeds, [caches[i] for i in sl])  # type: ignore[misc]
+            in_target = clock() - a
             if not needs:
                 answers = [(rows, None, rc) for rows, rc in answers]
-            in_target = clock() - a
             share = in_target // len(sl)
-            for i in sl:
-                stats[i].target_ns += share
+            if shared:
+                target_total += share
+            else:
+                for i in sl:
+                    target_ns[i] += share
         else:
             answers = []
+            in_target = 0
             for j, i in enumerate(sl):
                 a = clock()
-                answers.append(_evaluate(targets[i], rule, feeds[j], caches[i]))
+                if needs:
+                    answers.append(own[i](feeds[j], caches[i]))  # type: ignore[misc]
+                else:
+                    rows, rc = own[i](feeds[j], caches[i])  # type: ignore[misc]
+                    answers.append((rows, None, rc))
                 a = clock() - a
-                stats[i].target_ns += a
+                target_ns[i] += a
                 in_target += a
-        rows_all, probs_all, row_caches = _gather(bs, slots, feeds, answers, rule)
+        # the usual answers (one row token and one row cache per fed row) need no check
+        # of the slots' states; anything else goes through _gather
+        rows_all = []
+        row_caches = []
+        for (rows, probs, rc), f in zip(answers, feeds):
+            m = len(f)
+            if probs is not None or len(rows) != m or len(rc) != m:
+                rows_all, probs_all, row_caches = _gather(bs, slots, feeds, answers, rule)
+                break
+            rows_all += rows
+            row_caches.append(rc)
         if vocab is not None:
             rows_all = vocab.encode(rows_all)
-        rows_arr = np.asarray(rows_all, dtype=np.int64)
+        rows_arr = np.array(rows_all, dtype=np.int64)
         if needs:
             allp = _stack(probs_all)
             if select_rule:
-                res = bs.step(rows_arr, rule=_settle_selects(bs, sl, in_off, rows_arr, allp, rule))
+                res = step(rows_arr, rule=_settle_selects(bs, sl, in_off, rows_arr, allp, rule))
             else:
-                res = bs.step(rows_arr, rule=step_rule, probs=allp)
+                res = step(rows_arr, rule=step_rule, probs=allp)
         else:
-            res = bs.step(rows_arr, rule=step_rule)
+            res = step(rows_arr, rule=step_rule)
         em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
         if vocab is not None:
             em = vocab.decode(em)
-        dr, rr = res.drafted.tolist(), res.resume_rows.tolist()
-        acc = res.accepted.tolist() if any(dr) else dr
+        rr = res.resume_rows.tolist()
         done = res.finished.tolist()
         finished = set(done) if done else set()
+        dr = res.drafted.tolist()
+        if any(dr):
+            acc = res.accepted.tolist()
+            for j, kk in enumerate(dr):
+                if kk:  # a verify: drafted and accepted from the step
+                    i, nn = sl[j], acc[j]
+                    ver[i] += 1
+                    drafted_n[i] += kk
+                    accepted_n[i] += nn
+                    dpos[i][kk - 1] += 1
+                    if nn:
+                        apos[i][min(nn, width) - 1] += 1
+                    if nn < kk:
+                        rolled[i] += 1
+                    if verified[i] is not None:
+                        verified[i](kk, nn)
         dro = res.draft_offsets.tolist() if by_index else None
         cut: list[int] = []
         asking: list[int] = []
@@ -451,24 +493,6 @@ def serve(
         new_tokens: list[Any] = []
         new_offs = [0]
         for j, i in enumerate(sl):
-            st = stats[i]
-            kk = dr[j]
-            if kk:  # a verify: drafted and accepted from the step
-                nn = acc[j]
-                st.verifies += 1
-                st.drafted += kk
-                st.accepted += nn
-                dpos[i][kk - 1] += 1
-                if nn:
-                    apos[i][min(nn, width) - 1] += 1
-                if nn < kk:
-                    st.rollbacks += 1
-                if verified[i] is not None:
-                    verified[i](kk, nn)
-            elif st.prefills:
-                st.decodes += 1
-            else:  # a slot's first evaluation is its prefill
-                st.prefills += 1
             caches[i] = row_caches[j][rr[j]]
             out = em[eo[j] : eo[j + 1]]
             ends = eos_sets[i]
@@ -482,8 +506,8 @@ def serve(
             outputs[i] += out
             if i in finished:
                 continue
-            if dro is not None and dro[j + 1] > dro[j]:  # the step drafted: it verifies next
-                if clone is not False:
+            if dro is not None:
+                if dro[j + 1] > dro[j] and clone is not False:  # the step drafted: it verifies next
                     caches[i] = _snapshot(caches[i], clone)
             elif sessions_drafting:
                 sessions[i].extend(out)
@@ -496,7 +520,7 @@ def serve(
                     _enter(sessions[i].propose(limit) if limit > 0 else (), i, limit, vocab,
                            new_slots, new_tokens, new_offs)
         if cut:
-            bs.finish(np.asarray(cut, dtype=np.int64))
+            bs.finish(np.array(cut, dtype=np.int64))
         if asking:
             drafts = propose_step([sessions[i] for i in asking], limits)
             for i, limit, draft in zip(asking, limits, drafts):
@@ -507,18 +531,22 @@ def serve(
             if clone is not False:
                 for i in new_slots:
                     caches[i] = _snapshot(caches[i], clone)
-        share = (clock() - t0 - in_target) // len(sl)
-        for i in sl:
-            stats[i].control_ns += share
-        for i in sorted(finished):
-            st = stats[i]
-            st.output_tokens = len(outputs[i])
-            st.drafted_by_position = at_least(dpos[i]) if k else []
-            st.accepted_by_position = at_least(apos[i]) if k else []
-            result = RequestResult(outputs[i], st, _state.Done(caches[i]))
-            results[i] = result
-            if on_done is not None:
-                on_done(i, result)
+        control_total += (clock() - t0 - in_target) // len(sl)
+        if finished:
+            for i in sorted(finished):
+                v = ver[i]
+                st = RequestStats(
+                    prompt_tokens=len(requests[i].prompt), output_tokens=len(outputs[i]),
+                    prefills=1, decodes=steps - 1 - v, verifies=v, drafted=drafted_n[i],
+                    accepted=accepted_n[i], rollbacks=rolled[i],
+                    drafted_by_position=at_least(dpos[i]) if k else [],
+                    accepted_by_position=at_least(apos[i]) if k else [],
+                    control_ns=control_total, target_ns=target_ns[i] + target_total,
+                )
+                result = RequestResult(outputs[i], st, _state.Done(caches[i]))
+                results[i] = result
+                if on_done is not None:
+                    on_done(i, result)
     out = [r for r in results if r is not None]
     if len(out) != n:  # pragma: no cover - every slot ends in Done
         raise RuntimeError("a request did not finish")
