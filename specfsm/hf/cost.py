@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "CostModel",
     "OnlineCost",
+    "CompactionCost",
     "PRIOR_COST",
     "AcceptanceStats",
     "AcceptanceByMatch",
@@ -173,6 +174,80 @@ class OnlineCost:
 
     def __repr__(self) -> str:
         return f"OnlineCost(estimates={{{', '.join(f'{r}: {c:.3g}' for r, c in sorted(self.estimates().items()))}}})"
+
+
+class CompactionCost:
+    """Whether gathering a ragged batch cache pays: the copy against the attention it
+    saves, both measured on the run's own forwards.
+
+    Gathering each row's real columns to the right shrinks a cache of ``width`` columns
+    to the longest row's ``new_width``; every later forward then attends over
+    ``width - new_width`` fewer columns per row. ``record_forward(rows, width, seconds)``
+    keeps the last ``window`` forwards (rows evaluated, cache columns, time) and fits
+    ``seconds ~ a + b * rows + beta * rows * width`` by least squares: ``beta`` is the
+    cost of one row attending over one more column. ``record_copy(cells, seconds)`` keeps
+    the cost of a gather per cache cell (rows times columns) from the gathers done.
+    ``pays(batch, width, new_width, rows, horizon)`` says whether ``horizon`` more
+    forwards of ``rows`` rows save more (``beta * rows * (width - new_width) *
+    horizon``) than gathering ``batch * width`` cells costs. Until both are measured (at
+    least ``min_samples`` forwards spanning 8 or more cache widths, and one gather), and
+    whenever the fit gives no positive ``beta``, the rule is the fallback: gather when it
+    removes at least ``fraction`` of the cache. Never when it would remove nothing."""
+
+    __slots__ = ("fraction", "window", "min_samples", "forwards", "copy", "_beta")
+
+    def __init__(self, fraction: float = 0.5, *, window: int = 64, min_samples: int = 12) -> None:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+        if type(window) is not int or type(min_samples) is not int or not 3 <= min_samples <= window:
+            raise ValueError(f"need integers 3 <= min_samples <= window, got {min_samples!r}, {window!r}")
+        self.fraction = float(fraction)
+        self.window, self.min_samples = window, min_samples
+        self.forwards: list[tuple[int, int, float]] = []
+        self.copy: float | None = None  # seconds per gathered cell, decayed mean
+        self._beta: float | None = None
+
+    def record_forward(self, rows: int, width: int, seconds: float) -> None:
+        if rows >= 1 and width >= 1 and seconds > 0:
+            self.forwards.append((rows, width, seconds))
+            if len(self.forwards) > self.window:
+                del self.forwards[0]
+            self._beta = None
+
+    def record_copy(self, cells: int, seconds: float) -> None:
+        if cells >= 1 and seconds > 0:
+            c = seconds / cells
+            self.copy = c if self.copy is None else 0.5 * (self.copy + c)
+
+    def beta(self) -> float | None:
+        """The fitted cost of one row attending over one more column (None: not enough
+        forwards, too narrow a spread of widths, or no positive fit)."""
+        if self._beta is None:
+            f = self.forwards
+            widths = [w for _r, w, _t in f]
+            if len(f) < self.min_samples or max(widths) - min(widths) < 8:
+                return None
+            import numpy as np
+
+            x = np.array([[1.0, r, r * w] for r, w, _t in f])
+            y = np.array([t for _r, _w, t in f])
+            coef = np.linalg.lstsq(x, y, rcond=None)[0]
+            self._beta = float(coef[2]) if coef[2] > 0 else 0.0
+        return self._beta if self._beta > 0 else None
+
+    def pays(self, batch: int, width: int, new_width: int, rows: int, horizon: float) -> bool:
+        saved = width - new_width
+        if saved <= 0:
+            return False
+        beta = self.beta()
+        if beta is None or self.copy is None:
+            return saved >= self.fraction * width
+        return beta * rows * saved * horizon > self.copy * batch * width
+
+    def __repr__(self) -> str:
+        b = self.beta()
+        return (f"CompactionCost(beta={'unknown' if b is None else f'{b:.3g}'}, "
+                f"copy={'unknown' if self.copy is None else f'{self.copy:.3g}'}, fraction={self.fraction})")
 
 
 class AcceptanceStats:

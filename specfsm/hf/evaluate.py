@@ -10,8 +10,9 @@ own positions, so holes change nothing a request attends to. A step feeds ``W`` 
 to every row (a request drafting fewer tokens, or decoding, fills its extra columns with
 holes); after acceptance each request keeps the leading columns it consumed and the rest
 become holes; trailing columns that no request kept are cropped off (``Cache.crop``),
-and when holes pass a fraction of the cache the rows are compacted (each row's real
-columns gathered to the right, left-padded). Finished requests leave the batch
+and when the attention it saves outweighs the copy the rows are compacted (each row's
+real columns gathered to the right, left-padded; ``cost.CompactionCost`` decides from
+the run's measured forwards and gathers). Finished requests leave the batch
 (``batch_select_indices``). A batch of one never has holes: rollback is a crop.
 
 Also here: the checks of the transformers version, model and cache this relies on
@@ -193,8 +194,8 @@ class RaggedBatch:
     ``feed`` runs one forward of W columns (each row its own tokens, padded with holes,
     at its own positions), ``keep`` keeps each row's leading consumed columns and crops
     the trailing columns no row kept, ``select`` drops finished rows and ``compact``
-    gathers each row's real columns to the right once holes pass ``fraction`` of the
-    cache (a lone row: at once, so it decodes without a mask)."""
+    gathers each row's real columns to the right when the caller's cost rule says it
+    pays (``cost.CompactionCost``; a lone row: at once, so it decodes without a mask)."""
 
     __slots__ = ("cache", "buf", "width", "fed", "forward")
 
@@ -259,13 +260,13 @@ class RaggedBatch:
             self.cache.batch_select_indices(sel)
             self.buf = self.buf[sel]
 
-    def compact(self, valid: Sequence[int], fraction: float) -> bool:
-        """Gather the rows' real columns (``valid[j]`` each) when holes are over
-        ``fraction`` of a cache wider than 32 columns, or at once for a lone row with
-        holes; returns whether it did."""
+    def compact(self, valid: Sequence[int], pays: Callable[[int, int, int], bool]) -> bool:
+        """Gather the rows' real columns (``valid[j]`` each) when ``pays(rows, width,
+        new_width)`` says so for a cache wider than 32 columns, or at once for a lone row
+        with holes; returns whether it did."""
         b = len(valid)
         if b > 1:
-            if not (self.width > 32 and sum(valid) < (1 - fraction) * b * self.width):
+            if not (self.width > 32 and pays(b, self.width, max(valid))):
                 return False
         elif not (b == 1 and valid[0] < self.width):
             return False

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..accept.rules import Exact, SpeculativeSampling
 from ..serving.loop import Request, needs_probs, serve
-from .cost import AcceptanceByMatch, AcceptanceStats, CostModel, OnlineCost
+from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCost
 from .drafting import StepDrafter
 from .evaluate import (
     SUPPORTED_TRANSFORMERS,
@@ -165,7 +165,11 @@ class SpeculativeGenerator:
     forward and gathers the caches into the left-padded batch cache, so no forward
     computes padding (a batch of prompts of 600 to 1,200 tokens pads a third of its
     rows) and each request's prompt is computed exactly as it is alone; ``"padded"``
-    runs one left-padded forward over all prompts.
+    runs one left-padded forward over all prompts. The batch cache is compacted (each
+    row's real columns gathered, the holes dropped) when the attention it saves over
+    the forwards left outweighs the copy, both measured on the generator's own forwards
+    and gathers (``CompactionCost``, kept across runs as ``compaction``); until they are
+    measured, when compacting would remove at least ``compact_fraction`` of the cache.
     Every rule runs through ``specfsm.serving.loop.serve`` on ``specfsm.BatchState``.
     Refuses what ``check_model`` refuses, and every argument of the wrong type or
     value (TypeError / ValueError naming it) before anything calls the model; a callable
@@ -287,6 +291,9 @@ class SpeculativeGenerator:
         if not 0 < compact_fraction <= 1:
             raise ValueError(f"compact_fraction must be in (0, 1], got {compact_fraction!r}")
         self.compact_fraction = compact_fraction
+        #: when gathering the ragged batch cache pays, learnt from the run's forwards
+        #: and gathers (``compact_fraction`` until measured)
+        self.compaction = CompactionCost(compact_fraction)
         if prefill not in ("each", "padded"):
             raise ValueError(f"prefill must be 'each' or 'padded', got {prefill!r}")
         self.prefill = prefill
@@ -401,7 +408,7 @@ class SpeculativeGenerator:
         # processed distribution (the rule's kind says which rows the target draws at)
         rule = self.rule if self.do_sample else None
         sample_rows = rule is not None and not needs_probs(rule)
-        target = ModelTarget(self, sample_rows=sample_rows)
+        target = ModelTarget(self, sample_rows=sample_rows, budget=max_new_tokens)
         eos: Any = None
         if len(self.eos) == 1:
             eos = next(iter(self.eos))

@@ -20,6 +20,7 @@ that distribution at every row for the rules that decide from probabilities.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,11 +36,14 @@ class ModelTarget:
     ``sample_rows``: when sampling, draw a token at every row (a rule that compares
     tokens) or at each slot's last row only."""
 
-    __slots__ = ("gen", "sample_rows", "rb", "live", "fed")
+    __slots__ = ("gen", "sample_rows", "budget", "rb", "live", "fed", "prompts", "steps")
 
-    def __init__(self, gen: Any, sample_rows: bool = True) -> None:
+    def __init__(self, gen: Any, sample_rows: bool = True, budget: int = 1) -> None:
         self.gen = gen
         self.sample_rows = sample_rows
+        self.budget = budget  # the tokens each request may emit
+        self.prompts: dict[int, int] = {}  # slot -> its prompt's length
+        self.steps = 0  # forwards after the prefill
         self.rb: RaggedBatch | None = None
         self.live: list[int] = []  # the slot at each row of the batch cache
         self.fed: dict[int, int] = {}  # slot -> its columns when it was last fed
@@ -50,6 +54,21 @@ class ModelTarget:
 
     def evaluate_batch_probs(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]]) -> list[tuple[list[int], Any, list[tuple[int, int]]]]:
         return self._answer(feeds, caches, True)
+
+    def _compact(self, rb: RaggedBatch, cols: list[int], rows: int) -> None:
+        """Gather the rows' real columns when ``gen.compaction`` says the attention saved
+        over the forwards left (the longest request's remaining tokens at the run's
+        tokens per forward) outweighs the copy; the copy is timed for the next decision."""
+        gen = self.gen
+        emitted = sum(c - self.prompts[s] + 1 for s, c in zip(self.live, cols))
+        per_forward = emitted / max(self.steps + 1, 1) / len(cols)
+        left = max(self.budget - (c - self.prompts[s] + 1) for s, c in zip(self.live, cols))
+        horizon = max(left, 0) / max(per_forward, 1.0)
+        cells = len(cols) * rb.width
+        t0 = time.perf_counter()
+        if rb.compact(cols, lambda b, width, new: gen.compaction.pays(b, width, new, rows, horizon)):
+            gen.compaction.record_copy(cells, time.perf_counter() - t0)
+            gen.last_run.compactions += 1
 
     # -- the model ----------------------------------------------------------------------
     def _answer(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]], want_probs: bool) -> list[tuple[list[int], Any, list[tuple[int, int]]]]:
@@ -65,6 +84,7 @@ class ModelTarget:
             self.live = slots
             lens = [len(p) for p in prompts]
             self.fed = dict(zip(slots, lens))
+            self.prompts = dict(self.fed)
             flat = logits
             counts = [1] * len(slots)
             handles = [[(s, n)] for s, n in zip(slots, lens)]
@@ -77,13 +97,15 @@ class ModelTarget:
                 where = {s: r for r, s in enumerate(self.live)}
                 rb.select([where[s] for s in slots])
                 self.live = slots
-            if rb.compact(cols, gen.compact_fraction):
-                gen.last_run.compactions += 1
             counts = [len(f) for f in feeds]
             w = max(counts)
+            self._compact(rb, cols, len(feeds) * w)
             t0 = gen.last_run.model_s
             logits = rb.feed(feeds, cols)
-            gen.online.record(len(feeds) * w, gen.last_run.model_s - t0)
+            spent = gen.last_run.model_s - t0
+            gen.online.record(len(feeds) * w, spent)
+            gen.compaction.record_forward(len(feeds) * w, rb.width, spent)
+            self.steps += 1
             self.fed = {s: c for s, c in zip(slots, cols)}
             flat = torch.cat([logits[j, :n] for j, n in enumerate(counts)]) if w > 1 else logits[:, 0]
             handles = [[(s, c + i) for i in range(1, n + 1)] for s, c, n in zip(slots, cols, counts)]
