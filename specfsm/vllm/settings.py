@@ -10,8 +10,9 @@ environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREF
 ``SPECFSM_VLLM_VERIFY``, which must be set in every worker process); class attributes
 (subclass to change them); else vLLM's n-gram defaults (``5..5``,
 ``prefer="earliest"``). Each proposer logs the settings it runs with and where the range
-came from once per worker process (logger ``vllm.specfsm`` inside vLLM,
-``specfsm.vllm`` outside). ``ProposerConfig`` stands in for a ``VllmConfig`` outside vLLM.
+came from once per worker process (logger ``specfsm.vllm``; inside vLLM, unless
+something handles that logger, ``vllm.specfsm``, which vLLM's handlers print).
+``ProposerConfig`` stands in for a ``VllmConfig`` outside vLLM.
 """
 
 from __future__ import annotations
@@ -163,10 +164,14 @@ _logged: set = set()  # settings already logged in this process (one line per wo
 
 
 def log_settings(text: str) -> None:
-    """Log ``text`` once per process: through vLLM's logger tree when vLLM is loaded (its
-    handlers print it with the worker's prefix), else ``specfsm.vllm``."""
+    """Log ``text`` once per process, at INFO, on the ``specfsm.vllm`` logger; inside
+    vLLM, when nothing handles that logger (no handler on it or above it: vLLM
+    configures only its own ``vllm`` logger), on ``vllm.specfsm`` instead, so vLLM's
+    handlers print it with the worker's prefix."""
     if text in _logged:
         return
     _logged.add(text)
-    name = "vllm.specfsm" if "vllm" in sys.modules else "specfsm.vllm"
-    logging.getLogger(name).info("%s", text)
+    log = logging.getLogger("specfsm.vllm")
+    if "vllm" in sys.modules and not log.hasHandlers():
+        log = logging.getLogger("vllm.specfsm")
+    log.info("%s", text)
