@@ -53,7 +53,8 @@ class RowTrackingProposer:
     ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
     Configuration: ``num_speculative_tokens`` (K) and ``max_model_len`` from the
     ``VllmConfig`` unless given as keywords; ``verify`` is ``"sparse"`` (default) or
-    ``"full"``.
+    ``"full"``. Built inside vLLM's V1 runner, it reads each row's request id from the
+    runner's input batch (``call.find_runner``); elsewhere ``propose`` takes ``req_ids``.
 
     Not thread-safe: a second concurrent ``propose`` raises RuntimeError. Constructing
     this class itself, or a subclass without the two required hooks, raises TypeError

@@ -36,9 +36,10 @@ __all__ = [
     "verify_setting",
 ]
 
-#: ``verify`` modes: ``"sparse"`` checks a row's length and a fingerprint of
-#: ``TAIL + SPREAD`` token positions (every token when the history is at most ``SHORT``
-#: long); ``"full"`` compares every indexed token of every row, every step.
+#: ``verify`` modes: ``"sparse"`` is the row rule (the row's request id when known, its
+#: growth since the last call, its last ``TAIL`` tokens and, in turn, ``SPREAD`` spread
+#: positions; without ids, every token of short rows and twins); ``"full"`` compares
+#: every indexed token of every row, every step.
 VERIFY_MODES = ("sparse", "full")
 
 
