@@ -130,12 +130,15 @@ def test_a_runner_is_found_only_by_its_own_config_and_its_own_token_array(impl):
     assert runner.drafter.stats["with_ids"] == 1
     runner.input_batch.req_ids = ["A", None]  # (vLLM has none mid-update only): no ids this call
     runner.propose_draft_token_ids([[6], [6]], np.array([6, 6]))
-    assert runner.drafter.stats["with_ids"] == 1
+    assert runner.drafter.stats["with_ids"] == 1 and runner.drafter._rid[:2] == [None, None]
+    runner.input_batch.req_ids = ["A", "B"]  # (and the next call with ids checks the rows again)
+    runner.propose_draft_token_ids([[7], [7]], np.array([7, 7]))
+    assert runner.drafter.stats["with_ids"] == 2 and runner.drafter._rid[:2] == ["A", "B"]
     drafter = runner.drafter
     del runner
     gc.collect()  # (the proposer holds its runner weakly)
-    out = drafter.propose([[7], [7]], np.array([7, 7]), tok)
-    assert out == [drafter.rescan(tok[r, :7], 2) for r in range(2)] and drafter.stats["with_ids"] == 1
+    out = drafter.propose([[8], [8]], np.array([8, 8]), tok)
+    assert out == [drafter.rescan(tok[r, :8], 2) for r in range(2)] and drafter.stats["with_ids"] == 2
 
 
 @pytest.mark.parametrize(

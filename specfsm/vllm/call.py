@@ -61,16 +61,18 @@ def find_runner(vllm_config: Any) -> Callable[[], Any] | None:
 
 def runner_ids(runner: Callable[[], Any], token_ids: Any, b: int) -> list | None:
     """The request ids of rows ``0 .. b-1`` from the runner's input batch, when
-    ``token_ids`` is that batch's own ``token_ids_cpu`` and every one of those rows
-    has an id; else None (the rows go without ids)."""
+    ``token_ids`` is that batch's own ``token_ids_cpu``; else None (the rows go without
+    ids). (vLLM's list holds None only for a free row while it updates the batch, never
+    at the drafter's call; the general step treats a call with a None id as one without
+    ids, and the steady step, which compares the ids with the last call's, only passes
+    when they equal ids the general step accepted.)"""
     batch = getattr(runner(), "input_batch", None)
     if batch is None or getattr(batch, "token_ids_cpu", None) is not token_ids:
         return None
     ids = getattr(batch, "req_ids", None)
     if type(ids) is not list or len(ids) < b:
         return None
-    ids = ids[:b]  # (a copy: vLLM rewrites its list in place)
-    return None if None in ids else ids
+    return ids[:b]  # (a copy: vLLM rewrites its list in place)
 
 
 def given_ids(req_ids: Any, b: int) -> list:

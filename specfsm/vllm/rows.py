@@ -156,6 +156,7 @@ class RowTrackingProposer:
         # per row: the request id its index was built or confirmed for (None: unknown)
         self._rid: list = []
         self._has_ids = False  # some row's entry in _rid is not None
+        self._general_ids: list | None = None  # the ids the last general step went by
         # rows whose (length, tail) at the last call another row or a pooled index shared:
         # a move between such twins passes the row rule, so they are compared in full
         self._twin = np.zeros(0, dtype=bool)
@@ -376,6 +377,7 @@ class RowTrackingProposer:
         out = self._steady(sampled, num_tokens, token_ids, ids) if self.verify == "sparse" else None
         if out is None:
             out = self._general(sampled, num_tokens, token_ids, ids)
+            ids = self._general_ids
         if ids is not None:
             self.stats["with_ids"] += 1
         return out
@@ -546,6 +548,9 @@ class RowTrackingProposer:
     def _general(self, sampled: Any, num_tokens: Any, token_ids: Any, ids: list | None) -> list[list[int]]:
         self._long = False
         b, counts, L, tok = check_call(sampled, num_tokens, token_ids)
+        if ids is not None and None in ids:  # (a row without an id: the call goes without)
+            ids = None
+        self._general_ids = ids  # (what the call went by, for the stats)
         self._reserve(b)
         out = self._general_step(sampled, b, counts, L, tok, ids)
         # every row's length at this call, for the next call's row rule
