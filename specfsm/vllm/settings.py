@@ -10,8 +10,9 @@ environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREF
 ``SPECFSM_VLLM_VERIFY``, which must be set in every worker process); class attributes
 (subclass to change them); else vLLM's n-gram defaults (``5..5``,
 ``prefer="earliest"``). Each proposer logs the settings it runs with and where the range
-came from once per worker process (logger ``vllm.specfsm`` inside vLLM,
-``specfsm.vllm`` outside). ``ProposerConfig`` stands in for a ``VllmConfig`` outside vLLM.
+came from once per worker process (logger ``specfsm.vllm``; inside vLLM, unless
+something handles that logger, ``vllm.specfsm``, which vLLM's handlers print).
+``ProposerConfig`` stands in for a ``VllmConfig`` outside vLLM.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ __all__ = [
     "verify_setting",
 ]
 
-#: ``verify`` modes: ``"sparse"`` checks a row's length and a fingerprint of
-#: ``TAIL + SPREAD`` token positions (every token when the history is at most ``SHORT``
-#: long); ``"full"`` compares every indexed token of every row, every step.
+#: ``verify`` modes: ``"sparse"`` is the row rule (the row's request id when known, its
+#: growth since the last call, its last ``TAIL`` tokens and, in turn, ``SPREAD`` spread
+#: positions; without ids, every token of short rows and twins); ``"full"`` compares
+#: every indexed token of every row, every step.
 VERIFY_MODES = ("sparse", "full")
 
 
@@ -163,10 +165,14 @@ _logged: set = set()  # settings already logged in this process (one line per wo
 
 
 def log_settings(text: str) -> None:
-    """Log ``text`` once per process: through vLLM's logger tree when vLLM is loaded (its
-    handlers print it with the worker's prefix), else ``specfsm.vllm``."""
+    """Log ``text`` once per process, at INFO, on the ``specfsm.vllm`` logger; inside
+    vLLM, when nothing handles that logger (no handler on it or above it: vLLM
+    configures only its own ``vllm`` logger), on ``vllm.specfsm`` instead, so vLLM's
+    handlers print it with the worker's prefix."""
     if text in _logged:
         return
     _logged.add(text)
-    name = "vllm.specfsm" if "vllm" in sys.modules else "specfsm.vllm"
-    logging.getLogger(name).info("%s", text)
+    log = logging.getLogger("specfsm.vllm")
+    if "vllm" in sys.modules and not log.hasHandlers():
+        log = logging.getLogger("vllm.specfsm")
+    log.info("%s", text)
