@@ -107,8 +107,11 @@ class ModelTarget:
             gen.compaction.record_forward(len(feeds) * w, rb.width, spent)
             self.steps += 1
             self.fed = {s: c for s, c in zip(slots, cols)}
-            flat = torch.cat([logits[j, :n] for j, n in enumerate(counts)]) if w > 1 else logits[:, 0]
             handles = [[(s, c + i) for i in range(1, n + 1)] for s, c, n in zip(slots, cols, counts)]
+            if not (gen.do_sample or want_probs):  # greedy: the choices, no copy of the logits
+                choice = logits.argmax(-1).tolist()
+                return [(choice[j][:n], None, handles[j]) for j, n in enumerate(counts)]
+            flat = torch.cat([logits[j, :n] for j, n in enumerate(counts)]) if w > 1 else logits[:, 0]
         starts = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=starts[1:])
         probs = None
