@@ -416,12 +416,24 @@ def serve(
         if vocab is not None:
             in_all = vocab.decode(in_all)
         feeds = [in_all[in_off[j] : in_off[j + 1]] for j in range(len(sl))]
+        # the usual answers (one row token and one row cache per fed row) need no check
+        # of the slots' states; anything else goes through _gather
+        rows_all: list[Any] = []
+        row_caches: list[Any] = []
+        usual = not needs
         if shared or (batch_eval is not None and all(targets[i] is target for i in sl)):
             a = clock()
             answers = batch_eval(feeds, [caches[i] for i in sl])  # type: ignore[misc]
             in_target = clock() - a
             if not needs:
                 answers = [(rows, None, rc) for rows, rc in answers]
+                for (rows, _p, rc), f in zip(answers, feeds):
+                    m = len(f)
+                    if len(rows) != m or len(rc) != m:
+                        usual = False
+                        break
+                    rows_all += rows
+                    row_caches.append(rc)
             share = in_target // len(sl)
             if shared:
                 target_total += share
@@ -431,27 +443,26 @@ def serve(
         else:
             answers = []
             in_target = 0
-            for j, i in enumerate(sl):
+            for f, i in zip(feeds, sl):
                 a = clock()
-                if needs:
-                    answers.append(own[i](feeds[j], caches[i]))  # type: ignore[misc]
-                else:
-                    rows, rc = own[i](feeds[j], caches[i])  # type: ignore[misc]
-                    answers.append((rows, None, rc))
+                answer = own[i](f, caches[i])  # type: ignore[misc]
                 a = clock() - a
                 target_ns[i] += a
                 in_target += a
-        # the usual answers (one row token and one row cache per fed row) need no check
-        # of the slots' states; anything else goes through _gather
-        rows_all = []
-        row_caches = []
-        for (rows, probs, rc), f in zip(answers, feeds):
-            m = len(f)
-            if probs is not None or len(rows) != m or len(rc) != m:
-                rows_all, probs_all, row_caches = _gather(bs, slots, feeds, answers, rule)
-                break
-            rows_all += rows
-            row_caches.append(rc)
+                if needs:
+                    answers.append(answer)
+                    continue
+                rows, rc = answer
+                answers.append((rows, None, rc))
+                if usual:
+                    m = len(f)
+                    if len(rows) == m and len(rc) == m:
+                        rows_all += rows
+                        row_caches.append(rc)
+                    else:
+                        usual = False
+        if not usual:
+            rows_all, probs_all, row_caches = _gather(bs, slots, feeds, answers, rule)
         if vocab is not None:
             rows_all = vocab.encode(rows_all)
         rows_arr = np.array(rows_all, dtype=np.int64)
