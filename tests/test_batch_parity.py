@@ -310,3 +310,37 @@ def test_a_held_guard_refuses_every_method_alike(side):
     finally:
         other._hold_guard(False)
     assert again == results
+
+
+def test_long_prompts_and_mixed_indexes_step_alike():
+    """Steps whose rows outgrow the compiled step's scratch (long prompts, then drafts
+    through both index kinds and a slot without one): the same results and states."""
+    mods = _kernels()
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(0, 4, n).tolist() for n in (300, 700, 50, 1200)]
+    flat = [t for p in prompts for t in p]
+    off = np.cumsum([0] + [len(p) for p in prompts])
+    rows_seen = []
+    batches = {}
+    for s in SIDES:
+        bcls, ni, si = mods[s]
+        ixs = [ni.NgramIndex(1, 3), si.SuffixIndex(1, 3), None, ni.NgramIndex(2, 4)]
+        for ix, p in zip(ixs, prompts):
+            if ix is not None:
+                ix.extend(p)
+        b = bcls(4, 3)
+        b.admit([3, 0, 1, 2], flat, off, [0, 1, 2, 3], max_tokens=[400, 400, 400, 30], indexes=ixs)
+        batches[s] = (b, ixs)
+    for _ in range(60):
+        total = int(batches["python"][0].pending()[2][-1])
+        if not total:
+            break
+        rows = rng.integers(0, 4, total)
+        rows_seen.append(total)
+        got = {s: _call(lambda s=s: batches[s][0].step(rows)) for s in SIDES}
+        assert got["compiled"] == got["python"]
+        assert snapshot(batches["compiled"][0]) == snapshot(batches["python"][0])
+        for a, b in zip(*(batches[s][1] for s in SIDES)):
+            if a is not None:
+                assert (a.propose(3), a.stats) == (b.propose(3), b.stats)
+    assert rows_seen[0] == 2250 and len(rows_seen) > 20

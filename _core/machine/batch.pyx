@@ -177,9 +177,9 @@ cdef class BatchState:
         self._scratch_a = np.empty(7 * c + 1, dtype=np.int64)
         self._mark_a = np.zeros(c, dtype=np.int8)
         self._mark = <int8_t*>cnp.PyArray_DATA(<cnp.ndarray>self._mark_a)
-        self._work_a = np.empty(4 * c + 64, dtype=np.int64)
+        self._work_a = np.empty(64, dtype=np.int64)     # grown on demand (_grow)
         self._work = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>self._work_a)
-        self._work_n = 4 * c + 64
+        self._work_n = 64
         self._st = self._state_a
         self._tok = self._token_a
         self._cache = self._cache_a
