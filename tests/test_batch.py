@@ -295,3 +295,166 @@ def test_public_module_uses_the_active_implementation():
     b = pub.BatchState(2)
     b.admit([1], [7, 8], [0, 2], [3])
     assert b.slots_in(pub.PREFILL).tolist() == [1]
+
+
+# --------------------------------------------------------------------------------------
+# StepResult.rolled_back: the verifies that settled through Rollback
+# --------------------------------------------------------------------------------------
+def _rows_for(b, per_slot):
+    """The flat ``row_tokens`` for ``pending()``'s layout from ``{slot: rows}``."""
+    slots, _, off = b.pending()
+    out = []
+    for j, i in enumerate(slots.tolist()):
+        rows = per_slot[i]
+        assert len(rows) == int(off[j + 1] - off[j]), i
+        out += rows
+    return np.array(out, dtype=np.int64)
+
+
+def _oracle_rolled_back(draft, rows, rule):
+    """Whether the per-request machine settles this verify through Rollback."""
+    v = ServingState.start([0], 0).advance_prefill(0, 0).enter_verify(draft)
+    caches = list(range(len(draft)))
+    if rule is None:
+        settled = v.accept(rows[: len(draft)], caches)
+    else:
+        settled = v.accept_rows(rule.accepted_rows(draft, rows[: len(draft)]), rows, caches)
+    return type(settled).__name__ == "Rollback"
+
+
+@pytest.mark.parametrize("bonus", [False, True])
+@pytest.mark.parametrize("minrun", [False, True])
+def test_rolled_back_says_which_verifies_settled_through_rollback(bm, bonus, minrun):
+    from specfsm.accept.rules import MinRun
+
+    rule = MinRun(2) if minrun else None
+    b = bm.BatchState(8, 4, bonus)
+    # slot 4 may emit 3 tokens in all, slot 5 stops after token 4; the others never cut
+    b.admit(list(range(7)), list(range(10, 17)), list(range(8)), list(range(7)),
+            max_tokens=[50, 50, 50, 50, 3, 50, 50], eos=[99, 99, 99, 99, 99, 4, 99])
+    b.step(np.array([50] * 7, dtype=np.int64))          # prefill -> Decode, one token each
+    drafts = {0: [1, 2, 3], 1: [1, 2, 3], 2: [5], 4: [1, 2, 3], 5: [4, 4], 6: [8]}
+    flat = [t for i in sorted(drafts) for t in drafts[i]]
+    b.enter_verify(sorted(drafts), flat, np.cumsum([0] + [len(drafts[i]) for i in sorted(drafts)]))
+    b.admit([7], [1, 2], [0, 2], [7])                    # slot 7 prefills in this step
+    extra = [60] if bonus else []
+    rows = {0: [1, 2, 3] + extra,      # all accepted (Accept; with bonus K + 1 tokens)
+            1: [1, 9, 3] + extra,      # rejected at row 1
+            2: [6] + extra,            # rejected at row 0
+            3: [70],                   # a decode
+            4: [1, 2, 9] + extra,      # rejected at row 2; the budget cuts the target's token
+            5: [4, 7] + extra,         # rejected at row 1; eos cuts after the first token
+            6: [8] + extra,            # all accepted, but shorter than MinRun(2)'s minimum
+            7: [0, 80]}                # a prefill
+    res = b.step(_rows_for(b, rows), rule=rule)
+    assert res.slots.tolist() == list(range(8))
+    assert res.rolled_back.dtype == np.bool_ and res.rolled_back.shape == (8,)
+    want = [False, True, True, False, True, True, minrun, False]
+    assert res.rolled_back.tolist() == want
+    oracle = [i in drafts and _oracle_rolled_back(drafts[i], rows[i], rule) for i in range(8)]
+    assert oracle == want
+    # the cuts change what slots 4 and 5 emit and finish them, not how they settled
+    em = res.emitted_by_slot()
+    assert em[4] == [1, 2] and em[5] == [4]
+    assert sorted(res.finished.tolist()) == [4, 5]
+    assert em[0] == [1, 2, 3] + extra
+    # a verify settles through Accept exactly when all its draft tokens are accepted
+    assert res.rolled_back.tolist() == (res.accepted < res.drafted).tolist()
+    # a step with no verify (no indexes: nothing drafted again): all False
+    res2 = b.step(np.zeros(int(b.pending()[2][-1]), dtype=np.int64))
+    assert res2.slots.size and not res2.drafted.any() and not res2.rolled_back.any()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), bonus=st.booleans(), minrun=st.integers(0, 3))
+def test_rolled_back_is_the_per_request_rollback(bm, data, bonus, minrun):
+    from specfsm.accept.rules import MinRun
+
+    rule = MinRun(minrun) if minrun else None
+    b = bm.BatchState(CAP, KMAX, bonus)
+    b.admit(list(range(CAP)), [0] * CAP, list(range(CAP + 1)), list(range(CAP)),
+            max_tokens=data.draw(st.lists(st.integers(2, 6), min_size=CAP, max_size=CAP)),
+            eos=data.draw(st.lists(tok, min_size=CAP, max_size=CAP)) if data.draw(st.booleans()) else None)
+    live = b.step(np.full(CAP, VOCAB, dtype=np.int64)).finished.size == 0   # VOCAB: never an eos
+    assert live
+    verifying = data.draw(st.lists(st.integers(0, CAP - 1), unique=True))
+    drafts = {i: data.draw(st.lists(tok, min_size=1, max_size=KMAX)) for i in sorted(verifying)}
+    if drafts:
+        flat = [t for i in sorted(drafts) for t in drafts[i]]
+        b.enter_verify(sorted(drafts), flat, np.cumsum([0] + [len(d) for d in drafts.values()]))
+    rows = {i: data.draw(st.lists(tok, min_size=len(drafts[i]) + bonus, max_size=len(drafts[i]) + bonus))
+            if i in drafts else [data.draw(tok)] for i in range(CAP)}
+    res = b.step(_rows_for(b, rows), rule=rule)
+    want = [i in drafts and _oracle_rolled_back(drafts[i], rows[i], rule) for i in res.slots.tolist()]
+    assert res.rolled_back.tolist() == want
+    assert res.rolled_back.tolist() == (res.accepted < res.drafted).tolist()
+    event(f"rolled back {sum(want)} of {len(drafts)} verifies")
+
+
+# --------------------------------------------------------------------------------------
+# enter_verify: every form of its arguments, the same result or the same refusal
+# --------------------------------------------------------------------------------------
+def _forms(values):
+    """``values`` as a list, a tuple, int64 and int32 arrays and a strided int64 array
+    (the last takes the general path on the compiled core), where they can be."""
+    out = [list(values), tuple(values)]
+    if not all(type(v) is int for v in values):
+        return out      # an array would read a bool as an int: a different argument
+    try:
+        out.append(np.array(values, dtype=np.int64))
+        out.append(np.array(values, dtype=np.int32))
+        out.append(np.repeat(np.array(values, dtype=np.int64), 2)[::2])
+    except (OverflowError, TypeError, ValueError):
+        pass
+    return out
+
+
+ENTER_VERIFY_CASES = [
+    ([0, 2], [1, 2, 3], [0, 1, 3]),            # applied
+    ([2], [1, 2, 3], [0, 3]),                  # applied, k_max tokens
+    ([0, 0], [1, 2], [0, 1, 2]),               # slots twice
+    ([4], [1], [0, 1]),                        # a slot outside the batch
+    ([-1], [1], [0, 1]),
+    ([1], [1], [0, 1]),                        # slot 1 is in Verify already
+    ([3], [1], [0, 1]),                        # slot 3 is FREE
+    ([0, 2], [1, 2], [0, 0, 2]),               # an empty draft
+    ([0], [1, 2, 3, 4], [0, 4]),               # a draft over k_max
+    ([0], [1, 2], [1, 2]),                     # offsets not from 0
+    ([0, 2], [1, 2], [0, 2, 1]),               # offsets decreasing
+    ([0], [1, 2], [0, 1]),                     # offsets not ending at len(tokens)
+    ([0, 2], [1, 2], [0, 2]),                  # too few offsets
+    ([0], [1, 2**63], [0, 2]),                 # a token beyond int64
+    ([0], [1, -(2**63)], [0, 2]),
+    ([0], [True], [0, 1]),                     # a bool among the tokens
+    ([0], [1, 2], [0, 2**64]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(ENTER_VERIFY_CASES)))
+def test_enter_verify_takes_every_argument_form_alike(bm, case):
+    slots, tokens, offsets = ENTER_VERIFY_CASES[case]
+
+    def fresh():
+        b = bm.BatchState(4, 3)
+        b.admit([0, 1, 2], [5, 6, 7], [0, 1, 2, 3], [10, 11, 12])
+        b.advance_prefill([0, 1, 2], [1, 1, 1], [20, 21, 22])
+        b.enter_verify([1], [4], [0, 1])
+        return b
+
+    def outcome(s, t, o):
+        b = fresh()
+        before = [b.slot_fields(i) for i in range(4)]
+        try:
+            b.enter_verify(s, t, o)
+        except Exception as exc:  # the same refusal for every form is the property
+            assert [b.slot_fields(i) for i in range(4)] == before
+            return ("err", type(exc).__name__, str(exc))
+        return ("ok", [b.slot_fields(i) for i in range(4)])
+
+    want = outcome(slots, tokens, offsets)
+    for s in _forms(slots):
+        for t in _forms(tokens):
+            for o in _forms(offsets):
+                assert outcome(s, t, o) == want, (type(s), type(t), type(o))
+    entries = [np.int64(v) if type(v) is int and -(2**63) <= v < 2**63 else v for v in tokens]
+    assert outcome(slots, entries, offsets) == want       # numpy integers: the general path

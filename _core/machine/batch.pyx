@@ -2,21 +2,25 @@
 """B request slots as arrays: the batched serving state machine (compiled).
 
 Same names and behaviour as the twin ``specfsm.machine._batch_py``; both take their argument
-checks from ``specfsm._checks`` and the concept's check module (every argument is converted into a fresh array the call owns, then
-validated). Transitions check every slot's state in one C loop, raise before changing
-anything, then apply in a second loop. ``step`` runs the legality-free part of a serving
-step (acceptance for the greedy rules, settle, the transitions, emission with budgets
-and eos, the placement rows, entering Verify with the next drafts) without the GIL. The
-batch takes the one guard of ``_core/common/_guard.pxd``: a transition or ``step`` holds the
+checks from ``specfsm._checks`` and the concept's check module (every argument is converted
+into memory the call owns, then validated: a fresh array, or for ``enter_verify``'s usual
+call, plain int64/int32 arrays or lists of ints, the batch's scratch, checked in C and
+declining to the general path, which raises the one message, on anything else).
+Transitions check every slot's state in one C loop, raise before changing anything, then
+apply in a second loop. ``step`` runs the legality-free part of a serving step (acceptance
+for the greedy rules, settle, the transitions, emission with budgets and eos, the
+placement rows, entering Verify with the next drafts) on the batch's scratch, allocating
+only its result's arrays, and without the GIL from ``NOGIL_SLOTS`` slots on. The batch
+takes the one guard of ``_core/common/_guard.pxd``: a transition or ``step`` holds the
 writer flag for its whole duration (set before the GIL is released or any Python code
 runs), ``pending`` counts itself as a reader, and every other call checks it, so another
 thread's call, or a callback's, meanwhile raises RuntimeError; a second ``__init__`` is
 refused and an object whose ``__init__`` never completed refuses every call.
 
-This file holds the batch class (its guard, views and public methods) and the step with
-its index update; ``batch_transitions.pxi`` the transitions' bodies and
-``batch_step.pxi`` the step's layout, draft checks and ``StepResult`` (both included
-below, so one module).
+This file holds the batch class (its guard, views and public methods);
+``batch_transitions.pxi`` the transitions' bodies, ``batch_step.pxi`` the step's layout,
+draft checks and ``StepResult``, ``batch_run.pxi`` the step's body with its index update,
+``batch_fast.pxi`` the transitions' fast path (all included below, so one module).
 """
 
 import numpy as np
@@ -56,10 +60,12 @@ from specfsm._core import suffix_index as _si
 
 cimport cython
 cimport numpy as cnp
-from libc.stdint cimport int8_t, int64_t
-from libc.string cimport memset
-from cpython.list cimport PyList_New, PyList_SET_ITEM
-from cpython.ref cimport Py_INCREF
+from libc.stdint cimport int8_t, int32_t, int64_t
+from libc.string cimport memcpy, memset
+from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.long cimport PyLong_CheckExact, PyLong_AsLongLongAndOverflow
+from cpython.ref cimport Py_INCREF, PyObject
 # the index modules' serving-step policy (their .pxd declarations)
 from specfsm._core.ngram_index cimport ngram_serve
 from specfsm._core.suffix_index cimport suffix_serve
@@ -137,14 +143,20 @@ cdef class BatchState:
     cdef int64_t[:, ::1] _draft
     cdef int8_t[::1] _has_eos, _has_ix
     cdef list _positions, _index
-    cdef object _scratch_a
+    cdef object _scratch_a, _work_a, _mark_a
     cdef int64_t[::1] _scratch
+    cdef int64_t* _work        # the writers' growable scratch (_work_n entries, _grow)
+    cdef Py_ssize_t _work_n
+    cdef int8_t* _mark         # c flags, all 0 between calls (the fast slot check)
 
     def __cinit__(self):
         # the guard is zeroed (UNINIT) by the allocation; nothing else is usable until
         # __init__ completes, and every call checks the guard first
         self._c = 0
         self._k_max = 0
+        self._work = NULL
+        self._work_n = 0
+        self._mark = NULL
 
     def __init__(self, capacity, k_max=8, bonus=False):
         guard_begin_init(&self._g, _NAME)
@@ -162,7 +174,12 @@ cdef class BatchState:
         self._has_eos_a = np.zeros(c, dtype=np.int8)
         self._plen_a = np.zeros(c, dtype=np.int64)
         self._has_ix_a = np.zeros(c, dtype=np.int8)
-        self._scratch_a = np.empty(5 * c + 1, dtype=np.int64)
+        self._scratch_a = np.empty(7 * c + 1, dtype=np.int64)
+        self._mark_a = np.zeros(c, dtype=np.int8)
+        self._mark = <int8_t*>cnp.PyArray_DATA(<cnp.ndarray>self._mark_a)
+        self._work_a = np.empty(64, dtype=np.int64)     # grown on demand (_grow)
+        self._work = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>self._work_a)
+        self._work_n = 64
         self._st = self._state_a
         self._tok = self._token_a
         self._cache = self._cache_a
@@ -450,62 +467,6 @@ cdef class BatchState:
         finally:
             guard_done_read(&self._g)
 
-    cdef tuple _update_indexes(self, const int64_t* av, const int64_t* lvv, Py_ssize_t nlive,
-                               object emitted, object eoff, Py_ssize_t w, Py_ssize_t a,
-                               const int64_t* nbv, const int64_t* drv):
-        """Extend the live slots' indexes with what they emitted and propose their next
-        drafts (at most ``min(k_max, nbv[j])`` tokens, ``nbv`` the step's new budgets)
-        through the n-gram module's serving-step policy (``ngram_serve``: each verified
-        draft recorded with its agreement with what the slot emitted, as the drafter
-        session records it); returns ``(drafts, offsets, lengths)`` as ``propose_batch``
-        does. Every buffer is fresh memory of this call."""
-        cdef list index_list = _pick(self._index, av, lvv, nlive)
-        cdef const int64_t* emv = _ptr(emitted)
-        cdef const int64_t* eov = _ptr(eoff)
-        cdef Py_ssize_t q, t, kmax = self._k_max
-        cdef int64_t lim
-        if nlive == a:
-            src, off = emitted, eoff
-        else:
-            off = _new(nlive + 1)
-            src = _new(w)
-            _gather(lvv, nlive, eov, emv, _ptr(off), _ptr(src))
-        limits = _new(nlive)
-        cdef int64_t* limv = _ptr(limits)
-        ndr = _new(nlive)
-        nag = _new(nlive)
-        cdef int64_t* ndv = _ptr(ndr)
-        cdef int64_t* nav = _ptr(nag)
-        cdef Py_ssize_t jj
-        cdef int64_t m
-        for q in range(nlive):
-            jj = lvv[q]
-            lim = nbv[jj]
-            limv[q] = lim if lim < kmax else kmax
-            m = drv[jj]
-            ndv[q] = m
-            if m > eov[jj + 1] - eov[jj]:
-                m = eov[jj + 1] - eov[jj]
-            nav[q] = _prefix(&self._draft[av[jj], 0], emv + eov[jj], m) if m > 0 else 0
-        square = _new(nlive * kmax if kmax else 1)
-        lengths = _new(nlive)
-        cdef int64_t* sqv = _ptr(square)
-        cdef int64_t* lnv = _ptr(lengths)
-        ngram_serve(index_list, nlive, _ptr(src), _ptr(off), ndv, nav, limv, kmax, sqv, lnv)
-        doffs = _new(nlive + 1)
-        cdef int64_t* dov = _ptr(doffs)
-        dov[0] = 0
-        for q in range(nlive):
-            if lnv[q] < 0 or lnv[q] > kmax:
-                raise RuntimeError(f"the index module returned a draft of {lnv[q]} tokens for k_max={kmax}")
-            dov[q + 1] = dov[q] + lnv[q]
-        flat = _new(dov[nlive])
-        cdef int64_t* fv = _ptr(flat)
-        for q in range(nlive):
-            for t in range(lnv[q]):
-                fv[dov[q] + t] = sqv[q * kmax + t]
-        return flat, doffs, lengths
-
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def step(self, row_tokens=REQUIRED, *, probs=None, rule=None, draft_probs=None):
         """One serving step for every slot in Prefill, Decode or Verify.
@@ -539,220 +500,12 @@ cdef class BatchState:
             missing("step", ("row_tokens",), (row_tokens,))
         guard_write(&self._g, _NAME)
         try:
-            return self._step(row_tokens, probs, rule, draft_probs)
+            return _run_step(self, row_tokens, probs, rule, draft_probs)
         finally:
             guard_done_write(&self._g)
-
-    cdef object _step(self, row_tokens, probs, rule, draft_probs):
-        cdef int kind = R_EXACT
-        cdef int64_t m = 0
-        if rule is not None:
-            kind, m = rule_kind(rule)
-        cdef Py_ssize_t a
-        cdef int64_t* sc = &self._scratch[0]
-        with nogil:
-            a = _layout(self, sc, sc + self._c)
-        act = _new(a)
-        off = _new(a + 1)
-        cdef int64_t* av = _ptr(act)
-        cdef int64_t* ov = _ptr(off)
-        cdef Py_ssize_t j, i, q, nv_
-        for j in range(a):
-            av[j] = sc[j]
-            ov[j] = sc[self._c + j]
-        ov[a] = sc[self._c + a]
-        cdef int64_t total = ov[a]
-        if plain_int_width(row_tokens) == 8:
-            rows = row_tokens          # read in place: every index is checked below
-        else:
-            rows = int64_ids(row_tokens, "row_tokens")
-        if array_len(rows) != total:
-            raise ValueError(f"row_tokens holds {array_len(rows)} rows; this step evaluates {total}")
-        cdef const int64_t* rp = <const int64_t*>array_data(rows)
-        acc = _new(a)
-        cdef int64_t* accv = _ptr(acc)
-        memset(accv, 0, a * sizeof(int64_t))
-        cdef int64_t k, n
-        # pass 1 for the rules that need Python (probability kernels, other rules)
-        repl = None
-        if kind == R_SPEC or kind == R_TYPICAL or kind == R_OTHER:
-            repl = _rule_counts(self, kind, rule, probs, draft_probs, act, off, rows, total, acc)
-        cdef bint sampled = repl is not None
-        cdef int64_t* replv = _ptr(repl) if sampled else NULL
-        cdef bint computed = kind == R_EXACT or kind == R_MINRUN
-        cdef bint minrun = kind == R_MINRUN
-        # outputs
-        emitted = _new(total + a)
-        eoff = _new(a + 1)
-        drafted = _new(a)
-        resume = _new(a)
-        fin = _new(a)
-        cdef int64_t* emv = _ptr(emitted)
-        cdef int64_t* eov = _ptr(eoff)
-        cdef int64_t* drv = _ptr(drafted)
-        cdef int64_t* rsv = _ptr(resume)
-        cdef int64_t* finv = _ptr(fin)
-        eov[0] = 0
-        memset(drv, 0, a * sizeof(int64_t))
-        cdef int64_t* lvv = sc    # positions j of live slots with an index (scratch)
-        cdef int64_t* svv = sc + self._c   # positions j of live SuffixIndex slots (scratch)
-        # each slot's budget, token and state after the step, computed aside: the batch
-        # is changed only once everything that can refuse has run (all or nothing)
-        cdef int64_t* nbv = sc + 2 * self._c + 1
-        cdef int64_t* ntv = sc + 3 * self._c + 1
-        cdef int64_t* nsv = sc + 4 * self._c + 1
-        cdef Py_ssize_t nsuf = 0
-        cdef Py_ssize_t nfin = 0, nlive = 0, w = 0, cnt, room, e0
-        cdef int code
-        cdef int64_t r0, r1, t, bonus = self._bonus
-        cdef bint stop
-        with nogil:
-            for j in range(a):
-                i = av[j]
-                code = self._st[i]
-                r0 = ov[j]
-                r1 = ov[j + 1]
-                e0 = w
-                if code == C_VERIFY:
-                    k = self._dlen[i]
-                    if computed:
-                        n = _prefix(&self._draft[i, 0], rp + r0, k)
-                        if minrun and n < m:
-                            n = 0
-                        accv[j] = n
-                    else:
-                        n = accv[j]
-                    for q in range(n):
-                        emv[w] = self._draft[i, q]
-                        w += 1
-                    if n == k:
-                        if bonus:
-                            emv[w] = rp[r0 + k]
-                            w += 1
-                        rsv[j] = k - 1 + bonus
-                    else:
-                        emv[w] = replv[j] if sampled else rp[r0 + n]
-                        w += 1
-                        rsv[j] = n
-                    drv[j] = k
-                else:
-                    emv[w] = rp[r1 - 1]
-                    w += 1
-                    rsv[j] = r1 - 1 - r0    # a prefill's last prompt row, a decode's row 0
-                cnt = w - e0
-                room = self._budget[i]
-                stop = cnt >= room
-                if stop:
-                    cnt = room
-                if self._has_eos[i]:
-                    for q in range(cnt):
-                        if emv[e0 + q] == self._eos[i]:
-                            cnt = q + 1
-                            stop = True
-                            break
-                w = e0 + cnt
-                eov[j + 1] = w
-                nbv[j] = room - cnt
-                if stop:
-                    nsv[j] = C_DONE
-                    ntv[j] = 0
-                    finv[nfin] = i
-                    nfin += 1
-                else:
-                    nsv[j] = C_DECODE
-                    ntv[j] = emv[w - 1]
-                    if self._has_ix[i] == IX_NGRAM:
-                        lvv[nlive] = j
-                        nlive += 1
-                    elif self._has_ix[i] == IX_SUFFIX:
-                        svv[nsuf] = j
-                        nsuf += 1
-        # index update and next drafts (each batched call releases the GIL for its loop;
-        # each refuses before it changes any index)
-        dr_off = _new(a + 1)
-        drafts = _EMPTY
-        cdef int64_t* dov = _ptr(dr_off)
-        memset(dov, 0, (a + 1) * sizeof(int64_t))
-        cdef int64_t* dfv
-        cdef int64_t* dlv
-        cdef int64_t* pov
-        cdef Py_ssize_t jj, lo, hi
-        cdef int64_t lim
-        cdef list index_list, pieces
-        if nlive and nsuf:
-            # two module calls: what would refuse the second is checked before the first
-            index_list = _pick(self._index, av, svv, nsuf)
-            _check_distinct(index_list)
-            _si.propose_batch(index_list, 0)       # refuses an index in use, changes nothing
-        if nlive:
-            # the n-gram module's policy: extend and propose in one pass without the GIL,
-            # on this step's own buffers (no argument conversion)
-            dflat, doff2, dlens = self._update_indexes(av, lvv, nlive, emitted, eoff, w, a, nbv, drv)
-        if nlive:
-            _check_drafts_out(self, nlive, dflat, doff2, dlens)
-        if nsuf:
-            # SuffixIndex slots: the suffix module's policy, as the drafter session serves
-            # one request: each verified draft recorded, the emitted tokens extended, the
-            # next draft proposed
-            index_list = _pick(self._index, av, svv, nsuf)
-            soff = _new(nsuf + 1)
-            stoks = _new(w)
-            _gather(svv, nsuf, eov, emv, _ptr(soff), _ptr(stoks))
-            slim = _new(nsuf)
-            sdr = _new(nsuf)
-            sacc = _new(nsuf)
-            for q in range(nsuf):
-                jj = svv[q]
-                lim = nbv[jj]
-                _ptr(slim)[q] = lim if lim < self._k_max else self._k_max
-                _ptr(sdr)[q] = drv[jj]
-                # what the drafter session records: the draft's agreement with what the
-                # slot emitted (the one policy's input on every path). It equals this
-                # step's accepted count except where a rule rejects a matching prefix
-                # (MinRun) or a budget or eos cut the emission
-                m = drv[jj]
-                if m > eov[jj + 1] - eov[jj]:
-                    m = eov[jj + 1] - eov[jj]
-                _ptr(sacc)[q] = _prefix(&self._draft[av[jj], 0], emv + eov[jj], m) if m > 0 else 0
-            # drafts into nsuf rows of k_max
-            sflat = _new(nsuf * self._k_max if self._k_max else 1)
-            sdlens = _new(nsuf)
-            suffix_serve(index_list, nsuf, _ptr(stoks), _ptr(soff), _ptr(sdr), _ptr(sacc),
-                         _ptr(slim), self._k_max, _ptr(sflat), _ptr(sdlens))
-            sdoff = _new(nsuf + 1)
-            for q in range(nsuf + 1):
-                _ptr(sdoff)[q] = q * self._k_max
-            _check_drafts_out(self, nsuf, sflat, sdoff, sdlens)
-        # commit: nothing below can refuse or run Python code
-        for j in range(a):
-            i = av[j]
-            if self._st[i] == C_VERIFY:
-                self._dlen[i] = 0
-                self._snap[i] = 0
-            elif self._st[i] == C_PREFILL:
-                self._positions[i] = None    # the prompt of a slot that left Prefill
-            self._budget[i] = nbv[j]
-            self._tok[i] = ntv[j]
-            self._st[i] = <int8_t>nsv[j]
-        if nsuf:
-            _apply_drafts(self, av, svv, nsuf, sflat, sdoff, sdlens, dov)
-        if nlive:
-            _apply_drafts(self, av, lvv, nlive, dflat, doff2, dlens, dov)
-        if nlive or nsuf:
-            for j in range(a):
-                dov[j + 1] += dov[j]
-            if nsuf == 0:
-                drafts = dflat          # the n-gram drafts, already in slot order
-            else:                       # both kinds: gathered from the slots' drafts
-                drafts = _new(dov[a])
-                dfv = _ptr(drafts)
-                for j in range(a):
-                    i = av[j]
-                    for t in range(dov[j + 1] - dov[j]):
-                        dfv[dov[j] + t] = self._draft[i, t]
-        return StepResult(act, emitted[:w], eoff, acc, drafted, resume, fin[:nfin], drafts, dr_off)
-
 
 
 include "batch_transitions.pxi"
 include "batch_step.pxi"
+include "batch_run.pxi"
+include "batch_fast.pxi"

@@ -1,14 +1,18 @@
 # The step's layout, drafts and result (included by batch.pyx after ``BatchState``):
 # the rows ``pending`` and ``step`` lay out, the checks and copies of the drafts an index
-# module returns, the index-list helpers, ``StepResult`` and the array helpers.
+# module's policy returns, the probability and callback rules' pass, the index-list
+# helpers, ``StepResult`` and the array helpers.
 
-cdef Py_ssize_t _layout(BatchState self, int64_t* act, int64_t* off) noexcept nogil:
-    """Active slots (ascending) and their row offsets; returns their count."""
+cdef Py_ssize_t _layout(BatchState self, int64_t* act, int64_t* off, Py_ssize_t cap) noexcept nogil:
+    """Active slots (ascending, at most ``cap``: ``act`` holds ``cap`` entries, ``off``
+    ``cap + 1``) and their row offsets; returns their count."""
     cdef Py_ssize_t i, a = 0
     cdef int code
     cdef int64_t total = 0
     off[0] = 0
     for i in range(self._c):
+        if a == cap:
+            break
         code = self._st[i]
         if code == C_PREFILL:
             total += self._plen[i]
@@ -24,21 +28,35 @@ cdef Py_ssize_t _layout(BatchState self, int64_t* act, int64_t* off) noexcept no
     return a
 
 
+cdef Py_ssize_t _count_active(BatchState self) noexcept nogil:
+    """How many slots are in Prefill, Decode or Verify."""
+    cdef Py_ssize_t i, a = 0
+    cdef int code
+    for i in range(self._c):
+        code = self._st[i]
+        a += code == C_PREFILL or code == C_DECODE or code == C_VERIFY
+    return a
+
+
 cdef tuple _pending(BatchState self):
+    # the layout straight into this call's arrays (readers may run side by side, so no
+    # scratch of the batch): a count, then the layout
     cdef Py_ssize_t a, j, i, q, r0, m
-    # the layout into buffers of this call (readers may run side by side)
-    sca = _new(2 * self._c + 1)
-    cdef int64_t* sc = _ptr(sca)
-    with nogil:
-        a = _layout(self, sc, sc + self._c)
+    cdef bint big = self._c >= NOGIL_SLOTS
+    if big:
+        with nogil:
+            a = _count_active(self)
+    else:
+        a = _count_active(self)
     act = _new(a)
     off = _new(a + 1)
     cdef int64_t* av = _ptr(act)
     cdef int64_t* ov = _ptr(off)
-    for j in range(a):
-        av[j] = sc[j]
-        ov[j] = sc[self._c + j]
-    ov[a] = sc[self._c + a]
+    if big:
+        with nogil:
+            _layout(self, av, ov, a)
+    else:
+        _layout(self, av, ov, a)
     inputs = _new(ov[a])
     cdef int64_t* inv = _ptr(inputs)
     cdef int64_t* pp
@@ -59,46 +77,36 @@ cdef tuple _pending(BatchState self):
     return act, inputs, off
 
 
-cdef int _check_drafts_out(BatchState self, Py_ssize_t count, object flat, object offsets,
-                           object lengths) except -1:
-    """The drafts an index module returned for ``count`` live slots, checked before
-    anything is changed (``_apply_drafts`` then copies them without checks)."""
-    cdef const int64_t* dlv = _ptr(lengths)
-    cdef const int64_t* pov = _ptr(offsets)
-    cdef int64_t n = array_len(flat)
+cdef int _check_drafts_out(BatchState self, Py_ssize_t count, const int64_t* lengths) except -1:
+    """The draft lengths an index module's policy returned for ``count`` live slots (rows
+    of ``k_max``), checked before anything is changed (``_apply_drafts`` then copies the
+    drafts without checks)."""
     cdef Py_ssize_t q
-    if array_len(lengths) != count or array_len(offsets) < count:
-        raise RuntimeError(f"the index module returned {array_len(lengths)} drafts for {count} slots")
     for q in range(count):
-        if dlv[q] < 0 or dlv[q] > self._k_max or pov[q] < 0 or pov[q] > n - dlv[q]:
+        if lengths[q] < 0 or lengths[q] > self._k_max:
             raise RuntimeError(
-                f"the index module returned a draft of {dlv[q]} tokens at {pov[q]} "
-                f"for k_max={self._k_max} and {n} draft tokens")
+                f"the index module returned a draft of {lengths[q]} tokens for k_max={self._k_max}")
     return 0
 
 
 cdef void _apply_drafts(BatchState self, const int64_t* av, const int64_t* pos_j, Py_ssize_t count,
-                        object flat, object offsets, object lengths, int64_t* dov) noexcept:
-    """Enter Verify with the next drafts (checked by ``_check_drafts_out``) an index
-    module returned for the live slots at positions ``pos_j`` (their lengths into
-    ``dov[j + 1]``)."""
-    cdef const int64_t* dfv = _ptr(flat)
-    cdef const int64_t* dlv = _ptr(lengths)
-    cdef const int64_t* pov = _ptr(offsets)
+                        const int64_t* square, const int64_t* lengths, int64_t* dov) noexcept nogil:
+    """Enter Verify with the next drafts (rows of ``k_max`` in ``square``, checked by
+    ``_check_drafts_out``) an index module's policy returned for the live slots at
+    positions ``pos_j`` (their lengths into ``dov[j + 1]``)."""
     cdef int64_t m
     cdef Py_ssize_t q, jj, i, t
-    with nogil:
-        for q in range(count):
-            jj = pos_j[q]
-            m = dlv[q]
-            dov[jj + 1] = m
-            if m:
-                i = av[jj]
-                for t in range(m):
-                    self._draft[i, t] = dfv[pov[q] + t]
-                self._dlen[i] = m
-                self._st[i] = C_VERIFY
-                self._snap[i] = self._cache[i]
+    for q in range(count):
+        jj = pos_j[q]
+        m = lengths[q]
+        dov[jj + 1] = m
+        if m:
+            i = av[jj]
+            for t in range(m):
+                self._draft[i, t] = square[q * self._k_max + t]
+            self._dlen[i] = m
+            self._st[i] = C_VERIFY
+            self._snap[i] = self._cache[i]
 
 
 cdef object _rule_counts(BatchState self, int kind, rule, probs, draft_probs, act, off, rows,
@@ -205,13 +213,24 @@ cdef class StepResult:
     ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
     ``finished`` the slots that reached Done. Every array is fresh memory of that step
     (or a shared read-only empty array): a later step never writes into it.
+
+    ``rolled_back`` (bool, in ``slots`` order) is True where that slot's verify settled
+    through Rollback: the rule accepted fewer than its K draft tokens (with ``MinRun``
+    also a matching prefix shorter than the minimum, which the rule rejects whole), so
+    it emitted the target's (or the rule's sampled) token at row ``accepted[j]`` and
+    resumes from that row. False for a prefill, a decode and a fully accepted draft
+    (with ``bonus`` too, where it emits K + 1 tokens). A ``max_tokens`` or ``eos`` cut
+    changes what the slot emits, not how it settled: a rolled-back slot keeps True when
+    the cut dropped the target's token or finished it. A verify settles through Accept
+    exactly when all its K >= 1 draft tokens are accepted, so ``rolled_back`` equals
+    ``accepted < drafted`` entry by entry.
     """
 
     cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows
-    cdef readonly object finished, drafts, draft_offsets
+    cdef readonly object finished, drafts, draft_offsets, rolled_back
 
     def __init__(self, slots, emitted, emitted_offsets, accepted, drafted, resume_rows,
-                 finished, drafts, draft_offsets):
+                 finished, drafts, draft_offsets, rolled_back):
         self.slots = slots
         self.emitted = emitted
         self.emitted_offsets = emitted_offsets
@@ -221,6 +240,7 @@ cdef class StepResult:
         self.finished = finished
         self.drafts = drafts
         self.draft_offsets = draft_offsets
+        self.rolled_back = rolled_back
 
     def emitted_by_slot(self):
         """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""

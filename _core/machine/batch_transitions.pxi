@@ -100,6 +100,8 @@ cdef _advance(BatchState self, str attempted, slots, next_tokens, caches):
 
 
 cdef _enter_verify(BatchState self, slots, tokens, offsets):
+    if _fast_enter_verify(self, slots, tokens, offsets):
+        return
     s = check_slots(slots, self._c)
     t, off = slot_ragged(tokens, offsets, s.shape[0], "tokens")
     _check_from(self, "enter_verify", s)

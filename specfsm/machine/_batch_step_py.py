@@ -52,10 +52,21 @@ class StepResult:
     ``draft_offsets``) holds each slot's next draft (empty: it decodes next step);
     ``finished`` the slots that reached Done. Every array is fresh memory of that step
     (or a shared read-only empty array): a later step never writes into it.
+
+    ``rolled_back`` (bool, in ``slots`` order) is True where that slot's verify settled
+    through Rollback: the rule accepted fewer than its K draft tokens (with ``MinRun``
+    also a matching prefix shorter than the minimum, which the rule rejects whole), so
+    it emitted the target's (or the rule's sampled) token at row ``accepted[j]`` and
+    resumes from that row. False for a prefill, a decode and a fully accepted draft
+    (with ``bonus`` too, where it emits K + 1 tokens). A ``max_tokens`` or ``eos`` cut
+    changes what the slot emits, not how it settled: a rolled-back slot keeps True when
+    the cut dropped the target's token or finished it. A verify settles through Accept
+    exactly when all its K >= 1 draft tokens are accepted, so ``rolled_back`` equals
+    ``accepted < drafted`` entry by entry.
     """
 
     __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
-                 "finished", "drafts", "draft_offsets")
+                 "finished", "drafts", "draft_offsets", "rolled_back")
     slots: np.ndarray
     emitted: np.ndarray
     emitted_offsets: np.ndarray
@@ -65,12 +76,15 @@ class StepResult:
     finished: np.ndarray
     drafts: np.ndarray
     draft_offsets: np.ndarray
+    rolled_back: np.ndarray
 
     def __init__(self, slots: np.ndarray, emitted: np.ndarray, emitted_offsets: np.ndarray,
                  accepted: np.ndarray, drafted: np.ndarray, resume_rows: np.ndarray,
-                 finished: np.ndarray, drafts: np.ndarray, draft_offsets: np.ndarray) -> None:
+                 finished: np.ndarray, drafts: np.ndarray, draft_offsets: np.ndarray,
+                 rolled_back: np.ndarray) -> None:
         for name, value in zip(self.__slots__, (slots, emitted, emitted_offsets, accepted, drafted,
-                                                resume_rows, finished, drafts, draft_offsets)):
+                                                resume_rows, finished, drafts, draft_offsets,
+                                                rolled_back)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -152,6 +166,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
     eoff = np.zeros(a + 1, dtype=np.int64)
     drafted = np.zeros(a, dtype=np.int64)
     resume = np.zeros(a, dtype=np.int64)
+    rolled = np.zeros(a, dtype=np.bool_)
     new_state = np.zeros(a, dtype=np.int8)
     new_token = np.zeros(a, dtype=np.int64)
     new_budget = np.zeros(a, dtype=np.int64)
@@ -171,6 +186,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
                 t = int(repl[j]) if repl is not None else int(rows[r0 + n])
                 out = d[:n] + [t]
                 resume[j] = n
+                rolled[j] = True          # settled through Rollback
             drafted[j] = k
         else:
             out = [int(rows[r1 - 1])]
@@ -248,7 +264,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             b._state[i] = VERIFY
             b._snap[i] = b._cache[i]
     return StepResult(act, em, eoff, acc, drafted, resume,
-                      np.asarray(finished, dtype=np.int64), drafts, dr_off)
+                      np.asarray(finished, dtype=np.int64), drafts, dr_off, rolled)
 
 
 

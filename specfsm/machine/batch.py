@@ -33,23 +33,30 @@ other call meanwhile (another thread, a rule callback, an ``__index__`` of an ar
 raises RuntimeError and changes nothing; a second ``__init__`` is refused and an
 object whose ``__init__`` never completed refuses every call. The arrays the batch
 exposes (``states``, ``tokens``, ``caches``, ``accepted``, ``draft_lens``,
-``remaining``) are fresh copies (a few hundred bytes: well under a microsecond each). On the compiled core the n-gram slots'
-index update (extend, then propose) is one pass without the GIL through a C entry of
-the compiled index module, on the step's own buffers; ``SuffixIndex`` slots record
-each verified draft, are extended (``suffix_index.extend_batch`` where the module has
-it, else one ``extend`` each) and propose through ``suffix_index.propose_batch``, as
-``SuffixDrafter``'s session does per request.
+``remaining``) are fresh copies (a few hundred bytes: well under a microsecond each). On the compiled core each index kind's serving-step policy (record
+the verified draft's agreement, extend by what the slot emitted, propose the next draft)
+runs through its index module's C entry on the step's own buffers (``ngram_serve``, one
+pass without the GIL; ``suffix_serve``), as ``SuffixDrafter``'s and ``NgramDrafter``'s
+sessions serve one request; the twin calls each module's ``serve_batch``.
 
 The default verify has K rows for a K-token draft (``ServingState``'s convention: a fully
 accepted draft emits its K tokens and resumes from the last). ``bonus=True`` verifies
 with K + 1 rows, the last following the whole draft, so a fully accepted draft emits
 K + 1 tokens, as vLLM and transformers do.
 
+``StepResult.rolled_back[j]`` (bool, in ``slots`` order) says whether slot ``slots[j]``'s
+verify settled through Rollback (the rule accepted fewer than its K draft tokens; with
+``MinRun`` also a matching prefix shorter than the minimum): False for prefills, decodes
+and fully accepted drafts (``bonus`` included), unchanged by a ``max_tokens`` or ``eos``
+cut of the emission, and equal to ``accepted < drafted`` entry by entry (a verify settles
+through Accept exactly when all K >= 1 draft tokens are accepted).
+
 Every array of a ``StepResult`` is the caller's: fresh memory that step allocated
 (or a shared read-only empty array), never a view of the batch's own buffers, so a
 later step cannot overwrite an earlier result and the caller may keep or modify it.
-(Buffers owned and reused by the batch would save the step's nine small allocations,
-well under 1 µs; not worth a result that silently changes under its holder.)
+(The compiled step computes on the batch's own scratch and allocates only these
+arrays, ten small ones; reusing buffers for them too would save well under 1 µs, not
+worth a result that silently changes under its holder.)
 
 Runs on the compiled core (``specfsm._core.batch``: transitions and the step's settle
 loop without the GIL) or on its pure-Python twin (``specfsm.machine._batch_py``). The kernels
