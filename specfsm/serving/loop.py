@@ -483,8 +483,9 @@ def serve(
         dr = res.drafted.tolist()
         if any(dr):
             acc = res.accepted.tolist()
+            back = res.rolled_back.tolist()
             for j, kk in enumerate(dr):
-                if kk:  # a verify: drafted and accepted from the step
+                if kk:  # a verify: drafted, accepted and how it settled, from the step
                     i, nn = sl[j], acc[j]
                     ver[i] += 1
                     drafted_n[i] += kk
@@ -492,7 +493,7 @@ def serve(
                     dpos[i][kk - 1] += 1
                     if nn:
                         apos[i][min(nn, width) - 1] += 1
-                    if nn < kk:
+                    if back[j]:
                         rolled[i] += 1
                     if verified[i] is not None:
                         verified[i](kk, nn)
