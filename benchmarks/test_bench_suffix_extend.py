@@ -5,6 +5,9 @@ average). A loop of ``SuffixIndex.extend`` calls against one
 (``extra_info["ns_per_token"]``, from the median). A third case builds the 256 indexes
 from their 32k-token histories in one ``extend_batch`` (the prefill).
 
+The last case times ``extend`` of one token (and ``append``) on one index of a
+128k-token history (issue 24's target: at most 150 ns per call).
+
 Run: python -m pytest benchmarks/test_bench_suffix_extend.py -c benchmarks/pytest.ini
 
 Every round appends the next tokens of each request's own stream, so the contenders do
@@ -154,3 +157,38 @@ def test_suffix_extend_batch_first_step(benchmark, steps):
         sfx.extend_batch(made[0], nxt, one)
 
     benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
+
+
+LONG = 128_000
+CALLS = 1000
+
+
+@pytest.mark.parametrize("how", ["extend", "append"])
+def test_suffix_extend_one_token_128k(benchmark, how):
+    """One token per call on one index of a 128k-token history: ``extend([t])`` (or
+    ``append(t)``), CALLS calls per round, each round on the stream's next tokens;
+    ``extra_info["ns_per_call"]`` from the median, the Python call included."""
+    benchmark.group = f"suffix extend of one token, {LONG} tokens of history"
+    sfx = _sfx()
+    rounds = 30
+    stream = repetitive_stream(LONG + (rounds + 5) * CALLS, seed=7)
+    ix = _new(sfx)
+    ix.extend(stream[:LONG])
+    singles = iter([[int(t)] for t in stream[LONG:]])
+    plain = iter([int(t) for t in stream[LONG:]])
+
+    if how == "extend":
+        def run():
+            for _ in range(CALLS):
+                ix.extend(next(singles))
+    else:
+        def run():
+            for _ in range(CALLS):
+                ix.append(next(plain))
+
+    benchmark.pedantic(run, rounds=rounds, iterations=1, warmup_rounds=2)
+    benchmark.extra_info["ns_per_call"] = round(benchmark.stats.stats.median / CALLS * 1e9, 1)
+    benchmark.extra_info["bytes_per_token"] = round(ix.bytes_per_token, 1)
+    want = _new(sfx)
+    want.extend(stream[: len(ix)])
+    assert ix.propose(8) == want.propose(8)
