@@ -458,3 +458,26 @@ def test_enter_verify_takes_every_argument_form_alike(bm, case):
                 assert outcome(s, t, o) == want, (type(s), type(t), type(o))
     entries = [np.int64(v) if type(v) is int and -(2**63) <= v < 2**63 else v for v in tokens]
     assert outcome(slots, entries, offsets) == want       # numpy integers: the general path
+
+
+class _Huge:
+    """A rule whose count is past int64 (or past the draft): both implementations refuse
+    it as beyond the draft, before the count becomes a C integer."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def accepted_rows(self, draft, choices):
+        return self.n
+
+
+@pytest.mark.parametrize("n", [5, 2**63, 2**64 + 3])
+def test_a_rules_count_past_the_draft_or_int64_is_refused_as_beyond_the_draft(bm, n):
+    b = bm.BatchState(2, 4)
+    b.admit([0], [1, 2, 3], [0, 3], [0])
+    b.step([9, 9, 9])
+    b.enter_verify([0], [4, 5], [0, 2])
+    before = (b.states.tolist(), b.tokens.tolist(), b.draft_lens.tolist())
+    with pytest.raises(IllegalTransition, match=f"accepted={n} is beyond the 2-token draft"):
+        b.step([4, 7], rule=_Huge(n))
+    assert (b.states.tolist(), b.tokens.tolist(), b.draft_lens.tolist()) == before

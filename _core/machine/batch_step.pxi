@@ -119,7 +119,7 @@ cdef object _rule_counts(BatchState self, int kind, rule, probs, draft_probs, ac
     cdef const int64_t* ov = _ptr(off)
     cdef int64_t* accv = _ptr(acc)
     cdef Py_ssize_t a = array_len(act), j, i
-    cdef int64_t k, n
+    cdef int64_t k
     repl = None
     if kind == R_SPEC or kind == R_TYPICAL:
         codes = self._state_a[act]
@@ -152,10 +152,12 @@ cdef object _rule_counts(BatchState self, int kind, rule, probs, draft_probs, ac
             k = self._dlen[i]
             d = self._draft_a[i, :k].tolist()
             r = rows[ov[j] : ov[j] + k].tolist()
-            n = check_count(rule.accepted_rows(d, r), "accepted")
-            if n > k:
-                raise illegal("accept_rows", [int(i)], [VERIFY], [settle_reason(k, n, k, k) or ""])
-            accv[j] = n
+            # compared as a Python int before it becomes a C integer: a rule's count past
+            # int64 is refused as the twin refuses it (over the draft), not as an overflow
+            got = check_count(rule.accepted_rows(d, r), "accepted")
+            if got > k:
+                raise illegal("accept_rows", [int(i)], [VERIFY], [settle_reason(k, got, k, k) or ""])
+            accv[j] = got
     return repl
 
 
