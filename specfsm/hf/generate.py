@@ -420,7 +420,9 @@ class SpeculativeGenerator:
         results = serve(requests, target, drafter, kcap, rule, clone=False, bonus=bool(self.bonus))
         run.wall_s = time.perf_counter() - t_start
         outs = []
-        for r, res, st in zip(requests, results, drafter.sessions or [None] * len(requests)):
+        # no sessions when nothing drafts (k = 0)
+        sessions: list[Any] = list(drafter.sessions) or [None] * len(requests)
+        for r, res, st in zip(requests, results, sessions):
             s = res.stats
             toks = [int(t) for t in res.output]
             outs.append(RequestOutput(

@@ -534,6 +534,7 @@ def serve(
         if cut:
             bs.finish(np.array(cut, dtype=np.int64))
         if asking:
+            assert propose_step is not None  # asking is only filled for a propose_step drafter
             drafts = propose_step([sessions[i] for i in asking], limits)
             for i, limit, draft in zip(asking, limits, drafts):
                 _enter(draft, i, limit, vocab, new_slots, new_tokens, new_offs)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any, Callable
 
 import numpy as np
@@ -41,6 +42,7 @@ def find_runner(vllm_config: Any) -> Callable[[], Any] | None:
     without a config."""
     if vllm_config is None:
         return None
+    frame: FrameType | None
     try:
         frame = sys._getframe(1)
     except (AttributeError, ValueError):  # (an interpreter without frames)
