@@ -46,12 +46,9 @@ def _kernel_source() -> str:
     return _source
 
 
-def _kernel(dev: int, width: int, index_bytes: int):
-    """The kernel for this device, vector width and index width (compiled once per device).
-
-    Called with ``dev`` current.
-    """
-    key = (dev, width, index_bytes)
+def _function(dev: int, key: tuple[int, int, int], name: str):
+    """Function ``name`` of this device's module (the module compiled once per device,
+    each function looked up once, under ``key``). Called with ``dev`` current."""
     kernel = _kernels.get(key)
     if kernel is None:
         with _lock:
@@ -61,9 +58,17 @@ def _kernel(dev: int, width: int, index_bytes: int):
                 if module is None:
                     module = cupy.RawModule(code=_kernel_source())
                     _modules[dev] = module
-                kernel = module.get_function(f"place_rows_w{width}_i{index_bytes * 8}")
+                kernel = module.get_function(name)
                 _kernels[key] = kernel
     return kernel
+
+
+def _kernel(dev: int, width: int, index_bytes: int):
+    """The kernel for this device, vector width and index width (compiled once per device).
+
+    Called with ``dev`` current.
+    """
+    return _function(dev, (dev, width, index_bytes), f"place_rows_w{width}_i{index_bytes * 8}")
 
 
 #: The empty error word: no row skipped (high 32 bits 0), no first row (INT32_MAX).
@@ -78,19 +83,7 @@ def decode_errors(word: int) -> tuple[int, int]:
 
 def _take_kernel(dev: int):
     """``place_rows_take_errors`` for this device (called with ``dev`` current)."""
-    key = (dev, 0, 0)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        with _lock:
-            kernel = _kernels.get(key)
-            if kernel is None:
-                module = _modules.get(dev)
-                if module is None:
-                    module = cupy.RawModule(code=_kernel_source())
-                    _modules[dev] = module
-                kernel = module.get_function("place_rows_take_errors")
-                _kernels[key] = kernel
-    return kernel
+    return _function(dev, (dev, 0, 0), "place_rows_take_errors")
 
 
 def _error_flag(dev: int) -> cupy.ndarray:
