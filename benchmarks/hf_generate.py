@@ -166,13 +166,14 @@ def smollm2(requests: int, new: int, pld_ks: list[int], spec_ks: list[Any], repe
     totals are reported."""
     import torch
 
-    from specfsm.hf.cli import ForwardMeter, _embedded, _hf_generate, _Progress, _token_ids
+    from specfsm.hf.cli import ForwardMeter, _hf_generate, _Progress
+    from specfsm.hf.prompts import embedded_prompts, token_ids
     from specfsm.hf.generate import SpeculativeGenerator
     from specfsm.hf.loading import load_model
 
     torch.set_num_threads(1)
     model, tok, info = load_model()
-    prompts = _token_ids(_embedded(requests), tok, int(model.config.vocab_size), "embedded")
+    prompts = token_ids(embedded_prompts(requests), tok, int(model.config.vocab_size), "embedded")
     meter = ForwardMeter(model)
     bar = _Progress(1, sys.stderr, False)
     names = ["greedy"] + [f"transformers_pld_k{k}" for k in pld_ks] + [f"specfsm_{k}" for k in spec_ks]
@@ -304,13 +305,14 @@ def prompts_part(path: str, new: int, pld_ks: list[int], batch: int, before: boo
     """``compare`` on the prompts of ``path`` (SmolLM2, one torch thread)."""
     import torch
 
-    from specfsm.hf.cli import _token_ids, compare, format_compare, load_prompts
+    from specfsm.hf.cli import compare, format_compare
+    from specfsm.hf.prompts import load_prompts, token_ids
     from specfsm.hf.loading import load_model
 
     torch.set_num_threads(1)
     model, tok, info = load_model()
     specs = load_prompts(path)[:requests]
-    prompts = _token_ids(specs, tok, int(model.config.vocab_size), path)
+    prompts = token_ids(specs, tok, int(model.config.vocab_size), path)
     spec: dict[str, dict[str, Any]] = {"specfsm": {}}
     if before:
         spec["specfsm_before"] = {"backoff": False}
