@@ -1,0 +1,158 @@
+"""Tree verification on the ragged batch cache (``specfsm.hf.tree``), on tiny random
+models: every node's logits from one tree forward equal the logits of its root-to-node
+path run as a plain sequence, and after ``keep_paths`` the next decode equals decoding
+the kept path as a chain; both attention implementations that take a custom 4-D mask,
+batches with holes and a batch of one; refusals."""
+
+from __future__ import annotations
+
+import inspect
+import random
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from specfsm.hf.evaluate import RaggedBatch, UnsupportedModel, prefill  # noqa: E402
+from specfsm.hf.tree import check_tree_attention, feed_tree, keep_paths, tree_ancestors, tree_depths  # noqa: E402
+
+VOCAB = 61
+
+
+def _llama(impl):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation=impl)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _gpt2(impl):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=256, n_embd=32, n_layer=2, n_head=2,
+                     bos_token_id=None, eos_token_id=None, attn_implementation=impl)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module", params=[("llama", "eager"), ("llama", "sdpa"), ("gpt2", "sdpa")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def model(request):
+    name, impl = request.param
+    m = (_llama if name == "llama" else _gpt2)(impl)
+    assert check_tree_attention(m) == impl
+    return m
+
+
+def _forward(model):
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def forward(ids, pos, mask, cache, keep=None):
+        kw = {name: cache} if keep is None else {name: cache, "logits_to_keep": keep}
+        with torch.inference_mode():
+            return model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw).logits
+    return forward
+
+
+def _plain(model, seq):
+    """The logits after the last token of ``seq``, one forward with no cache."""
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([seq])).logits[0, -1]
+
+
+def _tree(rnd, n):
+    parents = [-1] + [rnd.randrange(-1, i) for i in range(1, n)]
+    tokens = []
+    for i, p in enumerate(parents):
+        used = {tokens[j] for j in range(i) if parents[j] == p}
+        tokens.append(rnd.choice([t for t in range(VOCAB) if t not in used]))
+    return np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64)
+
+
+def _path(parents, node):
+    out = []
+    while node >= 0:
+        out.append(node)
+        node = int(parents[node])
+    return out[::-1]
+
+
+def _batch(model, prompts):
+    forward = _forward(model)
+    cache, mask, _ = prefill(model, forward, [np.array(p, dtype=np.int64) for p in prompts], each=True)
+    return RaggedBatch(cache, mask, list(range(len(prompts))), forward)
+
+
+@pytest.mark.parametrize("seed, sizes", [(1, (7, 1, 12)), (2, (5,)), (3, (16, 9))])
+def test_every_node_sees_its_path_and_the_kept_path_decodes_as_a_chain(model, seed, sizes):
+    rnd = random.Random(seed)
+    prompts = [[rnd.randrange(VOCAB) for _ in range(rnd.randrange(3, 20))] for _ in sizes]
+    roots = [rnd.randrange(VOCAB) for _ in sizes]
+    trees = [_tree(rnd, n) for n in sizes]
+    rb = _batch(model, prompts)
+    logits = feed_tree(rb, roots, trees, [len(p) for p in prompts], torch.float32)
+    for j, (tok, par) in enumerate(trees):
+        base = prompts[j] + [roots[j]]
+        torch.testing.assert_close(logits[j, 0], _plain(model, base), atol=1e-4, rtol=1e-4)
+        for i in range(len(tok)):
+            seq = base + [int(tok[a]) for a in _path(par, i)]
+            torch.testing.assert_close(logits[j, i + 1], _plain(model, seq), atol=1e-4, rtol=1e-4,
+                                       msg=f"request {j} node {i}")
+    # keep a random root-to-node path (or none) per request, then decode one token each
+    paths = [_path(par, rnd.randrange(-1, len(tok))) if rnd.random() < 0.8 else [] for tok, par in trees]
+    keep_paths(rb, paths)
+    kept = [prompts[j] + [roots[j]] + [int(trees[j][0][a]) for a in paths[j]] for j in range(len(trees))]
+    nxt = [rnd.randrange(VOCAB) for _ in trees]
+    out = rb.feed([[x] for x in nxt], [len(k) for k in kept])
+    for j in range(len(trees)):
+        torch.testing.assert_close(out[j, 0], _plain(model, kept[j] + [nxt[j]]), atol=1e-4, rtol=1e-4)
+    if len(trees) == 1:  # a batch of one keeps no holes
+        assert rb.width == len(kept[0]) + 1 and bool(rb.buf[0, :rb.width].all())
+
+
+def test_the_depths_and_ancestors_of_a_tree():
+    parents = [-1, 0, 0, -1, 2]
+    assert tree_depths(parents).tolist() == [0, 1, 2, 2, 1, 3]
+    anc = tree_ancestors(parents)
+    assert anc[5].tolist() == [True, True, False, True, False, True]  # node 4 <- node 2 <- node 0 <- root
+    assert anc[4].tolist() == [True, False, False, False, True, False]
+
+
+@pytest.mark.parametrize("parents, why", [([0], r"parents\[0\] = 0"), ([-1, 1], r"parents\[1\] = 1"),
+                                          ([-1, -2], r"parents\[1\] = -2"), ([], "non-empty"),
+                                          ([[-1]], "1-D"), ([-1.0], "integer")])
+def test_a_malformed_tree_is_refused(parents, why):
+    with pytest.raises(ValueError, match=why):
+        tree_depths(np.array(parents))
+
+
+def test_attention_that_ignores_a_custom_mask_is_refused():
+    m = _llama("eager")
+    m.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(UnsupportedModel, match="'flash_attention_2'.*sdpa"):
+        check_tree_attention(m)
+
+
+def test_a_path_that_is_not_one_is_refused(model):
+    rb = _batch(model, [[1, 2, 3], [4, 5]])
+    feed_tree(rb, [6, 7], [(np.array([8, 9]), np.array([-1, 0])), (np.array([3]), np.array([-1]))], [3, 2],
+              torch.float32)
+    with pytest.raises(ValueError, match="ascending path"):
+        keep_paths(rb, [[1, 0], []])
+    with pytest.raises(ValueError, match="2 paths for a batch of 2|ascending"):
+        keep_paths(rb, [[0], [5]])
+    with pytest.raises(ValueError, match="1 paths for a batch of 2"):
+        keep_paths(rb, [[0]])
