@@ -1,0 +1,414 @@
+# cython: language_level=3
+"""Greedy acceptance over a tree of drafts, and the in-place placement of the accepted
+path's cache rows (compiled).
+
+Every argument is converted first (1-D C-contiguous native int32/int64 arrays copied with
+one memcpy or a widening loop, anything else through ``specfsm.tree._checks.ids64``) into
+one int64 block this call allocates, then checked; the node loops run with the GIL
+released over that block alone. A node loop reports what it refused as a code, which
+``specfsm.tree._checks`` turns into the message the twin raises. ``place_path`` and
+``place_path_batch`` write the caller's cache rows (as ``place_rows`` does), at rows
+checked against the cache's shape before the GIL is released.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+
+import numpy as np
+
+cimport numpy as cnp
+
+from _arrays cimport plain_int_width
+
+from specfsm._checks import check_count, check_offsets, int64_ids
+from specfsm.tree import _checks as _tc
+from specfsm.tree._checks import (
+    as_base,
+    base_error,
+    batch_rows_reason,
+    check_cache,
+    check_lengths,
+    empty_tree_reason,
+    ids64,
+    path_error,
+    rows_reason,
+    tree_error,
+)
+
+cnp.import_array()
+
+__all__ = ["check_tree", "accept_tree", "accept_tree_batch", "place_path", "place_path_batch"]
+
+cdef enum:
+    NEGATIVE_TOKEN = 1
+    PARENT_BELOW_ROOT = 2
+    PARENT_NOT_BEFORE = 3
+    DUPLICATE_SIBLING = 4
+    PATH_NEGATIVE = 5
+    PATH_NOT_INCREASING = 6
+    PATH_BEYOND_CACHE = 7
+    BASE_NEGATIVE = 8    # place_path_batch only: base[b] < 0
+    BASE_BEYOND = 9      # place_path_batch only: base[b] >= L
+
+if (NEGATIVE_TOKEN, PARENT_BELOW_ROOT, PARENT_NOT_BEFORE, DUPLICATE_SIBLING, PATH_NEGATIVE,
+        PATH_NOT_INCREASING, PATH_BEYOND_CACHE) != (
+        _tc.NEGATIVE_TOKEN, _tc.PARENT_BELOW_ROOT, _tc.PARENT_NOT_BEFORE, _tc.DUPLICATE_SIBLING,
+        _tc.PATH_NEGATIVE, _tc.PATH_NOT_INCREASING, _tc.PATH_BEYOND_CACHE):
+    raise ImportError("specfsm._core.tree: its refusal codes differ from specfsm.tree._checks")
+
+
+# -- arguments ---------------------------------------------------------------------------
+cdef object _source(object x, str name, int* width):
+    """``x`` itself when it is a plain int32/int64 array (``width`` its item size), else
+    its owned int64 conversion (``width`` 8); refuses what ``ids64`` refuses."""
+    cdef int w = plain_int_width(x)
+    if w:
+        width[0] = w
+        return x
+    width[0] = 8
+    return ids64(x, name)
+
+
+cdef inline Py_ssize_t _len(object a) noexcept:
+    return cnp.PyArray_DIM(<cnp.ndarray>a, 0)
+
+
+cdef void _copy_in(object a, int w, int64_t* dst) noexcept:
+    """The ids of array ``a`` (``w``-byte items) into ``dst``, widened to int64."""
+    cdef Py_ssize_t k, n = _len(a)
+    cdef const int32_t* s32
+    if w == 8:
+        memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>a), <size_t>(n * 8))
+    else:
+        s32 = <const int32_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
+        for k in range(n):
+            dst[k] = s32[k]
+
+
+cdef int64_t* _block(Py_ssize_t n) except NULL:
+    cdef int64_t* p = <int64_t*>PyMem_Malloc(<size_t>((n if n > 0 else 1) * 8))
+    if p == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef cnp.ndarray _array_of(const int64_t* src, Py_ssize_t n):
+    cdef cnp.npy_intp dim = n
+    cdef cnp.ndarray out = cnp.PyArray_SimpleNew(1, &dim, cnp.NPY_INT64)
+    if n:
+        memcpy(cnp.PyArray_DATA(out), src, <size_t>(n * 8))
+    return out
+
+
+# -- the node loops ----------------------------------------------------------------------
+cdef int _nodes(const int64_t* t, const int64_t* p, Py_ssize_t n, int64_t* first,
+                int64_t* nxt, Py_ssize_t* bad_i, Py_ssize_t* bad_j) noexcept nogil:
+    """Check a tree of ``n`` nodes and link each node's children (``first[q + 1]`` the
+    first child of parent ``q``, ``nxt[i]`` node i's next sibling, both in index order,
+    -1 ending a list); returns 0, or the refusal's code at node ``bad_i`` (and
+    ``bad_j``, the later sibling with the same token)."""
+    cdef Py_ssize_t i, s
+    cdef int64_t q
+    for i in range(n):
+        q = p[i]
+        bad_i[0] = i
+        if t[i] < 0:
+            return NEGATIVE_TOKEN
+        if q < -1:
+            return PARENT_BELOW_ROOT
+        if q >= i:
+            return PARENT_NOT_BEFORE
+    for i in range(n + 1):
+        first[i] = -1
+    for i in range(n - 1, -1, -1):   # every p[i] + 1 now lies in [0, i]
+        nxt[i] = first[p[i] + 1]
+        first[p[i] + 1] = i
+    for i in range(n):
+        s = nxt[i]
+        while s >= 0:
+            if t[s] == t[i]:
+                bad_i[0] = i
+                bad_j[0] = s
+                return DUPLICATE_SIBLING
+            s = nxt[s]
+    return 0
+
+
+cdef Py_ssize_t _walk(const int64_t* t, const int64_t* first, const int64_t* nxt,
+                      const int64_t* rows, int64_t* path) noexcept nogil:
+    """The accepted path into ``path`` (at most n entries: each step moves to a child,
+    whose index is above its parent's); returns its length. ``rows`` holds n + 1 rows."""
+    cdef Py_ssize_t m = 0, cur = -1, c
+    cdef int64_t want
+    while True:
+        want = rows[cur + 1]
+        c = first[cur + 1]
+        while c >= 0 and t[c] != want:
+            c = nxt[c]
+        if c < 0:
+            return m
+        path[m] = c
+        m += 1
+        cur = c
+
+
+cdef int _path_code(const int64_t* path, Py_ssize_t m, int64_t base, Py_ssize_t n_rows,
+                    Py_ssize_t* bad) noexcept nogil:
+    """The first refusal of a path for a root at row ``base`` (0 <= base < n_rows)."""
+    cdef Py_ssize_t j
+    cdef int64_t v, prev = -1, top = <int64_t>n_rows - 2 - base   # >= -1: no overflow
+    for j in range(m):
+        v = path[j]
+        bad[0] = j
+        if v < 0:
+            return PATH_NEGATIVE
+        if j and v <= prev:
+            return PATH_NOT_INCREASING
+        if v > top:
+            return PATH_BEYOND_CACHE
+        prev = v
+    return 0
+
+
+cdef void _move(uint8_t* rows, const int64_t* path, Py_ssize_t m, int64_t base,
+                Py_ssize_t row) noexcept nogil:
+    """Row ``base + 1 + path[j]`` to row ``base + 1 + j``, for the checked path: path[j]
+    > j unless equal, so a source row is never one an earlier move wrote."""
+    cdef Py_ssize_t j
+    for j in range(m):
+        if path[j] != j:
+            memcpy(rows + (base + 1 + j) * row, rows + (base + 1 + path[j]) * row, <size_t>row)
+
+
+# -- acceptance --------------------------------------------------------------------------
+def check_tree(tokens, parents):
+    """The tree's ``(tokens, parents)`` as fresh int64 arrays, or raise.
+
+    Refuses (naming what is wrong) arrays that are not 1-D integer token ids
+    (TypeError/ValueError), lengths that differ, an empty tree, a negative token, a
+    parent below -1 or not before its node (a cycle), and siblings with equal tokens
+    (ValueError).
+    """
+    cdef int wt, wp, code
+    cdef Py_ssize_t n, bi = -1, bj = -1
+    cdef int64_t* buf
+    ta = _source(tokens, "tokens", &wt)
+    pa = _source(parents, "parents", &wp)
+    n = _len(ta)
+    check_lengths(n, _len(pa))
+    buf = _block(4 * n + 1)
+    try:
+        _copy_in(ta, wt, buf)
+        _copy_in(pa, wp, buf + n)
+        with nogil:
+            code = _nodes(buf, buf + n, n, buf + 2 * n, buf + 3 * n + 1, &bi, &bj)
+        if code:
+            raise tree_error(code, bi, bj, buf[bi], buf[n + bi])
+        return _array_of(buf, n), _array_of(buf + n, n)
+    finally:
+        PyMem_Free(buf)
+
+
+def accept_tree(tokens, parents, row_tokens):
+    """The accepted path's node indices (int64, root first excluded), greedy.
+
+    ``row_tokens`` holds the target's choice after each of the N + 1 rows (row 0 the
+    root's, row i + 1 node i's). The request resumes from row ``path[-1] + 1`` (row 0 when
+    the path is empty). Refuses what ``check_tree`` refuses, then ``row_tokens`` that are
+    not N + 1 integer ids.
+    """
+    cdef int wt, wp, wr, code
+    cdef Py_ssize_t n, m, bi = -1, bj = -1
+    cdef int64_t* buf
+    cdef int64_t *t, *p, *r, *first, *nxt, *path
+    ta = _source(tokens, "tokens", &wt)
+    pa = _source(parents, "parents", &wp)
+    ra = _source(row_tokens, "row_tokens", &wr)
+    n = _len(ta)
+    check_lengths(n, _len(pa))
+    buf = _block(6 * n + 2)
+    try:
+        t = buf
+        p = t + n
+        first = p + n
+        nxt = first + n + 1
+        path = nxt + n
+        r = path + n
+        _copy_in(ta, wt, t)
+        _copy_in(pa, wp, p)
+        with nogil:
+            code = _nodes(t, p, n, first, nxt, &bi, &bj)
+        if code:
+            raise tree_error(code, bi, bj, t[bi], p[bi])
+        if _len(ra) != n + 1:
+            raise ValueError(rows_reason(_len(ra), n))
+        _copy_in(ra, wr, r)
+        with nogil:
+            m = _walk(t, first, nxt, r, path)
+        return _array_of(path, m)
+    finally:
+        PyMem_Free(buf)
+
+
+def accept_tree_batch(tokens, parents, offsets, row_tokens):
+    """Greedy acceptance for B ragged trees in one call.
+
+    Tree ``b`` is ``tokens[offsets[b]:offsets[b + 1]]`` with its ``parents`` (indices
+    local to the tree); its N_b + 1 rows follow the trees before it in ``row_tokens``
+    (they start at ``offsets[b] + b``). Returns ``(counts, resume, path, path_offsets)``,
+    int64: each tree's accepted count, the row it resumes from (within its own rows),
+    the accepted node indices (local) of every tree concatenated, and their offsets
+    (B + 1). Refuses offsets that do not tile ``tokens``, an empty tree, ``row_tokens``
+    not one row per node plus one per tree, and any tree ``check_tree`` refuses (the
+    message names the tree).
+    """
+    cdef int wt, wp, wr, code = 0
+    cdef Py_ssize_t total, B, b, lo, nb, m, bad_b = -1, bi = -1, bj = -1, n_path = 0
+    cdef int64_t* buf
+    cdef int64_t *t, *p, *r, *first, *nxt, *path, *o, *counts, *resume, *poff
+    ta = _source(tokens, "tokens", &wt)
+    pa = _source(parents, "parents", &wp)
+    off = int64_ids(offsets, "offsets")
+    ra = _source(row_tokens, "row_tokens", &wr)
+    total = _len(ta)
+    check_lengths(total, _len(pa), batch=True)
+    check_offsets(off, total, None, "offsets", "tokens", "trees")
+    B = _len(off) - 1
+    o = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off)   # the call's own checked copy
+    for b in range(B):
+        if o[b] == o[b + 1]:
+            raise ValueError(empty_tree_reason(b, o[b]))
+    if _len(ra) != total + B:
+        raise ValueError(batch_rows_reason(_len(ra), B, total))
+    # t, p, path: total each; first: total + B; nxt: total; r: total + B;
+    # counts, resume: B; poff: B + 1
+    buf = _block(6 * total + 5 * B + 1)
+    try:
+        t = buf
+        p = t + total
+        path = p + total
+        nxt = path + total
+        first = nxt + total
+        r = first + total + B
+        counts = r + total + B
+        resume = counts + B
+        poff = resume + B
+        _copy_in(ta, wt, t)
+        _copy_in(pa, wp, p)
+        _copy_in(ra, wr, r)
+        with nogil:
+            poff[0] = 0
+            for b in range(B):
+                lo = o[b]
+                nb = o[b + 1] - lo
+                code = _nodes(t + lo, p + lo, nb, first + lo + b, nxt + lo, &bi, &bj)
+                if code:
+                    bad_b = b
+                    break
+                m = _walk(t + lo, first + lo + b, nxt + lo, r + lo + b, path + n_path)
+                counts[b] = m
+                resume[b] = path[n_path + m - 1] + 1 if m else 0
+                n_path += m
+                poff[b + 1] = n_path
+        if code:
+            lo = o[bad_b]
+            raise tree_error(code, bi, bj, t[lo + bi], p[lo + bi], f"tree {bad_b}: ")
+        return _array_of(counts, B), _array_of(resume, B), _array_of(path, n_path), _array_of(poff, B + 1)
+    finally:
+        PyMem_Free(buf)
+
+
+# -- placement ---------------------------------------------------------------------------
+def place_path(cache, base, path):
+    """Move the accepted path's rows to consecutive rows, in place; returns ``cache``.
+
+    ``cache`` is a writeable C-contiguous ``[L, ...]`` numpy array whose row ``base`` is
+    the root's and row ``base + 1 + i`` node i's (the tree evaluation's order); row
+    ``base + 1 + path[j]`` moves to row ``base + 1 + j``, as raw bytes. Refuses (before
+    moving anything) a bad cache, ``base`` not below L, and a ``path`` entry that is
+    negative, not after the one before it, or beyond the cache (IndexError).
+    """
+    cdef int w, code
+    cdef Py_ssize_t m, L, row, bad = -1
+    cdef int64_t b0
+    cdef int64_t* buf
+    cdef uint8_t* rows
+    b0_obj = as_base(base)
+    pa = _source(path, "path", &w)
+    _, L, row = check_cache(cache, False)
+    if b0_obj >= L:
+        raise base_error(b0_obj, L)
+    b0 = b0_obj
+    m = _len(pa)
+    buf = _block(m)
+    try:
+        _copy_in(pa, w, buf)
+        code = _path_code(buf, m, b0, L, &bad)
+        if code:
+            raise path_error(code, bad, buf[bad], buf[bad - 1] if bad else -1, b0, L)
+        if row and m:
+            rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
+            with nogil:
+                _move(rows, buf, m, b0, row)
+        return cache
+    finally:
+        PyMem_Free(buf)
+
+
+def place_path_batch(cache, base, path, path_offsets):
+    """``place_path`` for B requests in one call; returns ``cache``.
+
+    ``cache`` is ``[B, L, ...]``, ``base`` B roots' rows, ``path`` the accepted node
+    indices of every request concatenated with ``path_offsets`` (B + 1, as
+    ``accept_tree_batch`` returns them). Refuses as ``place_path`` does, naming the slot
+    (and the entry within its path), before anything moves.
+    """
+    cdef int w, code = 0
+    cdef Py_ssize_t B, L, row, P, b, lo, bad = -1, bad_b = -1
+    cdef int64_t v
+    cdef int64_t* buf
+    cdef const int64_t *bs, *o
+    cdef uint8_t* rows
+    bases = int64_ids(base, "base")
+    pa = _source(path, "path", &w)
+    po = int64_ids(path_offsets, "path_offsets")
+    B, L, row = check_cache(cache, True)
+    if _len(bases) != B:
+        raise ValueError(f"base holds {_len(bases)} entries; it needs one per request (B={B})")
+    P = _len(pa)
+    check_offsets(po, P, B, "path_offsets", "path", "requests")
+    bs = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>bases)   # the call's own copies
+    o = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>po)
+    buf = _block(P)
+    try:
+        _copy_in(pa, w, buf)
+        with nogil:
+            for b in range(B):
+                v = bs[b]
+                if v < 0:
+                    code = BASE_NEGATIVE
+                elif v >= L:
+                    code = BASE_BEYOND
+                else:
+                    code = _path_code(buf + o[b], o[b + 1] - o[b], v, L, &bad)
+                if code:
+                    bad_b = b
+                    break
+        if code:
+            v = bs[bad_b]
+            where = f"slot {bad_b}: "
+            if code == BASE_NEGATIVE:
+                check_count(v, f"base[{bad_b}]")
+            if code == BASE_BEYOND:
+                raise base_error(v, L, where)
+            lo = o[bad_b]
+            raise path_error(code, bad, buf[lo + bad], buf[lo + bad - 1] if bad else -1, v, L, where)
+        if row and P:
+            rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
+            with nogil:
+                for b in range(B):
+                    _move(rows + b * L * row, buf + o[b], o[b + 1] - o[b], bs[b], row)
+        return cache
+    finally:
+        PyMem_Free(buf)
