@@ -112,13 +112,9 @@ cdef int _nodes(const int64_t* t, const int64_t* p, Py_ssize_t n, int64_t* first
     cdef int64_t q
     for i in range(n):
         q = p[i]
-        bad_i[0] = i
-        if t[i] < 0:
-            return NEGATIVE_TOKEN
-        if q < -1:
-            return PARENT_BELOW_ROOT
-        if q >= i:
-            return PARENT_NOT_BEFORE
+        if t[i] < 0 or q < -1 or q >= i:
+            bad_i[0] = i
+            return NEGATIVE_TOKEN if t[i] < 0 else (PARENT_BELOW_ROOT if q < -1 else PARENT_NOT_BEFORE)
     for i in range(n + 1):
         first[i] = -1
     for i in range(n - 1, -1, -1):   # every p[i] + 1 now lies in [0, i]
@@ -160,15 +156,24 @@ cdef int _path_code(const int64_t* path, Py_ssize_t m, int64_t base, Py_ssize_t 
     cdef int64_t v, prev = -1, top = <int64_t>n_rows - 2 - base   # >= -1: no overflow
     for j in range(m):
         v = path[j]
-        bad[0] = j
-        if v < 0:
-            return PATH_NEGATIVE
-        if j and v <= prev:
-            return PATH_NOT_INCREASING
-        if v > top:
-            return PATH_BEYOND_CACHE
+        if v < 0 or (j and v <= prev) or v > top:
+            bad[0] = j
+            return PATH_NEGATIVE if v < 0 else (PATH_NOT_INCREASING if j and v <= prev else PATH_BEYOND_CACHE)
         prev = v
     return 0
+
+
+cdef bint _offsets_ok(const int64_t* o, Py_ssize_t m, Py_ssize_t total) noexcept nogil:
+    """Whether ``o`` (m entries) keeps the (tokens, offsets) contract for ``total`` tokens:
+    exactly when ``specfsm._checks.check_offsets`` accepts it (which is called to raise
+    its message otherwise); neighbours compared, never subtracted."""
+    cdef Py_ssize_t k
+    if m == 0 or o[0] != 0 or o[m - 1] != total:
+        return False
+    for k in range(m - 1):
+        if o[k] > o[k + 1]:
+            return False
+    return True
 
 
 cdef void _move(uint8_t* rows, const int64_t* path, Py_ssize_t m, int64_t base,
@@ -273,9 +278,11 @@ def accept_tree_batch(tokens, parents, offsets, row_tokens):
     ra = _source(row_tokens, "row_tokens", &wr)
     total = _len(ta)
     check_lengths(total, _len(pa), batch=True)
-    check_offsets(off, total, None, "offsets", "tokens", "trees")
+    o = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off)   # the call's own copy
+    if not _offsets_ok(o, _len(off), total):
+        check_offsets(off, total, None, "offsets", "tokens", "trees")   # raises its message
+        raise ValueError("offsets do not tile tokens")   # unreachable: the same conditions
     B = _len(off) - 1
-    o = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off)   # the call's own checked copy
     for b in range(B):
         if o[b] == o[b + 1]:
             raise ValueError(empty_tree_reason(b, o[b]))
@@ -377,9 +384,11 @@ def place_path_batch(cache, base, path, path_offsets):
     if _len(bases) != B:
         raise ValueError(f"base holds {_len(bases)} entries; it needs one per request (B={B})")
     P = _len(pa)
-    check_offsets(po, P, B, "path_offsets", "path", "requests")
     bs = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>bases)   # the call's own copies
     o = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>po)
+    if _len(po) != B + 1 or not _offsets_ok(o, _len(po), P):
+        check_offsets(po, P, B, "path_offsets", "path", "requests")   # raises its message
+        raise ValueError("path_offsets do not tile path")   # unreachable: the same conditions
     buf = _block(P)
     try:
         _copy_in(pa, w, buf)
