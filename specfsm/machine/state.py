@@ -352,6 +352,8 @@ class VerifyTree(ServingState[Entry, Cache]):
     parents: tuple[int, ...]
     snapshot: Cache
     cache: Cache
+    _t: np.ndarray  # the checked tree as int64 arrays, private: the kernels read these
+    _p: np.ndarray
 
     def __init__(self, tokens: Sequence[int], parents: Sequence[int], snapshot: Cache, cache: Cache) -> None:
         t, p, tt, pt = tree_fields(tokens, parents)
