@@ -384,3 +384,36 @@ def test_placement_refusals_say_the_same_on_both_implementations(compiled):
         with pytest.raises(Exception) as ep:
             p.place_path_batch(cache, base, path, off)
         assert type(ec.value) is type(ep.value) and str(ec.value) == str(ep.value)
+
+
+def outcome(fn, *args):
+    """A call's result (as lists) or its refusal (type and message)."""
+    try:
+        got = fn(*args)
+    except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        return type(exc).__name__, str(exc)
+    if isinstance(got, tuple):
+        return tuple(a.tolist() for a in got)
+    return got.tolist()
+
+
+ints = st.one_of(st.integers(-3, 12), st.sampled_from([2**31, 2**63 - 1, -(2**63), 2**64]))
+
+
+@SETTINGS
+@given(t=st.lists(ints, max_size=8), p=st.lists(ints, max_size=8), r=st.lists(ints, max_size=10),
+       off=st.lists(ints, max_size=4))
+def test_any_input_gets_the_same_outcome_on_both(compiled, t, p, r, off):
+    """Random (mostly broken) arguments: the same result or the same refusal, word for word."""
+    c, q = _impl.kernels("compiled", "tree"), _impl.kernels("python", "tree")
+    assert outcome(c.check_tree, t, p) == outcome(q.check_tree, t, p)
+    assert outcome(c.accept_tree, t, p, r) == outcome(q.accept_tree, t, p, r)
+    assert outcome(c.accept_tree_batch, t, p, off, r) == outcome(q.accept_tree_batch, t, p, off, r)
+    L = 6
+    for base in (0, 2, r[0] if r else 7):
+        a, b = np.arange(L * 2.0).reshape(L, 2), np.arange(L * 2.0).reshape(L, 2)
+        assert outcome(c.place_path, a, base, t) == outcome(q.place_path, b, base, t)
+        assert np.array_equal(a, b)
+    B = max(len(off) - 1, 0)
+    a, b = np.zeros((B, L, 2)), np.zeros((B, L, 2))
+    assert outcome(c.place_path_batch, a, p[:B], t, off) == outcome(q.place_path_batch, b, p[:B], t, off)
