@@ -59,14 +59,33 @@ if (NEGATIVE_TOKEN, PARENT_BELOW_ROOT, PARENT_NOT_BEFORE, DUPLICATE_SIBLING, PAT
 
 
 # -- arguments ---------------------------------------------------------------------------
-cdef object _source(object x, str name, int* width):
-    """``x`` itself when it is a plain int32/int64 array (``width`` its item size), else
-    its owned int64 conversion (``width`` 8); refuses what ``ids64`` refuses."""
+cdef cnp.ndarray _source(object x, str name):
+    """``x`` as a fresh 1-D int64 array no one else holds: a plain int32/int64 array is
+    copied (or widened) in C, anything else converted by ``ids64`` (whose refusals it
+    raises). The plain array's length, item size and data are read again after the
+    allocation (which may run a finalizer, and so another thread, that reshapes or
+    re-types the caller's array) and copied at once; if they changed, the conversion
+    takes the checked path instead."""
     cdef int w = plain_int_width(x)
+    cdef Py_ssize_t k, n
+    cdef cnp.npy_intp dim
+    cdef cnp.ndarray out, a
+    cdef const int32_t* s32
+    cdef int64_t* d
     if w:
-        width[0] = w
-        return x
-    width[0] = 8
+        a = <cnp.ndarray>x
+        n = cnp.PyArray_DIM(a, 0)
+        dim = n
+        out = cnp.PyArray_SimpleNew(1, &dim, cnp.NPY_INT64)
+        if plain_int_width(x) == w and cnp.PyArray_DIM(a, 0) == n:   # no Python code since
+            d = <int64_t*>cnp.PyArray_DATA(out)
+            if w == 8:
+                memcpy(d, cnp.PyArray_DATA(a), <size_t>(n * 8))
+            else:
+                s32 = <const int32_t*>cnp.PyArray_DATA(a)
+                for k in range(n):
+                    d[k] = s32[k]
+            return out
     return ids64(x, name)
 
 
@@ -74,16 +93,8 @@ cdef inline Py_ssize_t _len(object a) noexcept:
     return cnp.PyArray_DIM(<cnp.ndarray>a, 0)
 
 
-cdef void _copy_in(object a, int w, int64_t* dst) noexcept:
-    """The ids of array ``a`` (``w``-byte items) into ``dst``, widened to int64."""
-    cdef Py_ssize_t k, n = _len(a)
-    cdef const int32_t* s32
-    if w == 8:
-        memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>a), <size_t>(n * 8))
-    else:
-        s32 = <const int32_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
-        for k in range(n):
-            dst[k] = s32[k]
+cdef inline int64_t* _data(cnp.ndarray a) noexcept:
+    return <int64_t*>cnp.PyArray_DATA(a)
 
 
 cdef int64_t* _block(Py_ssize_t n) except NULL:
@@ -195,22 +206,22 @@ def check_tree(tokens, parents):
     parent below -1 or not before its node (a cycle), and siblings with equal tokens
     (ValueError).
     """
-    cdef int wt, wp, code
+    cdef int code
     cdef Py_ssize_t n, bi = -1, bj = -1
-    cdef int64_t* buf
-    ta = _source(tokens, "tokens", &wt)
-    pa = _source(parents, "parents", &wp)
+    cdef int64_t *buf, *t, *p
+    cdef cnp.ndarray ta = _source(tokens, "tokens")
+    cdef cnp.ndarray pa = _source(parents, "parents")
     n = _len(ta)
     check_lengths(n, _len(pa))
-    buf = _block(4 * n + 1)
+    t = _data(ta)
+    p = _data(pa)
+    buf = _block(2 * n + 1)
     try:
-        _copy_in(ta, wt, buf)
-        _copy_in(pa, wp, buf + n)
         with nogil:
-            code = _nodes(buf, buf + n, n, buf + 2 * n, buf + 3 * n + 1, &bi, &bj)
+            code = _nodes(t, p, n, buf, buf + n + 1, &bi, &bj)
         if code:
-            raise tree_error(code, bi, bj, buf[bi], buf[n + bi])
-        return _array_of(buf, n), _array_of(buf + n, n)
+            raise tree_error(code, bi, bj, t[bi], p[bi])
+        return ta, pa
     finally:
         PyMem_Free(buf)
 
@@ -223,32 +234,28 @@ def accept_tree(tokens, parents, row_tokens):
     the path is empty). Refuses what ``check_tree`` refuses, then ``row_tokens`` that are
     not N + 1 integer ids.
     """
-    cdef int wt, wp, wr, code
+    cdef int code
     cdef Py_ssize_t n, m, bi = -1, bj = -1
-    cdef int64_t* buf
-    cdef int64_t *t, *p, *r, *first, *nxt, *path
-    ta = _source(tokens, "tokens", &wt)
-    pa = _source(parents, "parents", &wp)
-    ra = _source(row_tokens, "row_tokens", &wr)
+    cdef int64_t *buf, *t, *p, *r, *first, *nxt, *path
+    cdef cnp.ndarray ta = _source(tokens, "tokens")
+    cdef cnp.ndarray pa = _source(parents, "parents")
+    cdef cnp.ndarray ra = _source(row_tokens, "row_tokens")
     n = _len(ta)
     check_lengths(n, _len(pa))
-    buf = _block(6 * n + 2)
+    t = _data(ta)
+    p = _data(pa)
+    buf = _block(3 * n + 1)
     try:
-        t = buf
-        p = t + n
-        first = p + n
+        first = buf
         nxt = first + n + 1
         path = nxt + n
-        r = path + n
-        _copy_in(ta, wt, t)
-        _copy_in(pa, wp, p)
         with nogil:
             code = _nodes(t, p, n, first, nxt, &bi, &bj)
         if code:
             raise tree_error(code, bi, bj, t[bi], p[bi])
         if _len(ra) != n + 1:
             raise ValueError(rows_reason(_len(ra), n))
-        _copy_in(ra, wr, r)
+        r = _data(ra)
         with nogil:
             m = _walk(t, first, nxt, r, path)
         return _array_of(path, m)
@@ -268,17 +275,16 @@ def accept_tree_batch(tokens, parents, offsets, row_tokens):
     not one row per node plus one per tree, and any tree ``check_tree`` refuses (the
     message names the tree).
     """
-    cdef int wt, wp, wr, code = 0
+    cdef int code = 0
     cdef Py_ssize_t total, B, b, lo, nb, m, bad_b = -1, bi = -1, bj = -1, n_path = 0
-    cdef int64_t* buf
-    cdef int64_t *t, *p, *r, *first, *nxt, *path, *o, *counts, *resume, *poff
-    ta = _source(tokens, "tokens", &wt)
-    pa = _source(parents, "parents", &wp)
-    off = int64_ids(offsets, "offsets")
-    ra = _source(row_tokens, "row_tokens", &wr)
+    cdef int64_t *buf, *t, *p, *r, *o, *first, *nxt, *path, *counts, *resume, *poff
+    cdef cnp.ndarray ta = _source(tokens, "tokens")
+    cdef cnp.ndarray pa = _source(parents, "parents")
+    cdef cnp.ndarray off = int64_ids(offsets, "offsets")
+    cdef cnp.ndarray ra = _source(row_tokens, "row_tokens")
     total = _len(ta)
     check_lengths(total, _len(pa), batch=True)
-    o = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off)   # the call's own copy
+    o = _data(off)   # every array here is the call's own copy
     if not _offsets_ok(o, _len(off), total):
         check_offsets(off, total, None, "offsets", "tokens", "trees")   # raises its message
         raise ValueError("offsets do not tile tokens")   # unreachable: the same conditions
@@ -288,22 +294,18 @@ def accept_tree_batch(tokens, parents, offsets, row_tokens):
             raise ValueError(empty_tree_reason(b, o[b]))
     if _len(ra) != total + B:
         raise ValueError(batch_rows_reason(_len(ra), B, total))
-    # t, p, path: total each; first: total + B; nxt: total; r: total + B;
-    # counts, resume: B; poff: B + 1
-    buf = _block(6 * total + 5 * B + 1)
+    t = _data(ta)
+    p = _data(pa)
+    r = _data(ra)
+    # path, nxt: total each; first: total + B; counts, resume: B; poff: B + 1
+    buf = _block(3 * total + 4 * B + 1)
     try:
-        t = buf
-        p = t + total
-        path = p + total
+        path = buf
         nxt = path + total
         first = nxt + total
-        r = first + total + B
-        counts = r + total + B
+        counts = first + total + B
         resume = counts + B
         poff = resume + B
-        _copy_in(ta, wt, t)
-        _copy_in(pa, wp, p)
-        _copy_in(ra, wr, r)
         with nogil:
             poff[0] = 0
             for b in range(B):
@@ -336,31 +338,27 @@ def place_path(cache, base, path):
     moving anything) a bad cache, ``base`` not below L, and a ``path`` entry that is
     negative, not after the one before it, or beyond the cache (IndexError).
     """
-    cdef int w, code
+    cdef int code
     cdef Py_ssize_t m, L, row, bad = -1
     cdef int64_t b0
-    cdef int64_t* buf
+    cdef int64_t* pp
     cdef uint8_t* rows
     b0_obj = as_base(base)
-    pa = _source(path, "path", &w)
+    cdef cnp.ndarray pa = _source(path, "path")
     _, L, row = check_cache(cache, False)
     if b0_obj >= L:
         raise base_error(b0_obj, L)
     b0 = b0_obj
     m = _len(pa)
-    buf = _block(m)
-    try:
-        _copy_in(pa, w, buf)
-        code = _path_code(buf, m, b0, L, &bad)
-        if code:
-            raise path_error(code, bad, buf[bad], buf[bad - 1] if bad else -1, b0, L)
-        if row and m:
-            rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
-            with nogil:
-                _move(rows, buf, m, b0, row)
-        return cache
-    finally:
-        PyMem_Free(buf)
+    pp = _data(pa)
+    code = _path_code(pp, m, b0, L, &bad)
+    if code:
+        raise path_error(code, bad, pp[bad], pp[bad - 1] if bad else -1, b0, L)
+    if row and m:
+        rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
+        with nogil:
+            _move(rows, pp, m, b0, row)
+    return cache
 
 
 def place_path_batch(cache, base, path, path_offsets):
@@ -371,53 +369,48 @@ def place_path_batch(cache, base, path, path_offsets):
     ``accept_tree_batch`` returns them). Refuses as ``place_path`` does, naming the slot
     (and the entry within its path), before anything moves.
     """
-    cdef int w, code = 0
+    cdef int code = 0
     cdef Py_ssize_t B, L, row, P, b, lo, bad = -1, bad_b = -1
     cdef int64_t v
-    cdef int64_t* buf
-    cdef const int64_t *bs, *o
+    cdef const int64_t *bs, *o, *pp
     cdef uint8_t* rows
-    bases = int64_ids(base, "base")
-    pa = _source(path, "path", &w)
-    po = int64_ids(path_offsets, "path_offsets")
+    cdef cnp.ndarray bases = int64_ids(base, "base")
+    cdef cnp.ndarray pa = _source(path, "path")
+    cdef cnp.ndarray po = int64_ids(path_offsets, "path_offsets")
     B, L, row = check_cache(cache, True)
     if _len(bases) != B:
         raise ValueError(f"base holds {_len(bases)} entries; it needs one per request (B={B})")
     P = _len(pa)
-    bs = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>bases)   # the call's own copies
-    o = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>po)
+    bs = _data(bases)   # the call's own copies
+    o = _data(po)
+    pp = _data(pa)
     if _len(po) != B + 1 or not _offsets_ok(o, _len(po), P):
         check_offsets(po, P, B, "path_offsets", "path", "requests")   # raises its message
         raise ValueError("path_offsets do not tile path")   # unreachable: the same conditions
-    buf = _block(P)
-    try:
-        _copy_in(pa, w, buf)
+    with nogil:
+        for b in range(B):
+            v = bs[b]
+            if v < 0:
+                code = BASE_NEGATIVE
+            elif v >= L:
+                code = BASE_BEYOND
+            else:
+                code = _path_code(pp + o[b], o[b + 1] - o[b], v, L, &bad)
+            if code:
+                bad_b = b
+                break
+    if code:
+        v = bs[bad_b]
+        where = f"slot {bad_b}: "
+        if code == BASE_NEGATIVE:
+            check_count(v, f"base[{bad_b}]")
+        if code == BASE_BEYOND:
+            raise base_error(v, L, where)
+        lo = o[bad_b]
+        raise path_error(code, bad, pp[lo + bad], pp[lo + bad - 1] if bad else -1, v, L, where)
+    if row and P:
+        rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
         with nogil:
             for b in range(B):
-                v = bs[b]
-                if v < 0:
-                    code = BASE_NEGATIVE
-                elif v >= L:
-                    code = BASE_BEYOND
-                else:
-                    code = _path_code(buf + o[b], o[b + 1] - o[b], v, L, &bad)
-                if code:
-                    bad_b = b
-                    break
-        if code:
-            v = bs[bad_b]
-            where = f"slot {bad_b}: "
-            if code == BASE_NEGATIVE:
-                check_count(v, f"base[{bad_b}]")
-            if code == BASE_BEYOND:
-                raise base_error(v, L, where)
-            lo = o[bad_b]
-            raise path_error(code, bad, buf[lo + bad], buf[lo + bad - 1] if bad else -1, v, L, where)
-        if row and P:
-            rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
-            with nogil:
-                for b in range(B):
-                    _move(rows + b * L * row, buf + o[b], o[b + 1] - o[b], bs[b], row)
-        return cache
-    finally:
-        PyMem_Free(buf)
+                _move(rows + b * L * row, pp + o[b], o[b + 1] - o[b], bs[b], row)
+    return cache
