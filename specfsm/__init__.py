@@ -27,8 +27,9 @@ from .drafting.ngram_index import (
     propose_batch,
     record_batch,
 )
-from .machine.state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+from .machine.state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
 from .drafting.suffix_index import SharedSuffixCache, SuffixDrafter, SuffixIndex
+from .tree.tree import accept_tree, accept_tree_batch, check_tree, place_path, place_path_batch
 
 __version__ = "0.1.0"
 
@@ -39,6 +40,7 @@ __all__ = [
     "Prefill",
     "Decode",
     "Verify",
+    "VerifyTree",
     "Accept",
     "Rollback",
     "Done",
@@ -63,4 +65,9 @@ __all__ = [
     "SpeculativeSampling",
     "TypicalAcceptance",
     "accept_with",
+    "check_tree",
+    "accept_tree",
+    "accept_tree_batch",
+    "place_path",
+    "place_path_batch",
 ]

@@ -57,6 +57,7 @@ TWINS: dict[str, str] = {
     "prefix": "specfsm.accept._prefix_py",
     "settle": "specfsm.machine._settle_py",
     "suffix_index": "specfsm.drafting._suffix_index_py",
+    "tree": "specfsm.tree._tree_py",
 }
 KERNEL_MODULES: tuple[str, ...] = tuple(TWINS)
 

@@ -44,7 +44,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # modules (a kernel importing its concept's _checks) runs nothing above it; their
     # _checks modules are foundation with them
     "foundation": ("specfsm.errors", "specfsm._values", "specfsm._checks", "specfsm.machine",
-                   "specfsm.accept", "specfsm.drafting", "specfsm.placement"),
+                   "specfsm.accept", "specfsm.drafting", "specfsm.placement", "specfsm.tree"),
     # the twins' own helpers (the twin of _core/common/_guard.pxd, the shared index
     # machinery, the batch step) sit with the twins
     "kernel": ("specfsm._core", "specfsm._guard", "specfsm.drafting._index_py",
@@ -54,6 +54,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "specfsm.machine.state", "specfsm.machine.batch", "specfsm.accept.rules",
         "specfsm.drafting.lookup", "specfsm.drafting.ngram_index", "specfsm.drafting.suffix_index",
         "specfsm.placement.place", "specfsm.placement._cupy", "specfsm.placement._geometry",
+        "specfsm.tree.tree", "specfsm.machine.tree_state",
     ),
     # the package, and the documented old module paths of the public faces
     "package": ("specfsm", "specfsm.state", "specfsm.batch", "specfsm.accept_rule",

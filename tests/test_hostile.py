@@ -35,6 +35,7 @@ SCENARIOS = [
     "public",
     "vllm_rows", "vllm_threads",  # tests/hostile/scenarios_vllm.py
     "batch",  # tests/hostile/scenarios_batch.py
+    "tree_inputs", "tree_threads",  # tests/hostile/scenarios_tree.py
     "index_reentry",
     "index_threads",
 ]

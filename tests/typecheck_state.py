@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 from typing_extensions import assert_type
 
-from specfsm import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+from specfsm import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
+from specfsm import accept_tree, accept_tree_batch, check_tree
 from specfsm._core import accept as compiled_accept
 from specfsm._core import ngram_index as compiled_ngram_index
 from specfsm._core import settle as compiled_settle
@@ -35,6 +36,14 @@ def walk(table: BlockTable, other: BlockTable) -> None:
         assert_type(settled.to, int)
         assert_type(settled.snapshot, BlockTable)
     assert_type(decode.finish(), Done[int, BlockTable])
+    tree = decode.enter_verify_tree([5, 6], [-1, 0])
+    assert_type(tree, VerifyTree[int, BlockTable])
+    assert_type(tree.tokens, tuple[int, ...])
+    assert_type(tree.path([5, 6, 7]), list[int])
+    assert_type(tree.accept([5, 6, 7], [table, other, table]), Accept[int, BlockTable] | Rollback[int, BlockTable])
+    assert_type(check_tree([5, 6], [-1, 0]), tuple[np.ndarray, np.ndarray])
+    assert_type(accept_tree([5], [-1], [5, 6]), np.ndarray)
+    assert_type(accept_tree_batch([5], [-1], [0, 1], [5, 6]), tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray])
 
 
 def compiled_core() -> None:

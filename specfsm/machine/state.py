@@ -1,6 +1,7 @@
 """The serving state machine: which evaluation shape is legal right now.
 
-``ServingState`` is the base of six immutable variants. Each transition is a method on
+``ServingState`` is the base of six immutable variants (the design's), and of
+``VerifyTree``, a tree verify beside the design's chain verify. Each transition is a method on
 every state: it returns a new state, never changes the one it was called on, and raises
 ``IllegalTransition`` from a state it does not apply to. The semantics follow, one for one,
 the Rust design specfsm was ported from (an enum ``ServingState<Entry, Cache>`` whose
@@ -33,10 +34,11 @@ from .. import _impl
 from ..accept.rules import select_rows
 from .._checks import check_count, entries, token_ids
 from ._checks import settle_reason
+from .tree_state import settle_tree, tree_fields, tree_path
 from .._values import IMMUTABLE, Clone, default_clone, hash_key, seq_eq, value_eq
 from ..errors import IllegalTransition
 
-__all__ = ["ServingState", "Prefill", "Decode", "Verify", "Accept", "Rollback", "Done"]
+__all__ = ["ServingState", "Prefill", "Decode", "Verify", "VerifyTree", "Accept", "Rollback", "Done"]
 
 Entry = TypeVar("Entry")
 Cache = TypeVar("Cache")
@@ -90,10 +92,16 @@ class ServingState(Generic[Entry, Cache]):
         """``Decode -> Verify``: the current cache becomes the snapshot."""
         raise IllegalTransition("enter_verify")
 
+    def enter_verify_tree(
+        self, tokens: Sequence[int], parents: Sequence[int], clone: Clone | bool | None = None
+    ) -> ServingState[Entry, Cache]:
+        """``Decode -> VerifyTree``: the current cache becomes the snapshot of a tree verify."""
+        raise IllegalTransition("enter_verify_tree")
+
     def accept(
         self, row_tokens: Sequence[Entry], row_caches: Sequence[Cache]
     ) -> ServingState[Entry, Cache]:
-        """``Verify -> Accept | Rollback``: score the verify rows against the draft."""
+        """``Verify | VerifyTree -> Accept | Rollback``: score the verify rows against the draft."""
         raise IllegalTransition("accept")
 
     def accept_rows(
@@ -205,18 +213,30 @@ class Decode(ServingState[Entry, Cache]):
         ``snapshot`` too and a rollback to it restores the post-draft contents. Refuses
         any other ``clone`` (TypeError)."""
         cache = self.cache
-        snapshot: Any
-        if clone is None or clone is True:
-            snapshot = cache if type(cache) in IMMUTABLE else default_clone(cache)
-        elif clone is False:
-            snapshot = cache
-        elif callable(clone):
-            snapshot = clone(cache)
-        else:
-            raise TypeError(
-                f"clone must be None, a bool or a callable, got {type(clone).__name__} {clone!r}"
-            )
-        return _verify(entries(draft, "draft"), snapshot, cache)
+        return _verify(entries(draft, "draft"), _snapshot(cache, clone), cache)
+
+    def enter_verify_tree(
+        self, tokens: Sequence[int], parents: Sequence[int], clone: Clone | bool | None = None
+    ) -> VerifyTree[Entry, Cache]:
+        """The current cache becomes ``snapshot`` of a tree verify (see ``VerifyTree``);
+        ``clone`` as for ``enter_verify``. Refuses a tree ``specfsm.tree.check_tree``
+        refuses (TypeError/ValueError naming what is wrong)."""
+        t, p, tt, pt = tree_fields(tokens, parents)
+        cache = self.cache
+        return _verify_tree(tt, pt, t, p, _snapshot(cache, clone), cache)
+
+
+def _snapshot(cache: Any, clone: Any) -> Any:
+    """The snapshot ``enter_verify`` and ``enter_verify_tree`` keep (see ``clone``)."""
+    if clone is None or clone is True:
+        return cache if type(cache) in IMMUTABLE else default_clone(cache)
+    if clone is False:
+        return cache
+    if callable(clone):
+        return clone(cache)
+    raise TypeError(
+        f"clone must be None, a bool or a callable, got {type(clone).__name__} {clone!r}"
+    )
 
 
 class Verify(ServingState[Entry, Cache]):
@@ -316,6 +336,55 @@ def _settled(
     return _rollback(cache, token)
 
 
+class VerifyTree(ServingState[Entry, Cache]):
+    """A tree of drafts scored in one (N + 1)-row evaluation: ``tokens[i]`` node i's token,
+    ``parents[i]`` its parent (in ``[-1, i)``, -1 the root: ``Decode.last``), both tuples of
+    ints; ``snapshot`` the pre-verify cache, as for ``Verify``. Row 0 of the evaluation
+    is the root's, row i + 1 node i's (each node attending to the context and its
+    ancestors). The tree follows ``specfsm.tree.check_tree``'s rules.
+    """
+
+    __slots__ = ("tokens", "parents", "snapshot", "cache", "_t", "_p")
+    __match_args__ = ("tokens", "parents", "snapshot", "cache")
+    _fields = __match_args__
+    _seq_fields = frozenset({"tokens", "parents"})
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    snapshot: Cache
+    cache: Cache
+    _t: np.ndarray  # the checked tree as int64 arrays, private: the kernels read these
+    _p: np.ndarray
+
+    def __init__(self, tokens: Sequence[int], parents: Sequence[int], snapshot: Cache, cache: Cache) -> None:
+        t, p, tt, pt = tree_fields(tokens, parents)
+        for name, value in (("tokens", tt), ("parents", pt), ("snapshot", snapshot),
+                            ("cache", cache), ("_t", t), ("_p", p)):
+            _set(self, name, value)
+
+    def path(self, row_tokens: Sequence[int]) -> list[int]:
+        """The node indices of the path the target confirmed (greedy: from the root, the
+        child whose token is the target's choice at the current node's row), without a
+        transition. Refuses (ValueError) ``row_tokens`` that are not N + 1 integer ids."""
+        return tree_path(self._t, self._p, row_tokens)
+
+    def accept(
+        self, row_tokens: Sequence[Entry], row_caches: Sequence[Cache]
+    ) -> Accept[Entry, Cache] | Rollback[Entry, Cache]:
+        """Follow the target through the tree: ``row_tokens[r]`` is its greedy choice after
+        row ``r`` and ``row_caches[r]`` that row's cache (N + 1 of each). With ``m`` nodes
+        accepted, the last at row ``r`` (r = 0 when none): a path that reached a leaf gives
+        ``Accept(n=m, next=row_tokens[r], cache=row_caches[r])``; otherwise
+        ``Rollback(snapshot=row_caches[r], to=row_tokens[r])``, as ``Verify.accept`` rolls
+        back to the rejected row. A chain (``parents`` -1, 0, 1, ...) settles as a bonus-row
+        verify (``BatchState(bonus=True)``). Refuses (the state left intact) rows of the
+        wrong length (``IllegalTransition("accept")`` with a reason) and row tokens that
+        are not integer ids (TypeError/ValueError). Tokens come back as Python ints."""
+        leaf, m, token, cache = settle_tree(self._t, self._p, row_tokens, row_caches, "accept")
+        if leaf:
+            return _accept(m, token, cache)
+        return _rollback(cache, token)
+
+
 class Accept(ServingState[Entry, Cache]):
     """``n`` draft tokens accepted (all of them); decoding resumes from ``next``.
 
@@ -409,6 +478,14 @@ def _verify(draft: Any, snapshot: Any, cache: Any) -> Verify:
     _verify_draft(state, draft)
     _verify_snapshot(state, snapshot)
     _verify_cache(state, cache)
+    return state
+
+
+def _verify_tree(tokens: Any, parents: Any, t: Any, p: Any, snapshot: Any, cache: Any) -> VerifyTree:
+    state = _new(VerifyTree)
+    for name, value in (("tokens", tokens), ("parents", parents), ("snapshot", snapshot),
+                        ("cache", cache), ("_t", t), ("_p", p)):
+        _set(state, name, value)
     return state
 
 

@@ -797,6 +797,7 @@ SCENARIOS = {
     **__import__("scenarios_index").SCENARIOS,  # index_reentry, index_threads (tests/hostile/scenarios_index.py)
 }
 SCENARIOS.update(__import__("scenarios_vllm").scenarios(sys.modules[__name__]))  # the vLLM proposers
+SCENARIOS.update(__import__("scenarios_tree").scenarios(sys.modules[__name__]))  # the tree kernels
 
 
 def main(argv):
