@@ -19,7 +19,7 @@ cdef Py_ssize_t _layout(BatchState self, int64_t* act, int64_t* off, Py_ssize_t 
         elif code == C_DECODE:
             total += 1
         elif code == C_VERIFY:
-            total += self._dlen[i] + self._bonus
+            total += self._dlen[i] + (<int64_t>1 if self._tree[i] else <int64_t>self._bonus)
         else:
             continue
         act[a] = i

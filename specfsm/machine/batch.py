@@ -71,7 +71,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .. import _impl
-from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
 
 if TYPE_CHECKING:  # type checkers read the twin
     from . import _batch_py as _active
@@ -124,8 +124,13 @@ class BatchState(_active.BatchState):
 
     def state_of(self, slot: int) -> ServingState[Any, Any] | None:
         """Slot ``slot`` as a ``specfsm.machine.state`` value (tokens and caches as ints), or None
-        when it is FREE."""
-        return state_value(self.slot_fields(slot))
+        when it is FREE; a slot in a tree verify as a ``VerifyTree``."""
+        fields = self.slot_fields(slot)
+        if fields is not None and fields[0] == VERIFY:
+            tree = self.slot_tree(slot)
+            if tree is not None:
+                return VerifyTree(tree[0], tree[1], fields[4], fields[2])
+        return state_value(fields)
 
 
 _OVER: dict[type, type] = {_active.BatchState: BatchState}
