@@ -51,7 +51,52 @@ cdef int _tree_nodes(const int64_t* t, const int64_t* p, Py_ssize_t n, int64_t* 
     return 0
 
 
+cdef int _fast_enter_verify_tree(BatchState self, slots, tokens, parents, offsets) except -1:
+    """``enter_verify_tree``'s usual call (``batch_fast.pxi``'s readers: plain int32/int64
+    arrays or lists of ints) applied (1), or declined with nothing changed (0): anything
+    the general path would refuse declines, and that path raises the one message."""
+    cdef Py_ssize_t b = _fast_len(slots), nt = _fast_len(tokens), no = _fast_len(offsets)
+    if b <= 0 or b > self._c or nt < 0 or no != b + 1 or _fast_len(parents) != nt:
+        return 0
+    cdef Py_ssize_t kmax = self._k_max
+    cdef int64_t* s = _grow(self, b + 2 * nt + no + 2 * kmax + 1, 0)
+    cdef int64_t* tk = s + b
+    cdef int64_t* pr = tk + nt
+    cdef int64_t* o = pr + nt
+    cdef int64_t* first = o + no
+    cdef int64_t* nxt = first + kmax + 1
+    if (_fast_read(slots, b, s) or _fast_read(tokens, nt, tk) or _fast_read(parents, nt, pr)
+            or _fast_read(offsets, no, o)):
+        return 0
+    if o[0] != 0 or o[b] != nt:
+        return 0
+    cdef Py_ssize_t j, q, i, bi, bj
+    cdef int64_t n, lo
+    for j in range(b):       # o[j] >= 0 here, so the difference cannot wrap
+        if o[j + 1] <= o[j] or o[j + 1] - o[j] > kmax:
+            return 0
+    for j in range(b):
+        lo = o[j]
+        if _tree_nodes(tk + lo, pr + lo, o[j + 1] - lo, first, nxt, &bi, &bj):
+            return 0
+    if not _fast_slots(self, s, b, 1 << DECODE):
+        return 0
+    for j in range(b):
+        i = s[j]
+        lo = o[j]
+        n = o[j + 1] - lo
+        memcpy(&self._draft[i, 0], tk + lo, n * sizeof(int64_t))
+        memcpy(&self._par[i, 0], pr + lo, n * sizeof(int64_t))
+        self._dlen[i] = n
+        self._tree[i] = 1
+        self._st[i] = C_VERIFY
+        self._snap[i] = self._cache[i]
+    return 1
+
+
 cdef _enter_verify_tree(BatchState self, slots, tokens, parents, offsets):
+    if _fast_enter_verify_tree(self, slots, tokens, parents, offsets):
+        return
     s = check_slots(slots, self._c)
     t, off = slot_ragged(tokens, offsets, s.shape[0], "tokens")
     p = ids64(parents, "parents")
