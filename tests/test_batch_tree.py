@@ -400,3 +400,19 @@ def test_the_tree_methods_take_the_guard(bm):
                  lambda: fresh.slot_tree(0)):
         with pytest.raises(RuntimeError, match="not initialised"):
             call()
+
+
+@pytest.mark.parametrize("convert", [
+    lambda x: x, tuple, lambda x: np.array(x, dtype=np.int32), lambda x: np.array(x, dtype=np.int64),
+    lambda x: np.array(x, dtype=np.int16), lambda x: [np.int64(v) for v in x],
+], ids=["list", "tuple", "int32", "int64", "int16", "numpy-ints"])
+def test_every_argument_kind_enters_the_same_tree(bm, convert):
+    """The compiled batch's fast path (plain arrays and lists of ints) and its general path
+    (anything else) give the same batch; so does the twin."""
+    b = _decoding(bm.BatchState, 3)
+    ref = _decoding(bm.BatchState, 3)
+    args = ([2, 0], [4, 5, 6, 7], [-1, 0, -1, -1], [0, 3, 4])
+    ref.enter_verify_tree(*args)
+    b.enter_verify_tree(*[convert(a) for a in args])
+    assert snapshot(b) == snapshot(ref)
+    assert b.state_of(2) == VerifyTree((4, 5, 6), (-1, 0, -1), 12, 12)

@@ -654,6 +654,15 @@ class BatchState:
         the step then refuses with the batch unchanged but the indexes already updated
         keep the step's tokens.) A rule callback that calls back into the batch is refused
         (RuntimeError) like any call during the step.
+
+        A slot in a tree verify (``enter_verify_tree``) settles greedily, as
+        ``VerifyTree.accept`` then ``resume``/``rollback``: it emits the accepted path's
+        tokens and the target's token at the settle row (the last accepted node's, row 0
+        when none), resumes from that row, reports ``accepted`` = the path's length,
+        ``drafted`` = its N nodes and ``rolled_back`` when the path stopped before a leaf;
+        its index is extended as a decode's, and it drafts a chain next. While a tree
+        slot is pending, ``rule``, ``probs`` and ``draft_probs`` are refused (ValueError,
+        nothing changed).
         """
         g = self._write()
         try:

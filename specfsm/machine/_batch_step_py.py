@@ -91,7 +91,10 @@ class StepResult:
     changes what the slot emits, not how it settled: a rolled-back slot keeps True when
     the cut dropped the target's token or finished it. A verify settles through Accept
     exactly when all its K >= 1 draft tokens are accepted, so ``rolled_back`` equals
-    ``accepted < drafted`` entry by entry.
+    ``accepted < drafted`` entry by entry for chain slots. A tree slot
+    (``enter_verify_tree``) reports ``accepted`` = its accepted path's length, ``drafted``
+    = its N nodes, its settle row (the last accepted node's, 0 when none) in
+    ``resume_rows`` and ``rolled_back`` True when the path stopped before a leaf.
     """
 
     __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",

@@ -19,6 +19,15 @@ refuses (rows that do not match, a rule that raises, an index listed twice or in
 elsewhere) neither the batch nor any index has changed, and the same step can be
 retried.
 
+Tree slots (issue 22): ``enter_verify_tree(slots, tokens, parents, offsets)`` puts Decode
+slots into a tree verify (ragged trees of at most ``k_max`` nodes, checked as
+``specfsm.tree.check_tree`` checks them); ``pending()`` lays a tree out as N + 1 rows (root,
+then the nodes), ``pending_trees()`` gives their parents for the target's mask, and
+``step`` settles them greedily as ``VerifyTree.accept`` does (the bonus-row convention,
+``drafted`` = N, ``rolled_back`` when the path stops before a leaf; a rule or probabilities
+are refused while a tree is pending). ``state_of`` gives such a slot as a ``VerifyTree``.
+See docs/batch.md.
+
 Placement: ``StepResult.resume_rows[j]`` is the row, within slot ``slots[j]``'s own rows
 of ``pending()``'s layout, whose cache that slot resumes from (a prefill's last prompt
 row, a decode's row 0, a verify's settle row), in ``slots`` order; for
