@@ -216,10 +216,10 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             k = int(b._dlen[i])
             tl = b._draft[i, :k].tolist()
             path, more = _tree_walk(tl, b._par[i, :k].tolist(), rows[r0:r1].tolist())
-            r = path[-1] + 1 if path else 0
-            out = [tl[c] for c in path] + [int(rows[r0 + r])]
+            row = path[-1] + 1 if path else 0
+            out = [tl[c] for c in path] + [int(rows[r0 + row])]
             acc[j] = len(path)
-            resume[j] = r
+            resume[j] = row
             rolled[j] = more              # the path stopped short of a leaf
             drafted[j] = k
         elif code == VERIFY:
