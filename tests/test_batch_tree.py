@@ -416,3 +416,40 @@ def test_every_argument_kind_enters_the_same_tree(bm, convert):
     b.enter_verify_tree(*[convert(a) for a in args])
     assert snapshot(b) == snapshot(ref)
     assert b.state_of(2) == VerifyTree((4, 5, 6), (-1, 0, -1), 12, 12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(trees=st.lists(st.integers(1, 5).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(-1, 3), min_size=n, max_size=n),
+    st.lists(st.integers(-2, 5), min_size=n, max_size=n))), min_size=1, max_size=3),
+    general=st.booleans())
+def test_random_trees_are_refused_or_entered_alike_on_both_implementations(trees, general):
+    """Random, often malformed trees: both implementations (the compiled fast path for
+    lists, its general path for int16 arrays) enter the same ones, and refuse the others
+    with ``check_tree``'s message for the first bad tree, naming its slot."""
+    from specfsm.tree import _tree_py
+
+    toks = [t for tr in trees for t in tr[0]]
+    pars = [q for tr in trees for q in tr[1]]
+    off = list(np.cumsum([0] + [len(tr[0]) for tr in trees]))
+    slots = list(range(len(trees)))
+    want = None
+    for s, (t, p) in enumerate(trees):
+        try:
+            _tree_py.check_tree(t, p)
+        except ValueError as e:
+            want = f"slot {s}: {e}"
+            break
+    conv = (lambda x: np.array(x, dtype=np.int16)) if general else (lambda x: x)
+    seen = []
+    for cls, _ in _sides():
+        b = _decoding(cls, 3)
+        try:
+            b.enter_verify_tree(conv(slots), conv(toks), conv(pars), conv(off))
+            seen.append(("ok", snapshot(b)))
+        except ValueError as e:
+            seen.append(("err", str(e)))
+    assert seen[0] == seen[1]
+    assert seen[0][0] == ("ok" if want is None else "err")
+    if want is not None:
+        assert seen[0][1] == want
