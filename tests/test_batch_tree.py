@@ -96,7 +96,7 @@ def _prefix(d, r):
     return n
 
 
-def drive(cls, seed: int, capacity: int, bonus: bool, with_index: bool, ngram) -> list:
+def drive(cls, seed: int, capacity: int, bonus: bool, with_index: bool, ngram, suffix=None) -> list:
     """A random run on one implementation's ``BatchState``: slots admitted, then rounds
     where each Decode slot decodes, drafts a chain or drafts a tree, each step checked
     slot by slot against ``reference``; returns the run's trace (results and states)."""
@@ -108,8 +108,13 @@ def drive(cls, seed: int, capacity: int, bonus: bool, with_index: bool, ngram) -
     indexes = None
     if with_index:
         indexes = []
-        for p in prompts:
-            ix = ngram.NgramIndex(1, 3)
+        for q, p in enumerate(prompts):
+            # n-gram indexes, and with ``suffix`` (a SuffixIndex module) adaptive suffix
+            # indexes on every other slot
+            if suffix is not None and q % 2:
+                ix = suffix.SuffixIndex(1, None, "earliest", adaptive=True)
+            else:
+                ix = ngram.NgramIndex(1, 3)
             ix.extend(p)
             indexes.append(ix)
     off = np.cumsum([0] + [len(p) for p in prompts])
@@ -453,3 +458,24 @@ def test_random_trees_are_refused_or_entered_alike_on_both_implementations(trees
     assert seen[0][0] == ("ok" if want is None else "err")
     if want is not None:
         assert seen[0][1] == want
+
+
+def test_a_large_batch_runs_tree_slots_alike_on_both_implementations():
+    """Capacity 300 (the compiled step's loops then run without the GIL), n-gram and
+    suffix indexes mixed: the same run on both implementations, each checked against
+    the state machine."""
+    runs = []
+    for k in ("compiled", "python"):
+        if k == "compiled" and _impl.NO_EXTENSIONS:
+            pytest.skip("SPECFSM_NO_EXTENSIONS is set: no compiled core to compare the twin with")
+        runs.append(drive(over(_impl.kernels(k, "batch")), 11, 300, False, True,
+                          _impl.kernels(k, "ngram_index"), _impl.kernels(k, "suffix_index")))
+    assert runs[0] == runs[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), capacity=st.integers(1, 5), bonus=st.booleans())
+def test_tree_slots_with_suffix_indexes_run_alike_on_both_implementations(seed, capacity, bonus):
+    (ca, na), (cb, nb) = _sides()
+    sa, sb = _impl.kernels("compiled", "suffix_index"), _impl.kernels("python", "suffix_index")
+    assert drive(ca, seed, capacity, bonus, True, na, sa) == drive(cb, seed, capacity, bonus, True, nb, sb)
