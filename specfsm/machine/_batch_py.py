@@ -122,6 +122,7 @@ class BatchState:
     per slot in the same order): ``admit`` (FREE -> Prefill: ``ServingState.start``),
     ``advance_prefill``, ``advance_decode``, ``enter_verify`` (ragged drafts: flat tokens
     and ``offsets``; an empty draft or one over ``k_max`` is refused with ValueError),
+    ``enter_verify_tree`` (ragged trees of at most ``k_max`` nodes, settled by ``step``),
     ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
     snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
