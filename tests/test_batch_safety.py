@@ -52,10 +52,12 @@ CALLS = {
     "slots_in": lambda b: b.slots_in(0),
     "draft": lambda b: b.draft(0),
     "slot_fields": lambda b: b.slot_fields(0),
+    "slot_tree": lambda b: b.slot_tree(0),
     "admit": lambda b: b.admit([0], [1, 2], [0, 2], [0]),
     "advance_prefill": lambda b: b.advance_prefill([0], [1], [0]),
     "advance_decode": lambda b: b.advance_decode([0], [1], [0]),
     "enter_verify": lambda b: b.enter_verify([0], [1], [0, 1]),
+    "enter_verify_tree": lambda b: b.enter_verify_tree([0], [1], [-1], [0, 1]),
     "accept": lambda b: b.accept([0], [1], [0, 1], [0], [0, 1]),
     "accept_rows": lambda b: b.accept_rows([0], [1], [1], [0, 1], [0], [0, 1]),
     "resume": lambda b: b.resume([0]),
@@ -63,6 +65,7 @@ CALLS = {
     "finish": lambda b: b.finish([0]),
     "release": lambda b: b.release([0]),
     "pending": lambda b: b.pending(),
+    "pending_trees": lambda b: b.pending_trees(),
     "step": lambda b: b.step(np.zeros(0, dtype=np.int64)),
 }
 

@@ -54,6 +54,8 @@ from specfsm.accept._checks import (
     rule_kind,
     step_probs,
 )
+from specfsm.tree import _checks as _tc
+from specfsm.tree._checks import check_lengths, ids64, tree_error
 # the index modules of the same implementation (a build without them has no compiled batch)
 from specfsm._core import ngram_index as _ni
 from specfsm._core import suffix_index as _si
@@ -104,6 +106,17 @@ cdef enum:
     C_DONE = 6
 
 
+cdef enum:             # a tree check's refusal codes (specfsm.tree._checks's, checked at import)
+    _TREE_NEGATIVE_TOKEN = 1
+    _TREE_PARENT_BELOW_ROOT = 2
+    _TREE_PARENT_NOT_BEFORE = 3
+    _TREE_DUPLICATE_SIBLING = 4
+
+if (_TREE_NEGATIVE_TOKEN, _TREE_PARENT_BELOW_ROOT, _TREE_PARENT_NOT_BEFORE, _TREE_DUPLICATE_SIBLING) != (
+        _tc.NEGATIVE_TOKEN, _tc.PARENT_BELOW_ROOT, _tc.PARENT_NOT_BEFORE, _tc.DUPLICATE_SIBLING):
+    raise ImportError("specfsm._core.batch: its tree refusal codes differ from specfsm.tree._checks")
+
+
 cdef inline int64_t _prefix(const int64_t* d, const int64_t* r, int64_t m) noexcept nogil:
     cdef int64_t n = 0
     while n < m and d[n] == r[n]:
@@ -122,6 +135,7 @@ cdef class BatchState:
     per slot in the same order): ``admit`` (FREE -> Prefill: ``ServingState.start``),
     ``advance_prefill``, ``advance_decode``, ``enter_verify`` (ragged drafts: flat tokens
     and ``offsets``; an empty draft or one over ``k_max`` is refused with ValueError),
+    ``enter_verify_tree`` (ragged trees of at most ``k_max`` nodes, settled by ``step``),
     ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
     snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
@@ -140,7 +154,9 @@ cdef class BatchState:
     cdef object _budget_a, _eos_a, _has_eos_a, _plen_a, _has_ix_a
     cdef int8_t[::1] _st
     cdef int64_t[::1] _tok, _cache, _snap, _n, _dlen, _budget, _eos, _plen
-    cdef int64_t[:, ::1] _draft
+    cdef int64_t[:, ::1] _draft, _par     # _par: a tree slot's parents (its tokens: _draft)
+    cdef object _par_a, _tree_a
+    cdef int8_t[::1] _tree                # the slot's verify is a tree (batch_tree.pxi)
     cdef int8_t[::1] _has_eos, _has_ix
     cdef list _positions, _index
     cdef object _scratch_a, _work_a, _mark_a
@@ -169,6 +185,8 @@ cdef class BatchState:
         self._n_a = np.zeros(c, dtype=np.int64)
         self._dlen_a = np.zeros(c, dtype=np.int64)
         self._draft_a = np.zeros((c, k), dtype=np.int64)
+        self._par_a = np.zeros((c, k), dtype=np.int64)
+        self._tree_a = np.zeros(c, dtype=np.int8)
         self._budget_a = np.zeros(c, dtype=np.int64)
         self._eos_a = np.zeros(c, dtype=np.int64)
         self._has_eos_a = np.zeros(c, dtype=np.int8)
@@ -187,6 +205,8 @@ cdef class BatchState:
         self._n = self._n_a
         self._dlen = self._dlen_a
         self._draft = self._draft_a
+        self._par = self._par_a
+        self._tree = self._tree_a
         self._budget = self._budget_a
         self._eos = self._eos_a
         self._has_eos = self._has_eos_a
@@ -305,6 +325,16 @@ cdef class BatchState:
                 self._draft_a[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
                 self._positions[i].tolist() if code == C_PREFILL else [])
 
+    def slot_tree(self, slot):
+        """``(tokens, parents)`` (lists of ints) of slot ``slot``'s tree when it is in a tree
+        verify (``enter_verify_tree``), else None. ``slot_fields`` reports such a slot as
+        VERIFY with the tree's tokens as its draft; ``specfsm.machine.batch.BatchState``'s
+        ``state_of`` gives it as a ``VerifyTree``."""
+        cdef Py_ssize_t i = self._one(slot)
+        if not self._tree[i]:
+            return None
+        return self._draft_a[i, : self._dlen[i]].tolist(), self._par_a[i, : self._dlen[i]].tolist()
+
     def __len__(self):
         guard_check(&self._g, _NAME)
         return self._c
@@ -375,6 +405,25 @@ cdef class BatchState:
         guard_write(&self._g, _NAME)
         try:
             _enter_verify(self, slots, tokens, offsets)
+        finally:
+            guard_done_write(&self._g)
+
+    @cython.embedsignature(False)   # the real signature: __signature__ below
+    def enter_verify_tree(self, slots=REQUIRED, tokens=REQUIRED, parents=REQUIRED, offsets=REQUIRED):
+        """Decode -> a tree verify: slot ``slots[j]`` drafts the tree of nodes
+        ``offsets[j]:offsets[j + 1]`` of ``tokens`` and ``parents`` (parents local to the
+        tree: -1 the root, the slot's last token, else an earlier node of the same tree;
+        sibling tokens distinct); its cache handle becomes the snapshot (no copy). A tree
+        holds at most ``k_max`` nodes (the batch's draft buffer holds its tokens). All or
+        nothing: refuses ``IllegalTransition`` for a slot not in Decode, and ValueError
+        for ``parents`` not as long as ``tokens``, an empty tree, one over ``k_max`` and
+        any tree ``specfsm.tree.check_tree`` refuses (its message, after ``slot s: ``).
+        ``step`` settles tree slots greedily (see ``step``)."""
+        if slots is REQUIRED or tokens is REQUIRED or parents is REQUIRED or offsets is REQUIRED:
+            missing("enter_verify_tree", ("slots", "tokens", "parents", "offsets"), (slots, tokens, parents, offsets))
+        guard_write(&self._g, _NAME)
+        try:
+            _enter_verify_tree(self, slots, tokens, parents, offsets)
         finally:
             guard_done_write(&self._g)
 
@@ -467,6 +516,19 @@ cdef class BatchState:
         finally:
             guard_done_read(&self._g)
 
+    def pending_trees(self):
+        """``(slots, parents, offsets)`` of the slots in a tree verify (ascending; fresh
+        int64 arrays): slot ``slots[j]``'s parents are ``parents[offsets[j]:offsets[j +
+        1]]``, node i's parent (-1 the root) for its N rows after the root in
+        ``pending()``'s layout (row 0 the root's, row i + 1 node i's), so a target can
+        build its attention mask (each node attending to the context and its ancestors)
+        and its position ids (the node's depth). A reader, as ``pending``."""
+        guard_read(&self._g, _NAME)
+        try:
+            return _pending_trees(self)
+        finally:
+            guard_done_read(&self._g)
+
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def step(self, row_tokens=REQUIRED, *, probs=None, rule=None, draft_probs=None):
         """One serving step for every slot in Prefill, Decode or Verify.
@@ -495,6 +557,15 @@ cdef class BatchState:
         the step then refuses with the batch unchanged but the indexes already updated
         keep the step's tokens.) A rule callback that calls back into the batch is refused
         (RuntimeError) like any call during the step.
+
+        A slot in a tree verify (``enter_verify_tree``) settles greedily, as
+        ``VerifyTree.accept`` then ``resume``/``rollback``: it emits the accepted path's
+        tokens and the target's token at the settle row (the last accepted node's, row 0
+        when none), resumes from that row, reports ``accepted`` = the path's length,
+        ``drafted`` = its N nodes and ``rolled_back`` when the path stopped before a leaf;
+        its index is extended as a decode's, and it drafts a chain next. While a tree
+        slot is pending, ``rule``, ``probs`` and ``draft_probs`` are refused (ValueError,
+        nothing changed).
         """
         if row_tokens is REQUIRED:
             missing("step", ("row_tokens",), (row_tokens,))
@@ -509,3 +580,4 @@ include "batch_transitions.pxi"
 include "batch_step.pxi"
 include "batch_run.pxi"
 include "batch_fast.pxi"
+include "batch_tree.pxi"

@@ -39,7 +39,8 @@ cdef inline void _record_args(BatchState self, const int64_t* av, const int64_t*
         jj = pos_j[q]
         lim = nbv[jj]
         limv[q] = lim if lim < self._k_max else self._k_max
-        m = drv[jj]
+        # a tree slot verified no chain: its index records nothing for it (drafted 0)
+        m = 0 if self._tree[av[jj]] else drv[jj]
         ndv[q] = m
         if m > eov[jj + 1] - eov[jj]:
             m = eov[jj + 1] - eov[jj]
@@ -87,7 +88,12 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
         r1 = e.ov[j + 1]
         e0 = w
         e.rbv[j] = 0
-        if code == C_VERIFY:
+        if code == C_VERIFY and self._tree[i]:
+            e.rsv[j] = _tree_settle(self, i, rp + r0, emv + w, &n, &e.rbv[j])
+            e.accv[j] = n
+            e.drv[j] = self._dlen[i]
+            w += n + 1
+        elif code == C_VERIFY:
             k = self._dlen[i]
             if e.computed:
                 n = _prefix(&self._draft[i, 0], rp + r0, k)
@@ -176,6 +182,11 @@ cdef object _run_step(BatchState self, row_tokens, probs, rule, draft_probs):
     cdef int64_t* av = _ptr(act)
     memcpy(av, lvv, a * sizeof(int64_t))
     cdef int64_t total = ov[a]
+    cdef Py_ssize_t jt
+    if rule is not None or probs is not None or draft_probs is not None:
+        for jt in range(a):
+            if self._st[av[jt]] == C_VERIFY and self._tree[av[jt]]:
+                raise _tree_rule_refusal(av[jt])
     if plain_int_width(row_tokens) == 8:
         rows = row_tokens          # read in place: every index is checked below
     else:
@@ -308,6 +319,7 @@ cdef object _run_step(BatchState self, row_tokens, probs, rule, draft_probs):
         if self._st[i] == C_VERIFY:
             self._dlen[i] = 0
             self._snap[i] = 0
+            self._tree[i] = 0
         elif self._st[i] == C_PREFILL:
             self._positions[i] = None    # the prompt of a slot that left Prefill
         self._budget[i] = nbv[j]

@@ -19,7 +19,7 @@ cdef Py_ssize_t _layout(BatchState self, int64_t* act, int64_t* off, Py_ssize_t 
         elif code == C_DECODE:
             total += 1
         elif code == C_VERIFY:
-            total += self._dlen[i] + self._bonus
+            total += self._dlen[i] + (<int64_t>1 if self._tree[i] else <int64_t>self._bonus)
         else:
             continue
         act[a] = i
@@ -225,7 +225,10 @@ cdef class StepResult:
     changes what the slot emits, not how it settled: a rolled-back slot keeps True when
     the cut dropped the target's token or finished it. A verify settles through Accept
     exactly when all its K >= 1 draft tokens are accepted, so ``rolled_back`` equals
-    ``accepted < drafted`` entry by entry.
+    ``accepted < drafted`` entry by entry for chain slots. A tree slot
+    (``enter_verify_tree``) reports ``accepted`` = its accepted path's length, ``drafted``
+    = its N nodes, its settle row (the last accepted node's, 0 when none) in
+    ``resume_rows`` and ``rolled_back`` True when the path stopped before a leaf.
     """
 
     cdef readonly object slots, emitted, emitted_offsets, accepted, drafted, resume_rows

@@ -9,6 +9,7 @@ cdef dict _FROM_MASK = {
     "advance_prefill": 1 << PREFILL,
     "advance_decode": 1 << DECODE,
     "enter_verify": 1 << DECODE,
+    "enter_verify_tree": 1 << DECODE,
     "accept": 1 << VERIFY,
     "accept_rows": 1 << VERIFY,
     "resume": 1 << ACCEPT,
@@ -74,6 +75,7 @@ cdef _admit(BatchState self, slots, positions, offsets, caches, max_tokens, eos,
         self._budget[i] = bv[j2]
         self._eos[i] = ev[j2]
         self._has_eos[i] = he
+        self._tree[i] = 0
         self._st[i] = C_PREFILL
         self._cache[i] = cv[j2]
         self._tok[i] = 0
@@ -151,7 +153,7 @@ cdef _settle(BatchState self, str attempted, slots, accepted, row_tokens, row_of
     for j2 in range(b):
         i = sv[j2]
         iv[j2] = -1
-        if self._st[i] != C_VERIFY:
+        if self._st[i] != C_VERIFY or self._tree[i]:
             nbad += 1
             continue
         k = self._dlen[i]
@@ -174,7 +176,9 @@ cdef _settle(BatchState self, str attempted, slots, accepted, row_tokens, row_of
                 i = sv[j2]
                 bad.append(int(i))
                 codes.append(int(self._st[i]))
-                if self._st[i] == C_VERIFY:
+                if self._st[i] == C_VERIFY and self._tree[i]:
+                    reasons.append(_TREE_SETTLE)
+                elif self._st[i] == C_VERIFY:
                     reasons.append(settle_reason(
                         int(self._dlen[i]), int(nv[j2]), int(rov[j2 + 1] - rov[j2]),
                         int(cov[j2 + 1] - cov[j2])) or "")
@@ -227,6 +231,7 @@ cdef _finish(BatchState self, slots):
         i = sv[j]
         self._positions[i] = None
         self._st[i] = C_DONE
+        self._tree[i] = 0
         self._tok[i] = 0
         self._snap[i] = 0
         self._n[i] = 0
@@ -264,6 +269,7 @@ for _name, _text in (
     ("advance_prefill", "self, slots, next_tokens, caches"),
     ("advance_decode", "self, slots, next_tokens, caches"),
     ("enter_verify", "self, slots, tokens, offsets"),
+    ("enter_verify_tree", "self, slots, tokens, parents, offsets"),
     ("accept", "self, slots, row_tokens, row_offsets, row_caches, cache_offsets"),
     ("accept_rows", "self, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets"),
     ("resume", _TRANSITION),

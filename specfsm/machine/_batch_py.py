@@ -44,9 +44,11 @@ from ._checks import (
     slot_ragged,
 )
 from .. import _guard
-from ._batch_step_py import StepResult, run_step
+from ._batch_step_py import TREE_SETTLE, StepResult, run_step
 from ..drafting import _ngram_index_py as _ni
 from ..drafting import _suffix_index_py as _si
+from ..tree import _tree_py as _tr
+from ..tree._checks import check_lengths, ids64
 
 __all__ = [
     "BatchState",
@@ -67,6 +69,7 @@ _FROM = {
     "advance_prefill": (PREFILL,),
     "advance_decode": (DECODE,),
     "enter_verify": (DECODE,),
+    "enter_verify_tree": (DECODE,),
     "accept": (VERIFY,),
     "accept_rows": (VERIFY,),
     "resume": (ACCEPT,),
@@ -119,6 +122,7 @@ class BatchState:
     per slot in the same order): ``admit`` (FREE -> Prefill: ``ServingState.start``),
     ``advance_prefill``, ``advance_decode``, ``enter_verify`` (ragged drafts: flat tokens
     and ``offsets``; an empty draft or one over ``k_max`` is refused with ValueError),
+    ``enter_verify_tree`` (ragged trees of at most ``k_max`` nodes, settled by ``step``),
     ``accept``, ``accept_rows``, ``resume``, ``rollback``, ``finish``, ``release``
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
     snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
@@ -143,6 +147,8 @@ class BatchState:
         self._n = np.zeros(c, dtype=np.int64)
         self._dlen = np.zeros(c, dtype=np.int64)
         self._draft = np.zeros((c, k), dtype=np.int64)
+        self._par = np.zeros((c, k), dtype=np.int64)   # a tree slot's parents (its tokens: _draft)
+        self._tree = np.zeros(c, dtype=np.bool_)       # the slot's verify is a tree
         self._positions: list[Any] = [None] * c
         self._bonus = bonus
         self._budget = np.zeros(c, dtype=np.int64)
@@ -267,6 +273,17 @@ class BatchState:
                 self._draft[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
                 self._positions[i].tolist() if code == PREFILL else [])
 
+    def slot_tree(self, slot: int) -> tuple[list[int], list[int]] | None:
+        """``(tokens, parents)`` (lists of ints) of slot ``slot``'s tree when it is in a tree
+        verify (``enter_verify_tree``), else None. ``slot_fields`` reports such a slot as
+        VERIFY with the tree's tokens as its draft; ``specfsm.machine.batch.BatchState``'s
+        ``state_of`` gives it as a ``VerifyTree``."""
+        i = self._one(slot)
+        if not self._tree[i]:
+            return None
+        n = int(self._dlen[i])
+        return self._draft[i, :n].tolist(), self._par[i, :n].tolist()
+
     def __len__(self) -> int:
         self._check()
         return self._c
@@ -319,6 +336,7 @@ class BatchState:
             self._budget[s] = budget
             self._eos[s] = eos_ids
             self._has_eos[s] = eos is not None
+            self._tree[s] = False
             self._state[s] = PREFILL
             self._cache[s] = cc
             self._token[s] = 0
@@ -373,6 +391,44 @@ class BatchState:
         finally:
             g.done_write()
 
+    def enter_verify_tree(self, slots: Any, tokens: Any, parents: Any, offsets: Any) -> None:
+        """Decode -> a tree verify: slot ``slots[j]`` drafts the tree of nodes
+        ``offsets[j]:offsets[j + 1]`` of ``tokens`` and ``parents`` (parents local to the
+        tree: -1 the root, the slot's last token, else an earlier node of the same tree;
+        sibling tokens distinct); its cache handle becomes the snapshot (no copy). A tree
+        holds at most ``k_max`` nodes (the batch's draft buffer holds its tokens). All or
+        nothing: refuses ``IllegalTransition`` for a slot not in Decode, and ValueError
+        for ``parents`` not as long as ``tokens``, an empty tree, one over ``k_max`` and
+        any tree ``specfsm.tree.check_tree`` refuses (its message, after ``slot s: ``).
+        ``step`` settles tree slots greedily (see ``step``)."""
+        g = self._write()
+        try:
+            s = check_slots(slots, self._c)
+            t, off = slot_ragged(tokens, offsets, s.shape[0], "tokens")
+            p = ids64(parents, "parents")
+            check_lengths(t.shape[0], p.shape[0], batch=True)
+            _check_from("enter_verify_tree", self._state, s)
+            for j, i in enumerate(s.tolist()):
+                n = int(off[j + 1] - off[j])
+                if n == 0:
+                    raise ValueError(f"the tree for slot {i} is empty: a tree verify needs at least one node")
+                if n > self._k_max:
+                    raise ValueError(f"the tree for slot {i} holds {n} nodes, more than k_max={self._k_max}")
+                try:
+                    _tr.check_tree(t[off[j] : off[j + 1]], p[off[j] : off[j + 1]])
+                except ValueError as e:
+                    raise ValueError(f"slot {i}: {e}") from None
+            for j, i in enumerate(s.tolist()):
+                n = int(off[j + 1] - off[j])
+                self._draft[i, :n] = t[off[j] : off[j + 1]]
+                self._par[i, :n] = p[off[j] : off[j + 1]]
+                self._dlen[i] = n
+            self._tree[s] = True
+            self._state[s] = VERIFY
+            self._snap[s] = self._cache[s]
+        finally:
+            g.done_write()
+
     def accept(self, slots: Any, row_tokens: Any, row_offsets: Any, row_caches: Any, cache_offsets: Any) -> None:
         """Verify -> Accept | Rollback, as ``Verify.accept`` per slot: the accepted count is
         the common prefix of slot ``slots[j]``'s draft and its row tokens
@@ -416,6 +472,11 @@ class BatchState:
                 bad.append(i)
                 bad_states.append(code)
                 reasons.append("")
+                continue
+            if self._tree[i]:
+                bad.append(i)
+                bad_states.append(code)
+                reasons.append(TREE_SETTLE)
                 continue
             k = int(self._dlen[i])
             rows = rt[roff[j] : roff[j + 1]]
@@ -482,6 +543,7 @@ class BatchState:
             for i in s.tolist():
                 self._positions[i] = None
             self._state[s] = DONE
+            self._tree[s] = False
             self._token[s] = 0
             self._snap[s] = 0
             self._n[s] = 0
@@ -511,6 +573,7 @@ class BatchState:
         codes = st[act]
         v = codes == VERIFY
         lens[v] = self._dlen[act[v]] + (1 if self._bonus else 0)
+        lens[v & self._tree[act]] = self._dlen[act[v & self._tree[act]]] + 1   # a tree: root + N
         for j in np.flatnonzero(codes == PREFILL).tolist():
             lens[j] = self._positions[int(act[j])].shape[0]
         off = np.zeros(act.shape[0] + 1, dtype=np.int64)
@@ -543,6 +606,28 @@ class BatchState:
         finally:
             g.done_read()
 
+    def pending_trees(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(slots, parents, offsets)`` of the slots in a tree verify (ascending; fresh
+        int64 arrays): slot ``slots[j]``'s parents are ``parents[offsets[j]:offsets[j +
+        1]]``, node i's parent (-1 the root) for its N rows after the root in
+        ``pending()``'s layout (row 0 the root's, row i + 1 node i's), so a target can
+        build its attention mask (each node attending to the context and its ancestors)
+        and its position ids (the node's depth). A reader, as ``pending``."""
+        g = _guard.guard_of(self, _NAME)
+        g.read()
+        try:
+            st = self._state
+            ts = np.flatnonzero((st == VERIFY) & self._tree).astype(np.int64)
+            lens = self._dlen[ts]
+            off = np.zeros(ts.shape[0] + 1, dtype=np.int64)
+            np.cumsum(lens, out=off[1:])
+            par = np.empty(int(off[-1]), dtype=np.int64)
+            for j, i in enumerate(ts.tolist()):
+                par[int(off[j]) : int(off[j + 1])] = self._par[i, : int(lens[j])]
+            return ts, par, off
+        finally:
+            g.done_read()
+
     def step(self, row_tokens: Any, *, probs: Any = None, rule: Any = None, draft_probs: Any = None) -> StepResult:
         """One serving step for every slot in Prefill, Decode or Verify.
 
@@ -570,6 +655,15 @@ class BatchState:
         the step then refuses with the batch unchanged but the indexes already updated
         keep the step's tokens.) A rule callback that calls back into the batch is refused
         (RuntimeError) like any call during the step.
+
+        A slot in a tree verify (``enter_verify_tree``) settles greedily, as
+        ``VerifyTree.accept`` then ``resume``/``rollback``: it emits the accepted path's
+        tokens and the target's token at the settle row (the last accepted node's, row 0
+        when none), resumes from that row, reports ``accepted`` = the path's length,
+        ``drafted`` = its N nodes and ``rolled_back`` when the path stopped before a leaf;
+        its index is extended as a decode's, and it drafts a chain next. While a tree
+        slot is pending, ``rule``, ``probs`` and ``draft_probs`` are refused (ValueError,
+        nothing changed).
         """
         g = self._write()
         try:

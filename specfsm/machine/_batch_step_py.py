@@ -32,7 +32,36 @@ from ..drafting import _suffix_index_py as _si
 if TYPE_CHECKING:
     from ._batch_py import BatchState
 
-__all__ = ["StepResult", "run_step"]
+__all__ = ["StepResult", "run_step", "TREE_SETTLE", "tree_rule_refusal"]
+
+#: why ``accept``/``accept_rows`` refuse a slot in a tree verify (``step`` settles it)
+TREE_SETTLE = "the slot is in a tree verify, which step settles (greedy)"
+
+
+def tree_rule_refusal(slot: int) -> ValueError:
+    """``step`` given a rule or probabilities while slot ``slot`` (the first) is in a tree
+    verify: trees settle greedily only."""
+    return ValueError(
+        f"slot {slot} is in a tree verify, which settles greedily only: step takes no rule, "
+        "probs or draft_probs while a tree verify is pending"
+    )
+
+
+def _tree_walk(t: list[int], p: list[int], rows: list[int]) -> tuple[list[int], bool]:
+    """The accepted path of a tree (``t``, ``p``: its N nodes) for its N + 1 rows, and
+    whether its last node (the root when the path is empty) has children. Children come
+    after their parent, so one pass in index order visits every child of the current
+    node after it: the one whose token is the target's choice there is the next node."""
+    path: list[int] = []
+    cur, want, more = -1, rows[0], False
+    for c in range(len(t)):
+        if p[c] == cur:
+            if t[c] == want:
+                path.append(c)
+                cur, want, more = c, rows[c + 1], False
+            else:
+                more = True
+    return path, more
 
 
 class StepResult:
@@ -62,7 +91,10 @@ class StepResult:
     changes what the slot emits, not how it settled: a rolled-back slot keeps True when
     the cut dropped the target's token or finished it. A verify settles through Accept
     exactly when all its K >= 1 draft tokens are accepted, so ``rolled_back`` equals
-    ``accepted < drafted`` entry by entry.
+    ``accepted < drafted`` entry by entry for chain slots. A tree slot
+    (``enter_verify_tree``) reports ``accepted`` = its accepted path's length, ``drafted``
+    = its N nodes, its settle row (the last accepted node's, 0 when none) in
+    ``resume_rows`` and ``rolled_back`` True when the path stopped before a leaf.
     """
 
     __slots__ = ("slots", "emitted", "emitted_offsets", "accepted", "drafted", "resume_rows",
@@ -114,6 +146,9 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
     guard held by the caller."""
     kind, m = rule_kind(rule)
     act, off = b._layout()
+    trees = b._tree[act] & (b._state[act] == VERIFY)
+    if trees.any() and (rule is not None or probs is not None or draft_probs is not None):
+        raise tree_rule_refusal(int(act[int(np.flatnonzero(trees)[0])]))
     rows = int64_ids(row_tokens, "row_tokens")
     total = int(off[-1])
     if rows.shape[0] != total:
@@ -146,6 +181,8 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
         repl[vj] = np.asarray(out)[np.arange(vj.shape[0]), np.minimum(an, ks)]
     else:
         for j in vj.tolist():
+            if trees[j]:
+                continue                  # settled in pass 2
             i = int(act[j])
             k = int(b._dlen[i])
             d = b._draft[i, :k]
@@ -175,7 +212,17 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
         i = int(act[j])
         code = int(codes[j])
         r0, r1 = int(off[j]), int(off[j + 1])
-        if code == VERIFY:
+        if code == VERIFY and trees[j]:
+            k = int(b._dlen[i])
+            tl = b._draft[i, :k].tolist()
+            path, more = _tree_walk(tl, b._par[i, :k].tolist(), rows[r0:r1].tolist())
+            row = path[-1] + 1 if path else 0
+            out = [tl[c] for c in path] + [int(rows[r0 + row])]
+            acc[j] = len(path)
+            resume[j] = row
+            rolled[j] = more              # the path stopped short of a leaf
+            drafted[j] = k
+        elif code == VERIFY:
             k = int(b._dlen[i])
             n = int(acc[j])
             d = b._draft[i, :k].tolist()
@@ -227,7 +274,9 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
         loff = np.zeros(len(group) + 1, dtype=np.int64)
         np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
         limits = np.minimum(new_budget[group], b._k_max)
-        dflat, doff, dlens = _serve(index_list, toks, loff, drafted[group], limits,
+        # a tree slot verified no chain: its index records nothing for it (drafted 0)
+        verified = np.where(trees[group], 0, drafted[group])
+        dflat, doff, dlens = _serve(index_list, toks, loff, verified, limits,
                                     b._draft[act[group]], em, eoff[group], eoff[[j + 1 for j in group]])
         dflat = np.asarray(dflat, dtype=np.int64)
         for q, j in enumerate(group):
@@ -249,6 +298,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
         if codes[j] == VERIFY:
             b._dlen[i] = 0
             b._snap[i] = 0
+            b._tree[i] = False
         elif codes[j] == PREFILL:
             b._positions[i] = None
     b._budget[act] = new_budget

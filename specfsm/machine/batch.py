@@ -19,6 +19,15 @@ refuses (rows that do not match, a rule that raises, an index listed twice or in
 elsewhere) neither the batch nor any index has changed, and the same step can be
 retried.
 
+Tree slots (issue 22): ``enter_verify_tree(slots, tokens, parents, offsets)`` puts Decode
+slots into a tree verify (ragged trees of at most ``k_max`` nodes, checked as
+``specfsm.tree.check_tree`` checks them); ``pending()`` lays a tree out as N + 1 rows (root,
+then the nodes), ``pending_trees()`` gives their parents for the target's mask, and
+``step`` settles them greedily as ``VerifyTree.accept`` does (the bonus-row convention,
+``drafted`` = N, ``rolled_back`` when the path stops before a leaf; a rule or probabilities
+are refused while a tree is pending). ``state_of`` gives such a slot as a ``VerifyTree``.
+See docs/batch.md.
+
 Placement: ``StepResult.resume_rows[j]`` is the row, within slot ``slots[j]``'s own rows
 of ``pending()``'s layout, whose cache that slot resumes from (a prefill's last prompt
 row, a decode's row 0, a verify's settle row), in ``slots`` order; for
@@ -71,7 +80,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .. import _impl
-from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify
+from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
 
 if TYPE_CHECKING:  # type checkers read the twin
     from . import _batch_py as _active
@@ -124,8 +133,13 @@ class BatchState(_active.BatchState):
 
     def state_of(self, slot: int) -> ServingState[Any, Any] | None:
         """Slot ``slot`` as a ``specfsm.machine.state`` value (tokens and caches as ints), or None
-        when it is FREE."""
-        return state_value(self.slot_fields(slot))
+        when it is FREE; a slot in a tree verify as a ``VerifyTree``."""
+        fields = self.slot_fields(slot)
+        if fields is not None and fields[0] == VERIFY:
+            tree = self.slot_tree(slot)
+            if tree is not None:
+                return VerifyTree(tree[0], tree[1], fields[4], fields[2])
+        return state_value(fields)
 
 
 _OVER: dict[type, type] = {_active.BatchState: BatchState}
