@@ -60,6 +60,7 @@ from specfsm.drafting._checks import (
     index_offsets,
     suffix_range,
 )
+from specfsm.drafting._tree_checks import check_tree_args
 
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
@@ -108,6 +109,7 @@ include "_index_common.pxi"
 include "_serve.pxi"
 
 include "_suffix_automaton.pxi"
+include "_suffix_tree.pxi"
 
 
 # ------------------------------------------------------------------------------------
@@ -468,6 +470,17 @@ cdef class SuffixIndex:
         if self.m.wide:
             return [self.m.t64[i] for i in range(end, stop)]
         return [self.m.t32[i] for i in range(end, stop)]
+
+    def propose_tree(self, budget, max_depth=None, max_width=None):
+        """A tree of drafts: ``(tokens, parents)``, two int64 arrays of at most ``budget``
+        nodes, parents before children, ``parents[i]`` the index of node ``i``'s parent
+        (``-1``: the current last token), siblings with distinct tokens; expanded
+        best-first by estimated probability (the rule: ``specfsm.drafting._suffix_tree_py``),
+        at most ``max_depth`` deep (None: ``budget``) and ``max_width`` children per node
+        (None: 4). Empty arrays when nothing matches."""
+        b, d, w = check_tree_args(budget, max_depth, max_width)   # may run Python code
+        guard_check(&self._g, NAME)   # then nothing runs Python code until the tree is built
+        return _tree_arrays(&self.m, self._len, b, d, w)
 
     def lookup(self, context, max_k=None):
         """Match another sequence against the index: the longest suffix of ``context``

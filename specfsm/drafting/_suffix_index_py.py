@@ -28,6 +28,8 @@ import numpy as np
 from . import _index_py as _common
 from .._guard import READY, begin_init, guard_of
 from ._index_py import IndexBase
+from ._suffix_tree_py import build_tree
+from ._tree_checks import check_tree_args
 
 from .._checks import check_count, token_ids
 from ._checks import (
@@ -294,6 +296,35 @@ class SuffixIndex(IndexBase):
             return 0, []
         e = self._first[s] + 1
         return n, (self._toks[e : e + k] if k else [])
+
+    def propose_tree(self, budget: object, max_depth: object = None, max_width: object = None):
+        """A tree of drafts: ``(tokens, parents)``, two int64 arrays of at most ``budget``
+        nodes, parents before children, ``parents[i]`` the index of node ``i``'s parent
+        (``-1``: the current last token), siblings with distinct tokens; expanded
+        best-first by estimated probability (the rule: ``specfsm.drafting._suffix_tree_py``),
+        at most ``max_depth`` deep (None: ``budget``) and ``max_width`` children per node
+        (None: 4). Empty arrays when nothing matches."""
+        b, d, w = check_tree_args(budget, max_depth, max_width)
+        g = guard_of(self, NAME)
+        g.read()
+        try:
+            return build_tree(self._toks, self._tree_contexts(), b, d, w, self._earliest)
+        finally:
+            g.done_read()
+
+    def _tree_contexts(self) -> list:
+        """The tree's context lengths, longest first (module docstring of _suffix_tree_py)."""
+        if self._match_end < 0:
+            return []
+        out = [self._match_len]
+        lo = max(self._min_n, 1)
+        s = self._cursor
+        for _ in range(2):
+            s = self._link[s]
+            if s <= 0 or self._slen[s] < lo:
+                break
+            out.append(self._slen[s])
+        return out
 
     def _draft_start(self) -> int:
         if self._anchor_n and self._anchor >= 0 and self._carry <= self._anchor_span and self._misses <= self._anchor_misses:

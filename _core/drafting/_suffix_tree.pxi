@@ -1,0 +1,219 @@
+# Tree drafts from the suffix index (compiled): ``SuffixIndex.propose_tree``.
+#
+# The rule is the twin's, exactly (specfsm/drafting/_suffix_tree_py.py's docstring):
+# contexts from the match's suffix-link chain, the latest TREE_OCC earlier occurrences
+# of each found by one backward scan of the history, then best-first over the trie of
+# their continuations by the mixed estimate, ties by the preferred occurrence. Bounded
+# work: at most TREE_CTX * TREE_OCC occurrences, each in at most one candidate at a time;
+# the scan reads the history back from the end until the longest context has TREE_OCC
+# occurrences (the whole history when it has fewer). Included from suffix_index.pyx.
+
+cdef enum:
+    TREE_OCC = 64          # = _tree_checks.TREE_OCCURRENCES
+    TREE_CTX = 3           # = _tree_checks.TREE_CONTEXTS
+    TREE_SLOTS = 192       # TREE_OCC * TREE_CTX: occurrences (and live candidates) at most
+    TREE_NODES = 1024      # = _tree_checks.MAX_TREE_NODES
+
+cdef double[3] TREE_W = [1.0, 0.25, 0.0625]   # the twin's WEIGHTS
+
+
+ctypedef struct tcand_t:
+    double p               # the estimate
+    int64_t rep            # the preferred occurrence's end (the tie-break)
+    int64_t tok
+    int32_t parent         # tree index of the parent, -1: the root
+    int32_t depth          # this node's depth (the root's children: 1)
+    int32_t lo, hi         # its occurrences: ix[lo:hi]
+
+
+ctypedef struct tree_t:
+    const sam_t* m
+    int64_t L, depth
+    int k
+    bint earliest
+    int64_t ctx[TREE_CTX]
+    int64_t cnt[TREE_CTX]
+    int64_t occ_e[TREE_SLOTS]
+    uint8_t occ_m[TREE_SLOTS]   # bit i: counted for context i
+    int32_t ix[TREE_SLOTS]
+    tcand_t cand[TREE_SLOTS]
+    int64_t ncand
+
+
+cdef int _tree_contexts(tree_t* t) noexcept nogil:
+    """The context lengths, longest first: the match, then up to two suffix links."""
+    cdef const sam_t* m = t.m
+    cdef int32_t s
+    cdef int64_t lo = m.min_n if m.min_n > 1 else 1
+    cdef int i
+    t.k = 0
+    if m.match_end < 0:
+        return 0
+    t.ctx[0] = m.match_len
+    t.k = 1
+    s = m.cursor
+    for i in range(2):
+        s = _link(m, s)
+        if s <= 0 or _len(m, s) < lo:
+            break
+        t.ctx[t.k] = _len(m, s)
+        t.k += 1
+    return t.k
+
+
+cdef void _tree_scan(tree_t* t) noexcept nogil:
+    """The counted occurrences: ends e from L - 1 down, the latest TREE_OCC per context."""
+    cdef const sam_t* m = t.m
+    cdef int64_t L = t.L, n0 = t.ctx[0], e, ml, last = _tk(m, L - 1), nocc = 0
+    cdef int i, mask
+    for i in range(TREE_CTX):
+        t.cnt[i] = 0
+    e = L - 1
+    while e >= 1:
+        if _tk(m, e - 1) == last:
+            ml = 1
+            while ml < n0 and e - 1 - ml >= 0 and _tk(m, e - 1 - ml) == _tk(m, L - 1 - ml):
+                ml += 1
+            mask = 0
+            for i in range(t.k):
+                if ml >= t.ctx[i] and t.cnt[i] < TREE_OCC:
+                    mask |= 1 << i
+                    t.cnt[i] += 1
+            if mask:
+                t.occ_e[nocc] = e
+                t.occ_m[nocc] = <uint8_t>mask
+                t.ix[nocc] = <int32_t>nocc
+                nocc += 1
+            if t.cnt[0] >= TREE_OCC:
+                break
+        e -= 1
+    t.ncand = nocc   # (the occurrences, until _tree_spawn of the root reads them)
+
+
+cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t hi) noexcept nogil:
+    """The children of a node at depth d whose occurrences are ix[lo:hi] become
+    candidates (the node's segment is split among them)."""
+    cdef const sam_t* m = t.m
+    cdef int32_t j, q, v = lo, o
+    cdef int64_t key, tok, e, rep
+    cdef int64_t c[TREE_CTX]
+    cdef int i, mk
+    cdef double p
+    cdef tcand_t* cd
+    if d >= t.depth:
+        return
+    for j in range(lo, hi):          # the occurrences that continue
+        o = t.ix[j]
+        if t.occ_e[o] + d < t.L:
+            t.ix[v] = o
+            v += 1
+    for j in range(lo + 1, v):       # grouped by the next token (insertion sort)
+        o = t.ix[j]
+        key = _tk(m, t.occ_e[o] + d)
+        q = j
+        while q > lo and _tk(m, t.occ_e[t.ix[q - 1]] + d) > key:
+            t.ix[q] = t.ix[q - 1]
+            q -= 1
+        t.ix[q] = o
+    j = lo
+    while j < v:
+        tok = _tk(m, t.occ_e[t.ix[j]] + d)
+        for i in range(TREE_CTX):
+            c[i] = 0
+        rep = t.occ_e[t.ix[j]]
+        q = j
+        while q < v:
+            o = t.ix[q]
+            e = t.occ_e[o]
+            if _tk(m, e + d) != tok:
+                break
+            mk = t.occ_m[o]
+            for i in range(t.k):
+                c[i] += (mk >> i) & 1
+            if (e < rep) if t.earliest else (e > rep):
+                rep = e
+            q += 1
+        p = 0.0
+        for i in range(t.k):
+            p += (<double>c[i]) / (<double>t.cnt[i]) * TREE_W[i]
+        cd = &t.cand[t.ncand]
+        cd.p = p
+        cd.rep = rep
+        cd.tok = tok
+        cd.parent = parent
+        cd.depth = <int32_t>(d + 1)
+        cd.lo = j
+        cd.hi = q
+        t.ncand += 1
+        j = q
+
+
+cdef int64_t _tree_build(tree_t* t, int64_t budget, int64_t width, int64_t* toks,
+                         int64_t* par, int32_t* nchild) noexcept nogil:
+    """Best-first: returns the nodes written to toks/par (room for ``budget``)."""
+    cdef int64_t nt = 0, root_children = 0, j, best, nocc
+    cdef tcand_t c
+    cdef bint better
+    if _tree_contexts(t) == 0 or t.L < 2:
+        return 0
+    _tree_scan(t)
+    if t.cnt[0] == 0:
+        return 0
+    nocc = t.ncand
+    t.ncand = 0
+    _tree_spawn(t, -1, 0, 0, <int32_t>nocc)
+    while nt < budget and t.ncand > 0:
+        best = 0
+        for j in range(1, t.ncand):
+            if t.cand[j].p > t.cand[best].p:
+                better = True
+            elif t.cand[j].p == t.cand[best].p:
+                better = (t.cand[j].rep < t.cand[best].rep) if t.earliest else (t.cand[j].rep > t.cand[best].rep)
+            else:
+                better = False
+            if better:
+                best = j
+        c = t.cand[best]
+        t.ncand -= 1
+        t.cand[best] = t.cand[t.ncand]
+        if c.parent < 0:
+            if root_children >= width:
+                continue
+            root_children += 1
+        else:
+            if nchild[c.parent] >= width:
+                continue
+            nchild[c.parent] += 1
+        toks[nt] = c.tok
+        par[nt] = c.parent
+        nchild[nt] = 0
+        nt += 1
+        _tree_spawn(t, <int32_t>(nt - 1), c.depth, c.lo, c.hi)
+    return nt
+
+
+cdef tuple _tree_arrays(const sam_t* m, int64_t L, int64_t budget, int64_t depth, int64_t width):
+    """``propose_tree``'s result for checked limits (the caller checked the guard; the
+    tree is built before any Python object is made)."""
+    cdef tree_t* t = <tree_t*>malloc(sizeof(tree_t) + <size_t>budget * 20)
+    cdef int64_t n
+    cdef int64_t* toks
+    cdef int64_t* par
+    if t == NULL:
+        raise MemoryError()
+    toks = <int64_t*>(<char*>t + sizeof(tree_t))
+    par = toks + budget
+    t.m = m
+    t.L = L
+    t.depth = depth
+    t.earliest = m.earliest
+    n = _tree_build(t, budget, width, toks, par, <int32_t*>(par + budget))
+    try:
+        a = np.empty(n, dtype=np.int64)
+        b = np.empty(n, dtype=np.int64)
+        if n:
+            memcpy(cnp.PyArray_DATA(<cnp.ndarray>a), toks, n * sizeof(int64_t))
+            memcpy(cnp.PyArray_DATA(<cnp.ndarray>b), par, n * sizeof(int64_t))
+    finally:
+        free(t)
+    return a, b

@@ -1,0 +1,125 @@
+"""Tree drafts from a token history (pure-Python twin of ``_core/drafting/_suffix_tree.pxi``).
+
+The rule, which both implementations follow exactly (the same integer counts, the same
+double-precision sums in the same order, the same ties):
+
+* Contexts. ``n_0`` is the index's current match length (nothing matches: an empty
+  tree); ``n_1`` and ``n_2`` are the lengths of the suffix automaton's next two states
+  up the suffix-link chain from the match (the next shorter suffixes that occur more
+  often), each kept only when it is at least ``max(min_n, 1)``. Context ``i`` is the
+  last ``n_i`` tokens ``t[L-n_i:L]``.
+* Occurrences. An occurrence of context ``i`` is an end ``e <= L - 1`` with
+  ``t[e-n_i:e] == t[L-n_i:L]``; scanning ``e`` from ``L - 1`` down, each context counts
+  its first ``TREE_OCCURRENCES`` (the latest ones), ``N_i`` of them.
+* Nodes. A node is a path ``x_1..x_d`` (``d <= max_depth``) after the current last token;
+  ``c_i(node)`` is the number of counted occurrences ``e`` of context ``i`` with
+  ``e + d <= L`` and ``t[e:e+d] == x_1..x_d``. Its estimate is
+  ``p = c_0/N_0 * W_0 + c_1/N_1 * W_1 + c_2/N_2 * W_2`` (``W = 1, 1/4, 1/16``; a missing
+  context adds nothing; summed left to right in doubles): per context, the product down
+  the path of ``count(context+path+child) / count(context+path)``, mixed so that the
+  longest context dominates (its continuation, the ``propose`` chain when the match is
+  unique, stays the main branch).
+* Best-first. Starting from the root's children, the candidate with the largest ``p``
+  joins the tree (ties: ``prefer="earliest"`` takes the candidate whose earliest counted
+  occurrence is earliest, ``"latest"`` the one whose latest is latest; no two candidates
+  share one), then its children become candidates; a candidate whose parent already has
+  ``max_width`` children is dropped. It stops at ``budget`` nodes or when no candidate is
+  left. Node ``i``'s parent is the tree index of its parent (``-1``: the root), so
+  parents come before children and siblings carry distinct tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._tree_checks import TREE_OCCURRENCES
+
+__all__ = ["WEIGHTS", "build_tree", "empty_tree"]
+
+WEIGHTS = (1.0, 0.25, 0.0625)   # per context, longest first (exact in binary)
+
+
+def empty_tree() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+
+def build_tree(tk: list, ctx: list, budget: int, depth: int, width: int,
+               earliest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The tree over history ``tk`` for context lengths ``ctx`` (longest first)."""
+    L = len(tk)
+    k = len(ctx)
+    if k == 0 or L < 2:
+        return empty_tree()
+    n0 = ctx[0]
+    occ_e: list[int] = []
+    occ_m: list[int] = []
+    cnt = [0] * k
+    last = tk[L - 1]
+    for e in range(L - 1, 0, -1):
+        if tk[e - 1] != last:
+            continue
+        ml = 1
+        while ml < n0 and e - 1 - ml >= 0 and tk[e - 1 - ml] == tk[L - 1 - ml]:
+            ml += 1
+        mask = 0
+        for i in range(k):
+            if ml >= ctx[i] and cnt[i] < TREE_OCCURRENCES:
+                mask |= 1 << i
+                cnt[i] += 1
+        if mask:
+            occ_e.append(e)
+            occ_m.append(mask)
+        if cnt[0] >= TREE_OCCURRENCES:
+            break
+    if cnt[0] == 0:
+        return empty_tree()
+    toks: list[int] = []
+    parents: list[int] = []
+    nchild: list[int] = []
+    root_children = 0
+    cands: list[tuple] = []   # (p, rep, parent, token, depth, occurrences)
+
+    def spawn(parent: int, d: int, js: list) -> None:
+        # the children of a node at depth d whose occurrences are js
+        if d >= depth:
+            return
+        groups: dict[int, list] = {}
+        for j in js:
+            e = occ_e[j]
+            if e + d < L:
+                groups.setdefault(tk[e + d], []).append(j)
+        for tok, g in groups.items():
+            c = [0] * k
+            for j in g:
+                m = occ_m[j]
+                for i in range(k):
+                    if (m >> i) & 1:
+                        c[i] += 1
+            p = 0.0
+            for i in range(k):
+                p += c[i] / cnt[i] * WEIGHTS[i]
+            es = [occ_e[j] for j in g]
+            rep = min(es) if earliest else max(es)
+            cands.append((p, rep, parent, tok, d + 1, g))
+
+    spawn(-1, 0, list(range(len(occ_e))))
+    while len(toks) < budget and cands:
+        best = 0
+        for j in range(1, len(cands)):
+            a, b = cands[j], cands[best]
+            if a[0] > b[0] or (a[0] == b[0] and ((a[1] < b[1]) if earliest else (a[1] > b[1]))):
+                best = j
+        p, rep, parent, tok, d, g = cands.pop(best)
+        if parent < 0:
+            if root_children >= width:
+                continue
+            root_children += 1
+        else:
+            if nchild[parent] >= width:
+                continue
+            nchild[parent] += 1
+        toks.append(tok)
+        parents.append(parent)
+        nchild.append(0)
+        spawn(len(toks) - 1, d, g)
+    return np.asarray(toks, dtype=np.int64), np.asarray(parents, dtype=np.int64)
