@@ -11,10 +11,12 @@
 cdef enum:
     TREE_OCC = 64          # = _tree_checks.TREE_OCCURRENCES
     TREE_CTX = 3           # = _tree_checks.TREE_CONTEXTS
-    TREE_SLOTS = 192       # TREE_OCC * TREE_CTX: occurrences (and live candidates) at most
+    TREE_SLOTS = 193       # TREE_OCC * TREE_CTX + the chain: occurrences (and live candidates) at most
+    CHAIN_BIT = 1 << 3     # an occurrence's mask: the chain's start
     TREE_NODES = 1024      # = _tree_checks.MAX_TREE_NODES
 
 cdef double[3] TREE_W = [1.0, 0.25, 0.0625]   # the twin's WEIGHTS
+cdef double CHAIN_W = 4.0                      # the twin's CHAIN_WEIGHT
 
 
 ctypedef struct tcand_t:
@@ -28,7 +30,7 @@ ctypedef struct tcand_t:
 
 ctypedef struct tree_t:
     const sam_t* m
-    int64_t L, depth
+    int64_t L, depth, chain
     int k
     bint earliest
     int64_t ctx[TREE_CTX]
@@ -62,13 +64,15 @@ cdef int _tree_contexts(tree_t* t) noexcept nogil:
 
 
 cdef void _tree_scan(tree_t* t) noexcept nogil:
-    """The counted occurrences: ends e from L - 1 down, the latest TREE_OCC per context."""
+    """The counted occurrences: ends e from L - 1 down, the latest TREE_OCC per context,
+    then the chain's start."""
     cdef const sam_t* m = t.m
-    cdef int64_t L = t.L, n0 = t.ctx[0], e, ml, last = _tk(m, L - 1), nocc = 0
+    cdef int64_t L = t.L, n0 = t.ctx[0] if t.k else 0, e, ml, nocc = 0, j
+    cdef int64_t last = _tk(m, L - 1) if L else 0
     cdef int i, mask
     for i in range(TREE_CTX):
         t.cnt[i] = 0
-    e = L - 1
+    e = L - 1 if t.k else 0
     while e >= 1:
         if _tk(m, e - 1) == last:
             ml = 1
@@ -87,6 +91,16 @@ cdef void _tree_scan(tree_t* t) noexcept nogil:
             if t.cnt[0] >= TREE_OCC:
                 break
         e -= 1
+    if t.chain >= 0:
+        for j in range(nocc):
+            if t.occ_e[j] == t.chain:
+                t.occ_m[j] |= CHAIN_BIT
+                break
+        else:
+            t.occ_e[nocc] = t.chain
+            t.occ_m[nocc] = CHAIN_BIT
+            t.ix[nocc] = <int32_t>nocc
+            nocc += 1
     t.ncand = nocc   # (the occurrences, until _tree_spawn of the root reads them)
 
 
@@ -99,6 +113,7 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
     cdef int64_t c[TREE_CTX]
     cdef int i, mk
     cdef double p
+    cdef bint chain_in
     cdef tcand_t* cd
     if d >= t.depth:
         return
@@ -121,6 +136,7 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
         for i in range(TREE_CTX):
             c[i] = 0
         rep = t.occ_e[t.ix[j]]
+        chain_in = False
         q = j
         while q < v:
             o = t.ix[q]
@@ -128,14 +144,19 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
             if _tk(m, e + d) != tok:
                 break
             mk = t.occ_m[o]
+            if mk & CHAIN_BIT:
+                chain_in = True
             for i in range(t.k):
                 c[i] += (mk >> i) & 1
             if (e < rep) if t.earliest else (e > rep):
                 rep = e
             q += 1
         p = 0.0
+        if chain_in:
+            p += CHAIN_W
         for i in range(t.k):
-            p += (<double>c[i]) / (<double>t.cnt[i]) * TREE_W[i]
+            if t.cnt[i]:
+                p += (<double>c[i]) / (<double>t.cnt[i]) * TREE_W[i]
         cd = &t.cand[t.ncand]
         cd.p = p
         cd.rep = rep
@@ -154,12 +175,11 @@ cdef int64_t _tree_build(tree_t* t, int64_t budget, int64_t width, int64_t* toks
     cdef int64_t nt = 0, root_children = 0, j, best, nocc
     cdef tcand_t c
     cdef bint better
-    if _tree_contexts(t) == 0 or t.L < 2:
-        return 0
+    _tree_contexts(t)
     _tree_scan(t)
-    if t.cnt[0] == 0:
-        return 0
     nocc = t.ncand
+    if nocc == 0:
+        return 0
     t.ncand = 0
     _tree_spawn(t, -1, 0, 0, <int32_t>nocc)
     while nt < budget and t.ncand > 0:
@@ -207,6 +227,7 @@ cdef tuple _tree_arrays(const sam_t* m, int64_t L, int64_t budget, int64_t depth
     t.L = L
     t.depth = depth
     t.earliest = m.earliest
+    t.chain = _start(m)
     n = _tree_build(t, budget, width, toks, par, <int32_t*>(par + budget))
     try:
         a = np.empty(n, dtype=np.int64)

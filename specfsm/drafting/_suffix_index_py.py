@@ -308,7 +308,7 @@ class SuffixIndex(IndexBase):
         g = guard_of(self, NAME)
         g.read()
         try:
-            return build_tree(self._toks, self._tree_contexts(), b, d, w, self._earliest)
+            return build_tree(self._toks, self._tree_contexts(), self._draft_start(), b, d, w, self._earliest)
         finally:
             g.done_read()
 

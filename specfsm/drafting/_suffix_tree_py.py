@@ -10,15 +10,19 @@ double-precision sums in the same order, the same ties):
   last ``n_i`` tokens ``t[L-n_i:L]``.
 * Occurrences. An occurrence of context ``i`` is an end ``e <= L - 1`` with
   ``t[e-n_i:e] == t[L-n_i:L]``; scanning ``e`` from ``L - 1`` down, each context counts
-  its first ``TREE_OCCURRENCES`` (the latest ones), ``N_i`` of them.
+  its first ``TREE_OCCURRENCES`` (the latest ones), ``N_i`` of them. The chain: the
+  start ``a`` of ``propose``'s draft (``match_end()``, the anchor included), when there
+  is one, is one more occurrence (of the "chain" context, ``c_chain`` 0 or 1).
 * Nodes. A node is a path ``x_1..x_d`` (``d <= max_depth``) after the current last token;
   ``c_i(node)`` is the number of counted occurrences ``e`` of context ``i`` with
   ``e + d <= L`` and ``t[e:e+d] == x_1..x_d``. Its estimate is
-  ``p = c_0/N_0 * W_0 + c_1/N_1 * W_1 + c_2/N_2 * W_2`` (``W = 1, 1/4, 1/16``; a missing
-  context adds nothing; summed left to right in doubles): per context, the product down
-  the path of ``count(context+path+child) / count(context+path)``, mixed so that the
-  longest context dominates (its continuation, the ``propose`` chain when the match is
-  unique, stays the main branch).
+  ``p = c_chain * 4 + c_0/N_0 * W_0 + c_1/N_1 * W_1 + c_2/N_2 * W_2`` (``W = 1, 1/4,
+  1/16``; a missing context adds nothing; summed left to right in doubles): per
+  context, the product down the path of ``count(context+path+child) /
+  count(context+path)``, mixed so that the longest context dominates. The chain's weight
+  (4) exceeds all the others together, so ``propose``'s chain (of ``min(budget,
+  max_depth)`` tokens) is always the tree's first branch: the tree holds the chain of
+  its budget and accepts at least as much; the other nodes go where the counts say.
 * Best-first. Starting from the root's children, the candidate with the largest ``p``
   joins the tree (ties: ``prefer="earliest"`` takes the candidate whose earliest counted
   occurrence is earliest, ``"latest"`` the one whose latest is latest; no two candidates
@@ -37,25 +41,26 @@ from ._tree_checks import TREE_OCCURRENCES
 __all__ = ["WEIGHTS", "build_tree", "empty_tree"]
 
 WEIGHTS = (1.0, 0.25, 0.0625)   # per context, longest first (exact in binary)
+CHAIN_WEIGHT = 4.0              # the chain's occurrence: above all the others together
+CHAIN_BIT = 1 << 3              # its bit in an occurrence's mask
 
 
 def empty_tree() -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
 
 
-def build_tree(tk: list, ctx: list, budget: int, depth: int, width: int,
+def build_tree(tk: list, ctx: list, chain: int, budget: int, depth: int, width: int,
                earliest: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The tree over history ``tk`` for context lengths ``ctx`` (longest first)."""
+    """The tree over history ``tk`` for context lengths ``ctx`` (longest first) and the
+    chain's start ``chain`` (-1: none)."""
     L = len(tk)
     k = len(ctx)
-    if k == 0 or L < 2:
-        return empty_tree()
-    n0 = ctx[0]
+    n0 = ctx[0] if k else 0
     occ_e: list[int] = []
     occ_m: list[int] = []
     cnt = [0] * k
-    last = tk[L - 1]
-    for e in range(L - 1, 0, -1):
+    last = tk[L - 1] if L else 0
+    for e in range(L - 1 if k else 0, 0, -1):
         if tk[e - 1] != last:
             continue
         ml = 1
@@ -71,7 +76,13 @@ def build_tree(tk: list, ctx: list, budget: int, depth: int, width: int,
             occ_m.append(mask)
         if cnt[0] >= TREE_OCCURRENCES:
             break
-    if cnt[0] == 0:
+    if chain >= 0:
+        if chain in occ_e:
+            occ_m[occ_e.index(chain)] |= CHAIN_BIT
+        else:
+            occ_e.append(chain)
+            occ_m.append(CHAIN_BIT)
+    if not occ_e:
         return empty_tree()
     toks: list[int] = []
     parents: list[int] = []
@@ -96,8 +107,12 @@ def build_tree(tk: list, ctx: list, budget: int, depth: int, width: int,
                     if (m >> i) & 1:
                         c[i] += 1
             p = 0.0
+            for j in g:
+                if occ_m[j] & CHAIN_BIT:
+                    p += CHAIN_WEIGHT
             for i in range(k):
-                p += c[i] / cnt[i] * WEIGHTS[i]
+                if cnt[i]:
+                    p += c[i] / cnt[i] * WEIGHTS[i]
             es = [occ_e[j] for j in g]
             rep = min(es) if earliest else max(es)
             cands.append((p, rep, parent, tok, d + 1, g))
