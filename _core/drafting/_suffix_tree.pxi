@@ -9,11 +9,18 @@
 # occurrences (the whole history when it has fewer). Included from suffix_index.pyx.
 
 cdef enum:
-    TREE_OCC = 64          # = _tree_checks.TREE_OCCURRENCES
+    TREE_OCC = 32          # = _tree_checks.TREE_OCCURRENCES
     TREE_CTX = 3           # = _tree_checks.TREE_CONTEXTS
-    TREE_SLOTS = 193       # TREE_OCC * TREE_CTX + the chain: occurrences (and live candidates) at most
+    TREE_SLOTS = 97        # TREE_OCC * TREE_CTX + 1 (the chain): occurrences (and live candidates) at most
     CHAIN_BIT = 1 << 3     # an occurrence's mask: the chain's start
     TREE_NODES = 1024      # = _tree_checks.MAX_TREE_NODES
+    TREE_WIDTH = 4         # = _tree_checks.DEFAULT_TREE_WIDTH
+
+from specfsm.drafting._tree_checks import (
+    DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_CONTEXTS, TREE_OCCURRENCES)
+if (MAX_TREE_NODES, TREE_OCCURRENCES, TREE_CONTEXTS, DEFAULT_TREE_WIDTH) != (
+        TREE_NODES, TREE_OCC, TREE_CTX, TREE_WIDTH):
+    raise ImportError("_suffix_tree.pxi's limits differ from specfsm.drafting._tree_checks'")
 
 cdef double[3] TREE_W = [1.0, 0.25, 0.0625]   # the twin's WEIGHTS
 cdef double CHAIN_W = 4.0                      # the twin's CHAIN_WEIGHT
@@ -38,6 +45,10 @@ ctypedef struct tree_t:
     int64_t occ_e[TREE_SLOTS]
     uint8_t occ_m[TREE_SLOTS]   # bit i: counted for context i
     int32_t ix[TREE_SLOTS]
+    int64_t key_a[TREE_SLOTS]   # _tree_group's work space
+    int64_t key_b[TREE_SLOTS]
+    int32_t ix_a[TREE_SLOTS]
+    int32_t ix_b[TREE_SLOTS]
     tcand_t cand[TREE_SLOTS]
     int64_t ncand
 
@@ -63,34 +74,58 @@ cdef int _tree_contexts(tree_t* t) noexcept nogil:
     return t.k
 
 
+ctypedef fused tok_t:
+    int32_t
+    int64_t
+
+
+cdef int64_t _tree_scan_h(tree_t* t, const tok_t* h) noexcept nogil:
+    """The scan over the history ``h``: returns the occurrences written."""
+    cdef int64_t L = t.L, n0 = t.ctx[0], e, ml, nocc = 0, need
+    cdef tok_t last = h[L - 1]
+    cdef int i, mask, open_ = t.k - 1     # the shortest context still counting
+    need = t.ctx[open_]
+    e = L - 1
+    while e > 0:
+        # an end counts only if its match reaches the shortest context still counting
+        if h[e - 1] != last or e < need or h[e - need] != h[L - need]:
+            e -= 1
+            continue
+        ml = 1
+        while ml < n0 and ml < e and h[e - 1 - ml] == h[L - 1 - ml]:
+            ml += 1
+        mask = 0
+        for i in range(t.k):
+            if ml >= t.ctx[i] and t.cnt[i] < TREE_OCC:
+                mask |= 1 << i
+                t.cnt[i] += 1
+        if mask:
+            t.occ_e[nocc] = e
+            t.occ_m[nocc] = <uint8_t>mask
+            t.ix[nocc] = <int32_t>nocc
+            nocc += 1
+        if t.cnt[0] >= TREE_OCC:
+            break
+        while t.cnt[open_] >= TREE_OCC:
+            open_ -= 1
+        need = t.ctx[open_]
+        e -= 1
+    return nocc
+
+
 cdef void _tree_scan(tree_t* t) noexcept nogil:
-    """The counted occurrences: ends e from L - 1 down, the latest TREE_OCC per context,
-    then the chain's start."""
+    """The counted occurrences: ends e from L - 1 down, the latest TREE_OCC per
+    context, then the chain's start."""
     cdef const sam_t* m = t.m
-    cdef int64_t L = t.L, n0 = t.ctx[0] if t.k else 0, e, ml, nocc = 0, j
-    cdef int64_t last = _tk(m, L - 1) if L else 0
-    cdef int i, mask
+    cdef int64_t nocc = 0, j
+    cdef int i
     for i in range(TREE_CTX):
         t.cnt[i] = 0
-    e = L - 1 if t.k else 0
-    while e >= 1:
-        if _tk(m, e - 1) == last:
-            ml = 1
-            while ml < n0 and e - 1 - ml >= 0 and _tk(m, e - 1 - ml) == _tk(m, L - 1 - ml):
-                ml += 1
-            mask = 0
-            for i in range(t.k):
-                if ml >= t.ctx[i] and t.cnt[i] < TREE_OCC:
-                    mask |= 1 << i
-                    t.cnt[i] += 1
-            if mask:
-                t.occ_e[nocc] = e
-                t.occ_m[nocc] = <uint8_t>mask
-                t.ix[nocc] = <int32_t>nocc
-                nocc += 1
-            if t.cnt[0] >= TREE_OCC:
-                break
-        e -= 1
+    if t.k and t.L >= 2:
+        if m.wide:
+            nocc = _tree_scan_h(t, <const int64_t*>m.t64)
+        else:
+            nocc = _tree_scan_h(t, <const int32_t*>m.t32)
     if t.chain >= 0:
         for j in range(nocc):
             if t.occ_e[j] == t.chain:
@@ -102,6 +137,108 @@ cdef void _tree_scan(tree_t* t) noexcept nogil:
             t.ix[nocc] = <int32_t>nocc
             nocc += 1
     t.ncand = nocc   # (the occurrences, until _tree_spawn of the root reads them)
+
+
+cdef void _tree_group(tree_t* t, int64_t d, int32_t lo, int32_t hi) noexcept nogil:
+    """Sort ix[lo:hi] by the token at depth d of each occurrence (bottom-up merge sort
+    of (token, occurrence) pairs; the order within a token does not matter)."""
+    cdef int64_t n = hi - lo, w, i, a, b, am, bm, o
+    cdef int64_t* src = t.key_a
+    cdef int64_t* dst = t.key_b
+    cdef int32_t* isrc = t.ix_a
+    cdef int32_t* idst = t.ix_b
+    cdef int64_t* ks
+    cdef int32_t* ts
+    if n < 2:
+        if n == 1:
+            t.key_a[0] = _tk(t.m, t.occ_e[t.ix[lo]] + d)
+        return
+    for i in range(n):
+        isrc[i] = t.ix[lo + i]
+        src[i] = _tk(t.m, t.occ_e[isrc[i]] + d)
+    w = 1
+    while w < n:
+        i = 0
+        while i < n:
+            a = i
+            am = i + w if i + w < n else n
+            b = am
+            bm = i + 2 * w if i + 2 * w < n else n
+            o = i
+            while a < am and b < bm:
+                if src[b] < src[a]:
+                    dst[o] = src[b]
+                    idst[o] = isrc[b]
+                    b += 1
+                else:
+                    dst[o] = src[a]
+                    idst[o] = isrc[a]
+                    a += 1
+                o += 1
+            while a < am:
+                dst[o] = src[a]
+                idst[o] = isrc[a]
+                a += 1
+                o += 1
+            while b < bm:
+                dst[o] = src[b]
+                idst[o] = isrc[b]
+                b += 1
+                o += 1
+            i += 2 * w
+        ks = src
+        src = dst
+        dst = ks
+        ts = isrc
+        isrc = idst
+        idst = ts
+        w *= 2
+    for i in range(n):
+        t.ix[lo + i] = isrc[i]
+        t.key_a[i] = src[i]          # the spawn reads the tokens from here
+
+
+cdef inline bint _better(const tree_t* t, const tcand_t* a, const tcand_t* b) noexcept nogil:
+    """Candidate a goes before b: larger estimate, then the preferred occurrence."""
+    if a.p != b.p:
+        return a.p > b.p
+    return (a.rep < b.rep) if t.earliest else (a.rep > b.rep)
+
+
+cdef inline void _heap_up(tree_t* t, int64_t i) noexcept nogil:
+    """The candidates are a binary heap, the best first: sift entry i up."""
+    cdef tcand_t c = t.cand[i]
+    cdef int64_t up
+    while i > 0:
+        up = (i - 1) >> 1
+        if not _better(t, &c, &t.cand[up]):
+            break
+        t.cand[i] = t.cand[up]
+        i = up
+    t.cand[i] = c
+
+
+cdef inline void _heap_pop(tree_t* t, tcand_t* out) noexcept nogil:
+    """Take the best candidate into out."""
+    cdef int64_t i = 0, kid, n
+    cdef tcand_t c
+    out[0] = t.cand[0]
+    t.ncand -= 1
+    n = t.ncand
+    if n == 0:
+        return
+    c = t.cand[n]
+    while True:
+        kid = 2 * i + 1
+        if kid >= n:
+            break
+        if kid + 1 < n and _better(t, &t.cand[kid + 1], &t.cand[kid]):
+            kid += 1
+        if not _better(t, &t.cand[kid], &c):
+            break
+        t.cand[i] = t.cand[kid]
+        i = kid
+    t.cand[i] = c
 
 
 cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t hi) noexcept nogil:
@@ -122,17 +259,10 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
         if t.occ_e[o] + d < t.L:
             t.ix[v] = o
             v += 1
-    for j in range(lo + 1, v):       # grouped by the next token (insertion sort)
-        o = t.ix[j]
-        key = _tk(m, t.occ_e[o] + d)
-        q = j
-        while q > lo and _tk(m, t.occ_e[t.ix[q - 1]] + d) > key:
-            t.ix[q] = t.ix[q - 1]
-            q -= 1
-        t.ix[q] = o
+    _tree_group(t, d, lo, v)         # grouped by the next token
     j = lo
     while j < v:
-        tok = _tk(m, t.occ_e[t.ix[j]] + d)
+        tok = t.key_a[j - lo]
         for i in range(TREE_CTX):
             c[i] = 0
         rep = t.occ_e[t.ix[j]]
@@ -141,7 +271,7 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
         while q < v:
             o = t.ix[q]
             e = t.occ_e[o]
-            if _tk(m, e + d) != tok:
+            if t.key_a[q - lo] != tok:
                 break
             mk = t.occ_m[o]
             if mk & CHAIN_BIT:
@@ -166,15 +296,15 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
         cd.lo = j
         cd.hi = q
         t.ncand += 1
+        _heap_up(t, t.ncand - 1)
         j = q
 
 
 cdef int64_t _tree_build(tree_t* t, int64_t budget, int64_t width, int64_t* toks,
                          int64_t* par, int32_t* nchild) noexcept nogil:
     """Best-first: returns the nodes written to toks/par (room for ``budget``)."""
-    cdef int64_t nt = 0, root_children = 0, j, best, nocc
+    cdef int64_t nt = 0, root_children = 0, nocc
     cdef tcand_t c
-    cdef bint better
     _tree_contexts(t)
     _tree_scan(t)
     nocc = t.ncand
@@ -183,19 +313,7 @@ cdef int64_t _tree_build(tree_t* t, int64_t budget, int64_t width, int64_t* toks
     t.ncand = 0
     _tree_spawn(t, -1, 0, 0, <int32_t>nocc)
     while nt < budget and t.ncand > 0:
-        best = 0
-        for j in range(1, t.ncand):
-            if t.cand[j].p > t.cand[best].p:
-                better = True
-            elif t.cand[j].p == t.cand[best].p:
-                better = (t.cand[j].rep < t.cand[best].rep) if t.earliest else (t.cand[j].rep > t.cand[best].rep)
-            else:
-                better = False
-            if better:
-                best = j
-        c = t.cand[best]
-        t.ncand -= 1
-        t.cand[best] = t.cand[t.ncand]
+        _heap_pop(t, &c)
         if c.parent < 0:
             if root_children >= width:
                 continue
@@ -229,9 +347,10 @@ cdef tuple _tree_arrays(const sam_t* m, int64_t L, int64_t budget, int64_t depth
     t.earliest = m.earliest
     t.chain = _start(m)
     n = _tree_build(t, budget, width, toks, par, <int32_t*>(par + budget))
+    cdef cnp.npy_intp dims = n
     try:
-        a = np.empty(n, dtype=np.int64)
-        b = np.empty(n, dtype=np.int64)
+        a = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+        b = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
         if n:
             memcpy(cnp.PyArray_DATA(<cnp.ndarray>a), toks, n * sizeof(int64_t))
             memcpy(cnp.PyArray_DATA(<cnp.ndarray>b), par, n * sizeof(int64_t))

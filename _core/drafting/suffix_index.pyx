@@ -478,7 +478,14 @@ cdef class SuffixIndex:
         best-first by estimated probability (the rule: ``specfsm.drafting._suffix_tree_py``),
         at most ``max_depth`` deep (None: ``budget``) and ``max_width`` children per node
         (None: 4). Empty arrays when nothing matches."""
-        b, d, w = check_tree_args(budget, max_depth, max_width)   # may run Python code
+        cdef int64_t b, d, w
+        if (type(budget) is int and 1 <= budget <= TREE_NODES and max_depth is None
+                and max_width is None):
+            b = budget      # the common call: plain ints, no Python code runs
+            d = b
+            w = TREE_WIDTH
+        else:
+            b, d, w = check_tree_args(budget, max_depth, max_width)   # may run Python code
         guard_check(&self._g, NAME)   # then nothing runs Python code until the tree is built
         return _tree_arrays(&self.m, self._len, b, d, w)
 

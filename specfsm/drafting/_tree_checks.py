@@ -11,7 +11,7 @@ from .._checks import check_count
 __all__ = ["MAX_TREE_NODES", "TREE_OCCURRENCES", "TREE_CONTEXTS", "DEFAULT_TREE_WIDTH", "check_tree_args"]
 
 MAX_TREE_NODES = 1024     # the largest budget (and depth, and width) a tree may ask for
-TREE_OCCURRENCES = 64     # per context: the latest earlier occurrences a tree counts
+TREE_OCCURRENCES = 32     # per context: the latest earlier occurrences a tree counts
 TREE_CONTEXTS = 3         # the matched suffix and at most two shorter ones
 DEFAULT_TREE_WIDTH = 4    # children per node when ``max_width`` is None
 

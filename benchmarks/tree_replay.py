@@ -1,0 +1,101 @@
+"""Teacher-forced tokens per evaluation of tree drafts against chains (issue 22).
+
+Replays the default workload (``specfsm.serving.workload.stdlib_workload``, the traces
+``specfsm replay`` uses) teacher-forced: per step the drafter proposes from the history
+(prompt and output so far), the step accepts what the recorded output confirms and
+emits the accepted path plus the target's next token (the bonus-row convention), and the
+history grows by those tokens. For each budget it compares ``SuffixIndex.propose(B)``
+(a chain of B tokens) with ``SuffixIndex.propose_tree(B)`` (a tree of B nodes), both on
+the suffix drafter's settings (no cap, earliest, anchor 16), and prints tokens per
+evaluation and the control plane's mean cost of one proposal.
+
+Run: python benchmarks/tree_replay.py [--requests N] [--budgets 8,16,32,64] [--width W]
+     [--depth D] [--twin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout's specfsm
+
+from specfsm import _impl  # noqa: E402
+from specfsm.serving.workload import stdlib_workload  # noqa: E402
+
+
+def accept_tree(tokens, parents, row_tokens):
+    """The greedy walk over a tree: from the root (the current last token), move to the
+    child whose token is the target's next token, stop when none; returns the accepted
+    node count. TO BE REPLACED by ``specfsm.tree.accept_tree(tokens, parents,
+    row_tokens)`` once it lands (same semantics). ``row_tokens[j]`` is the target's token
+    after j accepted nodes along the path (teacher-forced: the recorded output)."""
+    children: dict[int, dict[int, int]] = {}
+    for i in range(len(tokens)):
+        children.setdefault(int(parents[i]), {})[int(tokens[i])] = i
+    node, n = -1, 0
+    while n < len(row_tokens):
+        nxt = children.get(node, {}).get(int(row_tokens[n]))
+        if nxt is None:
+            break
+        node, n = nxt, n + 1
+    return n
+
+
+def replay(mod, traces, budget, kind, depth, width):
+    """Tokens per evaluation and seconds per proposal of one drafter over the traces."""
+    emitted = evals = 0
+    spent = 0.0
+    calls = 0
+    for tr in traces:
+        ix = mod.SuffixIndex(1, None, "earliest", anchor_n=16)
+        ix.extend(tr.prompt)
+        out = tr.output
+        pos = 0
+        while pos < len(out):
+            t0 = time.perf_counter()
+            if kind == "chain":
+                draft = ix.propose(budget)
+            else:
+                toks, pars = ix.propose_tree(budget, depth, width)
+            spent += time.perf_counter() - t0
+            calls += 1
+            rest = out[pos:]
+            if kind == "chain":
+                a = 0
+                while a < len(draft) and a < len(rest) and draft[a] == rest[a]:
+                    a += 1
+            else:
+                a = accept_tree(toks, pars, rest)
+            step = min(a + 1, len(rest))
+            ix.extend(rest[:step])
+            pos += step
+            emitted += step
+            evals += 1
+    return emitted / evals, spent / calls
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=None, help="requests of the default workload (default: its 24)")
+    ap.add_argument("--budgets", default="8,16,32,64", help="comma-separated node budgets")
+    ap.add_argument("--depth", type=int, default=None, help="propose_tree max_depth (default: the budget)")
+    ap.add_argument("--width", type=int, default=None, help="propose_tree max_width (default: its own)")
+    ap.add_argument("--twin", action="store_true", help="the pure-Python twin (slow) instead of the compiled core")
+    args = ap.parse_args(argv)
+    mod = _impl.kernels("python" if args.twin else "compiled", "suffix_index")
+    wl = stdlib_workload(args.requests)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    print(f"workload: {wl.source}; {sum(len(t.output) for t in wl.traces)} output tokens")
+    print(f"{'budget':>6} {'chain tok/eval':>14} {'tree tok/eval':>13} {'tree/chain':>10} "
+          f"{'chain us/call':>13} {'tree us/call':>12}")
+    for b in budgets:
+        c, ct = replay(mod, wl.traces, b, "chain", args.depth, args.width)
+        t, tt = replay(mod, wl.traces, b, "tree", args.depth, args.width)
+        print(f"{b:>6} {c:>14.3f} {t:>13.3f} {t / c:>10.3f} {ct * 1e6:>13.2f} {tt * 1e6:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()
