@@ -727,6 +727,7 @@ def _every_use(sfx, ix):
         "extend": lambda: ix.extend([9]),
         "append": lambda: ix.append(9),
         "propose": lambda: ix.propose(2),
+        "propose_tree": lambda: ix.propose_tree(4),
         "lookup": lambda: ix.lookup([1, 2]),
         "match_length": lambda: ix.match_length(),
         "match_end": lambda: ix.match_end(),
