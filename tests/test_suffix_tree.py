@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specfsm.drafting._tree_checks import DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_OCCURRENCES
+from specfsm.drafting._tree_checks import DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_OCCURRENCES, TREE_WINDOW
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WEIGHTS = (1.0, 0.25, 0.0625)
@@ -49,14 +49,15 @@ def contexts(h, min_n, max_n):
     return out
 
 
-def reference(h, min_n, max_n, prefer, chain, budget, depth, width):
+def reference(h, min_n, max_n, prefer, chain, budget, depth, width, window=TREE_WINDOW):
     """The tree by brute force: every trie node of the counted occurrences' continuations
     with its estimate, then best-first among the children of the chosen nodes."""
     L = len(h)
     ctx = contexts(h, min_n, max_n)
     occ = {}  # end -> set of contexts (3: the chain)
     for i, n in enumerate(ctx):
-        ends = [e for e in range(L - 1, n - 1, -1) if h[e - n : e] == h[L - n :]][:TREE_OCCURRENCES]
+        ends = [e for e in range(L - 1, max(n - 1, L - window), -1)
+                if h[e - n : e] == h[L - n :]][:TREE_OCCURRENCES]
         for e in ends:
             occ.setdefault(e, set()).add(i)
     if chain >= 0:
@@ -224,3 +225,16 @@ def test_occurrences_are_capped(sfx):
     toks, pars = ix.propose_tree(8, max_depth=1, max_width=8)
     # the chain (the earliest "1", followed by 9) is kept; nothing else but 2
     assert toks.tolist() == [9, 2] and pars.tolist() == [-1, -1]
+
+
+def test_occurrences_are_within_the_window(sfx):
+    """Occurrences ending TREE_WINDOW or more positions back are not counted; the chain,
+    from the automaton, may still start there."""
+    filler = list(range(100, 100 + TREE_WINDOW))
+    h = [1, 2, 3] + filler + [1, 2, 4, 7, 1, 2]
+    ix = sfx.SuffixIndex(1)
+    ix.extend(h)
+    toks, pars = ix.propose_tree(3, max_depth=1, max_width=8)
+    assert ix.propose(1) == [3]
+    assert toks.tolist() == [3, 4] and pars.tolist() == [-1, -1]
+    assert (toks.tolist(), pars.tolist()) == reference(h, 1, None, "earliest", ix.match_end(), 3, 1, 8)

@@ -6,7 +6,8 @@
 # their continuations by the mixed estimate, ties by the preferred occurrence. Bounded
 # work: at most TREE_CTX * TREE_OCC occurrences, each in at most one candidate at a time;
 # the scan reads the history back from the end until the longest context has TREE_OCC
-# occurrences (the whole history when it has fewer). Included from suffix_index.pyx.
+# occurrences or TREE_WINDOW positions are read (the chain, from the automaton, may
+# start anywhere). Included from suffix_index.pyx.
 
 cdef enum:
     TREE_OCC = 32          # = _tree_checks.TREE_OCCURRENCES
@@ -15,11 +16,12 @@ cdef enum:
     CHAIN_BIT = 1 << 3     # an occurrence's mask: the chain's start
     TREE_NODES = 1024      # = _tree_checks.MAX_TREE_NODES
     TREE_WIDTH = 4         # = _tree_checks.DEFAULT_TREE_WIDTH
+    TREE_WINDOW = 2048     # = _tree_checks.TREE_WINDOW: occurrences end at most this far back
 
 from specfsm.drafting._tree_checks import (
-    DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_CONTEXTS, TREE_OCCURRENCES)
-if (MAX_TREE_NODES, TREE_OCCURRENCES, TREE_CONTEXTS, DEFAULT_TREE_WIDTH) != (
-        TREE_NODES, TREE_OCC, TREE_CTX, TREE_WIDTH):
+    DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_CONTEXTS, TREE_OCCURRENCES, TREE_WINDOW as _WINDOW)
+if (MAX_TREE_NODES, TREE_OCCURRENCES, TREE_CONTEXTS, DEFAULT_TREE_WIDTH, _WINDOW) != (
+        TREE_NODES, TREE_OCC, TREE_CTX, TREE_WIDTH, TREE_WINDOW):
     raise ImportError("_suffix_tree.pxi's limits differ from specfsm.drafting._tree_checks'")
 
 cdef double[3] TREE_W = [1.0, 0.25, 0.0625]   # the twin's WEIGHTS
@@ -81,12 +83,13 @@ ctypedef fused tok_t:
 
 cdef int64_t _tree_scan_h(tree_t* t, const tok_t* h) noexcept nogil:
     """The scan over the history ``h``: returns the occurrences written."""
-    cdef int64_t L = t.L, n0 = t.ctx[0], e, ml, nocc = 0, need
+    cdef int64_t L = t.L, n0 = t.ctx[0], e, ml, nocc = 0, need, stop
     cdef tok_t last = h[L - 1]
     cdef int i, mask, open_ = t.k - 1     # the shortest context still counting
     need = t.ctx[open_]
+    stop = L - TREE_WINDOW if L > TREE_WINDOW else 0
     e = L - 1
-    while e > 0:
+    while e > stop:
         # an end counts only if its match reaches the shortest context still counting
         if h[e - 1] != last or e < need or h[e - need] != h[L - need]:
             e -= 1
@@ -114,8 +117,8 @@ cdef int64_t _tree_scan_h(tree_t* t, const tok_t* h) noexcept nogil:
 
 
 cdef void _tree_scan(tree_t* t) noexcept nogil:
-    """The counted occurrences: ends e from L - 1 down, the latest TREE_OCC per
-    context, then the chain's start."""
+    """The counted occurrences: ends e from L - 1 down to L - TREE_WINDOW + 1, the
+    latest TREE_OCC per context, then the chain's start."""
     cdef const sam_t* m = t.m
     cdef int64_t nocc = 0, j
     cdef int i

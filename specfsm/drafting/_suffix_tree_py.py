@@ -8,9 +8,10 @@ double-precision sums in the same order, the same ties):
   up the suffix-link chain from the match (the next shorter suffixes that occur more
   often), each kept only when it is at least ``max(min_n, 1)``. Context ``i`` is the
   last ``n_i`` tokens ``t[L-n_i:L]``.
-* Occurrences. An occurrence of context ``i`` is an end ``e <= L - 1`` with
-  ``t[e-n_i:e] == t[L-n_i:L]``; scanning ``e`` from ``L - 1`` down, each context counts
-  its first ``TREE_OCCURRENCES`` (the latest ones), ``N_i`` of them. The chain: the
+* Occurrences. An occurrence of context ``i`` is an end ``e``, ``L - TREE_WINDOW < e
+  <= L - 1``, with ``t[e-n_i:e] == t[L-n_i:L]``; scanning ``e`` from ``L - 1`` down,
+  each context counts its first ``TREE_OCCURRENCES`` (the latest ones), ``N_i`` of them
+  (the window bounds the scan's cost; the chain below may start anywhere). The chain: the
   start ``a`` of ``propose``'s draft (``match_end()``, the anchor included), when there
   is one, is one more occurrence (of the "chain" context, ``c_chain`` 0 or 1).
 * Nodes. A node is a path ``x_1..x_d`` (``d <= max_depth``) after the current last token;
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._tree_checks import TREE_OCCURRENCES
+from ._tree_checks import TREE_OCCURRENCES, TREE_WINDOW
 
 __all__ = ["WEIGHTS", "build_tree", "empty_tree"]
 
@@ -60,7 +61,7 @@ def build_tree(tk: list, ctx: list, chain: int, budget: int, depth: int, width: 
     occ_m: list[int] = []
     cnt = [0] * k
     last = tk[L - 1] if L else 0
-    for e in range(L - 1 if k else 0, 0, -1):
+    for e in range(L - 1 if k else 0, max(L - TREE_WINDOW, 0), -1):
         if tk[e - 1] != last:
             continue
         ml = 1

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from .._checks import check_count
 
-__all__ = ["MAX_TREE_NODES", "TREE_OCCURRENCES", "TREE_CONTEXTS", "DEFAULT_TREE_WIDTH", "check_tree_args"]
+__all__ = ["MAX_TREE_NODES", "TREE_OCCURRENCES", "TREE_WINDOW", "TREE_CONTEXTS", "DEFAULT_TREE_WIDTH", "check_tree_args"]
 
 MAX_TREE_NODES = 1024     # the largest budget (and depth, and width) a tree may ask for
 TREE_OCCURRENCES = 32     # per context: the latest earlier occurrences a tree counts
+TREE_WINDOW = 2048        # occurrences counted end at most this many positions back
 TREE_CONTEXTS = 3         # the matched suffix and at most two shorter ones
 DEFAULT_TREE_WIDTH = 4    # children per node when ``max_width`` is None
 
