@@ -238,3 +238,35 @@ def test_occurrences_are_within_the_window(sfx):
     assert ix.propose(1) == [3]
     assert toks.tolist() == [3, 4] and pars.tolist() == [-1, -1]
     assert (toks.tolist(), pars.tolist()) == reference(h, 1, None, "earliest", ix.match_end(), 3, 1, 8)
+
+
+def test_batch_is_the_trees_of_each_index(sfx):
+    """propose_tree_batch packs each index's propose_tree (an index may appear twice);
+    refusals as propose_tree's, and a non-index named."""
+    import random
+
+    rng = random.Random(3)
+    ixs = []
+    for n in (0, 5, 40, 200, 1):
+        ix = sfx.SuffixIndex(1, anchor_n=rng.choice([0, 4]))
+        ix.extend([rng.randrange(4) for _ in range(n)])
+        ixs.append(ix)
+    ixs.append(ixs[2])
+    toks, pars, off = sfx.propose_tree_batch(ixs, 12, None, 3)
+    assert off.dtype == np.int64 and off.tolist()[0] == 0 and len(off) == len(ixs) + 1
+    for i, ix in enumerate(ixs):
+        a, b = ix.propose_tree(12, None, 3)
+        assert toks[off[i] : off[i + 1]].tolist() == a.tolist()
+        assert pars[off[i] : off[i + 1]].tolist() == b.tolist()
+    t0, p0, o0 = sfx.propose_tree_batch([], 4)
+    assert t0.tolist() == [] and p0.tolist() == [] and o0.tolist() == [0]
+    with pytest.raises(ValueError, match="budget must be between 1 and 1024, got 0"):
+        sfx.propose_tree_batch(ixs, 0)
+    with pytest.raises(TypeError, match=r"indexes\[1\] must be a SuffixIndex"):
+        sfx.propose_tree_batch([ixs[0], 3], 4)
+    ixs[1]._hold_guard(True)
+    try:
+        with pytest.raises(RuntimeError):
+            sfx.propose_tree_batch(ixs, 4)
+    finally:
+        ixs[1]._hold_guard(False)

@@ -360,3 +360,48 @@ cdef tuple _tree_arrays(const sam_t* m, int64_t L, int64_t budget, int64_t depth
     finally:
         free(t)
     return a, b
+
+
+def propose_tree_batch(indexes, budget, max_depth=None, max_width=None):
+    """``propose_tree`` for B indexes in one call: ``(tokens, parents, offsets)``, int64;
+    tree ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` with its parents (local to it,
+    ``-1``: its root) in ``parents`` at the same places. Refuses what ``propose_tree``
+    refuses and anything but a sequence of this implementation's ``SuffixIndex``; every
+    index is checked before any tree is built, and no Python code runs while they are."""
+    cdef list ixs = _index_list(indexes)
+    cdef int64_t bud, dep, wid, n = len(ixs), i, total = 0, got
+    bud, dep, wid = check_tree_args(budget, max_depth, max_width)
+    for i in range(n):
+        guard_check(_guard_of(ixs[i]), NAME)
+    cdef tree_t* t = <tree_t*>malloc(sizeof(tree_t) + <size_t>bud * 4)
+    cdef int64_t* toks = <int64_t*>malloc(<size_t>(n * bud if n else 1) * 2 * sizeof(int64_t))
+    cdef int64_t* par
+    cdef cnp.npy_intp dims
+    cdef sam_t* m
+    try:
+        if t == NULL or toks == NULL:
+            raise MemoryError()
+        par = toks + n * bud
+        off = np.empty(n + 1, dtype=np.int64)
+        (<int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off))[0] = 0
+        for i in range(n):
+            m = &(<SuffixIndex>ixs[i]).m
+            t.m = m
+            t.L = (<SuffixIndex>ixs[i])._len
+            t.depth = dep
+            t.earliest = m.earliest
+            t.chain = _start(m)
+            got = _tree_build(t, bud, wid, toks + total, par + total,
+                              <int32_t*>(<char*>t + sizeof(tree_t)))
+            total += got
+            (<int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off))[i + 1] = total
+        dims = total
+        a = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+        p = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+        if total:
+            memcpy(cnp.PyArray_DATA(<cnp.ndarray>a), toks, total * sizeof(int64_t))
+            memcpy(cnp.PyArray_DATA(<cnp.ndarray>p), par, total * sizeof(int64_t))
+    finally:
+        free(t)
+        free(toks)
+    return a, p, off

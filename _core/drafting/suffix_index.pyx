@@ -81,7 +81,7 @@ from _guard cimport (
 )
 from _index_stats cimport index_stats_t, stats_fits, stats_init, stats_limit, stats_record
 
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch"]
 
 NAME = "SuffixIndex"           # the guard's refusals name the class
 WHAT = "a SuffixIndex"         # ... and messages name an instance

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch"]
 
 class SuffixIndex:
     def __init__(
@@ -70,6 +70,10 @@ def extend_batch(indexes: Sequence[SuffixIndex], tokens: object, offsets: object
 # (drafts, offsets, lengths), int64 arrays
 def propose_batch(
     indexes: Sequence[SuffixIndex], max_k: object = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+# (tokens, parents, offsets), int64 arrays
+def propose_tree_batch(
+    indexes: Sequence[SuffixIndex], budget: object, max_depth: object = None, max_width: object = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 def record_batch(indexes: Sequence[SuffixIndex], proposed: object, accepted: object) -> np.ndarray: ...
 def serve_batch(

@@ -41,7 +41,7 @@ from ._checks import (
     suffix_range,
 )
 
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "record_batch", "serve_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch"]
 
 NAME = "SuffixIndex"  # the guard's refusals name the class
 
@@ -394,6 +394,34 @@ def propose_batch(indexes: object, max_k: object = None):
     None for each index's ``draft_len``. Returns ``(drafts, offsets, lengths)`` (int64).
     Every index is counted as read before any is looked at."""
     return _common.propose_batch(SuffixIndex, indexes, max_k)
+
+
+def propose_tree_batch(indexes: object, budget: object, max_depth: object = None, max_width: object = None):
+    """``propose_tree`` for B indexes in one call: ``(tokens, parents, offsets)``, int64;
+    tree ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` with its parents (local to it,
+    ``-1``: its root) in ``parents`` at the same places. Refuses what ``propose_tree``
+    refuses and anything but a sequence of this implementation's ``SuffixIndex``; every
+    index is counted as read before any tree is built."""
+    ixs = _common.index_list(SuffixIndex, indexes)
+    b, d, w = check_tree_args(budget, max_depth, max_width)
+    marked: list = []
+    toks: list = []
+    pars: list = []
+    off = np.zeros(len(ixs) + 1, dtype=np.int64)
+    try:
+        for ix in ixs:
+            g = guard_of(ix, NAME)
+            g.read()
+            marked.append(g)
+        for i, ix in enumerate(ixs):
+            a, p = build_tree(ix._toks, ix._tree_contexts(), ix._draft_start(), b, d, w, ix._earliest)
+            toks.extend(a.tolist())
+            pars.extend(p.tolist())
+            off[i + 1] = len(toks)
+    finally:
+        for g in marked:
+            g.done_read()
+    return np.asarray(toks, dtype=np.int64), np.asarray(pars, dtype=np.int64), off
 
 
 def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:

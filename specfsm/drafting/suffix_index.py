@@ -44,6 +44,7 @@ __all__ = [
     "arctic_available",
     "extend_batch",
     "propose_batch",
+    "propose_tree_batch",
     "record_batch",
     "serve_batch",
 ]
@@ -84,6 +85,16 @@ def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarr
     Refuses anything but a sequence of this implementation's ``SuffixIndex``.
     """
     return _k.propose_batch(indexes, max_k)
+
+
+def propose_tree_batch(
+    indexes: Any, budget: Any, max_depth: Any = None, max_width: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``SuffixIndex.propose_tree`` for B indexes in one call: ``(tokens, parents,
+    offsets)`` (int64); tree ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``, its parents
+    local to it (``-1``: its root). Refuses what ``propose_tree`` refuses and anything but
+    a sequence of this implementation's ``SuffixIndex``."""
+    return _k.propose_tree_batch(indexes, budget, max_depth, max_width)
 
 
 def extend_batch(indexes: Any, tokens: Any, offsets: Any) -> None:
