@@ -9,8 +9,11 @@ history grows by those tokens. For each budget it compares ``SuffixIndex.propose
 the suffix drafter's settings (no cap, earliest, anchor 16), and prints tokens per
 evaluation and the control plane's mean cost of one proposal.
 
+Then the control plane's cost of building trees (``--cost``, budget 32 by default):
+one ``propose_tree`` per request (B = 1) and one ``propose_tree_batch`` of 256 requests.
+
 Run: python benchmarks/tree_replay.py [--requests N] [--budgets 8,16,32,64] [--width W]
-     [--depth D] [--twin]
+     [--depth D] [--cost 32] [--twin]
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout's specfsm
 
@@ -77,12 +82,44 @@ def replay(mod, traces, budget, kind, depth, width):
     return emitted / evals, spent / calls
 
 
+def cost(mod, traces, budget, reps=200):
+    """The control plane's cost of building trees: one ``propose_tree(budget)`` (B = 1)
+    and one ``propose_tree_batch`` of B = 256 indexes, each index a request of the
+    workload halfway through its output; the best of ``reps`` rounds, in microseconds."""
+    ixs = []
+    for i in range(256):
+        tr = traces[i % len(traces)]
+        ix = mod.SuffixIndex(1, None, "earliest", anchor_n=16)
+        cut = (len(tr.output) * (i + 1)) // 257
+        ix.extend(tr.prompt + tr.output[:cut])
+        ixs.append(ix)
+    one = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for ix in ixs:
+            ix.propose_tree(budget)
+        one.append((time.perf_counter() - t0) / len(ixs))
+    chain = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for ix in ixs:
+            ix.propose(budget)
+        chain.append((time.perf_counter() - t0) / len(ixs))
+    batch = []
+    for _ in range(max(reps // 8, 3)):
+        t0 = time.perf_counter()
+        mod.propose_tree_batch(ixs, budget)
+        batch.append(time.perf_counter() - t0)
+    return min(one) * 1e6, min(chain) * 1e6, min(batch) * 1e6, np.median(batch) * 1e6
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=None, help="requests of the default workload (default: its 24)")
     ap.add_argument("--budgets", default="8,16,32,64", help="comma-separated node budgets")
     ap.add_argument("--depth", type=int, default=None, help="propose_tree max_depth (default: the budget)")
     ap.add_argument("--width", type=int, default=None, help="propose_tree max_width (default: its own)")
+    ap.add_argument("--cost", type=int, default=32, help="budget of the cost measurement (0: skip it)")
     ap.add_argument("--twin", action="store_true", help="the pure-Python twin (slow) instead of the compiled core")
     args = ap.parse_args(argv)
     mod = _impl.kernels("python" if args.twin else "compiled", "suffix_index")
@@ -95,6 +132,10 @@ def main(argv=None):
         c, ct = replay(mod, wl.traces, b, "chain", args.depth, args.width)
         t, tt = replay(mod, wl.traces, b, "tree", args.depth, args.width)
         print(f"{b:>6} {c:>14.3f} {t:>13.3f} {t / c:>10.3f} {ct * 1e6:>13.2f} {tt * 1e6:>12.2f}")
+    if args.cost:
+        one, chain, best, med = cost(mod, wl.traces, args.cost, 20 if args.twin else 200)
+        print(f"cost, budget {args.cost}: propose_tree {one:.2f} us per index (B = 1, best round; "
+              f"propose {chain:.2f} us), propose_tree_batch B = 256: {best:.1f} us best, {med:.1f} us median")
 
 
 if __name__ == "__main__":
