@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout's specfsm
 
 from specfsm import _impl  # noqa: E402
-from specfsm.serving.workload import stdlib_workload  # noqa: E402
+from specfsm.serving.workload import Trace, Vocabulary, load_jsonl, stdlib_workload, tokenize  # noqa: E402
 
 
 def accept_tree(tokens, parents, row_tokens):
@@ -113,27 +113,57 @@ def cost(mod, traces, budget, reps=200):
     return min(one) * 1e6, min(chain) * 1e6, min(batch) * 1e6, np.median(batch) * 1e6
 
 
+def records_workload(requests=24, seed=0):
+    """A synthetic structured workload (not the replay's): each request's prompt is 20
+    JSON-like records and its output 60 more, whose fields take a few values each, so a
+    key is followed by different values (where a tree can hedge and a chain bets)."""
+    rng = np.random.default_rng(seed)
+    status = ["open", "closed", "pending"]
+    owners = ["ana", "bo", "chen", "dee", "eli"]
+    tags = ["bug", "docs", "perf", "ui"]
+    texts = []
+    for r in range(requests):
+        lines = []
+        for i in range(80):
+            t = ", ".join(f'"{x}"' for x in rng.choice(tags, size=int(rng.integers(1, 3)), replace=False))
+            lines.append(f'{{"id": {100 * r + i}, "status": "{rng.choice(status)}", '
+                         f'"owner": "{rng.choice(owners)}", "tags": [{t}]}}\n')
+        texts.append((tokenize("".join(lines[:20])), tokenize("".join(lines[20:]))))
+    vocab = Vocabulary(t for a, b in texts for t in (*a, *b))
+    return [Trace(vocab.encode(a), vocab.encode(b), name=f"records-{i}") for i, (a, b) in enumerate(texts)]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=None, help="requests of the default workload (default: its 24)")
     ap.add_argument("--budgets", default="8,16,32,64", help="comma-separated node budgets")
     ap.add_argument("--depth", type=int, default=None, help="propose_tree max_depth (default: the budget)")
     ap.add_argument("--width", type=int, default=None, help="propose_tree max_width (default: its own)")
+    ap.add_argument("--workload", default=None,
+                    help="a JSONL file of traces (specfsm replay's format) instead of the default; "
+                         "'records' for a synthetic structured workload")
     ap.add_argument("--cost", type=int, default=32, help="budget of the cost measurement (0: skip it)")
     ap.add_argument("--twin", action="store_true", help="the pure-Python twin (slow) instead of the compiled core")
     args = ap.parse_args(argv)
     mod = _impl.kernels("python" if args.twin else "compiled", "suffix_index")
-    wl = stdlib_workload(args.requests)
+    if args.workload == "records":
+        traces, source = records_workload(args.requests or 24), "synthetic structured records"
+    elif args.workload:
+        wl = load_jsonl(args.workload)
+        traces, source = wl.traces, wl.source
+    else:
+        wl = stdlib_workload(args.requests)
+        traces, source = wl.traces, wl.source
     budgets = [int(b) for b in args.budgets.split(",")]
-    print(f"workload: {wl.source}; {sum(len(t.output) for t in wl.traces)} output tokens")
+    print(f"workload: {source}; {sum(len(t.output) for t in traces)} output tokens")
     print(f"{'budget':>6} {'chain tok/eval':>14} {'tree tok/eval':>13} {'tree/chain':>10} "
           f"{'chain us/call':>13} {'tree us/call':>12}")
     for b in budgets:
-        c, ct = replay(mod, wl.traces, b, "chain", args.depth, args.width)
-        t, tt = replay(mod, wl.traces, b, "tree", args.depth, args.width)
+        c, ct = replay(mod, traces, b, "chain", args.depth, args.width)
+        t, tt = replay(mod, traces, b, "tree", args.depth, args.width)
         print(f"{b:>6} {c:>14.3f} {t:>13.3f} {t / c:>10.3f} {ct * 1e6:>13.2f} {tt * 1e6:>12.2f}")
     if args.cost:
-        one, chain, best, med = cost(mod, wl.traces, args.cost, 20 if args.twin else 200)
+        one, chain, best, med = cost(mod, traces, args.cost, 20 if args.twin else 200)
         print(f"cost, budget {args.cost}: propose_tree {one:.2f} us per index (B = 1, best round; "
               f"propose {chain:.2f} us), propose_tree_batch B = 256: {best:.1f} us best, {med:.1f} us median")
 
