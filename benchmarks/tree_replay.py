@@ -82,10 +82,12 @@ def replay(mod, traces, budget, kind, depth, width):
     return emitted / evals, spent / calls
 
 
-def cost(mod, traces, budget, reps=200):
-    """The control plane's cost of building trees: one ``propose_tree(budget)`` (B = 1)
-    and one ``propose_tree_batch`` of B = 256 indexes, each index a request of the
-    workload halfway through its output; the best of ``reps`` rounds, in microseconds."""
+def cost(mod, traces, budget, depth=None, reps=200):
+    """The control plane's cost of building trees: one ``propose_tree(budget, depth)``
+    (B = 1) and one ``propose_tree_batch`` of B = 256 indexes, index i a request of the
+    workload (i + 1) / 257 of the way through its output; the best of ``reps`` rounds,
+    in microseconds. (A chain that fills the budget is the tree, returned without
+    counting; ``depth`` below the budget makes every call count occurrences.)"""
     ixs = []
     for i in range(256):
         tr = traces[i % len(traces)]
@@ -97,7 +99,7 @@ def cost(mod, traces, budget, reps=200):
     for _ in range(reps):
         t0 = time.perf_counter()
         for ix in ixs:
-            ix.propose_tree(budget)
+            ix.propose_tree(budget, depth)
         one.append((time.perf_counter() - t0) / len(ixs))
     chain = []
     for _ in range(reps):
@@ -108,9 +110,10 @@ def cost(mod, traces, budget, reps=200):
     batch = []
     for _ in range(max(reps // 8, 3)):
         t0 = time.perf_counter()
-        mod.propose_tree_batch(ixs, budget)
+        mod.propose_tree_batch(ixs, budget, depth)
         batch.append(time.perf_counter() - t0)
-    return min(one) * 1e6, min(chain) * 1e6, min(batch) * 1e6, np.median(batch) * 1e6
+    full = sum(len(ix.propose(budget if depth is None else min(depth, budget))) == budget for ix in ixs)
+    return min(one) * 1e6, min(chain) * 1e6, min(batch) * 1e6, np.median(batch) * 1e6, full
 
 
 def records_workload(requests=24, seed=0):
@@ -163,9 +166,11 @@ def main(argv=None):
         t, tt = replay(mod, traces, b, "tree", args.depth, args.width)
         print(f"{b:>6} {c:>14.3f} {t:>13.3f} {t / c:>10.3f} {ct * 1e6:>13.2f} {tt * 1e6:>12.2f}")
     if args.cost:
-        one, chain, best, med = cost(mod, traces, args.cost, 20 if args.twin else 200)
-        print(f"cost, budget {args.cost}: propose_tree {one:.2f} us per index (B = 1, best round; "
-              f"propose {chain:.2f} us), propose_tree_batch B = 256: {best:.1f} us best, {med:.1f} us median")
+        for depth in (None, max(args.cost // 4, 1)):
+            one, chain, best, med, full = cost(mod, traces, args.cost, depth, 20 if args.twin else 200)
+            print(f"cost, budget {args.cost}, max_depth {depth}: propose_tree {one:.2f} us per index "
+                  f"(B = 1, best round; propose {chain:.2f} us), propose_tree_batch B = 256: {best:.1f} us "
+                  f"best, {med:.1f} us median; chain fills the budget on {full} of 256")
 
 
 if __name__ == "__main__":

@@ -306,8 +306,19 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
 cdef int64_t _tree_build(tree_t* t, int64_t budget, int64_t width, int64_t* toks,
                          int64_t* par, int32_t* nchild) noexcept nogil:
     """Best-first: returns the nodes written to toks/par (room for ``budget``)."""
-    cdef int64_t nt = 0, root_children = 0, nocc
+    cdef int64_t nt = 0, root_children = 0, nocc, k
     cdef tcand_t c
+    if t.chain >= 0 and t.chain < t.L:
+        # the chain outweighs every other node, so when it fills the budget it is the
+        # tree: no occurrence needs counting
+        k = t.L - t.chain
+        if k > t.depth:
+            k = t.depth
+        if k >= budget:
+            for nt in range(budget):
+                toks[nt] = _tk(t.m, t.chain + nt)
+                par[nt] = nt - 1
+            return budget
     _tree_contexts(t)
     _tree_scan(t)
     nocc = t.ncand

@@ -35,7 +35,8 @@ out of memory part way through an extend.
 
 This file holds the module's declarations and the SuffixIndex class; the rest of the
 module is included from files of one concern each: _suffix_automaton.pxi (the automaton
-and its online construction), _suffix_batch.pxi (the batch API, the serving-step policy
+and its online construction), _suffix_tree.pxi (tree drafts, ``propose_tree`` and
+``propose_tree_batch``), _suffix_batch.pxi (the batch API, the serving-step policy
 and the extend_batch pipeline), and, shared with ngram_index.pyx, _index_common.pxi
 (statistics, record, the batch calls' guards) and _serve.pxi (``serve``/``serve_batch``);
 the statistics' C struct is in _index_stats.pxd.
