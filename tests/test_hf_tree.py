@@ -129,11 +129,12 @@ def test_the_depths_and_ancestors_of_a_tree():
     anc = tree_ancestors(parents)
     assert anc[5].tolist() == [True, True, False, True, False, True]  # node 4 <- node 2 <- node 0 <- root
     assert anc[4].tolist() == [True, False, False, False, True, False]
+    assert tree_depths([]).tolist() == [0] and tree_ancestors(np.array([], dtype=np.int64)).tolist() == [[True]]
 
 
 @pytest.mark.parametrize("parents, why", [([0], r"parents\[0\] = 0"), ([-1, 1], r"parents\[1\] = 1"),
-                                          ([-1, -2], r"parents\[1\] = -2"), ([], "non-empty"),
-                                          ([[-1]], "1-D"), ([-1.0], "integer")])
+                                          ([-1, -2], r"parents\[1\] = -2"), ([[-1]], "1-D"),
+                                          ([-1.0], "integer")])
 def test_a_malformed_tree_is_refused(parents, why):
     with pytest.raises(ValueError, match=why):
         tree_depths(np.array(parents))
@@ -156,3 +157,47 @@ def test_a_path_that_is_not_one_is_refused(model):
         keep_paths(rb, [[0], [5]])
     with pytest.raises(ValueError, match="1 paths for a batch of 2"):
         keep_paths(rb, [[0]])
+
+
+# -- decoding with trees through the one loop (SpeculativeGenerator(drafter="suffix-tree"))
+def _reference(model, prompt, n):
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                         eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def _repetitive(seed, lengths):
+    rnd = random.Random(seed)
+    out = []
+    for length in lengths:
+        base = [rnd.randrange(VOCAB) for _ in range(rnd.randrange(3, 8))]
+        alt = list(base)
+        alt[rnd.randrange(len(alt))] = rnd.randrange(VOCAB)  # a variant: two continuations of one context
+        out.append(((base + alt) * 20)[:length])
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_tree_decoding_equals_greedy(model, batch):
+    from specfsm.hf import SpeculativeGenerator
+    from specfsm.hf.cost import CostModel
+
+    prompts = _repetitive(7, (40, 23, 31)[:batch])
+    # a flat cost: extra nodes are nearly free, so trees grow beside the chains
+    gen = SpeculativeGenerator(model, drafter="suffix-tree", cost=CostModel({1: 1.0, 64: 1.2}), eos_token_id=None)
+    outs = gen.generate(prompts, 24)
+    assert gen.last_run.trees > 0
+    for p, o in zip(prompts, outs):
+        assert o.tokens == _reference(model, p, 24)
+
+
+def test_tree_drafter_refuses_sampling_and_a_mask_blind_attention():
+    from specfsm.hf import SpeculativeGenerator
+
+    m = _llama("sdpa")
+    with pytest.raises(ValueError, match="greedily"):
+        SpeculativeGenerator(m, drafter="suffix-tree", do_sample=True)
+    m.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(UnsupportedModel, match="flash_attention_2"):
+        SpeculativeGenerator(m, drafter="suffix-tree")

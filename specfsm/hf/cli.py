@@ -95,8 +95,8 @@ def add_parsers(sub: Any) -> None:
     _common(g)
     g.add_argument("--batch", type=_positive, default=1, help="requests decoded together by plain greedy and specfsm (default 1; transformers' prompt lookup runs them one by one)")
     g.add_argument("--k", type=_k, default="adaptive", help="specfsm draft length: 'adaptive' (default) or a fixed K")
-    g.add_argument("--drafter", choices=("suffix", "ngram", "prompt"), default="suffix",
-                   help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
+    g.add_argument("--drafter", choices=("suffix", "suffix-tree", "ngram", "prompt"), default="suffix",
+                   help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), suffix-tree (the same index's tree drafts around that chain, verified as trees, greedy only), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
     g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
     g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")
     g.add_argument("--threads", type=_positive, default=1, help="torch threads, pinned so figures compare (default 1)")

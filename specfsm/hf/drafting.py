@@ -22,9 +22,28 @@ from typing import Any
 import numpy as np
 
 from .. import _impl
-from .cost import AcceptanceStats, RequestBackoff, choose_width, expected_tokens
+from ..serving.loop import TreeDraft
+from .cost import AcceptanceStats, CostModel, RequestBackoff, choose_width, expected_tokens
 
-__all__ = ["StepDrafter", "checked_draft"]
+__all__ = ["StepDrafter", "checked_draft", "tree_budget"]
+
+#: a tree may add nodes beside the chain while the forward costs at most this much more
+TREE_SLACK = 1.05
+
+
+def tree_budget(cost: CostModel | None, batch: int, width: int, cap: int) -> int:
+    """The node budget of a tree whose main branch is a ``width``-token chain: the
+    largest ``n`` in ``[width, min(cap, width + width // 2)]`` whose ``batch * (n + 1)``
+    rows cost at most ``TREE_SLACK`` times the chain's ``batch * (width + 1)`` (no cost
+    model: the chain's own budget)."""
+    if cost is None or width < 1:
+        return width
+    limit = cost(batch * (width + 1)) * TREE_SLACK
+    best = width
+    for n in range(width + 1, min(cap, width + width // 2) + 1):
+        if cost(batch * (n + 1)) <= limit:
+            best = n
+    return best
 
 
 def checked_draft(draft: Any, k: int) -> list[int]:
@@ -50,7 +69,7 @@ def checked_draft(draft: Any, k: int) -> list[int]:
 class _Session:
     """One request's drafting: its index (or its history), and what its drafts achieved."""
 
-    __slots__ = ("owner", "history", "index", "stats", "idle", "match", "recent", "predicted", "probing")
+    __slots__ = ("owner", "history", "index", "stats", "idle", "match", "recent", "predicted", "probing", "depth")
 
     def __init__(self, owner: StepDrafter, prompt: list[int], index: Any) -> None:
         self.owner = owner
@@ -64,6 +83,7 @@ class _Session:
         self.recent = RequestBackoff()  # what this request's own drafts achieved recently
         self.predicted = 0.0  # accepted draft tokens the shared estimate expects of the current draft
         self.probing = False  # the current draft is a probe (the request had stopped drafting)
+        self.depth = 0  # the current tree draft's depth (0: a chain)
 
     def extend(self, tokens: Sequence[int]) -> None:
         self.history += tokens
@@ -117,10 +137,11 @@ class StepDrafter:
             d = [d[i % len(d)] for i in range(k)]
         return d if len(d) >= least else []
 
-    def propose_step(self, sessions: Sequence[_Session], limits: Sequence[int]) -> list[list[int]]:
+    def propose_step(self, sessions: Sequence[_Session], limits: Sequence[int]) -> list[Any]:
         """The drafts of one step (``limits[j]`` tokens at most for ``sessions[j]``),
-        cut to the step's width."""
+        cut to the step's width (with ``gen.tree``, trees around them: ``_trees``)."""
         gen = self.gen
+        cost: CostModel | None = None
         bonus = gen.bonus
         least = 2 - bonus
         drafts = [self._propose(s, lim, least) for s, lim in zip(sessions, limits)]
@@ -163,11 +184,36 @@ class StepDrafter:
         gen.last_run.widths.append(max((len(d) for d in drafts), default=0))
         for s, d in zip(sessions, drafts):
             s.idle = 0 if d else s.idle + 1
+        if gen.tree:
+            return self._trees(sessions, drafts, limits, cost if gen.adaptive and any(drafts) else None)
         return drafts
+
+    def _trees(self, sessions: Sequence[_Session], drafts: list[list[int]], limits: Sequence[int],
+               cost: CostModel | None) -> list[Any]:
+        """Each drafting session's chain as a tree's main branch (``propose_tree`` with the
+        chain's length as its depth), with the nodes ``tree_budget`` allows beside it."""
+        w = max((len(d) for d in drafts), default=0)
+        budget = tree_budget(cost, len(sessions), w, max(limits, default=0))
+        out: list[Any] = []
+        for s, d, lim in zip(sessions, drafts, limits):
+            s.depth = 0
+            if not d:
+                out.append(d)
+                continue
+            tok, par = s.index.propose_tree(min(budget, lim), max_depth=len(d))
+            if len(tok) <= len(d) and bool((par == np.arange(-1, len(tok) - 1)).all()):
+                out.append(d)  # no node beside the chain: verify the chain itself
+                continue
+            s.depth = len(d)
+            self.gen.last_run.trees += 1
+            out.append(TreeDraft(tok, par))
+        return out
 
     def verified(self, s: _Session, k: int, n: int) -> None:
         """A verify of ``k`` drafted tokens with ``n`` accepted, into the estimates."""
         gen = self.gen
+        if s.depth:  # a tree: its main branch's length is the draft the estimates know
+            k, n, s.depth = s.depth, min(n, s.depth), 0
         s.stats.record(k, n)
         gen.global_stats.record(k, n)
         if s.match is not None:

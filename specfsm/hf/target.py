@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .evaluate import RaggedBatch, prefill
+from .tree import feed_tree, keep_paths, tree_depths
 
 __all__ = ["ModelTarget"]
 
@@ -36,7 +37,7 @@ class ModelTarget:
     ``sample_rows``: when sampling, draw a token at every row (a rule that compares
     tokens) or at each slot's last row only."""
 
-    __slots__ = ("gen", "sample_rows", "budget", "rb", "live", "fed", "prompts", "steps")
+    __slots__ = ("gen", "sample_rows", "budget", "rb", "live", "fed", "prompts", "steps", "treed")
 
     def __init__(self, gen: Any, sample_rows: bool = True, budget: int = 1) -> None:
         self.gen = gen
@@ -47,12 +48,18 @@ class ModelTarget:
         self.rb: RaggedBatch | None = None
         self.live: list[int] = []  # the slot at each row of the batch cache
         self.fed: dict[int, int] = {}  # slot -> its columns when it was last fed
+        self.treed: dict[int, Any] | None = None  # after a tree forward: slot -> its tree's parents (a chain's too)
 
     # -- the loop's protocol ------------------------------------------------------------
-    def evaluate_batch(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]]) -> list[tuple[list[int], list[tuple[int, int]]]]:
-        return [(rows, rc) for rows, _p, rc in self._answer(feeds, caches, False)]
+    def evaluate_batch(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, ...]],
+                       trees: Sequence[Any] | None = None) -> list[tuple[list[int], list[tuple[int, ...]]]]:
+        """One step's rows; ``trees[j]``: slot ``j``'s tree parents when it verifies a tree
+        (``serve`` passes them for a step with tree slots; None for a chain or a decode),
+        its rows then the root and the nodes (``specfsm.hf.tree.feed_tree``). A tree row's
+        handle is ``(slot, columns, row)``: the row it resumes from names the kept path."""
+        return [(rows, rc) for rows, _p, rc in self._answer(feeds, caches, False, trees)]
 
-    def evaluate_batch_probs(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]]) -> list[tuple[list[int], Any, list[tuple[int, int]]]]:
+    def evaluate_batch_probs(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, ...]]) -> list[tuple[list[int], Any, list[tuple[int, ...]]]]:
         return self._answer(feeds, caches, True)
 
     def _compact(self, rb: RaggedBatch, cols: list[int], rows: int) -> None:
@@ -71,7 +78,26 @@ class ModelTarget:
             gen.last_run.compactions += 1
 
     # -- the model ----------------------------------------------------------------------
-    def _answer(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, int]], want_probs: bool) -> list[tuple[list[int], Any, list[tuple[int, int]]]]:
+    def _kept(self, caches: Sequence[tuple[int, ...]]) -> None:
+        """What the last step kept, after a tree forward: each slot's path to the row its
+        handle names (a chain row: its leading columns), into ``keep_paths``."""
+        assert self.rb is not None and self.treed is not None
+        now = {int(c[0]): c for c in caches}
+        paths: list[list[int]] = []
+        for s in self.live:
+            h = now.get(s)
+            par = self.treed[s]
+            node = (int(h[2]) if len(h) > 2 else int(h[1]) - self.fed[s]) - 1 if h is not None else -1
+            path = []
+            while node >= 0:
+                path.append(node)
+                node = int(par[node])
+            paths.append(path[::-1])
+        keep_paths(self.rb, paths)
+        self.treed = None
+
+    def _answer(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, ...]], want_probs: bool,
+                trees: Sequence[Any] | None = None) -> list[tuple[list[int], Any, list[tuple[int, ...]]]]:
         import torch
 
         gen = self.gen
@@ -87,12 +113,15 @@ class ModelTarget:
             self.prompts = dict(self.fed)
             flat = logits
             counts = [1] * len(slots)
-            handles = [[(s, n)] for s, n in zip(slots, lens)]
+            handles: list[list[tuple[int, ...]]] = [[(s, n)] for s, n in zip(slots, lens)]
         else:
             rb = self.rb
             # what the last step kept: each row's consumed columns, then finished rows out
-            now = dict(zip(slots, cols))
-            rb.keep([now[s] - self.fed[s] if s in now else 0 for s in self.live])
+            if self.treed is not None:
+                self._kept(caches)
+            else:
+                now = dict(zip(slots, cols))
+                rb.keep([now[s] - self.fed[s] if s in now else 0 for s in self.live])
             if len(slots) != len(self.live):
                 where = {s: r for r, s in enumerate(self.live)}
                 rb.select([where[s] for s in slots])
@@ -101,13 +130,27 @@ class ModelTarget:
             w = max(counts)
             self._compact(rb, cols, len(feeds) * w)
             t0 = gen.last_run.model_s
-            logits = rb.feed(feeds, cols)
+            depths = None
+            if trees is not None and any(t is not None for t in trees):
+                # chains and decodes in a tree step are paths: node i's parent is node i - 1
+                pars = [np.asarray(t, dtype=np.int64) if t is not None else np.arange(-1, n - 2, dtype=np.int64)
+                        for t, n in zip(trees, counts)]
+                logits = feed_tree(rb, [int(f[0]) for f in feeds],
+                                   [(np.asarray(f[1:], dtype=np.int64), p) for f, p in zip(feeds, pars)], cols,
+                                   gen.model.dtype)
+                self.treed = dict(zip(slots, pars))
+                depths = [tree_depths(p).tolist() for p in pars]
+            else:
+                logits = rb.feed(feeds, cols)
             spent = gen.last_run.model_s - t0
             gen.online.record(len(feeds) * w, spent)
             gen.compaction.record_forward(len(feeds) * w, rb.width, spent)
             self.steps += 1
             self.fed = {s: c for s, c in zip(slots, cols)}
-            handles = [[(s, c + i) for i in range(1, n + 1)] for s, c, n in zip(slots, cols, counts)]
+            if depths is None:
+                handles = [[(s, c + i) for i in range(1, n + 1)] for s, c, n in zip(slots, cols, counts)]
+            else:
+                handles = [[(s, c + d + 1, r) for r, d in enumerate(ds)] for s, c, ds in zip(slots, cols, depths)]
             if not (gen.do_sample or want_probs):  # greedy: the choices, no copy of the logits
                 choice = logits.argmax(-1).tolist()
                 return [(choice[j][:n], None, handles[j]) for j, n in enumerate(counts)]

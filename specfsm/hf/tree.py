@@ -2,7 +2,7 @@
 tokens per request, each node attending to its request's context and its own ancestors,
 and the accepted path's columns are what the cache keeps.
 
-A request's tree of ``N`` nodes is the drafter's flat form (``specfsm.tree``): ``tokens[N]``
+A request's tree of ``N >= 0`` nodes (none: the root alone, a decode) is the drafter's flat form (``specfsm.tree``): ``tokens[N]``
 and ``parents[N]``, ``parents[i]`` in ``[-1, i)``, -1 being the root (the request's last
 token, not yet in the cache). The forward feeds ``N + 1`` columns per request: column 0
 the root, column ``i + 1`` node ``i``, at position ``valid + depth`` (the root at depth 0),
@@ -54,8 +54,8 @@ def check_tree_attention(model: Any) -> str:
 
 def _parents(parents: Any) -> np.ndarray:
     p = np.asarray(parents)
-    if p.ndim != 1 or p.dtype.kind not in "iu" or not len(p):
-        raise ValueError(f"parents must be a non-empty 1-D integer sequence, got {p.dtype} of shape {p.shape}")
+    if p.ndim != 1 or (p.dtype.kind not in "iu" and len(p)):
+        raise ValueError(f"parents must be a 1-D integer sequence, got {p.dtype} of shape {p.shape}")
     p = p.astype(np.int64, copy=False)
     bad = np.nonzero((p < -1) | (p >= np.arange(len(p))))[0]
     if len(bad):
@@ -102,7 +102,7 @@ def feed_tree(rb: RaggedBatch, roots: Sequence[int], trees: Sequence[tuple[Any, 
     shapes = []
     for j, (tok, par) in enumerate(trees):
         t = np.asarray(tok)
-        if t.ndim != 1 or t.dtype.kind not in "iu" or len(t) != len(np.asarray(par)):
+        if t.ndim != 1 or (t.dtype.kind not in "iu" and len(t)) or len(t) != len(np.asarray(par)):
             raise ValueError(f"trees[{j}]: tokens must be a 1-D integer sequence as long as parents")
         shapes.append((t.astype(np.int64, copy=False), tree_ancestors(par), tree_depths(par)))
     w = max(len(t) + 1 for t, _, _ in shapes)

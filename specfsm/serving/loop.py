@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -68,6 +68,7 @@ from .requests import (
 from .workload import TeacherForcedTarget, TraceError
 
 __all__ = [
+    "TreeDraft",
     "Target",
     "Drafter",
     "DraftSession",
@@ -89,6 +90,16 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 # protocols
 # --------------------------------------------------------------------------------------
+class TreeDraft(NamedTuple):
+    """A draft tree (``specfsm.tree``'s format: ``parents[i]`` in ``[-1, i)``, -1 the
+    request's last token, siblings with distinct tokens): what a drafter returns in place
+    of a chain to have ``serve`` verify a tree (``BatchState.enter_verify_tree``; greedy
+    only; the target gets each slot's parents as ``evaluate_batch(..., trees=...)``)."""
+
+    tokens: Any
+    parents: Any
+
+
 class Target(Protocol):
     def evaluate(self, inputs: Sequence[Any], cache: Any) -> tuple[Sequence[Any], Sequence[Any]]:
         """One evaluation: one chosen token and one cache per input row."""
@@ -405,6 +416,7 @@ def serve(
         raise TypeError(f"the target must have evaluate(inputs, cache) -> (row_tokens, row_caches), got {bad}")
     clock = perf_counter_ns
     step = bs.step
+    trees_next = False  # tree slots wait in the batch (TreeDraft)
     while True:
         t0 = clock()
         slots, inputs, offs = bs.pending()
@@ -421,7 +433,19 @@ def serve(
         rows_all: list[Any] = []
         row_caches: list[Any] = []
         usual = not needs
-        if shared or (batch_eval is not None and all(targets[i] is target for i in sl)):
+        if trees_next:  # a tree's rows: the target needs each slot's parents (_enter_trees checked it can)
+            a = clock()
+            answers = batch_eval(feeds, [caches[i] for i in sl], trees=_slot_trees(bs, sl))  # type: ignore[misc]
+            in_target = clock() - a
+            answers = [(rows, None, rc) for rows, rc in answers]
+            for (rows, _p, rc), f in zip(answers, feeds):
+                if len(rows) != len(f) or len(rc) != len(f):
+                    usual = False
+                    break
+                rows_all += rows
+                row_caches.append(rc)
+            target_total += in_target // len(sl)
+        elif shared or (batch_eval is not None and all(targets[i] is target for i in sl)):
             a = clock()
             answers = batch_eval(feeds, [caches[i] for i in sl])  # type: ignore[misc]
             in_target = clock() - a
@@ -504,6 +528,7 @@ def serve(
         new_slots: list[int] = []
         new_tokens: list[Any] = []
         new_offs = [0]
+        new_trees: list[tuple[int, Any]] = []
         for j, i in enumerate(sl):
             caches[i] = row_caches[j][rr[j]]
             out = em[eo[j] : eo[j + 1]]
@@ -529,20 +554,32 @@ def serve(
                     asking.append(i)
                     limits.append(limit)
                 else:
-                    _enter(sessions[i].propose(limit) if limit > 0 else (), i, limit, vocab,
-                           new_slots, new_tokens, new_offs)
+                    d = sessions[i].propose(limit) if limit > 0 else ()
+                    if type(d) is TreeDraft:
+                        new_trees.append((i, d))
+                    else:
+                        _enter(d, i, limit, vocab, new_slots, new_tokens, new_offs)
         if cut:
             bs.finish(np.array(cut, dtype=np.int64))
         if asking:
             assert propose_step is not None  # asking is only filled for a propose_step drafter
             drafts = propose_step([sessions[i] for i in asking], limits)
             for i, limit, draft in zip(asking, limits, drafts):
-                _enter(draft, i, limit, vocab, new_slots, new_tokens, new_offs)
+                if type(draft) is TreeDraft:
+                    new_trees.append((i, draft))
+                else:
+                    _enter(draft, i, limit, vocab, new_slots, new_tokens, new_offs)
         if new_slots:  # as int64 arrays: the batch converts lists more slowly
             bs.enter_verify(np.array(new_slots, dtype=np.int64), np.array(new_tokens, dtype=np.int64),
                             np.array(new_offs, dtype=np.int64))
             if clone is not False:
                 for i in new_slots:
+                    caches[i] = _snapshot(caches[i], clone)
+        trees_next = False
+        if new_trees:
+            trees_next = _enter_trees(bs, new_trees, vocab, needs, shared)
+            if clone is not False:
+                for i, _d in new_trees:
                     caches[i] = _snapshot(caches[i], clone)
         control_total += (clock() - t0 - in_target) // len(sl)
         if finished:
@@ -564,6 +601,37 @@ def serve(
     if len(out) != n:  # pragma: no cover - every slot ends in Done
         raise RuntimeError("a request did not finish")
     return out
+
+
+def _enter_trees(bs: Any, trees: list[tuple[int, TreeDraft]], vocab: _Vocab | None, needs: bool,
+                 shared: bool) -> bool:
+    """The step's tree drafts into the batch (``enter_verify_tree``); True when any
+    entered. Refuses trees a rule other than greedy would settle, trees over a vocabulary
+    of objects, and a target that is not one shared batch target (the parents travel with
+    ``evaluate_batch``)."""
+    if needs or vocab is not None or not shared:
+        why = ("a rule that needs probabilities" if needs else "tokens that are not integer ids" if vocab is not None
+               else "a target per request (trees need one shared target with evaluate_batch(feeds, caches, trees=))")
+        raise TypeError(f"a drafter returned a TreeDraft: trees verify greedily on integer ids through one batch target, not with {why}")
+    slots = [i for i, _d in trees]
+    toks = [np.asarray(d.tokens, dtype=np.int64).reshape(-1) for _i, d in trees]
+    pars = [np.asarray(d.parents, dtype=np.int64).reshape(-1) for _i, d in trees]
+    keep = [j for j, t in enumerate(toks) if len(t)]  # an empty tree: the slot decodes
+    if not keep:
+        return False
+    offs = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum([len(toks[j]) for j in keep], out=offs[1:])
+    bs.enter_verify_tree(np.array([slots[j] for j in keep], dtype=np.int64), np.concatenate([toks[j] for j in keep]),
+                         np.concatenate([pars[j] for j in keep]), offs)
+    return True
+
+
+def _slot_trees(bs: Any, sl: list[int]) -> list[Any]:
+    """Each pending slot's tree parents (an int64 array; None for a chain, a decode)."""
+    ts, par, off = bs.pending_trees()
+    where = {s: j for j, s in enumerate(ts.tolist())}
+    o = off.tolist()
+    return [par[o[where[s]]:o[where[s] + 1]] if s in where else None for s in sl]
 
 
 def _enter(draft: Any, i: int, limit: int, vocab: _Vocab | None, new_slots: list[int],
