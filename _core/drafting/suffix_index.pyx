@@ -65,8 +65,9 @@ from specfsm.drafting._tree_checks import check_tree_args
 
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
+cimport numpy as cnp
 from _seq cimport Py_SIZE
 from _guard cimport (
     GUARD_READY,
@@ -81,6 +82,8 @@ from _guard cimport (
     guard_write,
 )
 from _index_stats cimport index_stats_t, stats_fits, stats_init, stats_limit, stats_record
+
+cnp.import_array()  # propose_tree builds its result arrays with the C API
 
 __all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch"]
 
