@@ -28,25 +28,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout's specfsm
 
 from specfsm import _impl  # noqa: E402
+from specfsm.tree.tree import accept_tree  # noqa: E402
 from specfsm.serving.workload import Trace, Vocabulary, load_jsonl, stdlib_workload, tokenize  # noqa: E402
 
 
-def accept_tree(tokens, parents, row_tokens):
-    """The greedy walk over a tree: from the root (the current last token), move to the
-    child whose token is the target's next token, stop when none; returns the accepted
-    node count. TO BE REPLACED by ``specfsm.tree.accept_tree(tokens, parents,
-    row_tokens)`` once it lands (same semantics). ``row_tokens[j]`` is the target's token
-    after j accepted nodes along the path (teacher-forced: the recorded output)."""
-    children: dict[int, dict[int, int]] = {}
-    for i in range(len(tokens)):
-        children.setdefault(int(parents[i]), {})[int(tokens[i])] = i
-    node, n = -1, 0
-    while n < len(row_tokens):
-        nxt = children.get(node, {}).get(int(row_tokens[n]))
-        if nxt is None:
-            break
-        node, n = nxt, n + 1
-    return n
+def accepted_nodes(tokens, parents, recorded):
+    """How many nodes of the tree the teacher-forced target accepts: its choice after a
+    node at depth d is the recorded output's token d (``recorded[0]`` after the root),
+    and ``specfsm.tree.accept_tree`` walks the tree by those choices."""
+    depth = np.zeros(len(parents) + 1, dtype=np.int64)
+    for i, p in enumerate(parents.tolist()):
+        depth[i + 1] = depth[p + 1] + 1
+    rec = np.asarray(recorded, dtype=np.int64)
+    rows = rec[np.minimum(depth, len(rec) - 1)]  # past the recording's end: the walk is cut by the caller
+    return len(accept_tree(tokens, parents, rows))
 
 
 def replay(mod, traces, budget, kind, depth, width):
@@ -73,7 +68,7 @@ def replay(mod, traces, budget, kind, depth, width):
                 while a < len(draft) and a < len(rest) and draft[a] == rest[a]:
                     a += 1
             else:
-                a = accept_tree(toks, pars, rest)
+                a = accepted_nodes(toks, pars, rest) if len(toks) else 0
             step = min(a + 1, len(rest))
             ix.extend(rest[:step])
             pos += step
