@@ -36,10 +36,12 @@ ARGS: dict[str, tuple] = {
     "last_tokens": (2,),
     "record": (1, 0),
     "serve": ([1],),
+    "propose_tree": (4,),
     # module-level batch calls, after the list of indexes
     "extend_batch": ([1], [0, 1]),
     "record_batch": ([1], [0]),
     "serve_batch": ([1], [0, 1], [0], [0]),
+    "propose_tree_batch": (4,),
 }
 
 
