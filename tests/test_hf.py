@@ -335,6 +335,68 @@ def test_choose_width_maximises_tokens_per_cost():
     assert hfcost.choose_width([[1.0] * 8, [0.0] * 8], [8, 8], hfcost.CostModel({1: 1.0, 2: 2.0}), 8) == 0
 
 
+# a CPU's shape (SmolLM2-135M, one thread, ms): a batch decodes for little more than one request
+CPU_MS = hfcost.CostModel({1: 70.0, 2: 100.0, 4: 134.0, 8: 177.0, 16: 218.0, 32: 290.0, 64: 520.0, 128: 1000.0})
+
+
+def _makespan(conds, avail, left, cost, w):
+    """The batch's end if every step ran at width ``w``, by a step-by-step simulation
+    (fractional progress), independent of choose_batch_width's closed form."""
+    left = [float(x) for x in left]
+    total = 0.0
+    while any(x > 1e-9 for x in left):
+        alive = [j for j, x in enumerate(left) if x > 1e-9]
+        drafting = w >= 2 and any(avail[j] >= 2 for j in alive)
+        gains = {j: hfcost.expected_tokens(conds[j], min(w, avail[j])) if avail[j] >= 2 else 1.0 for j in alive}
+        # advance to the next request's end (or one step), whichever comes first
+        dt = min(min(left[j] / gains[j] for j in alive), 1.0)
+        total += dt * cost(len(alive) * (w if drafting else 1))
+        for j in alive:
+            left[j] -= dt * gains[j]
+    return total
+
+
+def test_choose_batch_width_ends_the_batch_soonest():
+    q, d = [0.95] * 32, [0.2] * 32
+    one = lambda n: CPU_MS  # noqa: E731
+    # one request copies, three copy nothing: widening every step for it delays the
+    # three as much as it saves; the batch decodes plainly
+    assert hfcost.choose_batch_width([q, d, d, d], [20, 0, 0, 0], [256] * 4, one, 32) == 0
+    assert hfcost.choose_width([q, d, d, d], [20, 0, 0, 0], CPU_MS, 32) > 0  # tokens per cost would widen
+    # every request copies: wide
+    assert hfcost.choose_batch_width([q] * 4, [20] * 4, [256] * 4, one, 32) >= 8
+    # the others almost done: the copier's long tail is the batch's end, it drafts wide
+    assert hfcost.choose_batch_width([q, d], [20, 0], [256, 10], one, 32) >= 8
+    # nothing to draft, or no request
+    assert hfcost.choose_batch_width([q, q], [0, 1], [256, 256], one, 32) == 0
+    assert hfcost.choose_batch_width([], [], [], one, 32) == 0
+    # the chosen width's makespan is the least over every width, by simulation
+    rng = random.Random(5)
+    for _ in range(40):
+        b = rng.randint(2, 5)
+        conds = [[rng.choice((0.1, 0.5, 0.8, 0.95))] * 16 for _ in range(b)]
+        avail = [rng.choice((0, 3, 8, 16)) for _ in range(b)]
+        left = [rng.randint(1, 300) for _ in range(b)]
+        w = hfcost.choose_batch_width(conds, avail, left, one, 16)
+        spans = {v: _makespan(conds, avail, left, CPU_MS, v) for v in [0] + list(range(2, 17))}
+        assert spans[w] <= min(spans.values()) * (1 + 1e-6), (conds, avail, left, w, spans)
+    # each batch size's own table: a batch of 2 whose wide forwards are dear decodes
+    dear = hfcost.CostModel({1: 70.0, 2: 100.0, 4: 1000.0})
+    by = lambda n: dear if n == 2 else CPU_MS  # noqa: E731
+    assert hfcost.choose_batch_width([q, q], [8, 8], [256, 256], by, 8) == 0
+    assert hfcost.choose_batch_width([q, q], [8, 8], [256, 256], one, 8) == 8
+
+
+def test_choose_batch_width_of_one_request_is_choose_width():
+    rng = random.Random(7)
+    for _ in range(200):
+        cond = [rng.random() for _ in range(rng.randint(1, 20))]
+        a = rng.randint(0, 24)
+        left = rng.randint(1, 500)
+        assert (hfcost.choose_batch_width([cond], [a], [left], lambda n: CPU_MS, 24)
+                == hfcost.choose_width([cond], [a], CPU_MS, 24))
+
+
 def test_cost_model_cap_keeps_the_kernels_cheap_widths():
     # 4 rows cheaper than 3 (a CPU's matrix kernels): "cap" keeps that, True flattens it
     table = {1: 1.0, 2: 1.65, 3: 2.02, 4: 1.52, 5: 1.75, 6: 1.73, 7: 1.96, 8: 1.83}
@@ -405,10 +467,14 @@ def test_online_cost_learns_from_the_run_s_own_forwards(model, references):
     for prompt, out, want in zip(_prompts(), outs, references):
         _check_equal(model, prompt, out.tokens, want)
     assert gen.cost is None and gen.last_run.calibrate_s == 0  # no separate calibration
-    assert gen.online.samples and all(len(v) <= gen.online.window for v in gen.online.samples.values())
-    assert sum(len(v) for v in gen.online.samples.values()) == min(gen.last_run.forwards - len(_prompts()),
-                                                                   sum(gen.online.window for _ in gen.online.samples))
-    m = gen.online.model()
+    # filed by batch size: the batch's forwards, then the tail after requests finished
+    by = gen.online.by_batch
+    assert by and set(by) <= set(range(1, len(_prompts()) + 1))
+    samples = {(b, r): v for b, o in by.items() for r, v in o.samples.items()}
+    assert all(len(v) <= gen.online.window and r % b == 0 for (b, r), v in samples.items())
+    assert sum(len(v) for v in samples.values()) == min(gen.last_run.forwards - len(_prompts()),
+                                                        gen.online.window * len(samples))
+    m = gen.online.model(len(_prompts()))
     assert m.monotone == "cap"  # as the prior: the kernels' cheap widths are kept
     r0 = m.rows[0]
     assert all(m(r) <= m(r0) * r / r0 * (1 + 1e-9) for r in range(r0, 200))
@@ -436,10 +502,34 @@ def test_online_cost_scales_the_prior_to_median_timings_within_bounds():
     assert o.model()(1) == pytest.approx(scale / 2) and o.model()(8) == pytest.approx(min(est[8], 4 * scale * 2))
     with pytest.raises(ValueError, match="window"):
         hfcost.OnlineCost(window=0)
+    with pytest.raises(ValueError, match="window"):
+        hfcost.OnlineCostByBatch(window=0)
     with pytest.raises(ValueError, match="min_samples"):
         hfcost.OnlineCost(window=4, min_samples=5)
     with pytest.raises(ValueError, match="spread"):
         hfcost.OnlineCost(spread=0.5)
+
+
+def test_online_cost_by_batch_keeps_each_batch_size_apart():
+    prior = hfcost.CostModel({1: 1.0, 4: 2.0, 32: 8.0})
+    o = hfcost.OnlineCostByBatch(prior, window=4, min_samples=3)
+    assert o.model(4) is prior and o.estimates(4) == {}
+    for t in (0.10, 0.11, 0.09):
+        o.record(1, 32, t)  # a single request's 32-row verifies
+    o.record(0, 4, 1.0)
+    o.record(4, 2, 1.0)  # fewer rows than requests: not a forward, ignored
+    assert set(o.by_batch) == {1}
+    assert o.model(4)(32) == pytest.approx(0.10)  # no timing at 4 requests yet: the nearest batch size's
+    for t in (0.20, 0.21, 0.19):
+        o.record(4, 32, t)  # four requests of 8 rows: twice the single request's 32 rows
+    assert o.estimates(4) == {32: 0.20} and o.estimates(1) == {32: 0.10}
+    assert o.model(4)(32) == pytest.approx(0.20) and o.model(1)(32) == pytest.approx(0.10)
+    assert o.model(4)(4) == pytest.approx(0.05)  # the prior's shape, scaled to that batch size
+    assert o.model(3) is o.model(4) and o.model(2) is o.model(1)  # nearest; the larger on a tie
+    for t in (0.3, 0.3, 0.3):
+        o.record(2, 4, t)
+    assert o.model(3) is o.model(4) and o.model(2)(4) == pytest.approx(0.3)
+    assert "4: OnlineCost" in repr(o)
 
 
 def test_adaptive_generator_measures_cost_once(model):
@@ -727,6 +817,8 @@ class _NoCalls(torch.nn.Module):
         ({"cost": {1: 1.0}}, TypeError, "cost must be a CostModel or None, got dict"),
         ({"cost": lambda rows: 1.0}, TypeError, "cost must be a CostModel"),
         ({"periodic": "no"}, TypeError, "periodic must be True or False"),
+        ({"objective": "latency"}, ValueError, "objective must be 'makespan' or 'throughput'"),
+        ({"objective": None}, ValueError, "objective"),
         ({"bonus": 1}, TypeError, "bonus must be True or False"),
         ({"do_sample": "yes"}, TypeError, "do_sample must be True or False"),
         ({"k_max": 4.0}, TypeError, "k_max must be an integer"),

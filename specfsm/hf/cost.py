@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
     "CostModel",
     "OnlineCost",
+    "OnlineCostByBatch",
     "CompactionCost",
     "PRIOR_COST",
     "AcceptanceStats",
@@ -31,6 +32,7 @@ __all__ = [
     "RequestBackoff",
     "expected_tokens",
     "choose_width",
+    "choose_batch_width",
 ]
 
 
@@ -174,6 +176,54 @@ class OnlineCost:
 
     def __repr__(self) -> str:
         return f"OnlineCost(estimates={{{', '.join(f'{r}: {c:.3g}' for r, c in sorted(self.estimates().items()))}}})"
+
+
+class OnlineCostByBatch:
+    """``OnlineCost`` kept apart for each batch size: a forward's cost is not a function
+    of its rows alone. SmolLM2-135M on one thread, about 300 tokens of context: on a
+    clean cache 4 requests of 8 rows cost 290 ms and one request of 32 rows 269 ms
+    (``evaluate.measure_costs``), but inside a batch's run, whose ragged cache carries
+    holes and is as wide as its widest request, 4 requests of 8 rows took 320-386 ms
+    (medians of two runs). A table by rows alone, learnt from single requests (a run of
+    them before a batch, as ``specfsm generate --compare`` does) or from a batch's tail
+    after most of its requests finished, makes a batch's wide verifies look cheap.
+
+    ``record(batch, rows, seconds)`` files a forward under its batch size;
+    ``model(batch)`` is that batch size's ``OnlineCost.model()`` once it has estimates,
+    else the nearest batch size's that has them (the larger on a tie), else the prior.
+    ``window``, ``min_samples`` and ``spread`` are each batch size's ``OnlineCost``'s."""
+
+    __slots__ = ("prior", "by_batch", "window", "min_samples", "spread")
+
+    def __init__(self, prior: CostModel | None = None, *, window: int = 16, min_samples: int = 3,
+                 spread: float = 2.0) -> None:
+        OnlineCost(prior, window=window, min_samples=min_samples, spread=spread)  # the arguments' checks
+        self.prior = PRIOR_COST if prior is None else prior
+        self.window, self.min_samples, self.spread = window, min_samples, float(spread)
+        self.by_batch: dict[int, OnlineCost] = {}
+
+    def record(self, batch: int, rows: int, seconds: float) -> None:
+        if batch >= 1 and rows >= batch and seconds > 0:
+            got = self.by_batch.get(batch)
+            if got is None:
+                got = self.by_batch[batch] = OnlineCost(self.prior, window=self.window,
+                                                        min_samples=self.min_samples, spread=self.spread)
+            got.record(rows, seconds)
+
+    def estimates(self, batch: int) -> dict[int, float]:
+        """``batch``'s own median timings by rows (``OnlineCost.estimates``)."""
+        got = self.by_batch.get(batch)
+        return got.estimates() if got is not None else {}
+
+    def model(self, batch: int = 1) -> CostModel:
+        known = [b for b, o in self.by_batch.items() if o.estimates()]
+        if not known:
+            return self.prior
+        near = min(known, key=lambda b: (abs(b - batch), -b))
+        return self.by_batch[near].model()
+
+    def __repr__(self) -> str:
+        return "OnlineCostByBatch({" + ", ".join(f"{b}: {o!r}" for b, o in sorted(self.by_batch.items())) + "})"
 
 
 class CompactionCost:
@@ -446,4 +496,69 @@ def choose_width(
         value = gain / cost(b * w)
         if value > best * (1 + 1e-9):
             best_w, best = w, value
+    return best_w
+
+
+def choose_batch_width(
+    conds: Sequence[Sequence[float]], available: Sequence[int], remaining: Sequence[int],
+    cost_for: Callable[[int], CostModel], k_max: int,
+) -> int:
+    """The step's width for a batch that ends when its last request does (``generate``'s
+    batch): the ``W`` (0 included) whose batch finishes soonest if every step from now on
+    ran at ``W``. Request ``b`` has ``remaining[b]`` tokens left and emits
+    ``expected_tokens(conds[b], min(W, available[b]))`` per step, so it finishes after
+    ``remaining / that`` steps; while any request that drafts at ``W`` is alive every
+    step evaluates ``W`` rows per request (one padded forward), after that one row; a
+    step of ``n`` requests costs ``cost_for(n)(n * rows)`` (``OnlineCostByBatch.model``).
+
+    Why not tokens per unit of cost (``choose_width``): on a CPU a batch decodes almost
+    for the price of one request (SmolLM2-135M, one thread: 4 requests 134 ms, 1 request
+    70 ms), so widening every step for the requests that copy, while another request
+    that copies nothing keeps the batch going, adds the wide steps' price to the batch's
+    end and saves little once the copying requests have finished (measured: a batch of
+    a data transform and three open answers at 0.96x batched greedy ``generate``). A
+    batch of one is ``choose_width`` exactly: ``remaining`` cancels out. Ties go to the
+    shorter draft."""
+    b = len(available)
+    if b == 0:
+        return 0
+    if b == 1:
+        return choose_width(conds, available, cost_for(1), k_max)
+    top = min(k_max, max(available, default=0))
+    left = [max(int(r), 1) for r in remaining]
+    models: dict[int, CostModel] = {}
+
+    def step_cost(n: int, rows: int) -> float:
+        m = models.get(n)
+        if m is None:
+            m = models[n] = cost_for(n)
+        return m(n * rows)
+
+    def finish(gains: Sequence[float], w: int) -> float:
+        ends = sorted((r / g, a >= 2) for r, g, a in zip(left, gains, available))
+        drafting = sum(1 for _, d in ends if d)
+        total, at = 0.0, 0.0
+        for i, (end, d) in enumerate(ends):
+            n = b - i
+            total += (end - at) * step_cost(n, w if drafting and w >= 2 else 1)
+            at = end
+            drafting -= d
+        return total
+
+    # expected tokens of each request at each width, cumulated once
+    runs = []
+    for c in conds:
+        acc, run, out = 1.0, 1.0, [1.0, 1.0]
+        for j in range(top - 1):
+            run *= c[j] if j < len(c) else 0.0
+            acc += run
+            out.append(acc)
+        runs.append(out)
+    best_w = 0
+    best = finish([1.0] * b, 1)
+    for w in range(2, top + 1):
+        gains = [r[min(w, a)] if a >= 2 else 1.0 for r, a in zip(runs, available)]
+        t = finish(gains, w)
+        if t < best * (1 - 1e-9):
+            best_w, best = w, t
     return best_w

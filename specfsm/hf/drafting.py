@@ -1,13 +1,13 @@
 """The transformers generator's drafting policy in the serving loop: one session per
 request (its index or history, what its drafts achieved) and one width per step.
 
-``StepDrafter(gen)`` is the drafter ``SpeculativeGenerator.generate`` hands
+``StepDrafter(gen, budget)`` is the drafter ``SpeculativeGenerator.generate`` hands
 ``specfsm.serving.loop.serve``. Each session drafts from the request's own
 ``SuffixIndex`` / ``NgramIndex`` (the active implementation's), prompt lookup over its
 history, or the user's callable; a draft cut short by the end of the history is
 continued periodically (``periodic``). ``propose_step`` takes every live session's draft
-and chooses the step's width (``cost.choose_width``: expected tokens per unit of forward
-cost, 0 included) from the acceptance by match class shared by the run's requests
+and chooses the step's width (``cost.choose_batch_width``: the width that ends the batch
+soonest, 0 included; for one request, expected tokens per unit of forward cost) from the acceptance by match class shared by the run's requests
 (``AcceptanceByMatch``), each request's own recent drafts over it (``RequestBackoff``),
 and the forward cost (fixed, learnt online from the run's forwards, or calibrated); a
 request that stopped drafting is probed with 3 tokens now and then, the gap doubling
@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _impl
 from ..serving.loop import TreeDraft
-from .cost import AcceptanceStats, CostModel, RequestBackoff, choose_width, expected_tokens
+from .cost import AcceptanceStats, CostModel, RequestBackoff, choose_batch_width, choose_width, expected_tokens
 
 __all__ = ["StepDrafter", "checked_draft", "tree_budget"]
 
@@ -69,11 +69,13 @@ def checked_draft(draft: Any, k: int) -> list[int]:
 class _Session:
     """One request's drafting: its index (or its history), and what its drafts achieved."""
 
-    __slots__ = ("owner", "history", "index", "stats", "idle", "match", "recent", "predicted", "probing", "depth")
+    __slots__ = ("owner", "history", "prompt_len", "index", "stats", "idle", "match", "recent", "predicted", "probing",
+                 "depth")
 
     def __init__(self, owner: StepDrafter, prompt: list[int], index: Any) -> None:
         self.owner = owner
         self.history = prompt
+        self.prompt_len = len(prompt)
         self.index = index
         if index is not None:
             index.extend(np.asarray(prompt, dtype=np.int64))
@@ -97,11 +99,12 @@ class _Session:
 class StepDrafter:
     """The drafter of one ``SpeculativeGenerator`` (see the module docstring)."""
 
-    __slots__ = ("gen", "sessions")
+    __slots__ = ("gen", "sessions", "budget")
 
-    def __init__(self, gen: Any) -> None:
+    def __init__(self, gen: Any, budget: int) -> None:
         self.gen = gen
         self.sessions: list[_Session] = []  # in the order they were made (the requests')
+        self.budget = budget  # the tokens each request may emit (the run's max_new_tokens)
 
     def session(self, prompt: Sequence[int]) -> _Session:
         s = _Session(self, [int(t) for t in prompt], self.gen._new_index())
@@ -142,16 +145,21 @@ class StepDrafter:
         cut to the step's width (with ``gen.tree``, trees around them: ``_trees``)."""
         gen = self.gen
         cost: CostModel | None = None
+        cost_for: Any = None
         bonus = gen.bonus
         least = 2 - bonus
         drafts = [self._propose(s, lim, least) for s, lim in zip(sessions, limits)]
         if gen.adaptive and any(drafts):
             if gen.cost is not None:
-                cost = gen.cost
+                fixed = gen.cost
             elif gen.calibration == "online":
-                cost = gen.online.model()
+                fixed = None
+                cost_for = gen.online.model
             else:
-                cost = gen.calibrate(batch=min(len(sessions), 8))
+                fixed = gen.calibrate(batch=min(len(sessions), 8))
+            if cost_for is None:
+                cost_for = lambda n: fixed  # noqa: E731 - one table for every batch size
+            cost = cost_for(len(sessions))
             kk = gen.k_max + bonus
             prior = gen.global_stats.conditional(kk, prior=0.8, weight=2.0)
             shared = [gen.by_match.conditional(s.match, kk) if s.match is not None else None for s in sessions]
@@ -165,7 +173,11 @@ class StepDrafter:
             # with the bonus row a K-token draft is worth a (K + 1)-token draft without
             # it: K + 1 rows, the same expected tokens
             avail = [len(d) + bonus if d else 0 for d in drafts]
-            w = choose_width(conds, avail, cost, gen.k_max + bonus) - bonus
+            if gen.objective == "makespan":  # the batch ends with its last request: end it soonest
+                left = [self.budget - (len(s.history) - s.prompt_len) for s in sessions]
+                w = choose_batch_width(conds, avail, left, cost_for, gen.k_max + bonus) - bonus
+            else:
+                w = choose_width(conds, avail, cost, gen.k_max + bonus) - bonus
             gaps = [max(s.recent.probe_gap, gen.probe_every) if gen.backoff else gen.probe_every for s in sessions]
             if w < least and any(s.idle >= g and d for s, d, g in zip(sessions, drafts, gaps)):
                 # a request that stopped drafting is probed now and then (3 tokens:

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..accept.rules import Exact, SpeculativeSampling
 from ..serving.loop import Request, needs_probs, serve
-from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCost
+from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCostByBatch
 from .drafting import StepDrafter
 from .evaluate import (
     SUPPORTED_TRANSFORMERS,
@@ -159,6 +159,12 @@ class SpeculativeGenerator:
     verbatim copy); a request that stopped drafting is probed with 3 tokens after
     ``probe_every`` idle steps, the gap doubling after each failed probe (at most 64).
     ``backoff=False`` keeps the shared estimate alone (the chooser before issue 25).
+    ``objective``: what a batch's width serves. ``"makespan"`` (the default): the
+    ``generate`` call returns when its last request ends, so the width is the one that
+    ends the batch soonest (``cost.choose_batch_width``); ``"throughput"``: the most
+    expected tokens per unit of forward cost this step (``cost.choose_width``; what a
+    server that refills its batch as requests end wants). A batch of one is the same
+    under both.
     ``periodic``: a draft cut short by the end of the history (the latest match runs
     into it) is continued periodically, as the history repeats from the match on.
     Each request of an index drafter gets its own ``specfsm.SuffixIndex`` or
@@ -168,7 +174,8 @@ class SpeculativeGenerator:
     with K + 1 rows (the forward over the last token and the draft yields them anyway), so
     a fully accepted draft emits K + 1 tokens. ``cost``: a fixed ``CostModel`` for the
     adaptive width; without one, ``calibrate="online"`` (the default) learns it from the
-    run's own forwards (``OnlineCost``, starting from ``PRIOR_COST``'s shape), and
+    run's own forwards for each batch size (``OnlineCostByBatch``, starting from
+    ``PRIOR_COST``'s shape), and
     ``"upfront"`` measures it once before the first step (``calibrate()``).
     ``prefill``: ``"each"`` (the default) runs each prompt of a batch through its own
     forward and gathers the caches into the left-padded batch cache, so no forward
@@ -211,6 +218,7 @@ class SpeculativeGenerator:
         calibrate: str = "online",
         prefill: str = "each",
         backoff: bool = True,
+        objective: str = "makespan",
     ) -> None:
         check_model(model)
         self.model = model
@@ -258,6 +266,9 @@ class SpeculativeGenerator:
         self.periodic = _flag(periodic, "periodic")
         self.probe_every = _count(probe_every, "probe_every", least=1)
         self.backoff = _flag(backoff, "backoff")
+        if objective not in ("makespan", "throughput"):
+            raise ValueError(f"objective must be 'makespan' or 'throughput', got {objective!r}")
+        self.objective = objective
         self.bonus = 1 if _flag(bonus, "bonus") else 0
         if isinstance(k, str) and k == "adaptive":
             self.adaptive = True
@@ -300,8 +311,9 @@ class SpeculativeGenerator:
         if calibrate not in ("online", "upfront"):
             raise ValueError(f"calibrate must be 'online' or 'upfront', got {calibrate!r}")
         self.calibration = calibrate
-        #: the greedy path's cost model learnt from its own forwards (``calibrate='online'``)
-        self.online = OnlineCost()
+        #: the greedy path's cost model learnt from its own forwards by batch size
+        #: (``calibrate='online'``), kept across runs
+        self.online = OnlineCostByBatch()
         self._cost_batch: int | None = None
         compact_fraction = _real(compact_fraction, "compact_fraction")
         if not 0 < compact_fraction <= 1:
@@ -432,7 +444,7 @@ class SpeculativeGenerator:
             eos = self.eos
         requests = [Request(a.tolist(), max_new_tokens, eos=eos, cache=(i, 0)) for i, a in enumerate(arrays)]
         kcap = self.k_max if self.adaptive else self.k
-        drafter = StepDrafter(self)
+        drafter = StepDrafter(self, max_new_tokens)
         results = serve(requests, target, drafter, kcap, rule, clone=False, bonus=bool(self.bonus))
         run.wall_s = time.perf_counter() - t_start
         outs = []

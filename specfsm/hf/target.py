@@ -143,7 +143,7 @@ class ModelTarget:
             else:
                 logits = rb.feed(feeds, cols)
             spent = gen.last_run.model_s - t0
-            gen.online.record(len(feeds) * w, spent)
+            gen.online.record(len(feeds), len(feeds) * w, spent)
             gen.compaction.record_forward(len(feeds) * w, rb.width, spent)
             self.steps += 1
             self.fed = {s: c for s, c in zip(slots, cols)}
