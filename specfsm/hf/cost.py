@@ -216,6 +216,9 @@ class OnlineCostByBatch:
         return got.estimates() if got is not None else {}
 
     def model(self, batch: int = 1) -> CostModel:
+        own = self.by_batch.get(batch)
+        if own is not None and (m := own.model()) is not own.prior:
+            return m  # the usual case: this batch size has timings (its table is cached)
         known = [b for b, o in self.by_batch.items() if o.estimates()]
         if not known:
             return self.prior
@@ -479,6 +482,18 @@ def expected_tokens(cond: Sequence[float], k: int) -> float:
     return total
 
 
+def _expected_by_width(cond: Sequence[float], top: int) -> list[float]:
+    """``expected_tokens(cond, k)`` for every ``k`` in ``0..top``, cumulated in one pass
+    (the same sums in the same order)."""
+    out, total, run = [1.0, 1.0], 1.0, 1.0
+    for j in range(min(top, len(cond) + 1) - 1):
+        run *= cond[j]
+        total += run
+        out.append(total)
+    out += [total] * (top + 1 - len(out))
+    return out
+
+
 def choose_width(
     conds: Sequence[Sequence[float]], available: Sequence[int], cost: CostModel, k_max: int
 ) -> int:
@@ -491,8 +506,9 @@ def choose_width(
         return 0
     best_w, best = 0, b / cost(b)
     top = min(k_max, max(available, default=0))
+    runs = [_expected_by_width(c, top) for c in conds]
     for w in range(2, top + 1):
-        gain = sum(expected_tokens(c, min(w, a)) for c, a in zip(conds, available))
+        gain = sum(r[min(w, a)] for r, a in zip(runs, available))
         value = gain / cost(b * w)
         if value > best * (1 + 1e-9):
             best_w, best = w, value
@@ -545,15 +561,7 @@ def choose_batch_width(
             drafting -= d
         return total
 
-    # expected tokens of each request at each width, cumulated once
-    runs = []
-    for c in conds:
-        acc, run, out = 1.0, 1.0, [1.0, 1.0]
-        for j in range(top - 1):
-            run *= c[j] if j < len(c) else 0.0
-            acc += run
-            out.append(acc)
-        runs.append(out)
+    runs = [_expected_by_width(c, top) for c in conds]
     best_w = 0
     best = finish([1.0] * b, 1)
     for w in range(2, top + 1):

@@ -7,11 +7,11 @@ request (its index or history, what its drafts achieved) and one width per step.
 history, or the user's callable; a draft cut short by the end of the history is
 continued periodically (``periodic``). ``propose_step`` takes every live session's draft
 and chooses the step's width (``cost.choose_batch_width``: the width that ends the batch
-soonest, 0 included; for one request, expected tokens per unit of forward cost) from the acceptance by match class shared by the run's requests
-(``AcceptanceByMatch``), each request's own recent drafts over it (``RequestBackoff``),
-and the forward cost (fixed, learnt online from the run's forwards, or calibrated); a
-request that stopped drafting is probed with 3 tokens now and then, the gap doubling
-after each failed probe. ``verified`` hands each verify's counts to those estimates.
+soonest, 0 included; for one request, expected tokens per unit of forward cost) from
+the acceptance by match class shared by the run's requests (``AcceptanceByMatch``),
+each request's own recent drafts over it (``RequestBackoff``), and the forward cost
+(fixed, learnt online from the run's forwards, or calibrated); a request that stopped
+drafting is probed with 3 tokens now and then, the gap doubling after each failed probe. ``verified`` hands each verify's counts to those estimates.
 """
 
 from __future__ import annotations
