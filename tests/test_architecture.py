@@ -54,7 +54,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "specfsm.machine.state", "specfsm.machine.batch", "specfsm.accept.rules",
         "specfsm.drafting.lookup", "specfsm.drafting.ngram_index", "specfsm.drafting.suffix_index",
         "specfsm.placement.place", "specfsm.placement._cupy", "specfsm.placement._geometry",
-        "specfsm.tree.tree", "specfsm.machine.tree_state",
+        "specfsm.tree.tree", "specfsm.tree.sampling", "specfsm.machine.tree_state",
     ),
     # the package, and the documented old module paths of the public faces
     "package": ("specfsm", "specfsm.state", "specfsm.batch", "specfsm.accept_rule",

@@ -628,6 +628,40 @@ def test_a_wrong_sampling_rule_fails_the_same_test(small_model):
     assert chi2(c2, p2) > chi2_threshold(int((p2 > 0).sum()) - 1)
 
 
+def _tree_sampled(small_model, seed, trees=True, **sampling):
+    # "1 2" was followed by 3 twice and by 4 once: the suffix index's tree branches there
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2]
+    # rows cost nothing extra at any width, and the width maximises tokens per unit of
+    # cost (the batch's end is the same at any width): every request that can drafts,
+    # and trees grow beside the chains
+    gen = SpeculativeGenerator(small_model, drafter="suffix-tree", do_sample=True, seed=seed, eos_token_id=None,
+                               cost=hfcost.CostModel({1: 1.0, 10**6: 1.0}), objective="throughput", **sampling)
+    outs = gen.generate([prompt] * SAMPLES, 6)  # tokens 2 and 3 tested; room for drafts of 3 and more
+    if trees:
+        assert gen.last_run.trees >= SAMPLES // 10  # trees were verified, not chains alone
+    toks = np.array([o.tokens for o in outs])
+    return gen, prompt, toks, outs
+
+
+def test_tree_sampling_keeps_the_target_distribution(small_model):
+    # one draw per row, the tree walked with them (specfsm.tree.sampling), through BatchState's tree verify
+    gen, prompt, toks, outs = _tree_sampled(small_model, 11, **SAMPLING)
+    assert 0 < sum(o.accepted for o in outs) and sum(o.rollbacks for o in outs) > 0
+    p2, p3 = _exact_marginals(gen, prompt)
+    c2 = np.bincount(toks[:, 1], minlength=SMALL_V)
+    c3 = np.bincount(toks[:, 2], minlength=SMALL_V)
+    assert chi2(c2, p2) < chi2_threshold(int((p2 > 0).sum()) - 1)
+    assert chi2(c3, p3) < chi2_threshold(int((p3 > 0).sum()) - 1)
+
+
+def test_tree_sampling_at_top_k_1_is_greedy(small_model):
+    # one token left at every row: the sampled walk is the greedy walk (every request
+    # alike, so the drafts may or may not branch)
+    _, prompt, toks, _ = _tree_sampled(small_model, 3, trees=False, top_k=1)
+    want = SpeculativeGenerator(small_model, k=0, eos_token_id=None).generate([prompt], 6)[0].tokens
+    assert (toks == np.array(want)).all()
+
+
 def test_processed_probabilities_match_transformers_warpers(small_model):
     gen = SpeculativeGenerator(small_model, do_sample=True, temperature=0.7, top_k=5, top_p=0.9, seed=0)
     logits = torch.randn(4, SMALL_V, generator=torch.Generator().manual_seed(0))

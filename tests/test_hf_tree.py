@@ -192,12 +192,14 @@ def test_tree_decoding_equals_greedy(model, batch):
         assert o.tokens == _reference(model, p, 24)
 
 
-def test_tree_drafter_refuses_sampling_and_a_mask_blind_attention():
+def test_tree_drafter_refuses_a_probability_rule_and_a_mask_blind_attention():
+    from specfsm.accept.rules import SpeculativeSampling, TypicalAcceptance
     from specfsm.hf import SpeculativeGenerator
 
     m = _llama("sdpa")
-    with pytest.raises(ValueError, match="greedily"):
-        SpeculativeGenerator(m, drafter="suffix-tree", do_sample=True)
+    for rule in (SpeculativeSampling(seed=0), TypicalAcceptance()):
+        with pytest.raises(ValueError, match="does not apply"):
+            SpeculativeGenerator(m, drafter="suffix-tree", do_sample=True, rule=rule)
     m.config._attn_implementation = "flash_attention_2"
     with pytest.raises(UnsupportedModel, match="flash_attention_2"):
         SpeculativeGenerator(m, drafter="suffix-tree")

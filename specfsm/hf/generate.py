@@ -139,7 +139,9 @@ class SpeculativeGenerator:
     ``"suffix-tree"`` (the same index's ``propose_tree``: the chain the width chooser
     picks as the tree's main branch, more nodes beside it where the forward's measured
     cost by rows says they are nearly free (at most 5% more), verified as one tree per
-    request, ``specfsm.hf.tree``; greedy only, eager or sdpa attention),
+    request, ``specfsm.hf.tree``; eager or sdpa attention; with ``do_sample`` one token is
+    drawn at every row and the tree walked with them, which keeps the target's
+    distribution exactly for these deterministic drafts, ``specfsm.tree.sampling``),
     ``"ngram"`` (``specfsm.NgramIndex(min_n, max_n, prefer)``, ``max_n`` default 4),
     ``"prompt"`` (``specfsm.prompt_lookup`` with ``max_n``-grams, default 4, over the
     history) or a callable ``(history list, k) -> draft``; proposals from either index
@@ -293,10 +295,13 @@ class SpeculativeGenerator:
                 raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         if seed is not None:
             seed = _count(seed, "seed")
-        if self.tree and (self.do_sample or rule is not None):
-            raise ValueError("drafter='suffix-tree' verifies greedily (exact match): do_sample and rule do not apply")
+        if self.tree and rule is not None and not isinstance(rule, Exact):
+            raise ValueError(
+                "drafter='suffix-tree' accepts by the target's token at each node (greedy, or with do_sample a token "
+                f"drawn at every row: exact sampling over a tree, specfsm.tree.sampling); rule={rule!r} does not apply")
         if rule is None:
-            rule = SpeculativeSampling(seed=seed) if self.do_sample else Exact()
+            # a tree samples by one draw per row, walked as the greedy walk (Exact over sampled rows)
+            rule = SpeculativeSampling(seed=seed) if self.do_sample and not self.tree else Exact()
         elif not any(callable(getattr(rule, m, None)) for m in ("select", "accepted_rows")):
             raise TypeError(
                 f"rule must be an acceptance rule (with select or accepted_rows), got {type(rule).__name__}"
@@ -436,6 +441,8 @@ class SpeculativeGenerator:
         # processed distribution (the rule's kind says which rows the target draws at)
         rule = self.rule if self.do_sample else None
         sample_rows = rule is not None and not needs_probs(rule)
+        if self.tree:  # a tree walks greedily over the rows the target drew (sample_rows)
+            rule = None
         target = ModelTarget(self, sample_rows=sample_rows, budget=max_new_tokens)
         eos: Any = None
         if len(self.eos) == 1:
