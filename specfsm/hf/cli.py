@@ -64,6 +64,28 @@ def _ks(text: str) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+DRAFTER_CHOICES = ("suffix", "suffix-tree", "ngram", "prompt")
+
+
+def _drafters(text: str) -> list[str]:
+    """``--compare-drafters``: a comma-separated list of distinct drafter names."""
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in out if t not in DRAFTER_CHOICES]
+    if not out or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected drafters from {', '.join(DRAFTER_CHOICES)}, comma-separated, got {text!r}")
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"a drafter is named twice in {text!r}")
+    return out
+
+
+def compare_methods(drafters: list[str], k: Any) -> dict[str, dict[str, Any]]:
+    """``compare``'s specfsm methods: one generator per drafter, ``specfsm`` for the suffix
+    drafter (or the only one), ``specfsm_<drafter>`` for the others."""
+    return {("specfsm" if d == "suffix" or len(drafters) == 1 else f"specfsm_{d}"): {"k": k, "drafter": d}
+            for d in drafters}
+
+
 def parse_methods(text: str) -> list[str]:
     """``--methods``: a comma-separated subset of ``METHODS``, in the order given, each
     once; anything else is refused when the options are parsed (exit 2, before the model
@@ -95,13 +117,16 @@ def add_parsers(sub: Any) -> None:
     _common(g)
     g.add_argument("--batch", type=_positive, default=1, help="requests decoded together by plain greedy and specfsm (default 1; transformers' prompt lookup runs them one by one)")
     g.add_argument("--k", type=_k, default="adaptive", help="specfsm draft length: 'adaptive' (default) or a fixed K")
-    g.add_argument("--drafter", choices=("suffix", "suffix-tree", "ngram", "prompt"), default="suffix",
-                   help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), suffix-tree (the same index's tree drafts around that chain, verified as trees, greedy only), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
+    g.add_argument("--drafter", choices=DRAFTER_CHOICES, default="suffix",
+                   help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), suffix-tree (the same index's tree drafts around that chain, verified as trees), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
     g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
     g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")
     g.add_argument("--threads", type=_positive, default=1, help="torch threads, pinned so figures compare (default 1)")
     g.add_argument("--compare", action="store_true", help="fair comparison on every prompt: plain greedy, prompt lookup at each K of --pld-ks and specfsm take turns on each prompt, the order rotated per prompt; per-prompt, per-kind and total tokens/s, forwards and identity; with --batch > 1 then batched greedy against batched specfsm on consecutive groups (--methods and --pld-k are ignored)")
     g.add_argument("--pld-ks", type=_ks, default=[10, 16, 24], metavar="K,K,...", help="--compare: prompt lookup's Ks (default 10,16,24)")
+    g.add_argument("--compare-drafters", type=_drafters, default=None, metavar="D,D,...",
+                   help="--compare: specfsm's drafters, each a method (specfsm for suffix, specfsm_<drafter> for the "
+                        "others), e.g. suffix,suffix-tree (default: --drafter alone)")
     g.add_argument("--json", action="store_true", help="print the summary (with every output's token ids) as JSON")
     g.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
     g.set_defaults(hf_main=main)
@@ -505,9 +530,11 @@ def main(args: argparse.Namespace) -> int:
             if getattr(args, "compare", False):
                 show = args.progress or _isatty(sys.stderr)
                 ks = getattr(args, "pld_ks", [10, 16, 24])
-                bar = _Progress(len(prompts) * (2 + len(ks)) * (2 if args.batch > 1 else 1), sys.stderr, show)
-                summary = compare(model, prompts, names, args.max_new_tokens, ks,
-                                  {"specfsm": {"k": args.k, "drafter": getattr(args, "drafter", "suffix")}},
+                drafters = getattr(args, "compare_drafters", None) or [getattr(args, "drafter", "suffix")]
+                spec = compare_methods(drafters, args.k)
+                per = len(prompts) * (1 + len(ks) + len(spec))
+                bar = _Progress(per + (len(prompts) * (1 + len(spec)) if args.batch > 1 else 0), sys.stderr, show)
+                summary = compare(model, prompts, names, args.max_new_tokens, ks, spec,
                                   kinds=[sp.kind for sp in specs], batch=args.batch, bar=bar)
                 bar.close()
                 summary["model"] = info
