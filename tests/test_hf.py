@@ -166,43 +166,6 @@ def test_batch_adaptive_with_compaction_and_early_finishers(fsm, model):
         lengths.add(len(out.tokens))
     assert len(lengths) > 1  # requests left the batch at different steps
     assert gen.last_run.compactions > 0
-    assert gen.last_run.padded == 0  # more rows cost more under FLAT_COST: finished rows leave
-
-
-# a CPU-like table where some row counts cost more than more rows (3 rows dearer than 4)
-BUMPY_COST = hfcost.CostModel({1: 1.0, 2: 1.6, 3: 2.0, 4: 1.5, 5: 2.2, 6: 2.3, 7: 2.6, 8: 2.4, 16: 3.5, 64: 9.0},
-                              monotone="cap")
-
-
-@pytest.mark.parametrize("k", ["adaptive", 0])
-def test_finished_rows_pad_a_batch_where_more_rows_cost_less(fsm, model, k):
-    prompts = _prompts(seed=7)
-    first = _reference(model, prompts[0], NEW)
-    eos = first[len(first) // 2]
-    gen = SpeculativeGenerator(model, eos_token_id=eos, cost=BUMPY_COST, k=k)
-    outs = gen.generate(prompts, NEW)
-    for prompt, out in zip(prompts, outs):
-        want = _reference(model, prompt, NEW, eos=eos)
-        if eos in want:
-            want = want[: want.index(eos) + 1]
-        _check_equal(model, prompt, out.tokens, want)
-    assert len({len(o.tokens) for o in outs}) > 1
-    assert gen.last_run.padded > 0  # a finished request's row rode along
-    off = SpeculativeGenerator(model, eos_token_id=eos, cost=BUMPY_COST, k=k, pad_rows=False)
-    assert [o.tokens for o in off.generate(prompts, NEW)] == [o.tokens for o in outs]
-    assert off.last_run.padded == 0
-
-
-def test_padding_picks_the_cheapest_row_count():
-    assert hfcost.padding(BUMPY_COST, 3, 1, 1) == 1  # 4 rows cost less than 3
-    assert hfcost.padding(BUMPY_COST, 3, 1, 5) == 1  # and less than 5..8
-    assert hfcost.padding(BUMPY_COST, 1, 1, 3) == 0  # one row is the cheapest
-    assert hfcost.padding(BUMPY_COST, 2, 1, 2) == 2  # 4 rows (1.5) under 2 (1.6)
-    assert hfcost.padding(BUMPY_COST, 3, 2, 1) == 0  # 6 rows under 8
-    assert hfcost.padding(BUMPY_COST, 3, 1, 0) == 0
-    padded = hfcost.PaddedCost(lambda n: BUMPY_COST, 3, 1)
-    assert padded(3) == BUMPY_COST(4) and padded(6) == BUMPY_COST(6)
-    assert hfcost.PaddedCost(lambda n: BUMPY_COST, 3, 0)(3) == BUMPY_COST(3)
 
 
 def test_bonus_row_keeps_outputs_and_saves_forwards(fsm, model):

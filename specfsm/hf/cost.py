@@ -31,8 +31,6 @@ __all__ = [
     "AcceptanceByMatch",
     "RequestBackoff",
     "expected_tokens",
-    "padding",
-    "PaddedCost",
     "choose_width",
     "choose_batch_width",
 ]
@@ -474,38 +472,6 @@ class RequestBackoff:
         return st.conditional(k, base, w)
 
 
-def padding(cost: Callable[[int], float], n: int, width: int, available: int) -> int:
-    """How many rows of finished requests (0 to ``available``) to keep in a step of ``n``
-    requests at ``width`` rows each, fed as padding: the count whose forward of
-    ``(n + extra) * width`` rows costs least (ties: fewer rows). A CPU's matrix kernels
-    run some row counts dearer than more rows (``_PRIOR_SHAPE``: 3 rows 2.02 decodes,
-    4 rows 1.52)."""
-    best, best_c = 0, cost(n * width)
-    for extra in range(1, available + 1):
-        c = cost((n + extra) * width)
-        if c < best_c * (1 - 1e-9):
-            best, best_c = extra, c
-    return best
-
-
-class PaddedCost:
-    """The cost of ``rows`` rows for a step of ``n`` requests (``rows`` a multiple of
-    ``n``) when up to ``pad`` finished rows may ride along as padding (``padding``):
-    the least of ``cost_for(m)(m * rows / n)`` for ``m`` in ``n .. n + pad``, each batch
-    size's own table (``OnlineCostByBatch.model``). What the width choosers see when the
-    batch cache still holds rows of finished requests."""
-
-    __slots__ = ("cost_for", "n", "pad", "_models")
-
-    def __init__(self, cost_for: Callable[[int], CostModel], n: int, pad: int) -> None:
-        self.cost_for, self.n, self.pad = cost_for, max(int(n), 1), max(int(pad), 0)
-        self._models = [cost_for(m) for m in range(self.n, self.n + self.pad + 1)]
-
-    def __call__(self, rows: int) -> float:
-        w = rows / self.n
-        return min(m(max(int(round((self.n + e) * w)), 1)) for e, m in enumerate(self._models))
-
-
 def expected_tokens(cond: Sequence[float], k: int) -> float:
     """Expected tokens emitted by a ``k``-token draft with conditional acceptance
     ``cond`` (``k`` 0 or 1: one token, a plain decode's worth)."""
@@ -529,7 +495,7 @@ def _expected_by_width(cond: Sequence[float], top: int) -> list[float]:
 
 
 def choose_width(
-    conds: Sequence[Sequence[float]], available: Sequence[int], cost: Callable[[int], float], k_max: int
+    conds: Sequence[Sequence[float]], available: Sequence[int], cost: CostModel, k_max: int
 ) -> int:
     """The step's draft width ``W`` (0: plain decode for every request) maximising
     expected tokens per unit of cost for a batch stepping together: request ``b`` drafts
@@ -551,7 +517,7 @@ def choose_width(
 
 def choose_batch_width(
     conds: Sequence[Sequence[float]], available: Sequence[int], remaining: Sequence[int],
-    cost_for: Callable[[int], Callable[[int], float]], k_max: int,
+    cost_for: Callable[[int], CostModel], k_max: int,
 ) -> int:
     """The step's width for a batch that ends when its last request does (``generate``'s
     batch): the ``W`` (0 included) whose batch finishes soonest if every step from now on
@@ -576,7 +542,7 @@ def choose_batch_width(
         return choose_width(conds, available, cost_for(1), k_max)
     top = min(k_max, max(available, default=0))
     left = [max(int(r), 1) for r in remaining]
-    models: dict[int, Callable[[int], float]] = {}
+    models: dict[int, CostModel] = {}
 
     def step_cost(n: int, rows: int) -> float:
         m = models.get(n)

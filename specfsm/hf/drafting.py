@@ -16,21 +16,14 @@ drafting is probed with 3 tokens now and then, the gap doubling after each faile
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import _impl
 from ..serving.loop import TreeDraft
-from .cost import (
-    AcceptanceStats,
-    PaddedCost,
-    RequestBackoff,
-    choose_batch_width,
-    choose_width,
-    expected_tokens,
-)
+from .cost import AcceptanceStats, CostModel, RequestBackoff, choose_batch_width, choose_width, expected_tokens
 
 __all__ = ["StepDrafter", "checked_draft", "tree_budget"]
 
@@ -38,7 +31,7 @@ __all__ = ["StepDrafter", "checked_draft", "tree_budget"]
 TREE_SLACK = 1.05
 
 
-def tree_budget(cost: Callable[[int], float] | None, batch: int, width: int, cap: int) -> int:
+def tree_budget(cost: CostModel | None, batch: int, width: int, cap: int) -> int:
     """The node budget of a tree whose main branch is a ``width``-token chain: the
     largest ``n`` in ``[width, min(cap, width + width // 2)]`` whose ``batch * (n + 1)``
     rows cost at most ``TREE_SLACK`` times the chain's ``batch * (width + 1)`` (no cost
@@ -106,13 +99,12 @@ class _Session:
 class StepDrafter:
     """The drafter of one ``SpeculativeGenerator`` (see the module docstring)."""
 
-    __slots__ = ("gen", "sessions", "budget", "target")
+    __slots__ = ("gen", "sessions", "budget")
 
-    def __init__(self, gen: Any, budget: int, target: Any = None) -> None:
+    def __init__(self, gen: Any, budget: int) -> None:
         self.gen = gen
         self.sessions: list[_Session] = []  # in the order they were made (the requests')
         self.budget = budget  # the tokens each request may emit (the run's max_new_tokens)
-        self.target = target  # the run's ModelTarget (its batch cache's rows), or None
 
     def session(self, prompt: Sequence[int]) -> _Session:
         s = _Session(self, [int(t) for t in prompt], self.gen._new_index())
@@ -152,7 +144,7 @@ class StepDrafter:
         """The drafts of one step (``limits[j]`` tokens at most for ``sessions[j]``),
         cut to the step's width (with ``gen.tree``, trees around them: ``_trees``)."""
         gen = self.gen
-        cost: Any = None  # a CostModel, or a PaddedCost over the batch sizes' tables
+        cost: CostModel | None = None
         cost_for: Any = None
         bonus = gen.bonus
         least = 2 - bonus
@@ -167,12 +159,6 @@ class StepDrafter:
                 fixed = gen.calibrate(batch=min(len(sessions), 8))
             if cost_for is None:
                 cost_for = lambda n: fixed  # noqa: E731 - one table for every batch size
-            # rows of requests that finished may pad a step where more rows cost less
-            # (ModelTarget._rows_to_keep): the choosers price a step as the target runs it
-            rows = len(self.target.live) if self.target is not None and gen.pad_rows and not gen.tree else 0
-            if rows > len(sessions):
-                unpadded = cost_for
-                cost_for = lambda n: PaddedCost(unpadded, n, rows - n)  # noqa: E731
             cost = cost_for(len(sessions))
             kk = gen.k_max + bonus
             prior = gen.global_stats.conditional(kk, prior=0.8, weight=2.0)
@@ -215,7 +201,7 @@ class StepDrafter:
         return drafts
 
     def _trees(self, sessions: Sequence[_Session], drafts: list[list[int]], limits: Sequence[int],
-               cost: Callable[[int], float] | None) -> list[Any]:
+               cost: CostModel | None) -> list[Any]:
         """Each drafting session's chain as a tree's main branch (``propose_tree`` with the
         chain's length as its depth), with the nodes ``tree_budget`` allows beside it."""
         w = max((len(d) for d in drafts), default=0)

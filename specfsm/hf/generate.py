@@ -100,7 +100,6 @@ class RunStats:
     compactions: int = 0
     widths: list[int] = field(default_factory=list)
     trees: int = 0  # tree drafts verified (drafter "suffix-tree")
-    padded: int = 0  # forwards that carried rows of finished requests as padding (pad_rows)
 
     @property
     def outside_s(self) -> float:
@@ -168,11 +167,6 @@ class SpeculativeGenerator:
     expected tokens per unit of forward cost this step (``cost.choose_width``; what a
     server that refills its batch as requests end wants). A batch of one is the same
     under both.
-    ``pad_rows`` (default True): when requests of a batch finish, their cache rows stay
-    as padding (fed a dummy token, their logits dropped) while the forward's cost of
-    rows says more rows run cheaper (on one CPU thread SmolLM2-135M decodes 3 rows in
-    88 ms and 4 in 68 ms), and the width choosers price steps that way; not with the
-    tree drafter.
     ``periodic``: a draft cut short by the end of the history (the latest match runs
     into it) is continued periodically, as the history repeats from the match on.
     Each request of an index drafter gets its own ``specfsm.SuffixIndex`` or
@@ -227,7 +221,6 @@ class SpeculativeGenerator:
         prefill: str = "each",
         backoff: bool = True,
         objective: str = "makespan",
-        pad_rows: bool = True,
     ) -> None:
         check_model(model)
         self.model = model
@@ -278,7 +271,6 @@ class SpeculativeGenerator:
         if objective not in ("makespan", "throughput"):
             raise ValueError(f"objective must be 'makespan' or 'throughput', got {objective!r}")
         self.objective = objective
-        self.pad_rows = _flag(pad_rows, "pad_rows")
         self.bonus = 1 if _flag(bonus, "bonus") else 0
         if isinstance(k, str) and k == "adaptive":
             self.adaptive = True
@@ -459,7 +451,7 @@ class SpeculativeGenerator:
             eos = self.eos
         requests = [Request(a.tolist(), max_new_tokens, eos=eos, cache=(i, 0)) for i, a in enumerate(arrays)]
         kcap = self.k_max if self.adaptive else self.k
-        drafter = StepDrafter(self, max_new_tokens, target)
+        drafter = StepDrafter(self, max_new_tokens)
         results = serve(requests, target, drafter, kcap, rule, clone=False, bonus=bool(self.bonus))
         run.wall_s = time.perf_counter() - t_start
         outs = []

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from .cost import padding
 from .evaluate import RaggedBatch, prefill
 from .tree import feed_tree, keep_paths, tree_depths
 
@@ -78,25 +77,6 @@ class ModelTarget:
             gen.compaction.record_copy(cells, time.perf_counter() - t0)
             gen.last_run.compactions += 1
 
-    def _rows_to_keep(self, slots: Sequence[int], w: int, tree_step: bool) -> list[int]:
-        """The batch cache's rows to keep for a step of width ``w``: every live slot's,
-        and as many rows of finished requests (padding, fed a dummy token) as make the
-        forward cheapest by the generator's cost of rows (``gen.pad_rows``; not for a
-        tree step). A CPU's matrix kernels run some row counts dearer than more rows
-        (SmolLM2-135M, one thread: 3 rows 88 ms, 4 rows 68 ms), so a batch of four whose
-        first request finishes decodes its other three faster at four rows."""
-        live = set(slots)
-        rows = [r for r, s in enumerate(self.live) if s in live]
-        dead = [r for r, s in enumerate(self.live) if s not in live]
-        if not dead or tree_step or not self.gen.pad_rows:
-            return rows
-        n = len(rows)
-        gen = self.gen
-        # the table the width choosers price with: the fixed (or calibrated) one, else the online one
-        cost = gen.cost if gen.cost is not None else gen.online.model(len(self.live))
-        extra = padding(cost, n, w, len(dead))
-        return sorted(rows + dead[:extra])
-
     # -- the model ----------------------------------------------------------------------
     def _kept(self, caches: Sequence[tuple[int, ...]]) -> None:
         """What the last step kept, after a tree forward: each slot's path to the row its
@@ -142,23 +122,12 @@ class ModelTarget:
             else:
                 now = dict(zip(slots, cols))
                 rb.keep([now[s] - self.fed[s] if s in now else 0 for s in self.live])
+            if len(slots) != len(self.live):
+                where = {s: r for r, s in enumerate(self.live)}
+                rb.select([where[s] for s in slots])
+                self.live = slots
             counts = [len(f) for f in feeds]
             w = max(counts)
-            tree_step = trees is not None and any(t is not None for t in trees)
-            if len(slots) != len(self.live):
-                keep = self._rows_to_keep(slots, w, tree_step)
-                if len(keep) < len(self.live):
-                    rb.select(keep)
-                    self.live = [self.live[r] for r in keep]
-            order = None  # the rows of the live slots, in slots' order (None: every row, in order)
-            if len(self.live) != len(slots):
-                # finished rows kept as padding: each feeds one dummy token at its last
-                # position, its columns become holes at the next keep, its logits dropped
-                of_slot = dict(zip(slots, range(len(slots))))
-                row_of = {s: r for r, s in enumerate(self.live)}
-                order = [row_of[s] for s in slots]
-                feeds = [feeds[of_slot[s]] if s in of_slot else [0] for s in self.live]
-                cols = [cols[of_slot[s]] if s in of_slot else self.fed[s] for s in self.live]
             self._compact(rb, cols, len(feeds) * w)
             t0 = gen.last_run.model_s
             depths = None
@@ -177,11 +146,7 @@ class ModelTarget:
             gen.online.record(len(feeds), len(feeds) * w, spent)
             gen.compaction.record_forward(len(feeds) * w, rb.width, spent)
             self.steps += 1
-            self.fed = {s: c for s, c in zip(self.live, cols)}
-            if order is not None:
-                gen.last_run.padded += 1
-                logits = logits[order]
-                cols = [cols[r] for r in order]
+            self.fed = {s: c for s, c in zip(slots, cols)}
             if depths is None:
                 handles = [[(s, c + i) for i in range(1, n + 1)] for s, c, n in zip(slots, cols, counts)]
             else:
