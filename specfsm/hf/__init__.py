@@ -10,7 +10,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+#: the drafters ``SpeculativeGenerator`` names (a callable is the other choice); here, so
+#: that ``specfsm.hf.cli`` offers them without importing the generator
+DRAFTERS = ("suffix", "suffix-tree", "ngram", "prompt")
+
 __all__ = [
+    "DRAFTERS",
     "SpeculativeGenerator",
     "RequestOutput",
     "RunStats",

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 # one option parser and one exit-2 error for every command of the CLI
 from .._cli_args import UsageError, plural
 from .._cli_args import positive as _positive
+from . import DRAFTERS
 from .prompts import PromptSpec, embedded_prompts, load_prompts, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
@@ -64,16 +65,13 @@ def _ks(text: str) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-DRAFTER_CHOICES = ("suffix", "suffix-tree", "ngram", "prompt")
-
-
 def _drafters(text: str) -> list[str]:
     """``--compare-drafters``: a comma-separated list of distinct drafter names."""
     out = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in out if t not in DRAFTER_CHOICES]
+    bad = [t for t in out if t not in DRAFTERS]
     if not out or bad:
         raise argparse.ArgumentTypeError(
-            f"expected drafters from {', '.join(DRAFTER_CHOICES)}, comma-separated, got {text!r}")
+            f"expected drafters from {', '.join(DRAFTERS)}, comma-separated, got {text!r}")
     if len(set(out)) != len(out):
         raise argparse.ArgumentTypeError(f"a drafter is named twice in {text!r}")
     return out
@@ -117,7 +115,7 @@ def add_parsers(sub: Any) -> None:
     _common(g)
     g.add_argument("--batch", type=_positive, default=1, help="requests decoded together by plain greedy and specfsm (default 1; transformers' prompt lookup runs them one by one)")
     g.add_argument("--k", type=_k, default="adaptive", help="specfsm draft length: 'adaptive' (default) or a fixed K")
-    g.add_argument("--drafter", choices=DRAFTER_CHOICES, default="suffix",
+    g.add_argument("--drafter", choices=DRAFTERS, default="suffix",
                    help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), suffix-tree (the same index's tree drafts around that chain, verified as trees), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
     g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
     g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..accept.rules import Exact, SpeculativeSampling
 from ..serving.loop import Request, needs_probs, serve
+from . import DRAFTERS
 from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCostByBatch
 from .drafting import StepDrafter
 from .evaluate import (
@@ -55,8 +56,6 @@ from .evaluate import (
 from .target import ModelTarget
 from .tree import check_tree_attention
 
-#: the drafters ``SpeculativeGenerator`` names (a callable is the other choice)
-DRAFTERS = ("suffix", "suffix-tree", "ngram", "prompt")
 
 __all__ = [
     "SUPPORTED_TRANSFORMERS",
