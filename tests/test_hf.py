@@ -277,6 +277,74 @@ def test_refuses_bad_arguments(model):
         wild.generate([[1, 2]], 8)
 
 
+def test_refuses_a_non_boolean_pad_head(model):
+    with pytest.raises(TypeError, match="pad_head"):
+        SpeculativeGenerator(model, pad_head="yes")
+
+
+# -- the output projection's rows ------------------------------------------------------------
+def test_head_rows_pads_the_rows_it_is_told_and_only_inside_the_block(model):
+    from specfsm.hf.evaluate import HeadRows
+
+    head = model.get_output_embeddings()
+    rows = HeadRows(head, {2: 4, 3: 4})
+    seen = []
+    x = torch.randn(1, 3, head.in_features)
+    with torch.inference_mode():
+        plain = head(x)
+        with rows:
+            spy = head.register_forward_pre_hook(lambda _m, a: seen.append(tuple(a[0].shape)))
+            padded = head(x)
+            wide = head(torch.randn(2, 3, head.in_features))  # 6 rows: not in the table
+            spy.remove()
+        want = head(torch.cat([x[0], x.new_zeros((1, head.in_features))]))[:3]
+    assert seen == [(4, head.in_features), (2, 3, head.in_features)]
+    assert padded.shape == plain.shape == (1, 3, head.out_features) and wide.shape == (2, 3, head.out_features)
+    assert torch.equal(padded[0], want)  # the padded product's rows, exactly
+    assert torch.allclose(padded, plain, atol=1e-5)
+    assert not head._forward_hooks and not head._forward_pre_hooks  # the user's model is left as it was
+
+
+def test_head_rows_measures_cpu_linear_heads_only(model):
+    from specfsm.hf.evaluate import HeadRows
+
+    class Odd:
+        def get_output_embeddings(self):
+            return torch.nn.Identity()
+
+    assert HeadRows.for_model(Odd()) is None
+    assert HeadRows.for_model(object()) is None
+    head = model.get_output_embeddings()
+    pads = HeadRows.measure(head)
+    assert pads == {}  # a tiny head saves less than the hooks cost: never padded
+    big = torch.nn.Linear(256, 8192, bias=False)
+    pads = HeadRows.measure(big, repeat=2)
+    assert all(1 <= m < to <= HeadRows.TOP for m, to in pads.items())
+
+
+def test_generator_with_a_padded_head_equals_generate(fsm, model, references, monkeypatch):
+    from specfsm.hf.evaluate import HeadRows
+
+    head = model.get_output_embeddings()
+    rows = HeadRows(head, {m: 4 for m in (1, 2, 3)})
+    calls = []
+    monkeypatch.setattr(HeadRows, "for_model", classmethod(lambda cls, m, repeat=3: calls.append(m) or rows))
+    gen = SpeculativeGenerator(model, k=3, eos_token_id=None)
+    shapes = []
+    # registered before the padding's hooks, so it runs first and sees the padded product
+    spy = head.register_forward_hook(lambda _m, _a, out: shapes.append(tuple(out.shape)))
+    try:
+        outs = gen.generate(_prompts()[:3], NEW)
+        gen.generate(_prompts()[:1], 4)
+    finally:
+        spy.remove()
+    for prompt, out, want in zip(_prompts(), outs, references):
+        _check_equal(model, prompt, out.tokens, want)
+    assert calls == [model]  # looked up once per generator
+    assert (4, head.out_features) in shapes  # forwards of 1 to 3 rows really ran padded
+    assert not head._forward_hooks and not head._forward_pre_hooks
+
+
 # -- the draft-length chooser's arithmetic ------------------------------------------------
 def test_expected_tokens():
     e = hfcost.expected_tokens
@@ -1145,6 +1213,30 @@ def test_cli_compare_rotates_methods_and_reports_per_prompt(checkpoint, tmp_path
     rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "4", "--compare"])
     text = capsys.readouterr().out
     assert rc == 0 and "per kind and in total" in text and "pld_k24" in text and "every output equal" in text
+
+
+def test_cli_compare_runs_each_batch_several_rounds(checkpoint, tmp_path, capsys):
+    import json
+
+    prompts = _prompts()[:2]
+    path = _prompts_file(tmp_path, [json.dumps({"prompt": p, "name": f"p{i}"}) for i, p in enumerate(prompts)])
+    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6", "--compare",
+                   "--pld-ks", "3", "--batch", "2", "--batch-rounds", "3", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["identical"]
+    (b,) = out["batches"]
+    assert b["orders"] == [["greedy_batched", "specfsm_batched"], ["specfsm_batched", "greedy_batched"],
+                           ["greedy_batched", "specfsm_batched"]]
+    for m in b["methods"].values():
+        rounds = m["rounds_seconds"]
+        assert len(rounds) == 3 and m["seconds"] == sorted(rounds)[1]  # the round of median time
+        assert m["tokens_per_s"] == pytest.approx(m["tokens"] / m["seconds"])
+    with pytest.raises(SystemExit):
+        _run_cli(["generate", "--compare", "--batch-rounds", "0"])
+    from specfsm.hf.cli import compare
+
+    with pytest.raises(ValueError, match="batch_rounds"):
+        compare(None, [], [], 4, [3], {}, batch_rounds=0)
 
 
 def test_cli_compare_takes_several_drafters(checkpoint, tmp_path, capsys):

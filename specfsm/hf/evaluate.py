@@ -15,12 +15,25 @@ real columns gathered to the right, left-padded; ``cost.CompactionCost`` decides
 the run's measured forwards and gathers). Finished requests leave the batch
 (``batch_select_indices``). A batch of one never has holes: rollback is a crop.
 
+The output projection's rows (``HeadRows``). On a CPU a matrix product's cost by rows is
+not monotone: MKL evaluates a projection of 2 or 3 rows as that many matrix-vector
+products, each streaming the whole weight, and 4 rows as one matrix product (SmolLM2's
+49152 x 576 head, one thread: 1 row 9.7 ms, 2 rows 15.5, 3 rows 30.2, 4 rows 12.7). So a
+batch of 3 decoding requests cost 86 ms a forward against 63 ms for 4 (the head 22 ms
+against 13), and a batch whose request finished early ran its tail slower than
+``generate``, which keeps finished rows. ``HeadRows`` measures the head's cost by rows
+once per model and pads its input with zero rows to the cheapest count at or above the
+rows asked for (up to 8); each real row's logits are the padded product's, as a batch
+of that many rows computes them.
+
 Also here: the checks of the transformers version, model and cache this relies on
 (``check_transformers``, ``check_model``) and ``first_mismatch``.
 """
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +50,7 @@ __all__ = [
     "prefill",
     "compact",
     "RaggedBatch",
+    "HeadRows",
     "eos_ids",
     "measure_costs",
     "first_mismatch",
@@ -274,6 +288,101 @@ class RaggedBatch:
         return True
 
 
+class HeadRows:
+    """Pads the rows of a model's output projection (``get_output_embeddings()``, a
+    ``torch.nn.Linear`` on the CPU) to the cheapest row count at or above them, measured
+    once per head (``HeadRows.for_model``). ``with head:`` around a forward installs the
+    padding hooks for that forward only; the user's model is left without them."""
+
+    #: the most rows padded to, and the least saving that a padding must bring to be
+    #: used: a fraction of the unpadded cost and seconds (the hooks' own price, so a
+    #: tiny head, timed in noise, is never padded)
+    TOP = 8
+    MARGIN = 0.1
+    FLOOR = 5e-5
+    _measured: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+
+    __slots__ = ("head", "pad", "_shape", "_handles")
+
+    def __init__(self, head: Any, pad: dict[int, int]) -> None:
+        self.head = head
+        #: rows -> the rows the head evaluates (only entries that pad)
+        self.pad = pad
+        self._shape: tuple[int, ...] | None = None
+        self._handles: list[Any] = []
+
+    @classmethod
+    def for_model(cls, model: Any, repeat: int = 3) -> HeadRows | None:
+        """The padding for ``model``'s head, measured at its first call (each row
+        count ``1..TOP`` timed ``repeat`` times, the fastest kept), or None where the
+        head is not a CPU ``torch.nn.Linear`` or no row count pays to pad."""
+        import torch
+
+        get = getattr(model, "get_output_embeddings", None)
+        head = get() if callable(get) else None
+        if type(head) is not torch.nn.Linear or head.weight.device.type != "cpu":
+            return None
+        pad = cls._measured.get(head)
+        if pad is None:
+            pad = cls._measured[head] = cls.measure(head, repeat)
+        return cls(head, pad) if pad else None
+
+    @classmethod
+    def measure(cls, head: Any, repeat: int = 3) -> dict[int, int]:
+        """``{rows: padded rows}`` for the row counts whose cheapest padding (a count in
+        ``rows..TOP``) costs less than ``1 - MARGIN`` of evaluating them as they are and
+        saves at least ``FLOOR`` seconds."""
+        import torch
+
+        w = head.weight
+        g = torch.Generator().manual_seed(0)
+        xs = {m: torch.randn((m, w.shape[1]), generator=g, dtype=w.dtype) for m in range(1, cls.TOP + 1)}
+        cost = {m: float("inf") for m in xs}
+        with torch.inference_mode():
+            for _ in range(max(1, repeat)):
+                for m, x in xs.items():
+                    t0 = time.perf_counter()
+                    head(x)
+                    cost[m] = min(cost[m], time.perf_counter() - t0)
+        pad = {}
+        for m in range(1, cls.TOP + 1):
+            best = min(range(m, cls.TOP + 1), key=lambda n: (cost[n], n))
+            if best != m and cost[best] < (1 - cls.MARGIN) * cost[m] and cost[m] - cost[best] >= cls.FLOOR:
+                pad[m] = best
+        return pad
+
+    def _pre(self, _mod: Any, args: tuple[Any, ...]) -> Any:
+        x = args[0]
+        rows = x.numel() // x.shape[-1]
+        to = self.pad.get(rows)
+        if to is None or len(args) != 1:
+            self._shape = None
+            return None
+        self._shape = tuple(x.shape)
+        xp = x.new_zeros((to, x.shape[-1]))
+        xp[:rows] = x.reshape(rows, x.shape[-1])
+        return (xp,)
+
+    def _post(self, _mod: Any, _args: Any, out: Any) -> Any:
+        shape, self._shape = self._shape, None
+        if shape is None:
+            return None
+        rows = 1
+        for d in shape[:-1]:
+            rows *= d
+        return out[:rows].view(*shape[:-1], out.shape[-1])
+
+    def __enter__(self) -> HeadRows:
+        self._handles = [self.head.register_forward_pre_hook(self._pre), self.head.register_forward_hook(self._post)]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._shape = None
+
+
 def max_positions(config: Any) -> int | None:
     """The longest sequence ``config`` declares, or None."""
     for name in ("max_position_embeddings", "n_positions"):
@@ -319,8 +428,6 @@ def measure_costs(model: Any, forward: Callable[..., Any], batch: int, context: 
     ``context``-token cache (cut to the model's positions), the fastest of ``repeat``
     rounds (each round measures every width, so a burst of load on a shared machine hits
     all widths alike, not one)."""
-    import time
-
     import torch
 
     vocab = int(model.config.vocab_size)

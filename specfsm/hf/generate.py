@@ -46,6 +46,7 @@ from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel,
 from .drafting import StepDrafter
 from .evaluate import (
     SUPPORTED_TRANSFORMERS,
+    HeadRows,
     UnsupportedModel,
     check_model,
     check_transformers,
@@ -187,6 +188,10 @@ class SpeculativeGenerator:
     the forwards left outweighs the copy, both measured on the generator's own forwards
     and gathers (``CompactionCost``, kept across runs as ``compaction``); until they are
     measured, when compacting would remove at least ``compact_fraction`` of the cache.
+    ``pad_head`` (default True): a forward whose output projection evaluates fewer rows
+    than a cheaper count (on a CPU, 2 or 3 rows cost more than 4) pads them with zero
+    rows (``evaluate.HeadRows``, measured once per model at the first forward; what it
+    pads is the rows a batch of that size computes, so the logits are a batch's).
     Every rule runs through ``specfsm.serving.loop.serve`` on ``specfsm.BatchState``.
     Refuses what ``check_model`` refuses, and every argument of the wrong type or
     value (TypeError / ValueError naming it) before anything calls the model; a callable
@@ -220,6 +225,7 @@ class SpeculativeGenerator:
         prefill: str = "each",
         backoff: bool = True,
         objective: str = "makespan",
+        pad_head: bool = True,
     ) -> None:
         check_model(model)
         self.model = model
@@ -333,6 +339,11 @@ class SpeculativeGenerator:
         #: acceptance by position for each class of match length (the index drafters)
         self.by_match = AcceptanceByMatch()
         self.last_run = RunStats()
+        #: pad the output projection's rows to the cheapest count (``HeadRows``), measured
+        #: at the first forward
+        self.pad_head = _flag(pad_head, "pad_head")
+        self._head: HeadRows | None = None
+        self._head_checked = False
 
     # -- sampling ---------------------------------------------------------------------
     @staticmethod
@@ -381,10 +392,20 @@ class SpeculativeGenerator:
         kw: dict[str, Any] = {}
         if keep is not None:
             kw["logits_to_keep"] = keep
+        if not self._head_checked:
+            self._head_checked = True
+            if self.pad_head:
+                t0 = time.perf_counter()
+                self._head = HeadRows.for_model(self.model)
+                self.last_run.calibrate_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         kw[self._cache_kw] = cache
         with torch.inference_mode():
-            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw)
+            if self._head is None:
+                out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw)
+            else:
+                with self._head:
+                    out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw)
         self.last_run.model_s += time.perf_counter() - t0
         self.last_run.forwards += 1
         self.last_run.rows += int(ids.shape[0] * ids.shape[1])
