@@ -11,7 +11,10 @@ soonest, 0 included; for one request, expected tokens per unit of forward cost) 
 the acceptance by match class shared by the run's requests (``AcceptanceByMatch``),
 each request's own recent drafts over it (``RequestBackoff``), and the forward cost
 (fixed, learnt online from the run's forwards, or calibrated); a request that stopped
-drafting is probed with 3 tokens now and then, the gap doubling after each failed probe. ``verified`` hands each verify's counts to those estimates.
+drafting is probed with 3 tokens now and then, the gap doubling after each failed probe
+and, in a batch of B (where a probe widens every row of the padded forward), B times as
+long, a due probe taking along every request half-way to its own. ``verified`` hands
+each verify's counts to those estimates.
 """
 
 from __future__ import annotations
@@ -178,12 +181,17 @@ class StepDrafter:
                 w = choose_batch_width(conds, avail, left, cost_for, gen.k_max + bonus) - bonus
             else:
                 w = choose_width(conds, avail, cost, gen.k_max + bonus) - bonus
-            gaps = [max(s.recent.probe_gap, gen.probe_every) if gen.backoff else gen.probe_every for s in sessions]
+            # a probe widens every row of the step's padded forward, so in a batch of B
+            # it costs about B times what it costs alone: the gaps grow with B, and a
+            # due probe takes along every request at least half-way to its own
+            b = len(sessions)
+            gaps = [b * (max(s.recent.probe_gap, gen.probe_every) if gen.backoff else gen.probe_every)
+                    for s in sessions]
             if w < least and any(s.idle >= g and d for s, d, g in zip(sessions, drafts, gaps)):
                 # a request that stopped drafting is probed now and then (3 tokens:
                 # 4 rows, a cheap width): acceptance changes along a request; with
                 # backoff a failed probe doubles that request's gap (up to 64 steps)
-                drafts = [d[:3] if s.idle >= g else [] for s, d, g in zip(sessions, drafts, gaps)]
+                drafts = [d[:3] if 2 * s.idle >= g else [] for s, d, g in zip(sessions, drafts, gaps)]
                 for s, d in zip(sessions, drafts):
                     s.probing = bool(d)
             else:

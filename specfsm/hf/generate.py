@@ -97,6 +97,7 @@ class RunStats:
     model_s: float = 0.0
     wall_s: float = 0.0
     calibrate_s: float = 0.0
+    head_s: float = 0.0  # measuring the output projection's cost by rows (once per model: HeadRows)
     compactions: int = 0
     widths: list[int] = field(default_factory=list)
     trees: int = 0  # tree drafts verified (drafter "suffix-tree")
@@ -104,7 +105,7 @@ class RunStats:
     @property
     def outside_s(self) -> float:
         """Wall time not spent in model forwards (drafting, acceptance, cache upkeep)."""
-        return max(self.wall_s - self.model_s - self.calibrate_s, 0.0)
+        return max(self.wall_s - self.model_s - self.calibrate_s - self.head_s, 0.0)
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -159,7 +160,10 @@ class SpeculativeGenerator:
     drafts keep failing drops to plain decodes within a few verifies, however well other
     requests' drafts did, and drafts again when its drafter finds a long match (a
     verbatim copy); a request that stopped drafting is probed with 3 tokens after
-    ``probe_every`` idle steps, the gap doubling after each failed probe (at most 64).
+    ``probe_every`` idle steps, the gap doubling after each failed probe (at most 64);
+    in a batch of B live requests the gaps are B times as long (a probe widens every
+    row of the padded forward), and a due probe takes along every request at least
+    half-way to its own, so they share one wide forward.
     ``backoff=False`` keeps the shared estimate alone (the chooser before issue 25).
     ``objective``: what a batch's width serves. ``"makespan"`` (the default): the
     ``generate`` call returns when its last request ends, so the width is the one that
@@ -397,7 +401,7 @@ class SpeculativeGenerator:
             if self.pad_head:
                 t0 = time.perf_counter()
                 self._head = HeadRows.for_model(self.model)
-                self.last_run.calibrate_s += time.perf_counter() - t0
+                self.last_run.head_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         kw[self._cache_kw] = cache
         with torch.inference_mode():
