@@ -1144,6 +1144,51 @@ def test_generator_backs_off_per_request_and_recovers(model):
     assert on.forwards <= off.forwards and sum(widths_on) * 2 < sum(widths_off)  # fewer rows for the same output
 
 
+class _WrongIndex:
+    """An index drafter that drafts each prompt's greedy continuation behind a long match
+    for its first ``wants[prompt][1]`` generated tokens, then always-wrong drafts (each
+    token the continuation's plus one) behind a short match."""
+
+    def __init__(self, wants):
+        self.wants, self.h, self._m = wants, [], 2
+
+    def extend(self, tokens):
+        self.h += [int(t) for t in tokens]
+
+    def propose(self, k):
+        prompt = next(p for p in self.wants if tuple(self.h[:len(p)]) == p)
+        want, right = self.wants[prompt]
+        g = len(self.h) - len(prompt)
+        if g < right:
+            self._m = 40
+            return list(want[g:g + k])
+        self._m = 2
+        return [(t + 1) % VOCAB for t in want[g:g + k]]
+
+    def match_length(self):
+        return self._m
+
+
+def test_a_batch_probes_its_idle_requests_together_and_rarely(model):
+    # a probe widens every row of the batch's padded forward: four requests whose drafts
+    # start failing at different times must not probe more often than one alone
+    n = 128
+    prompts = _prompts()[:4]
+    wants = {tuple(p): (_reference(model, p, n), 9 * j) for j, p in enumerate(prompts)}
+    probes = {}
+    for group in (prompts[:1], prompts):
+        gen = SpeculativeGenerator(model, eos_token_id=None, cost=BACKOFF_COST)
+        gen._new_index = lambda: _WrongIndex(wants)
+        gen.by_match = _shared_high()
+        outs = gen.generate(group, n)
+        for p, out in zip(group, outs):
+            _check_equal(model, p, out.tokens, wants[tuple(p)][0])
+        # once every request's drafts fail and the back-off has settled, a step of
+        # width 3 is a probe
+        probes[len(group)] = sum(1 for w in gen.last_run.widths[40:] if w == 3)
+    assert 0 < probes[4] <= probes[1], probes
+
+
 def test_backoff_flag_is_checked(model):
     with pytest.raises(TypeError, match="backoff must be True or False"):
         SpeculativeGenerator(model, backoff="yes")
