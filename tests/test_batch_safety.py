@@ -254,6 +254,34 @@ def test_pending_is_refused_while_a_writer_holds_the_guard_and_reads_its_own_cop
     assert a[1].tolist() == [1] and a[0] is not bb[0] and a[2] is not bb[2]
 
 
+def test_the_twins_multi_field_reads_hold_transitions_off():
+    """The twin reads ``slot_fields``' fields one by one, and another thread may run
+    between two of them (found by the hostile batch scenario: a prefill advanced between
+    the state read and the prompt read, and ``slot_fields`` raised AttributeError). The
+    reads form a reader's section: a transition that comes in between is refused and the
+    fields read stay those of one state. The interleaving is forced here by running the
+    transition inside the read of the prompts."""
+    from specfsm.machine import _batch_py as twin
+
+    b = twin.BatchState(2)
+    b.admit([0], [5, 6], [0, 2], [0])
+    refused = []
+
+    class Interleaved(list):
+        def __getitem__(self, i):
+            try:
+                b.advance_prefill([0], [7], [1])
+            except RuntimeError as exc:
+                refused.append(str(exc))
+            return list.__getitem__(self, i)
+
+    b._positions = Interleaved(b._positions)
+    fields = b.slot_fields(0)
+    assert fields[0] == twin.PREFILL and fields[-1] == [5, 6]
+    assert refused and "being read" in refused[0]
+    assert b.states.tolist()[0] == twin.PREFILL  # the refused transition changed nothing
+
+
 # --------------------------------------------------------------------------------------
 # views
 # --------------------------------------------------------------------------------------

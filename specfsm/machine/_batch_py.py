@@ -161,6 +161,11 @@ class BatchState:
     def _check(self) -> None:
         _guard.guard_of(self, _NAME).check()
 
+    def _read(self) -> _guard.Guard:
+        g = _guard.guard_of(self, _NAME)
+        g.read()
+        return g
+
     def _write(self) -> _guard.Guard:
         g = _guard.guard_of(self, _NAME)
         g.write()
@@ -250,8 +255,11 @@ class BatchState:
     def draft(self, slot: int) -> list[int]:
         """The draft of slot ``slot`` when it is in Verify (empty elsewhere)."""
         i = self._one(slot)
-        self._check()
-        return self._draft[i, : self._dlen[i]].tolist()
+        g = self._read()
+        try:
+            return self._draft[i, : self._dlen[i]].tolist()
+        finally:
+            g.done_read()
 
     def _one(self, slot: object) -> int:
         i = check_count(slot, "slot")
@@ -266,12 +274,18 @@ class BatchState:
         as lists of ints, empty where the state has none). ``specfsm.machine.batch.BatchState``
         builds its ``state_of`` value from them."""
         i = self._one(slot)
-        code = int(self._state[i])
-        if code == FREE:
-            return None
-        return (code, int(self._token[i]), int(self._cache[i]),
-                self._draft[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
-                self._positions[i].tolist() if code == PREFILL else [])
+        # several fields read in turn: a reader's section, so no transition (another
+        # thread) can change them between two reads
+        g = self._read()
+        try:
+            code = int(self._state[i])
+            if code == FREE:
+                return None
+            return (code, int(self._token[i]), int(self._cache[i]),
+                    self._draft[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
+                    self._positions[i].tolist() if code == PREFILL else [])
+        finally:
+            g.done_read()
 
     def slot_tree(self, slot: int) -> tuple[list[int], list[int]] | None:
         """``(tokens, parents)`` (lists of ints) of slot ``slot``'s tree when it is in a tree
@@ -279,10 +293,14 @@ class BatchState:
         VERIFY with the tree's tokens as its draft; ``specfsm.machine.batch.BatchState``'s
         ``state_of`` gives it as a ``VerifyTree``."""
         i = self._one(slot)
-        if not self._tree[i]:
-            return None
-        n = int(self._dlen[i])
-        return self._draft[i, :n].tolist(), self._par[i, :n].tolist()
+        g = self._read()
+        try:
+            if not self._tree[i]:
+                return None
+            n = int(self._dlen[i])
+            return self._draft[i, :n].tolist(), self._par[i, :n].tolist()
+        finally:
+            g.done_read()
 
     def __len__(self) -> int:
         self._check()
