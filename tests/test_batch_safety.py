@@ -260,7 +260,9 @@ def test_the_twins_multi_field_reads_hold_transitions_off():
     the state read and the prompt read, and ``slot_fields`` raised AttributeError). The
     reads form a reader's section: a transition that comes in between is refused and the
     fields read stay those of one state. The interleaving is forced here by running the
-    transition inside the read of the prompts."""
+    transition inside the read of the prompts. (The compiled ``slot_fields`` takes the
+    same section: its reads make Python objects, and a collector's finaliser may run
+    between two; its attributes cannot be replaced from Python to force it.)"""
     from specfsm.machine import _batch_py as twin
 
     b = twin.BatchState(2)

@@ -310,7 +310,11 @@ cdef class BatchState:
     def draft(self, slot):
         """The draft of slot ``slot`` when it is in Verify (empty elsewhere)."""
         cdef Py_ssize_t i = self._one(slot)
-        return self._draft_a[i, : self._dlen[i]].tolist()
+        guard_read(&self._g, _NAME)
+        try:
+            return self._draft_a[i, : self._dlen[i]].tolist()
+        finally:
+            guard_done_read(&self._g)
 
     def slot_fields(self, slot):
         """Slot ``slot``'s fields, or None when it is FREE: ``(code, token, cache, draft,
@@ -318,12 +322,19 @@ cdef class BatchState:
         as lists of ints, empty where the state has none). ``specfsm.machine.batch.BatchState``
         builds its ``state_of`` value from them."""
         cdef Py_ssize_t i = self._one(slot)
-        cdef int code = self._st[i]
-        if code == C_FREE:
-            return None
-        return (code, int(self._tok[i]), int(self._cache[i]),
-                self._draft_a[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
-                self._positions[i].tolist() if code == C_PREFILL else [])
+        cdef int code
+        # the fields are read in turn and each read makes Python objects (a collector's
+        # finaliser may run between two): a reader's section holds transitions off
+        guard_read(&self._g, _NAME)
+        try:
+            code = self._st[i]
+            if code == C_FREE:
+                return None
+            return (code, int(self._tok[i]), int(self._cache[i]),
+                    self._draft_a[i, : self._dlen[i]].tolist(), int(self._snap[i]), int(self._n[i]),
+                    self._positions[i].tolist() if code == C_PREFILL else [])
+        finally:
+            guard_done_read(&self._g)
 
     def slot_tree(self, slot):
         """``(tokens, parents)`` (lists of ints) of slot ``slot``'s tree when it is in a tree
@@ -331,9 +342,13 @@ cdef class BatchState:
         VERIFY with the tree's tokens as its draft; ``specfsm.machine.batch.BatchState``'s
         ``state_of`` gives it as a ``VerifyTree``."""
         cdef Py_ssize_t i = self._one(slot)
-        if not self._tree[i]:
-            return None
-        return self._draft_a[i, : self._dlen[i]].tolist(), self._par_a[i, : self._dlen[i]].tolist()
+        guard_read(&self._g, _NAME)
+        try:
+            if not self._tree[i]:
+                return None
+            return self._draft_a[i, : self._dlen[i]].tolist(), self._par_a[i, : self._dlen[i]].tolist()
+        finally:
+            guard_done_read(&self._g)
 
     def __len__(self):
         guard_check(&self._g, _NAME)
