@@ -1260,15 +1260,22 @@ def test_cli_compare_rotates_methods_and_reports_per_prompt(checkpoint, tmp_path
     assert rc == 0 and "per kind and in total" in text and "pld_k24" in text and "every output equal" in text
 
 
-def test_cli_compare_runs_each_batch_several_rounds(checkpoint, tmp_path, capsys):
+def _compare_two_prompts(checkpoint, tmp_path, capsys, *options):
+    """``specfsm generate --compare --json`` on two prompts, 6 new tokens, prompt lookup
+    at K = 3, with ``options``; its summary, after checking it ran and kept identity."""
     import json
 
     prompts = _prompts()[:2]
     path = _prompts_file(tmp_path, [json.dumps({"prompt": p, "name": f"p{i}"}) for i, p in enumerate(prompts)])
     rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6", "--compare",
-                   "--pld-ks", "3", "--batch", "2", "--batch-rounds", "3", "--json"])
+                   "--pld-ks", "3", *options, "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["identical"]
+    return out
+
+
+def test_cli_compare_runs_each_batch_several_rounds(checkpoint, tmp_path, capsys):
+    out = _compare_two_prompts(checkpoint, tmp_path, capsys, "--batch", "2", "--batch-rounds", "3")
     (b,) = out["batches"]
     assert b["orders"] == [["greedy_batched", "specfsm_batched"], ["specfsm_batched", "greedy_batched"],
                            ["greedy_batched", "specfsm_batched"]]
@@ -1285,14 +1292,7 @@ def test_cli_compare_runs_each_batch_several_rounds(checkpoint, tmp_path, capsys
 
 
 def test_cli_compare_takes_several_drafters(checkpoint, tmp_path, capsys):
-    import json
-
-    prompts = _prompts()[:2]
-    path = _prompts_file(tmp_path, [json.dumps({"prompt": p, "name": f"p{i}"}) for i, p in enumerate(prompts)])
-    rc = _run_cli(["generate", "--model", checkpoint, "--prompts", path, "--max-new-tokens", "6", "--compare",
-                   "--pld-ks", "3", "--compare-drafters", "suffix,suffix-tree", "--batch", "2", "--json"])
-    out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["identical"]
+    out = _compare_two_prompts(checkpoint, tmp_path, capsys, "--compare-drafters", "suffix,suffix-tree", "--batch", "2")
     assert out["methods"] == ["greedy", "pld_k3", "specfsm", "specfsm_suffix-tree"]
     assert out["spec"]["specfsm_suffix-tree"]["drafter"] == "suffix-tree"
     assert set(out["batches"][0]["methods"]) == {"greedy_batched", "specfsm_batched", "specfsm_suffix-tree_batched"}

@@ -538,7 +538,7 @@ def main(args: argparse.Namespace) -> int:
                 bar = _Progress(per + (rounds * len(prompts) * (1 + len(spec)) if args.batch > 1 else 0), sys.stderr, show)
                 summary = compare(model, prompts, names, args.max_new_tokens, ks, spec,
                                   kinds=[sp.kind for sp in specs], batch=args.batch, bar=bar,
-                                  batch_rounds=getattr(args, "batch_rounds", 1))
+                                  batch_rounds=rounds)
                 bar.close()
                 summary["model"] = info
                 summary["threads"] = torch.get_num_threads()

@@ -32,6 +32,7 @@ Also here: the checks of the transformers version, model and cache this relies o
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -367,10 +368,7 @@ class HeadRows:
         shape, self._shape = self._shape, None
         if shape is None:
             return None
-        rows = 1
-        for d in shape[:-1]:
-            rows *= d
-        return out[:rows].view(*shape[:-1], out.shape[-1])
+        return out[: math.prod(shape[:-1])].view(*shape[:-1], out.shape[-1])
 
     def __enter__(self) -> HeadRows:
         self._handles = [self.head.register_forward_pre_hook(self._pre), self.head.register_forward_hook(self._post)]

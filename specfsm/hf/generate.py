@@ -31,6 +31,7 @@ encoder-decoder models, and caches that cannot be cropped (quantised, sliding wi
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Sequence
@@ -404,12 +405,8 @@ class SpeculativeGenerator:
                 self.last_run.head_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         kw[self._cache_kw] = cache
-        with torch.inference_mode():
-            if self._head is None:
-                out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw)
-            else:
-                with self._head:
-                    out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw)
+        with torch.inference_mode(), (self._head if self._head is not None else contextlib.nullcontext()):
+            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **kw)
         self.last_run.model_s += time.perf_counter() - t0
         self.last_run.forwards += 1
         self.last_run.rows += int(ids.shape[0] * ids.shape[1])
