@@ -342,6 +342,11 @@ def test_generator_with_a_padded_head_equals_generate(fsm, model, references, mo
         _check_equal(model, prompt, out.tokens, want)
     assert calls == [model]  # looked up once per generator
     assert (4, head.out_features) in shapes  # forwards of 1 to 3 rows really ran padded
+    # the online cost table starts from a prior whose padded row counts cost their padding's
+    prior = gen.online.prior
+    assert prior is not hfcost.PRIOR_COST and all(prior(r) == hfcost.PRIOR_COST(4) for r in (2, 3))
+    assert prior(1) == hfcost.PRIOR_COST(1) and prior(5) == hfcost.PRIOR_COST(5)
+    assert all(o.prior is prior for o in gen.online.by_batch.values())
     assert not head._forward_hooks and not head._forward_pre_hooks
 
 
@@ -483,6 +488,18 @@ def test_cost_model_cap_keeps_the_kernels_cheap_widths():
     # the prior's shape is SmolLM2's on one thread: 4 rows cost less than 3, and 12 than 11
     assert hfcost.PRIOR_COST(4) < hfcost.PRIOR_COST(3) and hfcost.PRIOR_COST(12) < hfcost.PRIOR_COST(11)
     assert hfcost.PRIOR_COST.monotone == "cap" and hfcost.PRIOR_COST(1) == 1.0
+
+
+def test_padded_prior_costs_a_padded_row_count_at_most_its_padding():
+    base = hfcost.CostModel({1: 1.0, 2: 1.65, 3: 2.02, 4: 1.52, 8: 1.83}, monotone="cap")
+    got = hfcost.padded_prior(base, {2: 4, 3: 4, 5: 8})
+    assert [got(r) for r in (1, 2, 3, 4, 8)] == [1.0, 1.52, 1.52, 1.52, 1.83]
+    assert got(5) == min(base(5), base(8)) and got.monotone == "cap"
+    # a padding to a dearer count, or to fewer rows, changes nothing
+    same = hfcost.padded_prior(base, {1: 4, 4: 2})
+    assert [same(r) for r in range(1, 9)] == [base(r) for r in range(1, 9)]
+    # a 3-row decode of a batch of 3 (padded to 4) now costs less than its 6-row verify
+    assert got(3) < got(6) and not base(3) < base(6)
 
 
 def test_acceptance_by_match_length():

@@ -43,7 +43,7 @@ import numpy as np
 from ..accept.rules import Exact, SpeculativeSampling
 from ..serving.loop import Request, needs_probs, serve
 from . import DRAFTERS
-from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCostByBatch
+from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCostByBatch, padded_prior
 from .drafting import StepDrafter
 from .evaluate import (
     SUPPORTED_TRANSFORMERS,
@@ -402,6 +402,10 @@ class SpeculativeGenerator:
             if self.pad_head:
                 t0 = time.perf_counter()
                 self._head = HeadRows.for_model(self.model)
+                if self._head is not None and not self.online.by_batch:
+                    # the padded row counts cost what their padding does (before any
+                    # table is learnt from the prior)
+                    self.online.prior = padded_prior(self.online.prior, self._head.pad)
                 self.last_run.head_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         kw[self._cache_kw] = cache
