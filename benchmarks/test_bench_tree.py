@@ -1,6 +1,7 @@
-"""Tree verification benchmarks (issue 22): accepting a 32-node tree per request, one
-request (``accept_tree``) and B = 256 (``accept_tree_batch``), and placing the accepted
-paths' cache rows for the batch (``place_path_batch``), compiled core beside the twin.
+"""Tree benchmarks (issue 22): building a 32-node tree from a suffix index, one request
+(``propose_tree``) and B = 256 (``propose_tree_batch``); accepting one, one request
+(``accept_tree``) and B = 256 (``accept_tree_batch``); and placing the accepted paths'
+cache rows for the batch (``place_path_batch``); compiled core beside the twin.
 
 Run: pytest benchmarks/test_bench_tree.py --benchmark-columns=median,iqr,rounds
 Targets (compiled): under 2 µs for one 32-node tree, under 100 µs for B = 256 of them.
@@ -13,10 +14,13 @@ drafter's output arrives.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from specfsm import _impl
+from specfsm.serving.workload import stdlib_workload
 
 N = 32
 
@@ -90,3 +94,48 @@ def test_bench_place_path_batch(benchmark, kind):
     cache = np.zeros((B, L, row), dtype=np.float32)
     base = np.full(B, 8, dtype=np.int64)
     benchmark(k.place_path_batch, cache, base, path, poff)
+
+
+@functools.lru_cache(maxsize=2)
+def _indexes(kind: str) -> tuple:
+    """256 suffix indexes (replay's default drafter settings) of the default workload's
+    requests, index i (i + 1) / 257 of the way through its output: the histories a
+    serving batch holds (``benchmarks/tree_replay.py``'s cost measurement)."""
+    traces = stdlib_workload(None).traces
+    mod = _impl.kernels(kind, "suffix_index")
+    out = []
+    for i in range(256):
+        tr = traces[i % len(traces)]
+        ix = mod.SuffixIndex(1, None, "earliest", anchor_n=16)
+        ix.extend(tr.prompt + tr.output[: (len(tr.output) * (i + 1)) // 257])
+        out.append(ix)
+    return mod, tuple(out)
+
+
+# max_depth 8 below the budget of 32: the chain cannot fill the tree, so every call
+# scans the history for occurrences and expands best-first (a chain that fills the
+# budget is returned without either)
+@pytest.mark.parametrize("kind", ["compiled", "python"])
+def test_bench_propose_tree(benchmark, kind):
+    if kind == "compiled" and _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set")
+    _mod, ixs = _indexes(kind)
+    benchmark.group = "propose_tree: one 32-node tree, max_depth 8 (B = 1)"
+    state = {"i": 0}
+
+    def one():
+        i = state["i"] = (state["i"] + 1) % len(ixs)  # a different request each call
+        return ixs[i].propose_tree(N, 8)
+
+    toks, _ = benchmark(one)
+    assert 0 < toks.size <= N
+
+
+@pytest.mark.parametrize("kind", ["compiled", "python"])
+def test_bench_propose_tree_batch(benchmark, kind):
+    if kind == "compiled" and _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set")
+    mod, ixs = _indexes(kind)
+    benchmark.group = f"propose_tree_batch: B = {len(ixs)} trees of 32 nodes, max_depth 8"
+    toks, _, off = benchmark(mod.propose_tree_batch, list(ixs), N, 8)
+    assert off.size == len(ixs) + 1 and toks.size > len(ixs)

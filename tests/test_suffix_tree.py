@@ -140,6 +140,33 @@ def test_tree_is_the_reference_on_both_implementations(impl, h, min_n, max_n, pr
     assert all(t == trees[0] for t in trees)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(64, TREE_WINDOW + 600), alphabet=st.sampled_from([2, 3, 9, 60]),
+       wide=st.booleans(), min_n=st.integers(1, 3), depth=st.sampled_from([1, 3, 8]))
+def test_long_histories_give_the_twins_tree(seed, n, alphabet, wide, min_n, depth):
+    """Histories across the scan's window and its search blocks (scan.h's vectorised
+    search for the last one or two tokens), in narrow and wide tokens: the compiled tree
+    is the twin's. A motif recurs so the longest context has many occurrences."""
+    from specfsm import _impl
+
+    if _impl.NO_EXTENSIONS:
+        pytest.skip("compares the compiled core with its twin")
+    rng = np.random.default_rng(seed)
+    h = rng.integers(0, alphabet, n)
+    motif = rng.integers(0, alphabet, 5)
+    for at in rng.integers(0, n - 5, size=int(rng.integers(0, 80))):
+        h[at : at + 5] = motif
+    h[-5:] = motif
+    shift = 2**40 if wide else 0
+    trees = []
+    for kind in ("compiled", "python"):
+        ix = _impl.kernels(kind, "suffix_index").SuffixIndex(min_n)
+        ix.extend((h + shift).tolist())
+        toks, pars = ix.propose_tree(32, depth)
+        trees.append(((toks - shift).tolist(), pars.tolist()))
+    assert trees[0] == trees[1]
+
+
 def test_a_shared_context_branches(sfx):
     """After "1 2", the history continued with 3 twice and 5 once: the chain (the
     earliest occurrence, 3 4 ...) first, then the other continuations."""

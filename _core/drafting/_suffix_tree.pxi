@@ -76,6 +76,9 @@ cdef int _tree_contexts(tree_t* t) noexcept nogil:
     return t.k
 
 
+from _scan cimport find_last, find_last_pair
+
+
 ctypedef fused tok_t:
     int32_t
     int64_t
@@ -90,8 +93,18 @@ cdef int64_t _tree_scan_h(tree_t* t, const tok_t* h) noexcept nogil:
     stop = L - TREE_WINDOW if L > TREE_WINDOW else 0
     e = L - 1
     while e > stop:
+        # the next end back that follows the last token, or the last two while every
+        # context still counting is 2 tokens or more (the ends passed would count for
+        # none): scan.h's vectorised search, where testing the ends one by one was most
+        # of a tree's cost
+        if need >= 2:
+            e = find_last_pair(h, stop if stop > 1 else 1, e - 1, h[L - 2], last) + 1
+        else:
+            e = find_last(h, stop, e - 1, last) + 1
+        if e <= stop:
+            break
         # an end counts only if its match reaches the shortest context still counting
-        if h[e - 1] != last or e < need or h[e - need] != h[L - need]:
+        if e < need or h[e - need] != h[L - need]:
             e -= 1
             continue
         ml = 1

@@ -2,7 +2,8 @@
  *
  * specfsm_find_{i32,i64}(p, lo, hi, v, backward): the largest e in [lo, hi] with
  * p[e] == v when backward is nonzero, else the smallest; -1 when there is none.
- * specfsm_find_last_* and specfsm_find_first_* name the two directions.
+ * specfsm_find_last_* and specfsm_find_first_* name the two directions;
+ * specfsm_find_last_pair_* searches back for two consecutive ids.
  *
  * Blocks of SCAN_BLOCK entries are tested with a branch-free OR of comparisons, which
  * compilers turn into SIMD compares; only a block with a hit is walked entry by entry.
@@ -63,6 +64,36 @@
 
 SPECFSM_DEFINE_FIND(specfsm_find_i32, int32_t)
 SPECFSM_DEFINE_FIND(specfsm_find_i64, int64_t)
+
+/* specfsm_find_last_pair_{i32,i64}(p, lo, hi, u, v): the largest e in [lo, hi] with
+ * p[e - 1] == u and p[e] == v, or -1; lo must be at least 1. The same blocks, each
+ * tested for the pair: where v alone is common (a space, a comma) a search for it
+ * stops at nearly every block, and one for the pair rarely does. */
+#define SPECFSM_DEFINE_FIND_PAIR(NAME, T)                                             \
+    SPECFSM_CLONES static ptrdiff_t NAME(const T *p, ptrdiff_t lo, ptrdiff_t hi, T u, \
+                                         T v)                                         \
+    {                                                                                 \
+        while (hi - (SCAN_BLOCK - 1) >= lo) {                                         \
+            const ptrdiff_t start = hi - (SCAN_BLOCK - 1);                            \
+            const T *b = p + start;                                                   \
+            int hit = 0;                                                              \
+            for (int k = 0; k < SCAN_BLOCK; k++)                                      \
+                hit |= (b[k] == v) & (b[k - 1] == u);                                 \
+            if (hit) {                                                                \
+                for (int k = SCAN_BLOCK - 1; k >= 0; k--)                             \
+                    if (b[k] == v && b[k - 1] == u)                                   \
+                        return start + k;                                             \
+            }                                                                         \
+            hi -= SCAN_BLOCK;                                                         \
+        }                                                                             \
+        for (; hi >= lo; hi--)                                                        \
+            if (p[hi] == v && p[hi - 1] == u)                                         \
+                return hi;                                                            \
+        return -1;                                                                    \
+    }
+
+SPECFSM_DEFINE_FIND_PAIR(specfsm_find_last_pair_i32, int32_t)
+SPECFSM_DEFINE_FIND_PAIR(specfsm_find_last_pair_i64, int64_t)
 
 static inline ptrdiff_t specfsm_find_last_i32(const int32_t *p, ptrdiff_t lo, ptrdiff_t hi, int32_t v)
 {
