@@ -17,6 +17,7 @@ cdef enum:
     TREE_NODES = 1024      # = _tree_checks.MAX_TREE_NODES
     TREE_WIDTH = 4         # = _tree_checks.DEFAULT_TREE_WIDTH
     TREE_WINDOW = 2048     # = _tree_checks.TREE_WINDOW: occurrences end at most this far back
+    INSERTION_MAX = 16     # _tree_group sorts this many occurrences or fewer by insertion
 
 from specfsm.drafting._tree_checks import (
     DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_CONTEXTS, TREE_OCCURRENCES, TREE_WINDOW as _WINDOW)
@@ -156,8 +157,10 @@ cdef void _tree_scan(tree_t* t) noexcept nogil:
 
 
 cdef void _tree_group(tree_t* t, int64_t d, int32_t lo, int32_t hi) noexcept nogil:
-    """Sort ix[lo:hi] by the token at depth d of each occurrence (bottom-up merge sort
-    of (token, occurrence) pairs; the order within a token does not matter)."""
+    """Sort ix[lo:hi] by the token at depth d of each occurrence (an insertion sort up to
+    INSERTION_MAX of them, else a bottom-up merge sort of (token, occurrence) pairs; the
+    order within a token does not matter: a group's estimate and preferred occurrence
+    are its members' counts and extreme end, and no two candidates tie)."""
     cdef int64_t n = hi - lo, w, i, a, b, am, bm, o
     cdef int64_t* src = t.key_a
     cdef int64_t* dst = t.key_b
@@ -165,9 +168,24 @@ cdef void _tree_group(tree_t* t, int64_t d, int32_t lo, int32_t hi) noexcept nog
     cdef int32_t* idst = t.ix_b
     cdef int64_t* ks
     cdef int32_t* ts
+    cdef int64_t key
+    cdef int32_t occ
     if n < 2:
         if n == 1:
             t.key_a[0] = _tk(t.m, t.occ_e[t.ix[lo]] + d)
+        return
+    if n <= INSERTION_MAX:
+        # a node deep in the tree has a few occurrences: insertion sort in place
+        for i in range(n):
+            occ = t.ix[lo + i]
+            key = _tk(t.m, t.occ_e[occ] + d)
+            a = i
+            while a > 0 and src[a - 1] > key:
+                src[a] = src[a - 1]
+                t.ix[lo + a] = t.ix[lo + a - 1]
+                a -= 1
+            src[a] = key
+            t.ix[lo + a] = occ
         return
     for i in range(n):
         isrc[i] = t.ix[lo + i]

@@ -483,11 +483,12 @@ cdef class SuffixIndex:
         at most ``max_depth`` deep (None: ``budget``) and ``max_width`` children per node
         (None: 4). Empty arrays when nothing matches."""
         cdef int64_t b, d, w
-        if (type(budget) is int and 1 <= budget <= TREE_NODES and max_depth is None
-                and max_width is None):
-            b = budget      # the common call: plain ints, no Python code runs
-            d = b
-            w = TREE_WIDTH
+        if (type(budget) is int and 1 <= budget <= TREE_NODES
+                and (max_depth is None or (type(max_depth) is int and 1 <= max_depth <= TREE_NODES))
+                and (max_width is None or (type(max_width) is int and 1 <= max_width <= TREE_NODES))):
+            b = budget      # the common call: plain ints in range or None, no Python code runs
+            d = b if max_depth is None else max_depth
+            w = TREE_WIDTH if max_width is None else max_width
         else:
             b, d, w = check_tree_args(budget, max_depth, max_width)   # may run Python code
         guard_check(&self._g, NAME)   # then nothing runs Python code until the tree is built
