@@ -116,8 +116,9 @@ def padded_prior(prior: CostModel, pad: Mapping[int, int]) -> CostModel:
     Without it a row count the prior found dear only for its head (SmolLM2, one thread:
     3 rows 2.02 decodes, 4 rows 1.52) stays dear in ``OnlineCost``'s table until it is
     timed, and the chooser, avoiding it, never times it: a batch of 3 requests verified
-    a 1-token draft each (6 rows, 106 ms) for 43 steps where a decode (3 rows, padded
-    to 4) cost about 75 ms. The table keeps ``prior``'s rows and ``monotone``."""
+    a 1-token draft each (6 rows, 106 ms a forward) for 43 steps and never decoded;
+    with this prior it timed a decode (3 rows, padded to 4) at 86 ms. The table keeps
+    ``prior``'s rows and ``monotone``."""
     table = {r: prior(r) for r in prior.rows}
     for r, to in pad.items():
         if to > r >= 1:
