@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from test_suffix_index import PREFERS, SETTINGS, WIDE_IDS, reference
@@ -63,6 +63,84 @@ def test_extend_batch_equals_per_index_extend(impl, data, b, rounds, prefer, cap
             assert x.match_length() == y.match_length() == n
             assert x.propose(5) == y.propose(5)
             assert x.match_end() == y.match_end()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    b=st.integers(32, 48),
+    rounds=st.integers(1, 3),
+    prefer=st.sampled_from(PREFERS),
+    cap=st.one_of(st.none(), st.integers(0, 4)),
+    ids=st.sampled_from([[0, 1], [0, 1, 2, 3], WIDE_IDS]),
+)
+def test_extend_batch_of_many_indexes_equals_per_index_extend(impl, data, b, rounds, prefer, cap, ids):
+    """From 32 indexes on, the compiled call indexes in rounds (every index's r-th new
+    token in round r, the next appends' loads prefetched): ragged counts, empty ones,
+    wide tokens; each index ends equal to one that took the same tokens by ``extend``."""
+    sfx = impl.module("suffix_index")
+    hi = None if cap is None else 1 + cap
+    batch = [sfx.SuffixIndex(1, hi, prefer, anchor_n=3) for _ in range(b)]
+    one = [sfx.SuffixIndex(1, hi, prefer, anchor_n=3) for _ in range(b)]
+    hist: list[list[int]] = [[] for _ in range(b)]
+    for _ in range(rounds):
+        pieces = [data.draw(st.lists(st.sampled_from(ids), max_size=6)) for _ in range(b)]
+        off = np.zeros(b + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in pieces], out=off[1:])
+        sfx.extend_batch(batch, [t for p in pieces for t in p], off)
+        for ix, p, h in zip(one, pieces, hist):
+            ix.extend(p)
+            h += p
+    for x, y, h in zip(batch, one, hist):
+        assert x.tokens.tolist() == y.tokens.tolist() == h
+        assert x.match_length() == y.match_length()
+        assert x.match_end() == y.match_end()
+        assert x.propose(5) == y.propose(5)
+    for x, h in list(zip(batch, hist))[:3]:
+        assert x.match_length() == reference(h, 1, hi, prefer)[0]
+
+
+@pytest.mark.parametrize("prefer", PREFERS)
+def test_extend_batch_of_long_histories_equals_per_index_extend(sfx, prefer):
+    """64 indexes of recurring motifs (clones, table edges, table growth), fed ragged
+    steps of 0 to 40 tokens (some of them wide) over histories up to about 2,000
+    tokens: the state after every step equals per-index ``extend``'s, drafts and trees
+    included."""
+    rng = np.random.default_rng(11)
+    b = 64
+    motifs = [rng.integers(0, 50, size=rng.integers(3, 12)) for _ in range(6)]
+    streams = []
+    for i in range(b):
+        parts = [motifs[j] for j in rng.integers(0, 6, size=200)]
+        s = np.concatenate(parts + [rng.integers(0, 50, size=40)])
+        if i % 16 == 5:
+            s[rng.integers(0, s.size, size=4)] = 2**40 + 7
+        streams.append(s.tolist())
+    batch = [sfx.SuffixIndex(1, None, prefer, anchor_n=8) for _ in range(b)]
+    one = [sfx.SuffixIndex(1, None, prefer, anchor_n=8) for _ in range(b)]
+    pos = [0] * b
+    for step in range(40):
+        counts = rng.integers(0, 41, size=b)
+        counts[rng.integers(0, b, size=8)] = 0
+        pieces = []
+        for i in range(b):
+            pieces.append(streams[i][pos[i] : pos[i] + int(counts[i])])
+            pos[i] += len(pieces[-1])
+        off = np.zeros(b + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in pieces], out=off[1:])
+        sfx.extend_batch(batch, np.array([t for p in pieces for t in p], dtype=np.int64), off)
+        for ix, p in zip(one, pieces):
+            ix.extend(p)
+        for i in range(0, b, 7 if step % 10 else 1):
+            x, y = batch[i], one[i]
+            assert len(x) == len(y) == pos[i]
+            assert (x.match_length(), x.match_end()) == (y.match_length(), y.match_end())
+            assert x.propose(8) == y.propose(8)
+    for x, y in zip(batch, one):
+        assert x.tokens.tolist() == y.tokens.tolist()
+        assert x.nbytes == y.nbytes
+        tx, ty = x.propose_tree(16), y.propose_tree(16)
+        assert [a.tolist() for a in tx] == [a.tolist() for a in ty]
 
 
 def test_extend_batch_by_hand(sfx):
