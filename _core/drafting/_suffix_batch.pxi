@@ -17,58 +17,120 @@ ctypedef struct job_t:    # one index's share of extend_batch, read without the 
     int64_t start, stop, done
 
 
-cdef inline void _peek_state(const sam_t* m) noexcept nogil:
-    """Prefetch what the next token's first lookup reads: the record of the current
-    match's state (its transitions are tried first)."""
-    cdef int32_t v = m.cursor
+cdef inline void _peek_rec(const sam_t* m, int32_t v) noexcept nogil:
+    """Prefetch what a lookup from state v reads first: a clone's record, or a
+    position state's next token and suffix link."""
     if v >= CLONE:
-        SFX_PREFETCH(&m.cl[v - CLONE])
-    elif m.wide:
-        SFX_PREFETCH(&m.t64[v])
+        SFX_PREFETCH_KEEP(&m.cl[v - CLONE])
     else:
-        SFX_PREFETCH(&m.t32[v])
-    SFX_PREFETCH(&m.plink[m.npos])
+        if m.wide:
+            SFX_PREFETCH_KEEP(&m.t64[v])
+        else:
+            SFX_PREFETCH_KEEP(&m.t32[v])
+        SFX_PREFETCH_KEEP(&m.plink[v])
 
 
-cdef inline void _peek_token(const sam_t* m) noexcept nogil:
-    """Prefetch the token after the match state's first occurrence (its first
-    transition's token) and the anchored token."""
-    cdef int32_t v = m.cursor
-    cdef int64_t at = m.cl[v - CLONE].first + 1 if v >= CLONE else -1
-    if m.wide:
-        if at >= 0:
-            SFX_PREFETCH(&m.t64[at])
+cdef inline void _peek_first(const sam_t* m, int32_t v, int64_t c) noexcept nogil:
+    """Prefetch the lookup of v's transition on c: its edge-table slot (its address
+    needs no load) and its edge bit."""
+    SFX_PREFETCH_KEEP(&m.sl[_home(v, <uint32_t>c, m.cap_sl)])
+    if v < CLONE:
+        SFX_PREFETCH_KEEP(&m.pbits[v >> 3])
+
+
+cdef inline void _peek_dst(const sam_t* m, int32_t q) noexcept nogil:
+    """Prefetch the record of a transition's target q (a clone's, or a position
+    state's suffix link)."""
+    if q >= CLONE:
+        SFX_PREFETCH_KEEP(&m.cl[q - CLONE])
+    elif q > 0:
+        SFX_PREFETCH_KEEP(&m.plink[q])
+
+
+cdef inline void _peek_edge(const sam_t* m, int32_t v, int64_t c) noexcept nogil:
+    """With v's record and slot in cache: prefetch the token after a clone's first
+    end and the edge v's slot for c holds."""
+    cdef int32_t e
+    if v >= CLONE:
+        if m.wide:
+            SFX_PREFETCH_KEEP(&m.t64[m.cl[v - CLONE].first + 1])
+        else:
+            SFX_PREFETCH_KEEP(&m.t32[m.cl[v - CLONE].first + 1])
+    e = m.sl[_home(v, <uint32_t>c, m.cap_sl)].edge
+    if e >= 0:
+        SFX_PREFETCH_KEEP(&m.ed[e])
+
+
+cdef inline void _peek(const sam_t* m, int64_t stop, int level) noexcept nogil:
+    """Prefetch, for the index's next append (of the token c at ``npos``, below
+    ``stop``), what its stage ``level`` needs, each stage reading only what the ones
+    before brought in (extend_batch runs them PIPE_AHEAD indexes apart). The append
+    starts at p, the tail's suffix link, and looks up p's transition on c, then, where
+    there is none, its suffix link w's, and so on; where the transition found reaches
+    a state q too long for p, q is cloned and the links from p on are redirected to the
+    clone while they point to q. 1: p's record, the slot of (p, c), where the append
+    writes (the next clone and edge records, the new state's link) and the anchored
+    token; 2: from those, the token after a clone p's first end, the slot's edge, the
+    record of p's first transition's target, and w's record and slot; 3: p's
+    transition on c found (q), q's record, w's token and edge, and p's edge list where
+    p gets an edge; 4: from q's record, its suffix link's record (which bounds a
+    clone's redirects) and q's edge list (a clone copies it). Reads only states,
+    slots and edges that exist; writes nothing."""
+    cdef int32_t p, q, w, ref
+    cdef int64_t c
+    if m.tail <= 0:
+        return
+    p = m.plink[m.tail]
+    c = _tk(m, m.npos if m.npos < stop else stop - 1)
+    w = _link(m, p) if level >= 2 else -1
+    if level == 1:
+        _peek_rec(m, p)
+        _peek_first(m, p, c)
+        # where the append writes: the next clone and edge records, cur's link
+        if m.n_cl < m.cap_cl:
+            SFX_PREFETCH_KEEP(&m.cl[m.n_cl])
+        if m.n_ed < m.cap_ed:
+            SFX_PREFETCH_KEEP(&m.ed[m.n_ed])
+        if m.npos < stop:
+            SFX_PREFETCH_KEEP(&m.plink[m.npos + 1])
         if m.anchor >= 0:
-            SFX_PREFETCH(&m.t64[m.anchor])
+            if m.wide:
+                SFX_PREFETCH_KEEP(&m.t64[m.anchor])
+            else:
+                SFX_PREFETCH_KEEP(&m.t32[m.anchor])
+    elif level == 2:
+        _peek_edge(m, p, c)
+        if p >= CLONE:
+            _peek_dst(m, m.cl[p - CLONE].dst)
+        if w >= 0:
+            _peek_rec(m, w)
+            _peek_first(m, w, c)
+    elif level == 3:
+        q = _find(m, p, c, &ref)
+        _peek_dst(m, q)
+        if q < 0 and _has_edges(m, p):   # p gets an edge on c: its edge list's head
+            SFX_PREFETCH_KEEP(&m.hd[_head_home(p, m.cap_hd)])
+        if w >= 0:
+            _peek_edge(m, w, c)
     else:
-        if at >= 0:
-            SFX_PREFETCH(&m.t32[at])
-        if m.anchor >= 0:
-            SFX_PREFETCH(&m.t32[m.anchor])
+        q = _find(m, p, c, &ref)
+        if q < 0 or _len(m, p) + 1 == _len(m, q):
+            return
+        _peek_dst(m, _link(m, q))
+        if _has_edges(m, q):
+            SFX_PREFETCH_KEEP(&m.hd[_head_home(q, m.cap_hd)])
 
 
 cdef void _add_jobs(job_t* jobs, int64_t b) noexcept nogil:
     """Write each job's tokens into its index's buffer (which has room, and is int64
-    when a token needs it), then index them. Indexes are taken in order, the first
-    loads of the ones PIPE_AHEAD, 2 * PIPE_AHEAD and 3 * PIPE_AHEAD places later
-    prefetched meanwhile (each a dependent step further), so the cache misses of
-    different indexes overlap."""
-    cdef int64_t i, j, k
+    when a token needs it), then index them, index by index. Meanwhile the first
+    appends of the indexes PIPE_AHEAD, 2, 3 and 4 times PIPE_AHEAD places later get
+    ``_peek``'s stages 4, 3, 2 and 1 (the index's own record before), each a dependent
+    step further, so that the cold misses of an index's first append overlap the work
+    on others (its later appends find most of their lines in cache)."""
+    cdef int64_t i, j, k, lv
     cdef sam_t* m
-    for i in range(b + 3 * PIPE_AHEAD):
-        if i < b:
-            SFX_PREFETCH(jobs[i].m)
-            SFX_PREFETCH(<char*>jobs[i].m + 64)
-            SFX_PREFETCH(<char*>jobs[i].m + 128)
-        k = i - PIPE_AHEAD
-        if 0 <= k < b:
-            _peek_state(jobs[k].m)
-        k = i - 2 * PIPE_AHEAD
-        if 0 <= k < b:
-            _peek_token(jobs[k].m)
-        k = i - 3 * PIPE_AHEAD
-        if k < 0 or k >= b:
-            continue
+    for k in range(b):
         m = jobs[k].m
         if m.wide:
             for j in range(jobs[k].stop - jobs[k].start):
@@ -76,7 +138,17 @@ cdef void _add_jobs(job_t* jobs, int64_t b) noexcept nogil:
         else:
             for j in range(jobs[k].stop - jobs[k].start):
                 m.t32[jobs[k].start + j] = <int32_t>jobs[k].src[j]
-        jobs[k].done = _add_range(m, jobs[k].start, jobs[k].stop)
+    for i in range(b + PIPE_STAGES * PIPE_AHEAD):
+        if i < b:
+            SFX_PREFETCH(jobs[i].m)
+            SFX_PREFETCH(<char*>jobs[i].m + 64)
+        for lv in range(1, PIPE_STAGES):
+            k = i - lv * PIPE_AHEAD
+            if 0 <= k < b and jobs[k].stop > jobs[k].start:
+                _peek(jobs[k].m, jobs[k].stop, <int>lv)
+        k = i - PIPE_STAGES * PIPE_AHEAD
+        if 0 <= k < b:
+            jobs[k].done = _add_range(jobs[k].m, jobs[k].start, jobs[k].stop)
 
 
 cdef void _copy_views(const view_t* views, int64_t b, int64_t* out, int64_t* out_off,

@@ -92,10 +92,12 @@ WHAT = "a SuffixIndex"         # ... and messages name an instance
 
 cdef extern from "prefetch.h" nogil:
     void SFX_PREFETCH "NGI_PREFETCH" (const void* p)
+    void SFX_PREFETCH_KEEP "NGI_PREFETCH_KEEP" (const void* p)
 
 cdef enum:
     PREFETCH_AHEAD = 8    # _grow_slots: slots between the prefetch stages
-    PIPE_AHEAD = 4        # extend_batch: indexes between the prefetch stages
+    PIPE_AHEAD = 2        # extend_batch: indexes between the prefetch stages
+    PIPE_STAGES = 5       # ... its stages: 4 of prefetches, then the appends
     NOGIL_MIN = 512       # extends shorter than this keep the GIL
     SMALL_LIST = 64       # extend() converts lists up to this long without numpy
     MIN_SLOTS = 16
