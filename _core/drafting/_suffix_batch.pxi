@@ -74,15 +74,16 @@ cdef inline void _peek(const sam_t* m, int64_t stop, int level) noexcept nogil:
     record of p's first transition's target, and w's record and slot; 3: p's
     transition on c found (q), q's record, w's token and edge, and p's edge list where
     p gets an edge; 4: from q's record, its suffix link's record (which bounds a
-    clone's redirects) and q's edge list (a clone copies it). Reads only states,
-    slots and edges that exist; writes nothing."""
+    clone's redirects) and q's edge list (a clone copies it). A stage keeps no state,
+    so stages 3 and 4 each look p's transition up again (from lines in cache). Reads
+    only states, slots and edges that exist; writes nothing."""
     cdef int32_t p, q, w, ref
     cdef int64_t c
     if m.tail <= 0:
         return
     p = m.plink[m.tail]
     c = _tk(m, m.npos if m.npos < stop else stop - 1)
-    w = _link(m, p) if level >= 2 else -1
+    w = _link(m, p) if level == 2 or level == 3 else -1
     if level == 1:
         _peek_rec(m, p)
         _peek_first(m, p, c)
