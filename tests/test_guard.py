@@ -41,6 +41,7 @@ ARGS: dict[str, tuple] = {
     "extend_batch": ([1], [0, 1]),
     "record_batch": ([1], [0]),
     "serve_batch": ([1], [0, 1], [0], [0]),
+    "serve_batch_lists": ([1], [0, 1], [0], [0]),
     "propose_tree_batch": (4,),
 }
 

@@ -196,7 +196,7 @@ SINGLE = ["extend", "extend", "append", "propose", "propose", "match_length", "r
           "record", "pickle", "deepcopy", "reenter", "held", "stats", "tokens", "nbytes"]
 SUFFIX_ONLY = ["lookup", "last_tokens", "match_end"]
 BATCH = ["extend_batch", "propose_batch", "record_batch"]
-SERVE = ["serve", "serve", "serve_batch", "serve_reenter", "serve_held"]
+SERVE = ["serve", "serve", "serve_batch", "serve_batch_lists", "serve_reenter", "serve_held"]
 
 
 def _pick_indexes(draw, n_pairs: int):
@@ -376,6 +376,8 @@ def run_pair(data, kind: str, with_serve: bool):
                     got[name] = outcome(lambda m=m, ixs=ixs: m.propose_batch(ixs, k1))
                 elif op == "record_batch":
                     got[name] = outcome(lambda m=m, ixs=ixs: m.record_batch(ixs, k1, k2))
+                elif op == "serve_batch_lists":
+                    got[name] = outcome(lambda m=m, ixs=ixs: m.serve_batch_lists(ixs, toks, off, k1, k2, k3))
                 else:
                     got[name] = outcome(lambda m=m, ixs=ixs: m.serve_batch(ixs, toks, off, k1, k2, k3))
         log.append((op, got["python"]))
@@ -444,11 +446,13 @@ def _cls(impl, kind):
 def test_serve_is_record_extend_propose(impl, kind, steps, adaptive):
     """``serve(tokens, drafted, accepted, max_k)`` is ``record`` (when drafted),
     ``extend``, then ``propose`` of ``min(draft_len, max_k)`` when adaptive, else of
-    ``max_k``; ``serve_batch`` over several indexes is ``serve`` on each."""
+    ``max_k``; ``serve_batch`` over several indexes is ``serve`` on each, and
+    ``serve_batch_lists`` the same drafts, one list per index."""
     C = _cls(impl, kind)
     mod = impl.module(KINDS[kind][0])
     kw = dict(draft_len=4, adaptive=adaptive, min_draft=1, max_draft=9)
     served, ref, batched = C(1, 3, **kw), C(1, 3, **kw), [C(1, 3, **kw), C(2, 4, **kw)]
+    listed = [C(1, 3, **kw), C(2, 4, **kw)]
     other = C(2, 4, **kw)
     for toks, d, a, k in steps:
         a = min(a, d)
@@ -465,6 +469,11 @@ def test_serve_is_record_extend_propose(impl, kind, steps, adaptive):
         assert out.dtype == np.int64 and off.tolist() == [0, lens[0], lens[0] + lens[1]]
         assert out.tolist() == got + want_other
         assert batched[0].stats == served.stats and batched[1].stats == other.stats
+        rows = mod.serve_batch_lists(listed, np.array(toks + toks[::-1], dtype=np.int64),
+                                     [0, len(toks), 2 * len(toks)], [d, d], [a, a], k)
+        assert type(rows) is list and all(type(r) is list for r in rows)
+        assert rows == [got, want_other] and all(type(t) is int for r in rows for t in r)
+        assert listed[0].stats == served.stats and listed[1].stats == other.stats
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -488,6 +497,10 @@ def test_serve_refuses_changing_nothing(impl, kind):
         (OverflowError, lambda: mod.serve_batch([jx, ix], [5, 6], [0, 1, 2], [1, 2**62], [0, 0])),
         (ValueError, lambda: mod.serve_batch([jx, ix], [5, 6], [0, 1, 2], [1, 1], [0, 2])),
         (ValueError, lambda: mod.serve_batch([jx, ix], [5, 6], [0, 2, 1], [1, 1], [0, 0])),
+        (ValueError, lambda: mod.serve_batch_lists([ix, ix], [5, 6], [0, 1, 2], [0, 0], [0, 0])),
+        (OverflowError, lambda: mod.serve_batch_lists([jx, ix], [5, 6], [0, 1, 2], [1, 2**62], [0, 0])),
+        (ValueError, lambda: mod.serve_batch_lists([jx, ix], [5, 6], [0, 1, 2], [1, 1], [0, 2])),
+        (ValueError, lambda: mod.serve_batch_lists([jx, ix], [5, 6], [0, 2, 1], [1, 1], [0, 0])),
     ]
     for exc, call in refusals:
         with pytest.raises(exc):
@@ -497,6 +510,8 @@ def test_serve_refuses_changing_nothing(impl, kind):
     try:
         with pytest.raises(RuntimeError, match="being changed"):
             mod.serve_batch([jx, ix], [5, 6], [0, 1, 2], [0, 0], [0, 0])
+        with pytest.raises(RuntimeError, match="being changed"):
+            mod.serve_batch_lists([jx, ix], [5, 6], [0, 1, 2], [0, 0], [0, 0])
         with pytest.raises(RuntimeError, match="being changed"):
             ix.serve([5])
     finally:

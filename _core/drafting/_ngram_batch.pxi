@@ -125,6 +125,14 @@ def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
                         MAX_TOKENS_C)
 
 
+def serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k=None):
+    """``serve_batch``, each index's draft returned as a list of Python ints (one list
+    per index, what vLLM's proposer interface returns) instead of ``(drafts, offsets,
+    lengths)``."""
+    return _serve_batch(ngram_serve, indexes, tokens, offsets, drafted, accepted, max_k,
+                        MAX_TOKENS_C, True)
+
+
 # ------------------------------------------------------------------------------------
 # extend for a batch of indexes
 # ------------------------------------------------------------------------------------

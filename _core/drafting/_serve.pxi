@@ -6,9 +6,28 @@
 # converted and checked here first; the C policy then refuses what the batch calls
 # refuse, changing no index.
 
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
+
 ctypedef int (*serve_fn)(list, Py_ssize_t, const int64_t*, const int64_t*, const int64_t*,
                          const int64_t*, const int64_t*, Py_ssize_t, int64_t*,
                          int64_t*) except -1
+
+
+# -- drafts as Python lists ------------------------------------------------------------
+# (a cache of int objects for token ids was tried here and was slower on a real step:
+# a step's drafts vary, so its lookups miss the cache where a new int does not)
+
+cdef list _token_list(const int64_t* src, Py_ssize_t n):
+    """``src[0:n]`` as a new list of Python ints."""
+    cdef list out = PyList_New(n)
+    cdef Py_ssize_t j
+    cdef object o
+    for j in range(n):
+        o = src[j]
+        Py_INCREF(o)        # (PyList_SET_ITEM takes the reference)
+        PyList_SET_ITEM(out, j, o)
+    return out
 
 
 cdef tuple _check_serve_counts(object drafted, object accepted):
@@ -33,11 +52,11 @@ cdef object _serve_batch_counts(object drafted, object accepted, Py_ssize_t b):
     return dr, ac
 
 
-cdef tuple _serve_run(serve_fn fn, list ixs, object src, object off, object dr, object ac,
-                      object limits, Py_ssize_t k_cap):
+cdef object _serve_run(serve_fn fn, list ixs, object src, object off, object dr, object ac,
+                       object limits, Py_ssize_t k_cap, bint lists=False):
     """Run the C policy ``fn`` on owned, checked int64 arrays (``limits``: one draft
     limit per index, each at most ``k_cap``); returns ``(drafts, offsets, lengths)`` as
-    ``propose_batch`` does."""
+    ``propose_batch`` does, or with ``lists`` one list of token ids per index."""
     cdef Py_ssize_t b = len(ixs), i, j, w = 0
     square = np.empty(b * k_cap if b * k_cap else 1, dtype=np.int64)
     lengths = np.empty(b, dtype=np.int64)
@@ -53,6 +72,13 @@ cdef tuple _serve_run(serve_fn fn, list ixs, object src, object off, object dr, 
     cdef int64_t z = 0
     fn(ixs, b, &sv[0] if sv.shape[0] else &z, &ov[0], &dv[0] if b else &z,
        &av[0] if b else &z, &lv[0] if b else &z, k_cap, &qv[0], &lnv[0] if b else &z)
+    if lists:
+        rows = PyList_New(b)
+        for i in range(b):
+            row = _token_list(&qv[i * k_cap], lnv[i])
+            Py_INCREF(row)
+            PyList_SET_ITEM(rows, i, row)
+        return rows
     oov[0] = 0
     for i in range(b):
         for j in range(lnv[i]):
@@ -96,10 +122,64 @@ cdef list _serve_one(serve_fn fn, object ix, object src, object d_obj, object a_
     else:
         lim = k
     cdef int64_t k_cap = lim if lim < length + m else length + m
-    flat, _, _ = _serve_run(fn, [ix], src, np.array([0, m], dtype=np.int64),
-                            np.array([d], dtype=np.int64), np.array([a], dtype=np.int64),
-                            np.array([lim if lim < k_cap else k_cap], dtype=np.int64), k_cap)
-    return flat.tolist()
+    return _serve_run(fn, [ix], src, np.array([0, m], dtype=np.int64),
+                      np.array([d], dtype=np.int64), np.array([a], dtype=np.int64),
+                      np.array([lim if lim < k_cap else k_cap], dtype=np.int64), k_cap, True)[0]
+
+
+cdef inline bint _plain_int64(object x) noexcept:
+    """A 1-D, C-contiguous, aligned, native-order 8-byte signed integer ndarray."""
+    return plain_int_width(x) == 8
+
+
+cdef object _owned_copy(object x):
+    return cnp.PyArray_NewCopy(<cnp.ndarray>x, cnp.NPY_CORDER)
+
+
+cdef object _plain_batch_args(Py_ssize_t b, object tokens, object offsets, object drafted,
+                              object accepted, object max_k, int64_t max_tokens):
+    """``_serve_batch_args``'s answer without its Python-level conversions, for the
+    usual call: ``tokens``, ``offsets``, ``drafted`` and ``accepted`` plain int64 arrays
+    of the right lengths, ``max_k`` None, a plain int or a plain int64 array of B
+    counts. Copies first, then checks the copies in C; None for any other call or any
+    check that fails (the converting path then decides, with its own messages)."""
+    if not (_plain_int64(tokens) and _plain_int64(offsets) and _plain_int64(drafted)
+            and _plain_int64(accepted)):
+        return None
+    if array_len(offsets) != b + 1 or array_len(drafted) != b or array_len(accepted) != b:
+        return None
+    cdef bint per_index = max_k is not None and type(max_k) is not int
+    if per_index and not (_plain_int64(max_k) and array_len(max_k) == b):
+        return None
+    if max_k is not None and not per_index and max_k < 0:
+        return None
+    src = _owned_copy(tokens)
+    off = _owned_copy(offsets)
+    dr = _owned_copy(drafted)
+    ac = _owned_copy(accepted)
+    lims = None
+    if per_index:
+        lims = _owned_copy(max_k)
+    elif max_k is not None:
+        lims = np.full(b, max_k if max_k < max_tokens else max_tokens, dtype=np.int64)
+    cdef const int64_t[::1] ov = off
+    cdef const int64_t[::1] dv = dr
+    cdef const int64_t[::1] av = ac
+    cdef int64_t[::1] lv
+    cdef Py_ssize_t i
+    if ov[0] != 0 or ov[b] != array_len(src):
+        return None
+    for i in range(b):
+        if ov[i] > ov[i + 1] or dv[i] < 0 or av[i] < 0 or av[i] > dv[i]:
+            return None
+    if per_index:
+        lv = lims
+        for i in range(b):
+            if lv[i] < 0:
+                return None
+            if lv[i] > max_tokens:
+                lv[i] = max_tokens
+    return src, off, dr, ac, lims
 
 
 cdef tuple _serve_batch_args(list ixs, object tokens, object offsets, object drafted,
@@ -107,6 +187,9 @@ cdef tuple _serve_batch_args(list ixs, object tokens, object offsets, object dra
     """``serve_batch``'s arguments converted, copied and checked: ``(tokens, offsets
     starting at 0, drafted, accepted, limits or None for each index's default)``."""
     cdef Py_ssize_t b = len(ixs)
+    plain = _plain_batch_args(b, tokens, offsets, drafted, accepted, max_k, max_tokens)
+    if plain is not None:
+        return plain
     src, off = batch_tokens(tokens, offsets, b)
     cdef const int64_t[::1] ov = off
     _check_run_offsets(off, &ov[0], b, src.shape[0])
@@ -117,11 +200,12 @@ cdef tuple _serve_batch_args(list ixs, object tokens, object offsets, object dra
     return src, off, dr, ac, lims
 
 
-cdef tuple _serve_batch(serve_fn fn, object indexes, object tokens, object offsets,
-                        object drafted, object accepted, object max_k, int64_t max_tokens):
-    """``serve_batch``: the arguments checked, each index's draft limit (its own
-    default where ``max_k`` is None) and the drafts' row width found, the C policy
-    ``fn`` run."""
+cdef object _serve_batch(serve_fn fn, object indexes, object tokens, object offsets,
+                         object drafted, object accepted, object max_k, int64_t max_tokens,
+                         bint lists=False):
+    """``serve_batch`` (``serve_batch_lists`` with ``lists``): the arguments checked,
+    each index's draft limit (its own default where ``max_k`` is None) and the drafts'
+    row width found, the C policy ``fn`` run."""
     cdef list ixs = _index_list(indexes)
     src, off, dr, ac, lims = _serve_batch_args(ixs, tokens, offsets, drafted, accepted,
                                                max_k, max_tokens)
@@ -140,7 +224,7 @@ cdef tuple _serve_batch(serve_fn fn, object indexes, object tokens, object offse
         room = lv[i] if lv[i] < room else room
         if room > k_cap:
             k_cap = room
-    return _serve_run(fn, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap)
+    return _serve_run(fn, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap, lists)
 
 
 cdef int _check_serve_c(list indexes, Py_ssize_t b, const int64_t* offsets,

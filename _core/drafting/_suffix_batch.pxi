@@ -241,6 +241,14 @@ def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
                         MAX_TOKENS_C)
 
 
+def serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k=None):
+    """``serve_batch``, each index's draft returned as a list of Python ints (one list
+    per index, what vLLM's proposer interface returns) instead of ``(drafts, offsets,
+    lengths)``."""
+    return _serve_batch(suffix_serve, indexes, tokens, offsets, drafted, accepted, max_k,
+                        MAX_TOKENS_C, True)
+
+
 cdef int64_t _batch_stamp = 0
 
 

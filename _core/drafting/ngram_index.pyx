@@ -142,6 +142,7 @@ __all__ = [
     "propose_batch",
     "record_batch",
     "serve_batch",
+    "serve_batch_lists",
 ]
 
 cdef int64_t MAX_TOKENS_C = MAX_INDEX_TOKENS   # a C copy: no Python comparison per index

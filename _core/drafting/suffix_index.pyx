@@ -68,6 +68,7 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
+from _arrays cimport plain_int_width, array_len
 from _seq cimport Py_SIZE
 from _guard cimport (
     GUARD_READY,
@@ -85,7 +86,7 @@ from _index_stats cimport index_stats_t, stats_fits, stats_init, stats_limit, st
 
 cnp.import_array()  # propose_tree builds its result arrays with the C API
 
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch", "serve_batch_lists"]
 
 NAME = "SuffixIndex"           # the guard's refusals name the class
 WHAT = "a SuffixIndex"         # ... and messages name an instance

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["extend_batch", "longest_match", "longest_match_batch", "NgramIndex", "propose_batch", "record_batch", "serve_batch"]
+__all__ = ["extend_batch", "longest_match", "longest_match_batch", "NgramIndex", "propose_batch", "record_batch", "serve_batch", "serve_batch_lists"]
 
 # a list for a list or tuple history, an array of the history's dtype for an array
 def longest_match(
@@ -64,3 +64,6 @@ def extend_batch(indexes: Sequence[NgramIndex], tokens: object, offsets: object)
 def serve_batch(
     indexes: Sequence[NgramIndex], tokens: object, offsets: object, drafted: object, accepted: object, max_k: object = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+def serve_batch_lists(
+    indexes: Sequence[NgramIndex], tokens: object, offsets: object, drafted: object, accepted: object, max_k: object = None
+) -> list[list[int]]: ...

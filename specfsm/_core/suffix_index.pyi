@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch", "serve_batch_lists"]
 
 class SuffixIndex:
     def __init__(
@@ -79,3 +79,6 @@ def record_batch(indexes: Sequence[SuffixIndex], proposed: object, accepted: obj
 def serve_batch(
     indexes: Sequence[SuffixIndex], tokens: object, offsets: object, drafted: object, accepted: object, max_k: object = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+def serve_batch_lists(
+    indexes: Sequence[SuffixIndex], tokens: object, offsets: object, drafted: object, accepted: object, max_k: object = None
+) -> list[list[int]]: ...

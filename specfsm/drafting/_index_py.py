@@ -412,3 +412,12 @@ def serve_batch(cls: type, indexes: object, tokens: object, offsets: object, dra
         for g in marked:
             g.done_write()
     return _pack(pieces, lengths)
+
+
+def serve_batch_lists(cls: type, indexes: object, tokens: object, offsets: object, drafted: object,
+                      accepted: object, max_k: object = None) -> list[list[int]]:
+    """``serve_batch``, each index's draft as a list of ints (one list per index)."""
+    drafts, off, _ = serve_batch(cls, indexes, tokens, offsets, drafted, accepted, max_k)
+    flat = drafts.tolist()
+    o = off.tolist()
+    return [flat[o[i] : o[i + 1]] for i in range(len(o) - 1)]

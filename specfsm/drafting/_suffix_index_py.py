@@ -41,7 +41,7 @@ from ._checks import (
     suffix_range,
 )
 
-__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch"]
+__all__ = ["SuffixIndex", "extend_batch", "propose_batch", "propose_tree_batch", "record_batch", "serve_batch", "serve_batch_lists"]
 
 NAME = "SuffixIndex"  # the guard's refusals name the class
 
@@ -447,3 +447,10 @@ def serve_batch(indexes: object, tokens: object, offsets: object, drafted: objec
     record, extend, propose; all or nothing. Returns ``propose_batch``'s
     ``(drafts, offsets, lengths)``."""
     return _common.serve_batch(SuffixIndex, indexes, tokens, offsets, drafted, accepted, max_k)
+
+
+def serve_batch_lists(indexes: object, tokens: object, offsets: object, drafted: object,
+                      accepted: object, max_k: object = None) -> list[list[int]]:
+    """``serve_batch``, each index's draft returned as a list of ints (one list per
+    index, what vLLM's proposer interface returns)."""
+    return _common.serve_batch_lists(SuffixIndex, indexes, tokens, offsets, drafted, accepted, max_k)

@@ -44,6 +44,7 @@ __all__ = [
     "propose_batch",
     "record_batch",
     "serve_batch",
+    "serve_batch_lists",
 ]
 
 #: The incremental index of the active implementation (a class: use it directly).
@@ -153,6 +154,17 @@ def serve_batch(
     listed twice (ValueError), in use (RuntimeError), full or whose drafted total would
     pass int64 (OverflowError) refuses the whole batch and changes no index."""
     return _active.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
+
+
+def serve_batch_lists(
+    indexes: Any, tokens: Any, offsets: Any, drafted: Any, accepted: Any, max_k: Any = None
+) -> list[list[int]]:
+    """``serve_batch`` with each index's draft as a list of ints, one list per index
+    (what vLLM's proposer interface returns), for a caller that would otherwise split
+    ``(drafts, offsets, lengths)`` itself (the compiled core builds the lists straight
+    from its drafts, with no flat array in between). Refuses what ``serve_batch``
+    refuses."""
+    return _active.serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k)
 
 
 class _NgramSession:
