@@ -144,9 +144,11 @@ def _adapter(kind: str, b: int, h: int, suffix: bool = False):
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
     # one implementation's indexes: a subclass naming its kernel module as the index module
     if suffix:
-        cls = type("P", (sv.SpecfsmSuffixProposer,), {"_index_module": _impl.kernels(kind, "suffix_index")})
+        cls = type("P", (sv.SpecfsmSuffixProposer,), {"_index_module": _impl.kernels(kind, "suffix_index"),
+                                                       "_rows_module": _impl.kernels(kind, "rows")})
         return cls(num_speculative_tokens=K, max_model_len=h + EXTRA)
-    cls = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": _impl.kernels(kind, "ngram_index")})
+    cls = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": _impl.kernels(kind, "ngram_index"),
+                                                  "_rows_module": _impl.kernels(kind, "rows")})
     return cls(num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest", max_model_len=h + EXTRA)
 
 

@@ -26,7 +26,7 @@ def on(impl, cls=sv.SpecfsmNgramProposer):
     """``cls`` over ``impl``'s indexes: a subclass naming that implementation's kernel
     module as its index module (the public classes run the active implementation's)."""
     name = "suffix_index" if issubclass(cls, sv.SpecfsmSuffixProposer) else "ngram_index"
-    return type(cls.__name__, (cls,), {"_index_module": impl.module(name)})
+    return type(cls.__name__, (cls,), {"_index_module": impl.module(name), "_rows_module": impl.module("rows")})
 
 
 def test_the_public_proposers_draw_from_the_active_implementation():
@@ -616,7 +616,8 @@ def test_k_zero_and_empty_batches(impl):
 
 def test_a_step_goes_through_the_index_kinds_serve_batch(impl):
     """The general step updates and proposes through the index module's one serving-step
-    policy, ``serve_batch``, with nothing recorded (vLLM does not say what it accepted)."""
+    policy, ``serve_batch`` (its lists form), with nothing recorded (vLLM does not say
+    what it accepted)."""
     kern = impl.module("ngram_index")
     calls = []
 
@@ -624,9 +625,9 @@ def test_a_step_goes_through_the_index_kinds_serve_batch(impl):
         NgramIndex = kern.NgramIndex
 
         @staticmethod
-        def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
+        def serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k=None):
             calls.append((len(indexes), np.asarray(tokens).tolist(), list(drafted), list(accepted)))
-            return kern.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
+            return kern.serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k)
 
     tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
     p = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": Counting})(num_speculative_tokens=2, min_n=1, max_n=1)
@@ -697,9 +698,7 @@ class LastTokenProposer(sv.RowTrackingProposer):
             ix.extend(tokens[offsets[i] : offsets[i + 1]])
         ks = np.broadcast_to(np.asarray(ks, dtype=np.int64), (len(indexes),))
         pieces = [ix.toks[ix.end : ix.end + int(k)] if ix.end >= 0 else [] for ix, k in zip(indexes, ks)]
-        lengths = np.array([len(p) for p in pieces], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        return np.array([t for p in pieces for t in p], dtype=np.int64), offsets, lengths
+        return [[int(t) for t in p] for p in pieces]
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -27,6 +27,8 @@ class _IndexProposer(RowTrackingProposer):
     _INDEX = ""
     _NAME = ""
     _index_module: ModuleType
+    #: zeros for the drafted and accepted counts (read-only; grown as batches grow)
+    _nothing = np.zeros(0, dtype=np.int64)
     #: where the range came from (set by each subclass's ``__init__``; ``settings`` says it)
     range_source: str
 
@@ -50,10 +52,14 @@ class _IndexProposer(RowTrackingProposer):
         return index.serve(tokens, 0, 0, k)
 
     def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
-                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       ks: Any) -> list[list[int]]:
         # (vLLM does not say which of the last drafts it accepted: nothing to record)
-        none = np.zeros(len(indexes), dtype=np.int64)
-        return self._index_module.serve_batch(indexes, tokens, offsets, none, none, ks)
+        b = len(indexes)
+        if self._nothing.shape[0] < b:
+            self._nothing = np.zeros(max(b, 2 * self._nothing.shape[0]), dtype=np.int64)
+            self._nothing.flags.writeable = False
+        none = self._nothing[:b]
+        return self._index_module.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
 
     def __repr__(self) -> str:
         return (

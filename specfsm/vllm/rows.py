@@ -17,8 +17,8 @@ no ``req_ids``) rows of at most ``SHORT`` (128) tokens and "twins" (rows or kept
 sharing length and tail) are compared in full, and a new request that enters a row as
 long as its previous request plus one token, with its last 8 tokens and spread tokens,
 keeps the old index (a wrong draft costs acceptance, never output); ``verify="full"``
-compares every token every step. A step where nothing moved runs the same checks in a
-few whole-batch numpy calls (Python ints for up to ``FEW`` rows).
+compares every token every step. A step where nothing moved runs the same checks in
+one kernel call (``steady_rows``, compiled or twin) and one serving call.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from .. import _impl
 from .._checks import check_count
 from .call import as_numpy, check_call, find_runner, given_ids, runner_ids
 from .settings import log_settings, verify_setting
@@ -47,10 +49,10 @@ class RowTrackingProposer:
     A subclass supplies the index type through two hooks: ``_new_index()`` (a fresh,
     empty index) and ``_serve_indexes(indexes, tokens, offsets, ks)`` (one serving step
     for a list of indexes, all or nothing: append ``tokens[offsets[i]:offsets[i + 1]]``
-    to ``indexes[i]``, then propose up to ``ks`` tokens, one count or one per index; returns ``(drafts, offsets, lengths)`` as the indexes' ``propose_batch``
-    does), and optionally ``_serve_one(index, tokens, k)`` (the same for one index and a
-    list of tokens, returning the draft as a list; the default goes through
-    ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
+    to ``indexes[i]``, then propose up to ``ks`` tokens, one count or one per index;
+    returns one draft per index, each a list of ints), and optionally
+    ``_serve_one(index, tokens, k)`` (the same for one index and a list of tokens,
+    returning its draft; the default goes through ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
     Configuration: ``num_speculative_tokens`` (K) and ``max_model_len`` from the
     ``VllmConfig`` unless given as keywords; ``verify`` is ``"sparse"`` (default) or
     ``"full"``. Built inside vLLM's V1 runner, it reads each row's request id from the
@@ -73,10 +75,11 @@ class RowTrackingProposer:
     #: at most ``POOL`` of them, holding at most ``POOL_TOKENS`` tokens together
     POOL = 64
     POOL_TOKENS = 1 << 20
-    #: batches of at most this many rows take the per-row steady path (Python ints)
-    FEW = 10
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
     verify_default = "sparse"
+    #: the steady step's kernel module (the active implementation's; a test subclass
+    #: names one implementation's)
+    _rows_module: ModuleType = _impl.load("rows")
 
     def __init__(
         self,
@@ -174,7 +177,6 @@ class RowTrackingProposer:
         self._base = np.zeros(0, dtype=np.int64)  # row * width of token_ids_cpu
         self._base_t = self._base
         self._base_width = -1
-        self._long = False  # every row's index is past SHORT (set by a steady step)
         self._cols = np.zeros(0, dtype=np.int64)  # 0, 1, 2, ...
         self._colv = self._cols.reshape(-1, 1)  # the same as a column
         self._pool: OrderedDict[tuple, tuple] = OrderedDict()  # indexes no row holds now
@@ -186,22 +188,20 @@ class RowTrackingProposer:
         raise NotImplementedError
 
     def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
-                       ks: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       ks: Any) -> list[list[int]]:
         raise NotImplementedError
 
     def _serve_one(self, index: Any, tokens: list, k: int) -> list:
-        drafts, offsets, lengths = self._serve_indexes(
+        return self._serve_indexes(
             [index], np.asarray(tokens, dtype=np.int64), np.asarray([0, len(tokens)], dtype=np.int64),
-            np.asarray([k], dtype=np.int64))
-        return drafts.tolist()
+            np.asarray([k], dtype=np.int64))[0]
 
     def rescan(self, history: Any, max_k: int) -> list:
         """The draft a fresh index over ``history`` would give (for tests and checks)."""
         h = np.asarray(history, dtype=np.int64)
-        drafts, offsets, lengths = self._serve_indexes(
+        return self._serve_indexes(
             [self._new_index()], h, np.asarray([0, h.shape[0]], dtype=np.int64),
-            np.asarray([max_k], dtype=np.int64))
-        return drafts.tolist()
+            np.asarray([max_k], dtype=np.int64))[0]
 
     # -- vLLM's interface ----------------------------------------------------------------
     def load_model(self, *args: Any, **kwargs: Any) -> None:
@@ -259,6 +259,8 @@ class RowTrackingProposer:
     #: fixed random odd 64-bit multipliers for the (length, tail) key hash (a linear
     #: hash in wrapping uint64 arithmetic: two different keys collide with chance ~2**-63)
     _KEY_MUL = np.random.default_rng(0x5EED).integers(0, 2**63, size=TAIL + 1, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    #: the multipliers of the (length, last two tokens) filter key, as ``steady_rows`` takes them
+    _FILTER_MUL = _KEY_MUL[[0, 2, 3]].copy()
 
     def _key_hash(self, lens: np.ndarray, tails: np.ndarray, salt: int = 1) -> np.ndarray:
         """One uint64 per (length, tail tokens) key; equal keys hash equal (a collision
@@ -385,11 +387,12 @@ class RowTrackingProposer:
     # -- the steady state: every row kept its request and only grew --------------------
     def _steady(self, sampled: Any, num_tokens: Any, tok: Any, ids: list | None) -> list[list[int]] | None:
         """The step when nothing moved: the same rows as last step, every row sampled,
-        every history past ``SHORT``, longer than its index and below ``max_model_len``,
-        and every check passes. Returns None, having changed nothing, when any of that
-        does not hold (or an argument looks odd): the general step then decides, checks
-        and raises. When it answers, the answer and the state it leaves are those of
-        the general step (the same checks, in fewer numpy calls)."""
+        every history past ``SHORT``, grown by exactly its sampled tokens and below
+        ``max_model_len``, and every check passes. Returns None, having changed nothing,
+        when any of that does not hold (or an argument looks odd): the general step then
+        decides, checks and raises. When it answers, the answer and the state it leaves
+        are those of the general step: the rows' checks and new tokens come from one
+        kernel call (``steady_rows``, the same checks the general step makes)."""
         if type(sampled) is not list:
             return None
         if type(tok) is not np.ndarray or type(num_tokens) is not np.ndarray:
@@ -406,147 +409,38 @@ class RowTrackingProposer:
                 return None
         elif ids != self._rid[:b]:  # a row holds another request than its index's
             return None
-        if tok.ndim != 2 or tok.shape[0] < b or tok.dtype.kind not in "iu" or tok.dtype == np.uint64:
-            return None
-        if num_tokens.ndim != 1 or num_tokens.shape[0] < b or num_tokens.dtype.kind not in "iu":
-            return None
-        if not tok.flags.c_contiguous:
-            return None
-        try:
-            ns = list(map(len, sampled))
-        except TypeError:
-            return None
-        if not all(ns):
-            return None
-        if b <= self.FEW:
-            return self._steady_few(b, num_tokens, tok, ns)
-        return self._steady_many(b, num_tokens, tok, np.fromiter(ns, dtype=np.int64, count=b))
-
-    def _steady_few(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: list) -> list[list[int]] | None:
-        """The steady step for a few rows: Python ints, no batch temporaries."""
-        width = tok.shape[1]
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
-        T, S, D, short = self.TAIL, self.SPREAD, self.DEEP, self.SHORT
-        Ls = num_tokens[:b].tolist()
-        olds = self._len[:b].tolist()
-        seen = self._seen[:b].tolist()
         step = self.stats["steps"]
-        deep = []
-        for r in range(b):
-            n0, n = olds[r], Ls[r]
-            # the exact row rule: indexed at the last call and grown by its sampled tokens
-            if n0 <= short or n0 != seen[r] or n != n0 + ns[r] or n > width or n >= cap:
-                return None
-            row = tok[r]
-            if row[n0 - T : n0].tolist() != self._tail[r].tolist():
-                return None
-            if (r + step) % D == 0:
-                if row[self._spos[r]].tolist() != self._spread[r].tolist():
-                    return None
-                deep.append(r)
-        # every row confirmed: commit
-        self.stats["steps"] = step + 1
-        self.stats["steady"] += 1
-        ixs = self._ix[:b]
-        K = self.num_speculative_tokens
-        out = []
-        grown = 0
-        for r in range(b):  # (every row grew: the row rule holds n == n0 + ns[r] > n0)
-            n0, n = olds[r], Ls[r]
-            row = tok[r]
-            out.append(self._serve_one(ixs[r], row[n0:n].tolist(), K if cap - n >= K else cap - n))
-            self._len[r] = n
-            self._tail[r] = row[n - T : n]
-            grown += n - n0
-        self.stats["extended"] += grown
-        self._seen[:b] = Ls
-        self._mark_twins(b, False, Ls)
-        for r in deep:
-            n = Ls[r]
-            if n >= 2 * int(self._anc[r]):
-                at = [n * j // (S + 1) for j in range(1, S + 1)]
-                self._anc[r] = n
-                self._spos[r] = at
-                self._spread[r] = tok[r, at]
-        return out
-
-    def _steady_many(self, b: int, num_tokens: np.ndarray, tok: np.ndarray, ns: np.ndarray) -> list[list[int]] | None:
-        """The steady step for many rows: whole-batch numpy calls, no loop over rows."""
-        width = tok.shape[1]
-        cap = _NO_CAP if self.max_model_len is None else self.max_model_len
-        T = self.TAIL
-        L = num_tokens[:b].astype(np.int64)  # a copy the call owns
-        n_old = self._len[:b]
-        d = L - n_old
-        # the exact row rule: every row was indexed at the last call and grew by exactly
-        # its sampled tokens since (anything else is a movement: the general step)
-        if not (np.array_equal(d, ns) and np.array_equal(n_old, self._seen[:b])):
+        got = self._rows_module.steady_rows(
+            sampled, num_tokens, tok, self._len, self._seen, self._tail.T, self._spos.T, self._spread.T,
+            self._anc, (-step) % self.DEEP, self.DEEP, self.SHORT, cap, self._pool_f, self._FILTER_MUL)
+        if got is None:
             return None
-        dmin = int(d.min())
-        # (after a steady step every row's index is past SHORT: no need to look again)
-        if not (self._long or int(n_old.min()) > self.SHORT):
-            return None
-        lmax = int(L.max())
-        if lmax > width or lmax >= cap:
-            return None
-        flat = tok.reshape(-1)
-        if self._base_width != width or self._base.shape[0] < b:
-            self._base = self._arange[:-1] * width
-            self._base_t = self._base - T
-            self._base_width = width
-        base = self._base[:b]
-        # one gather per step: each row's window from TAIL before its indexed length to
-        # its new length (the old tail to check, then the new tokens)
-        dmax = int(d.max())
-        W = T + dmax
-        if self._cols.shape[0] < W:
-            self._cols = np.arange(W, dtype=np.int64)
-            self._colv = self._cols.reshape(-1, 1)
-        # (position-major: win[j, i] is row i's token at n_old[i] - TAIL + j)
-        pos = self._colv[:W] + (n_old + self._base_t[:b])
-        if lmax + dmax > width:  # a window might run past its row (n_old + dmax > width)
-            np.minimum(pos, base + (width - 1), out=pos)
-        win = flat.take(pos)
-        if not (win[:T] == self._tail.T[:, :b]).all():
-            return None
-        step = self.stats["steps"]
-        sl = slice((-step) % self.DEEP, b, self.DEEP)
-        anc = self._anc[sl]
-        if anc.shape[0] and not (flat.take(self._spos.T[:, sl] + base[sl]) == self._spread.T[:, sl]).all():
-            return None
-        # every row confirmed: commit
-        self.stats["steps"] = step + 1
-        self.stats["steady"] += 1
-        ixs = self._ix[:b]
-        self._long = True
+        L, new, offsets, tails, lmax, twins, renew = got
+        # every row confirmed: one serving step (all or nothing), then commit
         K = self.num_speculative_tokens
         ks = K if cap - lmax >= K else np.minimum(K, cap - L)
-        if dmax == 1 and dmin == 1:  # one token per row
-            drafts = self._serve_indexes(ixs, win[T], self._arange[: b + 1], ks)
-            self._tail.T[:, :b] = win[1:]
-            self.stats["extended"] += b
-        else:  # (every row grew: d == ns > 0)
-            offsets = np.zeros(b + 1, dtype=np.int64)
-            np.cumsum(d, out=offsets[1:])
-            new = win[T:].T[self._cols[:dmax] < d.reshape(-1, 1)]  # row by row
-            drafts = self._serve_indexes(ixs, new, offsets, ks)
-            self._tail.T[:, :b] = np.take_along_axis(win, self._colv[:T] + d, axis=0)
-            self.stats["extended"] += int(offsets[-1])
+        drafts = self._serve_indexes(self._ix[:b], new, offsets, ks)
+        self.stats["steps"] = step + 1
+        self.stats["steady"] += 1
+        self.stats["extended"] += int(offsets[-1])
+        self._tail.T[:, :b] = tails
         self._len[:b] = L
         self._seen[:b] = L
-        self._mark_twins(b, False)
-        Ld = L[sl]
-        renew = Ld >= 2 * anc
-        if renew.any():
-            rn = self._arange[sl][renew]
-            self._anc[rn] = Ld[renew]
-            self._spos[rn] = at = self._spread_pos(Ld[renew])
+        if twins:  # some row may share its key: the whole check
+            self._mark_twins(b, False)
+        elif self._any_twin:
+            self._twin[:] = False
+            self._any_twin = False
+        if renew:
+            rn = np.asarray(renew, dtype=np.int64)
+            self._anc[rn] = Lr = L[rn]
+            self._spos[rn] = at = self._spread_pos(Lr)
             self._spread[rn] = self._gather(tok, rn, at)
-        return self._as_lists(*drafts, K)
+        return drafts
 
     # -- the general step ----------------------------------------------------------------
     def _general(self, sampled: Any, num_tokens: Any, token_ids: Any, ids: list | None) -> list[list[int]]:
-        self._long = False
         b, counts, L, tok = check_call(sampled, num_tokens, token_ids)
         if ids is not None and None in ids:  # (a row without an id: the call goes without)
             ids = None
@@ -693,26 +587,12 @@ class RowTrackingProposer:
             self._spos[rn] = at = self._spread_pos(Lr[renew])
             self._spread[rn] = self._gather(tok, rn, at)
 
-        drafts_rows = self._as_lists(*drafts, K)
         if every:
-            return drafts_rows
+            return drafts
         out: list[list[int]] = [[] for _ in range(b)]
         for j, r in enumerate(rows.tolist()):
-            out[r] = drafts_rows[j]
+            out[r] = drafts[j]
         return out
-
-    @staticmethod
-    def _as_lists(drafts: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, width: int) -> list[list[int]]:
-        """The ragged drafts as one list per row: one ``tolist`` of the block when every
-        row has ``width`` tokens, else slices of one flat list."""
-        n = lengths.shape[0]
-        if n == 0:
-            return []
-        if drafts.shape[0] == n * width:
-            return drafts.reshape(n, width).tolist()
-        flat = drafts.tolist()
-        o = offsets.tolist()
-        return list(map(flat.__getitem__, map(slice, o[:-1], o[1:])))
 
     def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, grown: np.ndarray,
                   bad: np.ndarray, start: np.ndarray) -> np.ndarray:
