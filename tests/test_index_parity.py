@@ -518,3 +518,50 @@ def test_serve_refuses_changing_nothing(impl, kind):
         ix._hold_guard(False)
     assert (ix.tokens.tolist(), ix.stats, jx.tokens.tolist(), jx.stats) == before
     assert ix.serve([2], 2**62 - 1, 0) == ix.propose() == [1, 2] and ix.stats["drafted"] == 2**63 - 1
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_serve_batch_reads_plain_arrays_as_it_reads_lists(impl, kind, data):
+    """``serve_batch`` and ``serve_batch_lists`` given plain int64 arrays (the compiled
+    core's C path) answer, refuse and change exactly what they do given the same values
+    as lists: offsets that do not start at 0, decrease or miss the end, counts that are
+    negative or accepted beyond drafted, negative draft limits, wrong lengths."""
+    C = _cls(impl, kind)
+    mod = impl.module(KINDS[kind][0])
+    b = data.draw(st.integers(1, 4), label="b")
+    toks = data.draw(st.lists(st.integers(0, 5), max_size=12), label="tokens")
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(toks)), min_size=b - 1, max_size=b - 1), label="cuts"))
+    off = [0, *cuts, len(toks)]
+    small = st.integers(-1, 3)
+    d = data.draw(st.lists(small, min_size=b, max_size=b), label="drafted")
+    a = data.draw(st.lists(small, min_size=b, max_size=b), label="accepted")
+    k = data.draw(st.one_of(st.none(), st.integers(0, 9), st.lists(st.integers(-1, 9), min_size=b, max_size=b)),
+                  label="max_k")
+    fault = data.draw(st.sampled_from(["none", "first", "last", "order", "short", "long"]), label="fault")
+    if fault == "first":
+        off[0] = 1
+    elif fault == "last":
+        off[-1] += 1
+    elif fault == "order" and b >= 2:
+        off[1], off[2] = off[1] + 1, max(off[1] - 1, 0)
+    elif fault == "short":
+        d = d[:-1]
+    elif fault == "long":
+        off = off + [len(toks)]
+    seeds = [data.draw(st.lists(st.integers(0, 5), max_size=8), label="history") for _ in range(b)]
+    arr = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
+    for call in (mod.serve_batch, mod.serve_batch_lists):
+        runs = []
+        for form in ("lists", "arrays"):
+            ixs = [C(1, 3) for _ in range(b)]
+            for ix, h in zip(ixs, seeds):
+                ix.extend(h)
+            if form == "lists":
+                got = outcome(lambda: call(ixs, toks, off, d, a, k))
+            else:
+                kk = arr(k) if isinstance(k, list) else k
+                got = outcome(lambda: call(ixs, arr(toks), arr(off), arr(d), arr(a), kk))
+            runs.append((got, [snapshot(ix, kind) for ix in ixs]))
+        assert runs[0] == runs[1], (call.__name__, fault)
