@@ -52,26 +52,39 @@ cdef object _serve_batch_counts(object drafted, object accepted, Py_ssize_t b):
     return dr, ac
 
 
+cdef inline const int64_t* _owned_data(object x) except NULL:
+    """The data of one of the call's own int64 arrays (made or copied by this module:
+    1-D, C-contiguous, native), checked in C instead of through a memoryview."""
+    if not _plain_int64(x):
+        raise TypeError("internal: expected a 1-D C-contiguous int64 array")
+    return <const int64_t*>array_data(x)
+
+
+cdef inline object _int64_empty(Py_ssize_t n):
+    cdef cnp.npy_intp dims = n
+    return cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+
+
 cdef object _serve_run(serve_fn fn, list ixs, object src, object off, object dr, object ac,
                        object limits, Py_ssize_t k_cap, bint lists=False):
     """Run the C policy ``fn`` on owned, checked int64 arrays (``limits``: one draft
     limit per index, each at most ``k_cap``); returns ``(drafts, offsets, lengths)`` as
     ``propose_batch`` does, or with ``lists`` one list of token ids per index."""
     cdef Py_ssize_t b = len(ixs), i, j, w = 0
-    square = np.empty(b * k_cap if b * k_cap else 1, dtype=np.int64)
-    lengths = np.empty(b, dtype=np.int64)
-    out_off = np.empty(b + 1, dtype=np.int64)
-    cdef const int64_t[::1] sv = src
-    cdef const int64_t[::1] ov = off
-    cdef const int64_t[::1] dv = dr
-    cdef const int64_t[::1] av = ac
-    cdef const int64_t[::1] lv = limits
-    cdef int64_t[::1] qv = square
-    cdef int64_t[::1] lnv = lengths
-    cdef int64_t[::1] oov = out_off
     cdef int64_t z = 0
-    fn(ixs, b, &sv[0] if sv.shape[0] else &z, &ov[0], &dv[0] if b else &z,
-       &av[0] if b else &z, &lv[0] if b else &z, k_cap, &qv[0], &lnv[0] if b else &z)
+    cdef const int64_t* sp = _owned_data(src)
+    cdef const int64_t* op = _owned_data(off)
+    cdef const int64_t* dp = _owned_data(dr)
+    cdef const int64_t* ap = _owned_data(ac)
+    cdef const int64_t* lp = _owned_data(limits)
+    if array_len(off) != b + 1 or array_len(dr) < b or array_len(ac) < b or array_len(limits) < b:
+        raise ValueError("internal: the serving step's arrays do not fit its indexes")
+    square = _int64_empty(b * k_cap if b * k_cap else 1)
+    lengths = _int64_empty(b)
+    cdef int64_t* qv = <int64_t*>array_data(square)
+    cdef int64_t* lnv = <int64_t*>array_data(lengths)
+    fn(ixs, b, sp if array_len(src) else &z, op, dp if b else &z, ap if b else &z,
+       lp if b else &z, k_cap, qv, lnv if b else &z)
     if lists:
         rows = PyList_New(b)
         for i in range(b):
@@ -79,6 +92,8 @@ cdef object _serve_run(serve_fn fn, list ixs, object src, object off, object dr,
             Py_INCREF(row)
             PyList_SET_ITEM(rows, i, row)
         return rows
+    out_off = _int64_empty(b + 1)
+    cdef int64_t* oov = <int64_t*>array_data(out_off)
     oov[0] = 0
     for i in range(b):
         for j in range(lnv[i]):
@@ -122,9 +137,16 @@ cdef list _serve_one(serve_fn fn, object ix, object src, object d_obj, object a_
     else:
         lim = k
     cdef int64_t k_cap = lim if lim < length + m else length + m
-    return _serve_run(fn, [ix], src, np.array([0, m], dtype=np.int64),
-                      np.array([d], dtype=np.int64), np.array([a], dtype=np.int64),
-                      np.array([lim if lim < k_cap else k_cap], dtype=np.int64), k_cap, True)[0]
+    off = _int64_empty(2)
+    counts = _int64_empty(3)      # drafted, accepted, the limit
+    cdef int64_t* op = <int64_t*>array_data(off)
+    cdef int64_t* cp = <int64_t*>array_data(counts)
+    op[0] = 0
+    op[1] = m
+    cp[0] = d
+    cp[1] = a
+    cp[2] = lim if lim < k_cap else k_cap
+    return _serve_run(fn, [ix], src, off, counts[0:1], counts[1:2], counts[2:3], k_cap, True)[0]
 
 
 cdef inline bint _plain_int64(object x) noexcept:
@@ -158,26 +180,30 @@ cdef object _plain_batch_args(Py_ssize_t b, object tokens, object offsets, objec
     dr = _owned_copy(drafted)
     ac = _owned_copy(accepted)
     lims = None
+    cdef int64_t k = 0
     if per_index:
         lims = _owned_copy(max_k)
     elif max_k is not None:
-        lims = np.full(b, max_k if max_k < max_tokens else max_tokens, dtype=np.int64)
-    cdef const int64_t[::1] ov = off
-    cdef const int64_t[::1] dv = dr
-    cdef const int64_t[::1] av = ac
-    cdef int64_t[::1] lv
+        k = max_k if max_k < max_tokens else max_tokens
+        lims = _int64_empty(b)
+    cdef const int64_t* ov = <const int64_t*>array_data(off)
+    cdef const int64_t* dv = <const int64_t*>array_data(dr)
+    cdef const int64_t* av = <const int64_t*>array_data(ac)
+    cdef int64_t* lv
     cdef Py_ssize_t i
     if ov[0] != 0 or ov[b] != array_len(src):
         return None
     for i in range(b):
         if ov[i] > ov[i + 1] or dv[i] < 0 or av[i] < 0 or av[i] > dv[i]:
             return None
-    if per_index:
-        lv = lims
+    if lims is not None:
+        lv = <int64_t*>array_data(lims)
         for i in range(b):
-            if lv[i] < 0:
+            if not per_index:
+                lv[i] = k
+            elif lv[i] < 0:
                 return None
-            if lv[i] > max_tokens:
+            elif lv[i] > max_tokens:
                 lv[i] = max_tokens
     return src, off, dr, ac, lims
 
@@ -212,19 +238,29 @@ cdef object _serve_batch(serve_fn fn, object indexes, object tokens, object offs
     cdef Py_ssize_t b = len(ixs), i
     cdef const index_stats_t* st
     cdef int64_t k_cap = 0, room
-    cdef const int64_t[::1] ov = off
+    cdef const int64_t* ov = _owned_data(off)
+    cdef int64_t* lv
+    if array_len(off) != b + 1:
+        raise ValueError("internal: the offsets do not fit the indexes")
     if lims is None:
-        lims = np.empty(b, dtype=np.int64)
+        lims = _int64_empty(b)
+        lv = <int64_t*>array_data(lims)
         for i in range(b):
             st = _stats_of(ixs[i])
-            lims[i] = max_tokens if st.adaptive else st.draft_len
-    cdef const int64_t[::1] lv = lims
+            lv[i] = max_tokens if st.adaptive else st.draft_len
+    else:
+        lv = <int64_t*>_owned_data(lims)     # (the call's own array: clipped in place)
+        if array_len(lims) != b:
+            raise ValueError("internal: the limits do not fit the indexes")
     for i in range(b):
         room = _len_of(ixs[i]) + ov[i + 1] - ov[i]
         room = lv[i] if lv[i] < room else room
         if room > k_cap:
             k_cap = room
-    return _serve_run(fn, ixs, src, off, dr, ac, np.minimum(lims, k_cap), k_cap, lists)
+    for i in range(b):
+        if lv[i] > k_cap:
+            lv[i] = k_cap
+    return _serve_run(fn, ixs, src, off, dr, ac, lims, k_cap, lists)
 
 
 cdef int _check_serve_c(list indexes, Py_ssize_t b, const int64_t* offsets,

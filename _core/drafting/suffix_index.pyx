@@ -68,7 +68,7 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
-from _arrays cimport plain_int_width, array_len
+from _arrays cimport plain_int_width, array_data, array_len
 from _seq cimport Py_SIZE
 from _guard cimport (
     GUARD_READY,
