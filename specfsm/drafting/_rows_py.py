@@ -53,7 +53,7 @@ def steady_rows(sampled: Any, num_tokens: Any, tok: Any, n_old: Any, seen: Any, 
     deep_first, deep_every, short, cap = int(deep_first), int(deep_every), int(short), int(cap)
     if type(sampled) is not list or type(tok) is not np.ndarray or tok.ndim != 2:
         return None
-    if not tok.flags.c_contiguous or not _plain_int(num_tokens):
+    if not (tok.flags.c_contiguous and tok.flags.aligned) or not _plain_int(num_tokens):
         return None
     if tok.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
         return None
