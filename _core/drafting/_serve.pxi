@@ -6,7 +6,8 @@
 # converted and checked here first; the C policy then refuses what the batch calls
 # refuse, changing no index.
 
-from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_INCREF
 
 ctypedef int (*serve_fn)(list, Py_ssize_t, const int64_t*, const int64_t*, const int64_t*,
@@ -107,10 +108,46 @@ cdef tuple _serve_args(object tokens, object drafted, object accepted, object ma
                        int64_t max_tokens):
     """``serve``'s arguments converted and checked, before the index is looked at:
     ``(tokens as an owned int64 array, drafted, accepted, max_k or -1 for None)``."""
-    src = np.array(token_ids(tokens, "tokens"), dtype=np.int64, copy=True)
-    d, a = _check_serve_counts(drafted, accepted)
-    k = -1 if max_k is None else min(check_count(max_k, "max_k"), max_tokens)
+    src = _plain_tokens(tokens)
+    if src is None:
+        src = np.array(token_ids(tokens, "tokens"), dtype=np.int64, copy=True)
+    if type(drafted) is int and type(accepted) is int and 0 <= accepted <= drafted:
+        d, a = drafted, accepted
+    else:
+        d, a = _check_serve_counts(drafted, accepted)
+    if max_k is None:
+        k = -1
+    elif type(max_k) is int and max_k >= 0:
+        k = max_k if max_k < max_tokens else max_tokens
+    else:
+        k = min(check_count(max_k, "max_k"), max_tokens)
     return src, d, a, k
+
+
+cdef object _plain_tokens(object tokens):
+    """``tokens`` as an owned int64 array without the Python-level conversion, for a
+    plain int64 array or a list of ints that fit int64; None for anything else (the
+    converting path then decides, with its messages)."""
+    if _plain_int64(tokens):
+        return _owned_copy(tokens)
+    if type(tokens) is not list:
+        return None
+    cdef Py_ssize_t n = PyList_GET_SIZE(tokens), i
+    cdef int overflow = 0
+    cdef int64_t v
+    out = _int64_empty(n)
+    cdef int64_t* o = <int64_t*>array_data(out)
+    if PyList_GET_SIZE(tokens) != n:
+        return None
+    for i in range(n):
+        x = <object>PyList_GET_ITEM(tokens, i)
+        if type(x) is not int:
+            return None
+        v = PyLong_AsLongLongAndOverflow(x, &overflow)
+        if overflow:
+            return None
+        o[i] = v
+    return out
 
 
 cdef list _serve_one(serve_fn fn, object ix, object src, object d_obj, object a_obj, int64_t k,
