@@ -53,6 +53,15 @@ cdef object _serve_batch_counts(object drafted, object accepted, Py_ssize_t b):
     return dr, ac
 
 
+cdef inline bint _plain_int64(object x) noexcept:
+    """A 1-D, C-contiguous, aligned, native-order 8-byte signed integer ndarray."""
+    return plain_int_width(x) == 8
+
+
+cdef object _owned_copy(object x):
+    return cnp.PyArray_NewCopy(<cnp.ndarray>x, cnp.NPY_CORDER)
+
+
 cdef inline const int64_t* _owned_data(object x) except NULL:
     """The data of one of the call's own int64 arrays (made or copied by this module:
     1-D, C-contiguous, native), checked in C instead of through a memoryview."""
@@ -184,15 +193,6 @@ cdef list _serve_one(serve_fn fn, object ix, object src, object d_obj, object a_
     cp[1] = a
     cp[2] = lim if lim < k_cap else k_cap
     return _serve_run(fn, [ix], src, off, counts[0:1], counts[1:2], counts[2:3], k_cap, True)[0]
-
-
-cdef inline bint _plain_int64(object x) noexcept:
-    """A 1-D, C-contiguous, aligned, native-order 8-byte signed integer ndarray."""
-    return plain_int_width(x) == 8
-
-
-cdef object _owned_copy(object x):
-    return cnp.PyArray_NewCopy(<cnp.ndarray>x, cnp.NPY_CORDER)
 
 
 cdef object _plain_batch_args(Py_ssize_t b, object tokens, object offsets, object drafted,

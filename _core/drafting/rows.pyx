@@ -5,8 +5,6 @@ from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 
-import numpy as np
-
 cimport numpy as cnp
 from _arrays cimport plain_int_width, array_data, array_len
 
@@ -76,37 +74,16 @@ def steady_rows(sampled, num_tokens, tok, n_old, seen, tail, spos, spread, ancho
     cdef int w = plain_int_width(num_tokens)
     if w == 0:
         return None
-    cdef Py_ssize_t sh[2]
-    cdef Py_ssize_t b = PyList_GET_SIZE(sampled), T, S, rows, width
-    cdef const int64_t* n_old_p = <const int64_t*>_array_of(n_old, 1, c'i', sh, "n_old")
-    if sh[0] < b:
-        raise ValueError(f"the row arrays must hold at least the {b} rows")
-    cdef const int64_t* seen_p = <const int64_t*>_array_of(seen, 1, c'i', sh, "seen")
-    if sh[0] < b:
-        raise ValueError(f"the row arrays must hold at least the {b} rows")
-    cdef const int64_t* anc_p = <const int64_t*>_array_of(anchors, 1, c'i', sh, "anchors")
-    if sh[0] < b:
-        raise ValueError(f"the row arrays must hold at least the {b} rows")
-    cdef const int64_t* tail_p = <const int64_t*>_array_of(tail, 2, c'i', sh, "tail")
-    T = sh[0]
-    cdef Py_ssize_t tail_rows = sh[1]
-    cdef const int64_t* spos_p = <const int64_t*>_array_of(spos, 2, c'i', sh, "spos")
-    S = sh[0]
-    cdef Py_ssize_t spos_rows = sh[1]
-    cdef const int64_t* spread_p = <const int64_t*>_array_of(spread, 2, c'i', sh, "spread")
-    if tail_rows < b or spos_rows < b or sh[1] < b:
-        raise ValueError(f"the row arrays must hold at least the {b} rows")
-    if sh[0] != S or T < 2 or sh[1] != spos_rows:
-        raise ValueError("spos and spread must have the same shape, and tail at least 2 rows")
-    cdef const uint64_t* pool_p = <const uint64_t*>_array_of(pool_filter, 1, c'u', sh, "pool_filter")
-    cdef Py_ssize_t npool = sh[0]
-    cdef const uint64_t* mul = <const uint64_t*>_array_of(filter_mul, 1, c'u', sh, "filter_mul")
-    if deep_first < 0 or deep_every < 1 or sh[0] < 3:
-        raise ValueError("deep_first must be >= 0, deep_every >= 1, filter_mul 3 multipliers")
-    rows = cnp.PyArray_DIM(ta, 0)
-    width = cnp.PyArray_DIM(ta, 1)
-    if b == 0 or rows < b or array_len(num_tokens) < b:
+    cdef Py_ssize_t b = PyList_GET_SIZE(sampled), r
+    cdef views_t v
+    v.tw = tw
+    _take_views(&v, b, ta, num_tokens, n_old, seen, anchors, tail, spos, spread, pool_filter,
+                filter_mul, True)
+    if deep_first < 0 or deep_every < 1:
+        raise ValueError("deep_first must be >= 0, deep_every >= 1")
+    if b == 0 or v.rows < b or array_len(num_tokens) < b:
         return None
+    cdef Py_ssize_t T = v.T, width = v.width
     # scratch (C memory): each row's sampled count and start, its filter key, the key
     # table and its marks, the rows to renew
     cdef Py_ssize_t m = 4
@@ -115,76 +92,142 @@ def steady_rows(sampled, num_tokens, tok, n_old, seen, tail, spos, spread, ancho
     cdef void* block = calloc(1, <size_t>(4 * b + 2 + m) * 8 + <size_t>m)
     if block == NULL:
         raise MemoryError()
-    cdef int64_t* counts = <int64_t*>block
-    cdef int64_t* starts = counts + b
-    cdef int64_t* renew = starts + b
-    cdef uint64_t* keys = <uint64_t*>(renew + b + 1)
-    cdef uint64_t* table = keys + b + 1
-    cdef unsigned char* used = <unsigned char*>(table + m)
-    cdef Py_ssize_t r, j, slot, mask, nrenew = 0, tstride = tail_rows, sstride = spos_rows
-    cdef int64_t n0, n, ns, total = 0, lmax = 0, lo, hi, mid, p
-    cdef uint64_t key
-    cdef bint twins = False
+    cdef scratch_t sc
+    sc.counts = <int64_t*>block
+    sc.starts = sc.counts + b
+    sc.renew = sc.starts + b
+    sc.keys = <uint64_t*>(sc.renew + b + 1)
+    sc.table = sc.keys + b + 1
+    sc.used = <unsigned char*>(sc.table + m)
+    sc.m = m
+    cdef int64_t total = 0
     cdef object item
     try:
         for r in range(b):
             item = <object>PyList_GET_ITEM(sampled, r)
             if type(item) is not list:
                 return None
-            counts[r] = PyList_GET_SIZE(item)
-            total += counts[r]
-        # every array the call returns, made before the checks: from the first data
-        # pointer taken below to the last read, no Python code runs
+            sc.counts[r] = PyList_GET_SIZE(item)
+            total += sc.counts[r]
+        # every array the call returns, made before the checks: from the data pointers
+        # taken again below to the last read, no Python code runs
         lengths = _int64_empty(b, -1)
         offsets = _int64_empty(b + 1, -1)
         tails = _int64_empty(T, b)
         new = _int64_empty(total, -1)
-        if PyList_GET_SIZE(sampled) != b or array_len(num_tokens) < b:
-            return None      # (changed by code the allocations ran)
-        # the caller's arrays again, from scratch (the allocations may have run code
-        # that replaced what the pointers above saw)
-        n_old_p = <const int64_t*>_array_of(n_old, 1, c'i', sh, "n_old")
-        if sh[0] < b: return None
-        seen_p = <const int64_t*>_array_of(seen, 1, c'i', sh, "seen")
-        if sh[0] < b: return None
-        anc_p = <const int64_t*>_array_of(anchors, 1, c'i', sh, "anchors")
-        if sh[0] < b: return None
-        tail_p = <const int64_t*>_array_of(tail, 2, c'i', sh, "tail")
-        if sh[0] != T or sh[1] < b: return None
-        tstride = sh[1]
-        spos_p = <const int64_t*>_array_of(spos, 2, c'i', sh, "spos")
-        if sh[0] != S or sh[1] < b: return None
-        sstride = sh[1]
-        spread_p = <const int64_t*>_array_of(spread, 2, c'i', sh, "spread")
-        if sh[0] != S or sh[1] != sstride: return None
-        pool_p = <const uint64_t*>_array_of(pool_filter, 1, c'u', sh, "pool_filter")
-        npool = sh[0]
-        mul = <const uint64_t*>_array_of(filter_mul, 1, c'u', sh, "filter_mul")
-        if sh[0] < 3: return None
-        if (cnp.PyArray_DIM(ta, 0) < b or cnp.PyArray_DIM(ta, 1) != width
-                or plain_int_width(num_tokens) != w):
+        # the caller's arrays again, from scratch: the allocations may have run code that
+        # changed what the pointers above saw
+        if PyList_GET_SIZE(sampled) != b or plain_int_width(num_tokens) != w:
             return None
-        return _check_and_gather(sampled, b, counts, starts, renew, keys, table, used, m,
-                                 array_data(num_tokens), w, cnp.PyArray_DATA(ta), tw, width,
-                                 n_old_p, seen_p, anc_p, tail_p, T, tstride, spos_p, spread_p, S,
-                                 sstride, pool_p, npool, mul, deep_first, deep_every, short, cap,
+        if _take_views(&v, b, ta, num_tokens, n_old, seen, anchors, tail, spos, spread,
+                       pool_filter, filter_mul, False) or v.T != T or v.width != width:
+            return None
+        if v.rows < b or array_len(num_tokens) < b:
+            return None
+        return _check_and_gather(sampled, b, &sc, &v, deep_first, deep_every, short, cap,
                                  lengths, offsets, tails, new)
     finally:
         free(block)
 
 
-cdef object _check_and_gather(list sampled, Py_ssize_t b, int64_t* counts, int64_t* starts,
-                              int64_t* renew, uint64_t* keys, uint64_t* table,
-                              unsigned char* used, Py_ssize_t m, const void* lens, int w,
-                              const void* tokp, int tw, Py_ssize_t width,
-                              const int64_t* n_old, const int64_t* seen, const int64_t* anc,
-                              const int64_t* tail, Py_ssize_t T, Py_ssize_t tstride,
-                              const int64_t* spos, const int64_t* spread, Py_ssize_t S,
-                              Py_ssize_t sstride, const uint64_t* pool_f, Py_ssize_t npool,
-                              const uint64_t* mul, Py_ssize_t deep_first, Py_ssize_t deep_every,
-                              int64_t short, int64_t cap, object lengths, object offsets,
-                              object tails, object new):
+ctypedef struct views_t:     # the caller's arrays, as steady_rows reads them
+    const void* lens         # num_tokens (int32 or int64, its width w)
+    int w
+    const void* tok          # tok: rows x width, int32 or int64 (its width tw)
+    int tw
+    Py_ssize_t rows, width
+    const int64_t* n_old
+    const int64_t* seen
+    const int64_t* anc
+    const int64_t* tail      # T x tstride
+    Py_ssize_t T, tstride
+    const int64_t* spos      # S x sstride, as spread
+    const int64_t* spread
+    Py_ssize_t S, sstride
+    const uint64_t* pool
+    Py_ssize_t npool
+    const uint64_t* mul
+
+
+ctypedef struct scratch_t:   # the call's own C memory
+    int64_t* counts
+    int64_t* starts
+    int64_t* renew
+    uint64_t* keys
+    uint64_t* table
+    unsigned char* used
+    Py_ssize_t m
+
+
+cdef int _take_views(views_t* v, Py_ssize_t b, cnp.ndarray ta, object num_tokens, object n_old,
+                     object seen, object anchors, object tail, object spos, object spread,
+                     object pool_filter, object filter_mul, bint strict) except -1:
+    """Fill ``v`` from the arrays, checked (``_array_of``: ValueError for a wrong kind).
+    Arrays that do not fit one another: ValueError when ``strict``, else 1."""
+    cdef Py_ssize_t sh[2]
+    cdef bint fits = True
+    v.lens = array_data(num_tokens)
+    v.w = plain_int_width(num_tokens)
+    v.tok = cnp.PyArray_DATA(ta)
+    v.rows = cnp.PyArray_DIM(ta, 0)
+    v.width = cnp.PyArray_DIM(ta, 1)
+    v.n_old = <const int64_t*>_array_of(n_old, 1, c'i', sh, "n_old")
+    fits = fits and sh[0] >= b
+    v.seen = <const int64_t*>_array_of(seen, 1, c'i', sh, "seen")
+    fits = fits and sh[0] >= b
+    v.anc = <const int64_t*>_array_of(anchors, 1, c'i', sh, "anchors")
+    fits = fits and sh[0] >= b
+    v.tail = <const int64_t*>_array_of(tail, 2, c'i', sh, "tail")
+    v.T = sh[0]
+    v.tstride = sh[1]
+    v.spos = <const int64_t*>_array_of(spos, 2, c'i', sh, "spos")
+    v.S = sh[0]
+    v.sstride = sh[1]
+    v.spread = <const int64_t*>_array_of(spread, 2, c'i', sh, "spread")
+    fits = fits and v.tstride >= b and v.sstride >= b
+    if not fits:
+        if strict:
+            raise ValueError(f"the row arrays must hold at least the {b} rows")
+        return 1
+    if sh[0] != v.S or sh[1] != v.sstride or v.T < 2:
+        if strict:
+            raise ValueError("spos and spread must have the same shape, and tail at least 2 rows")
+        return 1
+    v.pool = <const uint64_t*>_array_of(pool_filter, 1, c'u', sh, "pool_filter")
+    v.npool = sh[0]
+    v.mul = <const uint64_t*>_array_of(filter_mul, 1, c'u', sh, "filter_mul")
+    if sh[0] < 3:
+        if strict:
+            raise ValueError("filter_mul must hold 3 multipliers")
+        return 1
+    return 0
+
+
+cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, const views_t* v,
+                              Py_ssize_t deep_first, Py_ssize_t deep_every, int64_t short,
+                              int64_t cap, object lengths, object offsets, object tails,
+                              object new):
     """The checks and copies, in C from start to end (no Python code runs)."""
+    cdef int64_t* counts = sc.counts
+    cdef int64_t* starts = sc.starts
+    cdef int64_t* renew = sc.renew
+    cdef uint64_t* keys = sc.keys
+    cdef uint64_t* table = sc.table
+    cdef unsigned char* used = sc.used
+    cdef Py_ssize_t m = sc.m
+    cdef const void* lens = v.lens
+    cdef const void* tokp = v.tok
+    cdef int w = v.w, tw = v.tw
+    cdef Py_ssize_t width = v.width, T = v.T, tstride = v.tstride, S = v.S, sstride = v.sstride
+    cdef Py_ssize_t npool = v.npool
+    cdef const int64_t* n_old = v.n_old
+    cdef const int64_t* seen = v.seen
+    cdef const int64_t* anc = v.anc
+    cdef const int64_t* tail = v.tail
+    cdef const int64_t* spos = v.spos
+    cdef const int64_t* spread = v.spread
+    cdef const uint64_t* pool_f = v.pool
+    cdef const uint64_t* mul = v.mul
     cdef int64_t* Lv = <int64_t*>array_data(lengths)
     cdef int64_t* ov = <int64_t*>array_data(offsets)
     cdef int64_t* tv = <int64_t*>array_data(tails)

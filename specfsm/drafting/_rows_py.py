@@ -65,12 +65,12 @@ def steady_rows(sampled: Any, num_tokens: Any, tok: Any, n_old: Any, seen: Any, 
     mul = np.asarray(filter_mul)
     _need(pool_f.dtype == np.uint64 and mul.dtype == np.uint64, "pool_filter and filter_mul must be uint64")
     b = len(sampled)
-    T, S, width = tail.shape[0], spos.shape[0], tok.shape[1]
+    T, width = tail.shape[0], tok.shape[1]
     _need(min(n_old.shape[0], seen.shape[0], anc.shape[0], tail.shape[1], spos.shape[1],
               spread.shape[1]) >= b, f"the row arrays must hold at least the {b} rows")
-    _need(spread.shape[0] == S and T >= 2, "spos and spread must have the same rows, and tail at least 2")
-    _need(deep_first >= 0 and deep_every >= 1 and mul.shape[0] >= 3,
-          "deep_first must be >= 0, deep_every >= 1, filter_mul 3 multipliers")
+    _need(spread.shape == spos.shape and T >= 2, "spos and spread must have the same shape, and tail at least 2 rows")
+    _need(mul.shape[0] >= 3, "filter_mul must hold 3 multipliers")
+    _need(deep_first >= 0 and deep_every >= 1, "deep_first must be >= 0, deep_every >= 1")
     if b == 0 or tok.shape[0] < b or num_tokens.shape[0] < b:
         return None
     if any(type(s) is not list for s in sampled):

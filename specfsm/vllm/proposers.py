@@ -48,9 +48,6 @@ class _IndexProposer(RowTrackingProposer):
     def _new_index(self) -> Any:
         return self._new_index_of(self.min_n, self.max_n, self.prefer)
 
-    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
-        return index.serve(tokens, 0, 0, k)
-
     def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> list[list[int]]:
         # (vLLM does not say which of the last drafts it accepted: nothing to record)

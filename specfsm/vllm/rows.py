@@ -50,9 +50,8 @@ class RowTrackingProposer:
     empty index) and ``_serve_indexes(indexes, tokens, offsets, ks)`` (one serving step
     for a list of indexes, all or nothing: append ``tokens[offsets[i]:offsets[i + 1]]``
     to ``indexes[i]``, then propose up to ``ks`` tokens, one count or one per index;
-    returns one draft per index, each a list of ints), and optionally
-    ``_serve_one(index, tokens, k)`` (the same for one index and a list of tokens,
-    returning its draft; the default goes through ``_serve_indexes``). An index needs ``tokens`` (its contents, for the exact checks).
+    returns one draft per index, each a list of ints). An index needs ``tokens`` (its
+    contents, for the exact checks).
     Configuration: ``num_speculative_tokens`` (K) and ``max_model_len`` from the
     ``VllmConfig`` unless given as keywords; ``verify`` is ``"sparse"`` (default) or
     ``"full"``. Built inside vLLM's V1 runner, it reads each row's request id from the
@@ -190,11 +189,6 @@ class RowTrackingProposer:
     def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> list[list[int]]:
         raise NotImplementedError
-
-    def _serve_one(self, index: Any, tokens: list, k: int) -> list:
-        return self._serve_indexes(
-            [index], np.asarray(tokens, dtype=np.int64), np.asarray([0, len(tokens)], dtype=np.int64),
-            np.asarray([k], dtype=np.int64))[0]
 
     def rescan(self, history: Any, max_k: int) -> list:
         """The draft a fresh index over ``history`` would give (for tests and checks)."""
