@@ -9,16 +9,25 @@ history grows by those tokens. For each budget it compares ``SuffixIndex.propose
 the suffix drafter's settings (no cap, earliest, anchor 16), and prints tokens per
 evaluation and the control plane's mean cost of one proposal.
 
+``--crude`` adds the issue's floor, a crude brute-force tree: the continuations of every
+earlier occurrence of the longest matched suffix and of the two next shorter ones (the
+suffix automaton's contexts), expanded best-first by how many of those occurrences
+continue through a node, 16 deep, no width limit. ``--by-kind`` prints one table per
+kind (a trace named "kind: name", as ``benchmarks/smollm2_kinds_traces.jsonl``'s are:
+SmolLM2-135M-Instruct's greedy outputs for ``benchmarks/prompts_kinds.jsonl``, 256 new
+tokens, recorded by ``benchmarks/record_kinds.py``).
+
 Then the control plane's cost of building trees (``--cost``, budget 32 by default):
 one ``propose_tree`` per request (B = 1) and one ``propose_tree_batch`` of 256 requests.
 
 Run: python benchmarks/tree_replay.py [--requests N] [--budgets 8,16,32,64] [--width W]
-     [--depth D] [--cost 32] [--twin]
+     [--depth D] [--cost 32] [--twin] [--workload FILE] [--crude] [--by-kind]
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import sys
 import time
 from pathlib import Path
@@ -44,6 +53,50 @@ def accepted_nodes(tokens, parents, recorded):
     return len(accept_tree(tokens, parents, rows))
 
 
+CRUDE_DEPTH = 16
+
+
+def crude_tree(hist, ctx, budget, depth=CRUDE_DEPTH):
+    """The issue's crude tree (the module docstring) over the history ``hist`` (an int64
+    array) for the context lengths ``ctx``, longest first."""
+    L = len(hist)
+    if not ctx or L < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ends = np.nonzero(hist[: L - 1] == hist[L - 1])[0] + 1      # earlier ends after the last token
+    ml = np.ones(len(ends), dtype=np.int64)
+    live = ends.copy()
+    idx = np.arange(len(ends))
+    for j in range(1, ctx[0]):
+        ok = live - 1 - j >= 0
+        ok[ok] = hist[live[ok] - 1 - j] == hist[L - 1 - j]
+        live, idx = live[ok], idx[ok]
+        if not len(live):
+            break
+        ml[idx] += 1
+    occ = ends[ml >= ctx[-1]].tolist()          # the shortest context's occurrences hold the others'
+    toks, pars = [], []
+    heap = []
+    h = hist.tolist()
+
+    def spawn(parent, d, es):
+        if d >= depth:
+            return
+        groups = {}
+        for e in es:
+            if e + d < L:
+                groups.setdefault(h[e + d], []).append(e)
+        for tok, g in groups.items():
+            heapq.heappush(heap, (-len(g), g[0], parent, tok, d + 1, g))
+
+    spawn(-1, 0, occ)
+    while heap and len(toks) < budget:
+        _, _, parent, tok, d, g = heapq.heappop(heap)
+        toks.append(tok)
+        pars.append(parent)
+        spawn(len(toks) - 1, d, g)
+    return np.asarray(toks, np.int64), np.asarray(pars, np.int64)
+
+
 def replay(mod, traces, budget, kind, depth, width):
     """Tokens per evaluation and seconds per proposal of one drafter over the traces."""
     emitted = evals = 0
@@ -52,12 +105,18 @@ def replay(mod, traces, budget, kind, depth, width):
     for tr in traces:
         ix = mod.SuffixIndex(1, None, "earliest", anchor_n=16)
         ix.extend(tr.prompt)
+        twin = None
+        if kind == "crude":       # the twin index for the automaton's context lengths
+            twin = _impl.kernels("python", "suffix_index").SuffixIndex(1, None, "earliest", anchor_n=16)
+            twin.extend(tr.prompt)
         out = tr.output
         pos = 0
         while pos < len(out):
             t0 = time.perf_counter()
             if kind == "chain":
                 draft = ix.propose(budget)
+            elif kind == "crude":
+                toks, pars = crude_tree(ix.tokens, twin._tree_contexts(), budget)
             else:
                 toks, pars = ix.propose_tree(budget, depth, width)
             spent += time.perf_counter() - t0
@@ -71,6 +130,8 @@ def replay(mod, traces, budget, kind, depth, width):
                 a = accepted_nodes(toks, pars, rest) if len(toks) else 0
             step = min(a + 1, len(rest))
             ix.extend(rest[:step])
+            if twin is not None:
+                twin.extend(rest[:step])
             pos += step
             emitted += step
             evals += 1
@@ -142,6 +203,8 @@ def main(argv=None):
                          "'records' for a synthetic structured workload")
     ap.add_argument("--cost", type=int, default=32, help="budget of the cost measurement (0: skip it)")
     ap.add_argument("--twin", action="store_true", help="the pure-Python twin (slow) instead of the compiled core")
+    ap.add_argument("--crude", action="store_true", help="also the issue's crude brute-force tree (slow)")
+    ap.add_argument("--by-kind", action="store_true", help="one table per kind (traces named 'kind: name')")
     args = ap.parse_args(argv)
     mod = _impl.kernels("python" if args.twin else "compiled", "suffix_index")
     if args.workload == "records":
@@ -154,12 +217,24 @@ def main(argv=None):
         traces, source = wl.traces, wl.source
     budgets = [int(b) for b in args.budgets.split(",")]
     print(f"workload: {source}; {sum(len(t.output) for t in traces)} output tokens")
-    print(f"{'budget':>6} {'chain tok/eval':>14} {'tree tok/eval':>13} {'tree/chain':>10} "
-          f"{'chain us/call':>13} {'tree us/call':>12}")
-    for b in budgets:
-        c, ct = replay(mod, traces, b, "chain", args.depth, args.width)
-        t, tt = replay(mod, traces, b, "tree", args.depth, args.width)
-        print(f"{b:>6} {c:>14.3f} {t:>13.3f} {t / c:>10.3f} {ct * 1e6:>13.2f} {tt * 1e6:>12.2f}")
+    groups = {"all": traces}
+    if args.by_kind:
+        groups = {}
+        for t in traces:
+            groups.setdefault(t.name.split(":")[0] if ":" in t.name else t.name, []).append(t)
+    for name, trs in groups.items():
+        if args.by_kind:
+            print(f"kind: {name} ({len(trs)} requests, {sum(len(t.output) for t in trs)} output tokens)")
+        print(f"{'budget':>6} {'chain tok/eval':>14} {'tree tok/eval':>13} {'tree/chain':>10} "
+              + (f"{'crude tok/eval':>14} {'tree/crude':>10} " if args.crude else "")
+              + f"{'chain us/call':>13} {'tree us/call':>12}")
+        for b in budgets:
+            c, ct = replay(mod, trs, b, "chain", args.depth, args.width)
+            t, tt = replay(mod, trs, b, "tree", args.depth, args.width)
+            cr = f"{replay(mod, trs, b, 'crude', None, None)[0]:>14.3f} " if args.crude else ""
+            if args.crude:
+                cr += f"{t / float(cr):>10.3f} "
+            print(f"{b:>6} {c:>14.3f} {t:>13.3f} {t / c:>10.3f} {cr}{ct * 1e6:>13.2f} {tt * 1e6:>12.2f}")
     if args.cost:
         for depth in (None, max(args.cost // 4, 1)):
             one, chain, best, med, full = cost(mod, traces, args.cost, depth, 20 if args.twin else 200)

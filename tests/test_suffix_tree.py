@@ -14,7 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specfsm.drafting._tree_checks import DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_OCCURRENCES, TREE_WINDOW
+from specfsm.drafting._tree_checks import (
+    DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_AGREE_MIN, TREE_AGREE_SPAN, TREE_OCCURRENCES, TREE_WINDOW)
+
+from specfsm.drafting._suffix_tree_py import agreement
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WEIGHTS = (1.0, 0.25, 0.0625)
@@ -63,6 +66,8 @@ def reference(h, min_n, max_n, prefer, chain, budget, depth, width, window=TREE_
     if chain >= 0:
         occ.setdefault(chain, set()).add(3)
     N = [sum(1 for s in occ.values() if i in s) for i in range(len(ctx))]
+    copying = chain >= 0 and sum(
+        1 for j in range(1, min(TREE_AGREE_SPAN, chain) + 1) if h[L - j] == h[chain - j]) >= TREE_AGREE_MIN
     nodes = {}  # path -> ends through it
     for e, _ in occ.items():
         for d in range(1, depth + 1):
@@ -73,11 +78,16 @@ def reference(h, min_n, max_n, prefer, chain, budget, depth, width, window=TREE_
     def key(path):
         ends = nodes[path]
         p = 0.0
-        if any(3 in occ[e] for e in ends):
-            p += 4.0
-        for i in range(len(ctx)):
-            c = sum(1 for e in ends if i in occ[e])
-            p += c / N[i] * WEIGHTS[i]
+        on_chain = any(3 in occ[e] for e in ends)
+        if copying:
+            # the chain outweighs the rest; per context, the share of its occurrences
+            p += 4.0 * on_chain
+            for i in range(len(ctx)):
+                p += sum(1 for e in ends if i in occ[e]) / N[i] * WEIGHTS[i]
+        else:
+            # every counted (context, occurrence) through the node, the chain a fading bonus
+            p += 0.8 ** (len(path) - 1) * on_chain
+            p += sum(len(occ[e] - {3}) for e in ends)
         rep = min(ends) if prefer == "earliest" else -max(ends)
         return (-p, rep)
 
@@ -107,7 +117,20 @@ def _shape_ok(toks, pars, budget):
         seen.add((p, int(toks[i])))
 
 
-histories = st.lists(st.integers(0, 4), max_size=120) | st.lists(st.integers(0, 1), max_size=120)
+def _copied(draw_args):
+    """A text, something else, then the text again up to a cut, with a few tokens
+    changed (a renamed word): the chain agrees with the history past the exact match."""
+    base, mid, cut, edits = draw_args
+    out = base + mid + base[:cut]
+    for at, tok in edits:
+        if at < min(cut, len(base)):
+            out[len(base) + len(mid) + at] = tok
+    return out
+
+
+copies = st.tuples(st.lists(st.integers(0, 4), min_size=30, max_size=70), st.lists(st.integers(0, 4), max_size=8),
+                   st.integers(20, 70), st.lists(st.tuples(st.integers(0, 69), st.integers(0, 4)), max_size=3)).map(_copied)
+histories = st.lists(st.integers(0, 4), max_size=120) | st.lists(st.integers(0, 1), max_size=120) | copies
 
 
 @SETTINGS
@@ -131,9 +154,10 @@ def test_tree_is_the_reference_on_both_implementations(impl, h, min_n, max_n, pr
         trees.append((toks.tolist(), pars.tolist()))
         chain_start = ix.match_end()
         chain = ix.propose(min(budget, budget if depth is None else depth))
-        # the chain is the first branch
-        assert toks.tolist()[: len(chain)] == chain
-        assert pars.tolist()[: len(chain)] == list(range(-1, len(chain) - 1))
+        if chain_start >= 0 and agreement(h, chain_start) >= TREE_AGREE_MIN:
+            # copying: the chain is the first branch
+            assert toks.tolist()[: len(chain)] == chain
+            assert pars.tolist()[: len(chain)] == list(range(-1, len(chain) - 1))
     d = budget if depth is None else depth
     w = DEFAULT_TREE_WIDTH if width is None else width
     assert trees[0] == reference(h, min_n, max_n, prefer, chain_start, budget, d, w)
@@ -165,6 +189,53 @@ def test_long_histories_give_the_twins_tree(seed, n, alphabet, wide, min_n, dept
         toks, pars = ix.propose_tree(32, depth)
         trees.append(((toks - shift).tolist(), pars.tolist()))
     assert trees[0] == trees[1]
+
+
+def test_both_regimes_are_drawn():
+    """The reference test's histories reach the copying regime and the free one."""
+    from specfsm.drafting._suffix_index_py import SuffixIndex
+
+    seen = set()
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(h=histories)
+    def draw(h):
+        ix = SuffixIndex(1)
+        ix.extend(h)
+        a = ix.match_end()
+        if a >= 0:
+            seen.add(agreement(h, a) >= TREE_AGREE_MIN)
+
+    draw()
+    assert seen == {True, False}
+
+
+def test_a_long_copy_keeps_the_chain_whole(sfx):
+    """A copy that agrees with the history past a changed token (the copying regime):
+    the chain is the tree's first branch, ahead of a continuation counted more often."""
+    text = [10 + i for i in range(40)]
+    h = text + [5, 6] + [7, 8, 7, 9, 7, 9, 7, 9] + text[:30]
+    h[-10] = 99                      # a renamed word: the exact match is 9 tokens
+    ix = sfx.SuffixIndex(1)
+    ix.extend(h)
+    a = ix.match_end()
+    assert agreement(h, a) >= TREE_AGREE_MIN
+    chain = ix.propose(6)
+    toks, pars = ix.propose_tree(10, max_depth=6)
+    assert toks.tolist()[:6] == chain == text[30:36]
+    assert pars.tolist()[:6] == [-1, 0, 1, 2, 3, 4]
+
+
+def test_a_copy_that_stopped_agreeing_branches_by_counts(sfx):
+    """The free regime: the chain's occurrence agrees with little of the recent
+    history, and the continuation that followed the context most often comes first."""
+    h = [3, 1, 4] + [2, 1, 5] * 6 + [2, 1]
+    ix = sfx.SuffixIndex(1, 1)
+    ix.extend(h)
+    assert agreement(h, ix.match_end()) < TREE_AGREE_MIN
+    assert ix.propose(1) == [4]      # the chain: the earliest "1"
+    toks, pars = ix.propose_tree(2, max_depth=1)
+    assert toks.tolist() == [5, 4] and pars.tolist() == [-1, -1]
 
 
 def test_a_shared_context_branches(sfx):
@@ -250,8 +321,9 @@ def test_occurrences_are_capped(sfx):
     ix = sfx.SuffixIndex(1, 1)
     ix.extend(h)
     toks, pars = ix.propose_tree(8, max_depth=1, max_width=8)
-    # the chain (the earliest "1", followed by 9) is kept; nothing else but 2
-    assert toks.tolist() == [9, 2] and pars.tolist() == [-1, -1]
+    # nothing but 2 and the chain (the earliest "1", followed by 9, which agrees with
+    # the history for one token: the free regime, so the counted 2 comes first)
+    assert toks.tolist() == [2, 9] and pars.tolist() == [-1, -1]
 
 
 def test_occurrences_are_within_the_window(sfx):

@@ -18,15 +18,23 @@ cdef enum:
     TREE_WIDTH = 4         # = _tree_checks.DEFAULT_TREE_WIDTH
     TREE_WINDOW = 2048     # = _tree_checks.TREE_WINDOW: occurrences end at most this far back
     INSERTION_MAX = 16     # _tree_group sorts this many occurrences or fewer by insertion
+    AGREE_SPAN = 32        # = _tree_checks.TREE_AGREE_SPAN
+    AGREE_MIN = 24         # = _tree_checks.TREE_AGREE_MIN
 
 from specfsm.drafting._tree_checks import (
-    DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_CONTEXTS, TREE_OCCURRENCES, TREE_WINDOW as _WINDOW)
-if (MAX_TREE_NODES, TREE_OCCURRENCES, TREE_CONTEXTS, DEFAULT_TREE_WIDTH, _WINDOW) != (
-        TREE_NODES, TREE_OCC, TREE_CTX, TREE_WIDTH, TREE_WINDOW):
+    DEFAULT_TREE_WIDTH, MAX_TREE_NODES, TREE_AGREE_MIN, TREE_AGREE_SPAN, TREE_CONTEXTS,
+    TREE_OCCURRENCES, TREE_WINDOW as _WINDOW)
+if (MAX_TREE_NODES, TREE_OCCURRENCES, TREE_CONTEXTS, DEFAULT_TREE_WIDTH, _WINDOW, TREE_AGREE_SPAN,
+        TREE_AGREE_MIN) != (TREE_NODES, TREE_OCC, TREE_CTX, TREE_WIDTH, TREE_WINDOW, AGREE_SPAN, AGREE_MIN):
     raise ImportError("_suffix_tree.pxi's limits differ from specfsm.drafting._tree_checks'")
 
 cdef double[3] TREE_W = [1.0, 0.25, 0.0625]   # the twin's WEIGHTS
 cdef double CHAIN_W = 4.0                      # the twin's CHAIN_WEIGHT
+cdef double TREE_DECAY[TREE_NODES]             # the twin's CHAIN_DECAY: 0.8 ** k by repeated products
+cdef int _decay_i
+TREE_DECAY[0] = 1.0
+for _decay_i in range(1, TREE_NODES):
+    TREE_DECAY[_decay_i] = TREE_DECAY[_decay_i - 1] * 0.8
 
 
 ctypedef struct tcand_t:
@@ -43,6 +51,7 @@ ctypedef struct tree_t:
     int64_t L, depth, chain
     int k
     bint earliest
+    bint copying           # the regime: the chain agrees with the recent history
     int64_t ctx[TREE_CTX]
     int64_t cnt[TREE_CTX]
     int64_t occ_e[TREE_SLOTS]
@@ -316,11 +325,17 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
                 rep = e
             q += 1
         p = 0.0
-        if chain_in:
-            p += CHAIN_W
-        for i in range(t.k):
-            if t.cnt[i]:
-                p += (<double>c[i]) / (<double>t.cnt[i]) * TREE_W[i]
+        if t.copying:
+            if chain_in:
+                p += CHAIN_W
+            for i in range(t.k):
+                if t.cnt[i]:
+                    p += (<double>c[i]) / (<double>t.cnt[i]) * TREE_W[i]
+        else:
+            if chain_in:
+                p += TREE_DECAY[d]
+            for i in range(t.k):
+                p += <double>c[i]
         cd = &t.cand[t.ncand]
         cd.p = p
         cd.rep = rep
@@ -334,12 +349,25 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
         j = q
 
 
+cdef int64_t _tree_agreement(const sam_t* m, int64_t L, int64_t a) noexcept nogil:
+    """The twin's ``agreement``: of the last AGREE_SPAN tokens, how many the chain's
+    occurrence (ending at a <= L), aligned with the end, has at the same place."""
+    cdef int64_t j, n = 0
+    for j in range(1, AGREE_SPAN + 1):
+        if a - j < 0:
+            break
+        if _tk(m, L - j) == _tk(m, a - j):
+            n += 1
+    return n
+
+
 cdef int64_t _tree_build(tree_t* t, int64_t budget, int64_t width, int64_t* toks,
                          int64_t* par, int32_t* nchild) noexcept nogil:
     """Best-first: returns the nodes written to toks/par (room for ``budget``)."""
     cdef int64_t nt = 0, root_children = 0, nocc, k
     cdef tcand_t c
-    if t.chain >= 0 and t.chain < t.L:
+    t.copying = t.chain >= 0 and _tree_agreement(t.m, t.L, t.chain) >= AGREE_MIN
+    if t.copying and t.chain < t.L:
         # the chain outweighs every other node, so when it fills the budget it is the
         # tree: no occurrence needs counting
         k = t.L - t.chain

@@ -14,16 +14,30 @@ double-precision sums in the same order, the same ties):
   (the window bounds the scan's cost; the chain below may start anywhere). The chain: the
   start ``a`` of ``propose``'s draft (``match_end()``, the anchor included), when there
   is one, is one more occurrence (of the "chain" context, ``c_chain`` 0 or 1).
+* Regime. The chain's agreement is the number of ``j`` in ``1..TREE_AGREE_SPAN`` with
+  ``a - j >= 0`` and ``t[L-j] == t[a-j]``: how much of the recent history the chain's
+  occurrence, aligned, also has before it (a long copy agrees past a renamed word, where
+  the exact match stops). The tree copies when there is a chain and its agreement is at
+  least ``TREE_AGREE_MIN``; else it is free.
 * Nodes. A node is a path ``x_1..x_d`` (``d <= max_depth``) after the current last token;
   ``c_i(node)`` is the number of counted occurrences ``e`` of context ``i`` with
-  ``e + d <= L`` and ``t[e:e+d] == x_1..x_d``. Its estimate is
-  ``p = c_chain * 4 + c_0/N_0 * W_0 + c_1/N_1 * W_1 + c_2/N_2 * W_2`` (``W = 1, 1/4,
-  1/16``; a missing context adds nothing; summed left to right in doubles): per
-  context, the product down the path of ``count(context+path+child) /
-  count(context+path)``, mixed so that the longest context dominates. The chain's weight
-  (4) exceeds all the others together, so ``propose``'s chain (of ``min(budget,
-  max_depth)`` tokens) is always the tree's first branch: the tree holds the chain of
-  its budget and accepts at least as much; the other nodes go where the counts say.
+  ``e + d <= L`` and ``t[e:e+d] == x_1..x_d``; ``chain(node)`` is 1 when the chain's
+  occurrence runs through it. Its estimate, summed left to right in doubles (a missing
+  context adds nothing):
+
+  - copying: ``p = chain * 4 + c_0/N_0 * W_0 + c_1/N_1 * W_1 + c_2/N_2 * W_2`` (``W = 1,
+    1/4, 1/16``): per context, the product down the path of ``count(context+path+child)
+    / count(context+path)``, mixed so that the longest context dominates. The chain's
+    weight (4) exceeds all the others together, so ``propose``'s chain (of ``min(budget,
+    max_depth)`` tokens) is the tree's first branch: the tree holds the chain of its
+    budget and accepts at least as much (and when the chain fills the budget it is the
+    tree);
+  - free: ``p = chain * CHAIN_DECAY[d - 1] + c_0 + c_1 + c_2``, where ``CHAIN_DECAY[k]``
+    is 0.8 multiplied by itself ``k`` times in doubles (``CHAIN_DECAY[0] = 1``): how
+    many counted occurrences continue through the node, as the crude brute-force tree
+    counts, and the chain a tie-break that fades with depth. The chain is not kept
+    whole: where the copy has stopped agreeing, the nodes go to the continuations that
+    recur.
 * Best-first. Starting from the root's children, the candidate with the largest ``p``
   joins the tree (ties: ``prefer="earliest"`` takes the candidate whose earliest counted
   occurrence is earliest, ``"latest"`` the one whose latest is latest; no two candidates
@@ -37,13 +51,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._tree_checks import TREE_OCCURRENCES, TREE_WINDOW
+from ._tree_checks import MAX_TREE_NODES, TREE_AGREE_MIN, TREE_AGREE_SPAN, TREE_OCCURRENCES, TREE_WINDOW
 
-__all__ = ["WEIGHTS", "build_tree", "empty_tree"]
+__all__ = ["WEIGHTS", "CHAIN_DECAY", "agreement", "build_tree", "empty_tree"]
 
 WEIGHTS = (1.0, 0.25, 0.0625)   # per context, longest first (exact in binary)
 CHAIN_WEIGHT = 4.0              # the chain's occurrence: above all the others together
 CHAIN_BIT = 1 << 3              # its bit in an occurrence's mask
+
+
+def _decay(n: int, r: float = 0.8) -> tuple:
+    out = [1.0]
+    for _ in range(n - 1):
+        out.append(out[-1] * r)
+    return tuple(out)
+
+
+CHAIN_DECAY = _decay(MAX_TREE_NODES)   # the free regime's chain bonus by depth - 1
+
+
+def agreement(tk: list, a: int) -> int:
+    """How many of the last TREE_AGREE_SPAN tokens the chain's occurrence (ending at
+    ``a``), aligned with the history's end, has at the same place before it."""
+    L = len(tk)
+    n = 0
+    for j in range(1, TREE_AGREE_SPAN + 1):
+        if a - j < 0:
+            break
+        if tk[L - j] == tk[a - j]:
+            n += 1
+    return n
 
 
 def empty_tree() -> tuple[np.ndarray, np.ndarray]:
@@ -57,6 +94,7 @@ def build_tree(tk: list, ctx: list, chain: int, budget: int, depth: int, width: 
     L = len(tk)
     k = len(ctx)
     n0 = ctx[0] if k else 0
+    copying = chain >= 0 and agreement(tk, chain) >= TREE_AGREE_MIN
     occ_e: list[int] = []
     occ_m: list[int] = []
     cnt = [0] * k
@@ -108,12 +146,19 @@ def build_tree(tk: list, ctx: list, chain: int, budget: int, depth: int, width: 
                     if (m >> i) & 1:
                         c[i] += 1
             p = 0.0
-            for j in g:
-                if occ_m[j] & CHAIN_BIT:
-                    p += CHAIN_WEIGHT
-            for i in range(k):
-                if cnt[i]:
-                    p += c[i] / cnt[i] * WEIGHTS[i]
+            if copying:
+                for j in g:
+                    if occ_m[j] & CHAIN_BIT:
+                        p += CHAIN_WEIGHT
+                for i in range(k):
+                    if cnt[i]:
+                        p += c[i] / cnt[i] * WEIGHTS[i]
+            else:
+                for j in g:
+                    if occ_m[j] & CHAIN_BIT:
+                        p += CHAIN_DECAY[d]
+                for i in range(k):
+                    p += c[i]
             es = [occ_e[j] for j in g]
             rep = min(es) if earliest else max(es)
             cands.append((p, rep, parent, tok, d + 1, g))

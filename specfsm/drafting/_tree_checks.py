@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from .._checks import check_count
 
-__all__ = ["MAX_TREE_NODES", "TREE_OCCURRENCES", "TREE_WINDOW", "TREE_CONTEXTS", "DEFAULT_TREE_WIDTH", "check_tree_args"]
+__all__ = ["MAX_TREE_NODES", "TREE_OCCURRENCES", "TREE_WINDOW", "TREE_CONTEXTS", "DEFAULT_TREE_WIDTH",
+           "TREE_AGREE_SPAN", "TREE_AGREE_MIN", "check_tree_args"]
 
 MAX_TREE_NODES = 1024     # the largest budget (and depth, and width) a tree may ask for
 TREE_OCCURRENCES = 32     # per context: the latest earlier occurrences a tree counts
 TREE_WINDOW = 2048        # occurrences counted end at most this many positions back
 TREE_CONTEXTS = 3         # the matched suffix and at most two shorter ones
 DEFAULT_TREE_WIDTH = 4    # children per node when ``max_width`` is None
+TREE_AGREE_SPAN = 32      # the last tokens the chain's agreement compares
+TREE_AGREE_MIN = 24       # the agreement at which the tree copies (keeps the chain whole)
 
 
 def _limit(value: object, name: str) -> int:
