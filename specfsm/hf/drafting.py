@@ -210,8 +210,9 @@ class StepDrafter:
 
     def _trees(self, sessions: Sequence[_Session], drafts: list[list[int]], limits: Sequence[int],
                cost: CostModel | None) -> list[Any]:
-        """Each drafting session's chain as a tree's main branch (``propose_tree`` with the
-        chain's length as its depth), with the nodes ``tree_budget`` allows beside it."""
+        """Each drafting session's tree: ``propose_tree`` as deep as its chain, with the
+        chain's length plus the nodes ``tree_budget`` allows (the chain its main branch
+        in the copying regime)."""
         w = max((len(d) for d in drafts), default=0)
         budget = tree_budget(cost, len(sessions), w, max(limits, default=0))
         out: list[Any] = []
@@ -222,7 +223,9 @@ class StepDrafter:
                 continue
             tok, par = s.index.propose_tree(min(budget, lim), max_depth=len(d))
             if len(tok) <= len(d) and bool((par == np.arange(-1, len(tok) - 1)).all()):
-                out.append(d)  # no node beside the chain: verify the chain itself
+                # the tree is a chain (the width chooser's, or in the free regime the
+                # continuation that recurs most): verify it as one
+                out.append(tok.tolist())
                 continue
             s.depth = len(d)
             self.gen.last_run.trees += 1

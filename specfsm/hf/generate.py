@@ -138,9 +138,11 @@ class SpeculativeGenerator:
     ``drafter``: ``"suffix"`` (the default: ``specfsm.SuffixIndex(min_n, max_n,
     prefer)``, the continuation of the longest earlier occurrence of the history's
     suffix, no cap on its length unless ``max_n``; ``prefer`` default ``"latest"``),
-    ``"suffix-tree"`` (the same index's ``propose_tree``: the chain the width chooser
-    picks as the tree's main branch, more nodes beside it where the forward's measured
-    cost by rows says they are nearly free (at most 5% more), verified as one tree per
+    ``"suffix-tree"`` (the same index's ``propose_tree``, as deep as the chain the width
+    chooser picks, with as many nodes as that chain plus those the forward's measured
+    cost by rows says are nearly free (at most 5% more); the chain is its main branch
+    while the copy agrees with the recent history, else the nodes go to the
+    continuations that recur most; verified as one tree per
     request, ``specfsm.hf.tree``; eager or sdpa attention; with ``do_sample`` one token is
     drawn at every row and the tree walked with them, which keeps the target's
     distribution exactly for these deterministic drafts, ``specfsm.tree.sampling``),
