@@ -21,6 +21,9 @@ from specfsm.drafting._suffix_tree_py import agreement
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WEIGHTS = (1.0, 0.25, 0.0625)
+DECAY = [1.0]                      # 0.9 ** k as the rule defines it: repeated products in doubles
+while len(DECAY) < MAX_TREE_NODES:
+    DECAY.append(DECAY[-1] * 0.9)
 
 
 @pytest.fixture
@@ -85,9 +88,9 @@ def reference(h, min_n, max_n, prefer, chain, budget, depth, width, window=TREE_
             for i in range(len(ctx)):
                 p += sum(1 for e in ends if i in occ[e]) / N[i] * WEIGHTS[i]
         else:
-            # every counted (context, occurrence) through the node, the chain a fading bonus
-            p += 0.8 ** (len(path) - 1) * on_chain
-            p += sum(len(occ[e] - {3}) for e in ends)
+            # every counted (context, occurrence) through the node and the chain's, by
+            # 0.9 per level below the first
+            p = DECAY[len(path) - 1] * (on_chain + sum(len(occ[e] - {3}) for e in ends))
         rep = min(ends) if prefer == "earliest" else -max(ends)
         return (-p, rep)
 
@@ -244,8 +247,10 @@ def test_a_shared_context_branches(sfx):
     ix = sfx.SuffixIndex(1)
     ix.extend([1, 2, 3, 4, 1, 2, 5, 6, 1, 2, 3, 7, 1, 2])
     toks, pars = ix.propose_tree(8, max_depth=3)
-    assert toks.tolist() == [3, 4, 1, 5, 6, 1, 7, 1]
-    assert pars.tolist() == [-1, 0, 1, -1, 3, 4, 0, 6]
+    # (the free regime: 3 then 4 are counted most; 7 after 3 at depth 2 goes before
+    # the depth-3 continuations it ties with in counts)
+    assert toks.tolist() == [3, 4, 1, 5, 6, 7, 1, 1]
+    assert pars.tolist() == [-1, 0, 1, -1, 3, 0, 4, 5]
     assert ix.propose(3) == [3, 4, 1]
     one, _ = ix.propose_tree(1)
     assert one.tolist() == [3]

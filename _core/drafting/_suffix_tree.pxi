@@ -30,11 +30,11 @@ if (MAX_TREE_NODES, TREE_OCCURRENCES, TREE_CONTEXTS, DEFAULT_TREE_WIDTH, _WINDOW
 
 cdef double[3] TREE_W = [1.0, 0.25, 0.0625]   # the twin's WEIGHTS
 cdef double CHAIN_W = 4.0                      # the twin's CHAIN_WEIGHT
-cdef double TREE_DECAY[TREE_NODES]             # the twin's CHAIN_DECAY: 0.8 ** k by repeated products
+cdef double TREE_DECAY[TREE_NODES]             # the twin's DEPTH_DECAY: 0.9 ** k by repeated products
 cdef int _decay_i
 TREE_DECAY[0] = 1.0
 for _decay_i in range(1, TREE_NODES):
-    TREE_DECAY[_decay_i] = TREE_DECAY[_decay_i - 1] * 0.8
+    TREE_DECAY[_decay_i] = TREE_DECAY[_decay_i - 1] * 0.9
 
 
 ctypedef struct tcand_t:
@@ -289,7 +289,7 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
     candidates (the node's segment is split among them)."""
     cdef const sam_t* m = t.m
     cdef int32_t j, q, v = lo, o
-    cdef int64_t key, tok, e, rep
+    cdef int64_t key, tok, e, rep, n
     cdef int64_t c[TREE_CTX]
     cdef int i, mk
     cdef double p
@@ -332,10 +332,10 @@ cdef void _tree_spawn(tree_t* t, int32_t parent, int64_t d, int32_t lo, int32_t 
                 if t.cnt[i]:
                     p += (<double>c[i]) / (<double>t.cnt[i]) * TREE_W[i]
         else:
-            if chain_in:
-                p += TREE_DECAY[d]
+            n = 1 if chain_in else 0
             for i in range(t.k):
-                p += <double>c[i]
+                n += c[i]
+            p = TREE_DECAY[d] * <double>n
         cd = &t.cand[t.ncand]
         cd.p = p
         cd.rep = rep

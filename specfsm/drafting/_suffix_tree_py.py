@@ -32,12 +32,12 @@ double-precision sums in the same order, the same ties):
     max_depth)`` tokens) is the tree's first branch: the tree holds the chain of its
     budget and accepts at least as much (and when the chain fills the budget it is the
     tree);
-  - free: ``p = chain * CHAIN_DECAY[d - 1] + c_0 + c_1 + c_2``, where ``CHAIN_DECAY[k]``
-    is 0.8 multiplied by itself ``k`` times in doubles (``CHAIN_DECAY[0] = 1``): how
-    many counted occurrences continue through the node, as the crude brute-force tree
-    counts, and the chain a tie-break that fades with depth. The chain is not kept
-    whole: where the copy has stopped agreeing, the nodes go to the continuations that
-    recur.
+  - free: ``p = DEPTH_DECAY[d - 1] * (chain + c_0 + c_1 + c_2)`` (the sum in integers,
+    one product), where ``DEPTH_DECAY[k]`` is 0.9 multiplied by itself ``k`` times in
+    doubles (``DEPTH_DECAY[0] = 1``): how many counted occurrences (the chain's one
+    more) continue through the node, discounted by 0.9 per level, so that a deep node
+    needs more support than a shallow one. The chain is not kept whole: where the copy
+    has stopped agreeing, the nodes go to the continuations that recur.
 * Best-first. Starting from the root's children, the candidate with the largest ``p``
   joins the tree (ties: ``prefer="earliest"`` takes the candidate whose earliest counted
   occurrence is earliest, ``"latest"`` the one whose latest is latest; no two candidates
@@ -53,21 +53,21 @@ import numpy as np
 
 from ._tree_checks import MAX_TREE_NODES, TREE_AGREE_MIN, TREE_AGREE_SPAN, TREE_OCCURRENCES, TREE_WINDOW
 
-__all__ = ["WEIGHTS", "CHAIN_DECAY", "agreement", "build_tree", "empty_tree"]
+__all__ = ["WEIGHTS", "DEPTH_DECAY", "agreement", "build_tree", "empty_tree"]
 
 WEIGHTS = (1.0, 0.25, 0.0625)   # per context, longest first (exact in binary)
 CHAIN_WEIGHT = 4.0              # the chain's occurrence: above all the others together
 CHAIN_BIT = 1 << 3              # its bit in an occurrence's mask
 
 
-def _decay(n: int, r: float = 0.8) -> tuple:
+def _decay(n: int, r: float = 0.9) -> tuple:
     out = [1.0]
     for _ in range(n - 1):
         out.append(out[-1] * r)
     return tuple(out)
 
 
-CHAIN_DECAY = _decay(MAX_TREE_NODES)   # the free regime's chain bonus by depth - 1
+DEPTH_DECAY = _decay(MAX_TREE_NODES)   # the free regime's discount by depth - 1
 
 
 def agreement(tk: list, a: int) -> int:
@@ -154,11 +154,11 @@ def build_tree(tk: list, ctx: list, chain: int, budget: int, depth: int, width: 
                     if cnt[i]:
                         p += c[i] / cnt[i] * WEIGHTS[i]
             else:
+                n = sum(c)
                 for j in g:
                     if occ_m[j] & CHAIN_BIT:
-                        p += CHAIN_DECAY[d]
-                for i in range(k):
-                    p += c[i]
+                        n += 1
+                p = DEPTH_DECAY[d] * n
             es = [occ_e[j] for j in g]
             rep = min(es) if earliest else max(es)
             cands.append((p, rep, parent, tok, d + 1, g))
