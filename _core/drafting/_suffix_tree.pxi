@@ -3,7 +3,9 @@
 # The rule is the twin's, exactly (specfsm/drafting/_suffix_tree_py.py's docstring):
 # contexts from the match's suffix-link chain, the latest TREE_OCC earlier occurrences
 # of each found by one backward scan of the history, then best-first over the trie of
-# their continuations by the mixed estimate, ties by the preferred occurrence. Bounded
+# their continuations by the estimate of the regime the chain's agreement picks
+# (copying: the mixed shares, the chain first; free: counts discounted by depth), ties
+# by the preferred occurrence. Bounded
 # work: at most TREE_CTX * TREE_OCC occurrences, each in at most one candidate at a time;
 # the scan reads the history back from the end until the longest context has TREE_OCC
 # occurrences or TREE_WINDOW positions are read (the chain, from the automaton, may

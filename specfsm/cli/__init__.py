@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot:
             check_plot_path(args.plot)
         make_drafter(args.drafter, ngram)
-        if args.bonus and args.drafter not in ("ngram", "suffix"):
+        if args.bonus and args.drafter not in ("ngram", "suffix", "suffix-tree"):
             raise UsageError(
                 "--bonus runs on the batch API, which drafts with an index per request: "
                 "use it with --drafter suffix or --drafter ngram"

@@ -12,7 +12,7 @@ from ..serving.workload import DEFAULT_REQUESTS, MAX_LINE_BYTES
 
 __all__ = ["UsageError", "build_parser", "check_plot_path", "rule_text"]
 
-DRAFTERS = ("suffix", "suffix-shared", "ngram", "prompt", "arctic")
+DRAFTERS = ("suffix", "suffix-tree", "suffix-shared", "ngram", "prompt", "arctic")
 DEFAULT_DRAFTER = "suffix"
 
 
@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--drafter", choices=DRAFTERS, default=DEFAULT_DRAFTER, help=(
         "suffix (default): the longest earlier match of the history's suffix, any length (SuffixIndex); "
+        "suffix-tree: the same index's trees of at most --k nodes, verified in one evaluation each "
+        "(SuffixIndex.propose_tree; greedy, --rule exact, always with the bonus row); "
         "suffix-shared: the same, also drafting from earlier requests' outputs (SharedSuffixCache); "
         "ngram: the incremental n-gram index; prompt: prompt lookup (a rescan per step); "
         "arctic: Snowflake Arctic's suffix decoding, when arctic-inference is installed"))

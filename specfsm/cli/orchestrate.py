@@ -22,9 +22,10 @@ from ..serving.loop import (
     batchable_drafter,
     compare_outputs,
     needs_probs,
+    serve,
 )
 from ..drafting.ngram_index import NgramDrafter
-from ..serving.workload import TeacherForcedTarget, Trace, Workload
+from ..serving.workload import TeacherForcedBatch, TeacherForcedTarget, Trace, Workload
 from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, rule_text
 from .progress import Progress
 from .summary import LABELS
@@ -97,6 +98,10 @@ def make_drafter(name: str, ngram: tuple[int, int | None]) -> Any:
 
         shared = suffix_index.SharedSuffixCache() if name == "suffix-shared" else None
         return suffix_index.SuffixDrafter(lo, hi, shared=shared)
+    if name == "suffix-tree":
+        from ..serving.trees import SuffixTreeDrafter
+
+        return SuffixTreeDrafter(lo, hi)
     if name == "arctic":
         from ..drafting import suffix_index
 
@@ -185,10 +190,22 @@ def _run_batches(
     (prompt lookup keeps a history per request; the shared suffix cache and arctic work
     per request)."""
     batched = loop.drafter is None or batchable_drafter(loop.drafter)
+    trees = getattr(loop.drafter, "trees", False)
     out: list[RequestResult] = []
     for i in range(0, len(requests), batch):
         chunk = requests[i : i + batch]
-        if batched:
+        if trees:
+            # one shared target evaluates the step's trees: the recordings behind one
+            # TeacherForcedBatch, each request's cache (its index, its position); a tree
+            # resumes with the target's token after its last node, so chains take the
+            # bonus row too
+            shared = TeacherForcedBatch([r.target for r in chunk])
+            reqs = [Request(r.prompt, r.max_tokens, eos=r.eos, cache=(j, None), name=r.name)
+                    for j, r in enumerate(chunk)]
+            # (greedy: the batch's own exact settle, as replay() allows only --rule exact)
+            out += serve(reqs, shared, loop.drafter, loop.k, None, loop.clone, bonus=True,
+                         on_done=progress.step)
+        elif batched:
             out += loop.run_batched(chunk, on_done=progress.step, bonus=bonus)
         else:
             out += loop.run_batch(chunk, on_done=progress.step)
@@ -255,6 +272,10 @@ def replay(
         skipped = {}
     make_rule(rule)
     make_drafter(drafter, ngram)  # refuse bad combinations before any work
+    if drafter == "suffix-tree":
+        if rule[0] != "exact":
+            raise UsageError(f"--drafter suffix-tree verifies trees greedily: it takes --rule exact, not {rule[0]}")
+        bonus = True  # a tree resumes with the target's token after its last accepted node
     bar = progress or Progress(1, sys.stderr, False)
 
     bar.phase("plain greedy")

@@ -359,7 +359,7 @@ def _tokens(n: int) -> str:
 # --------------------------------------------------------------------------------------
 # the teacher-forced target (moved here from specfsm.serving.loop, which re-exports it)
 # --------------------------------------------------------------------------------------
-__all__ += ["TeacherForcedTarget", "TraceError"]
+__all__ += ["TeacherForcedTarget", "TeacherForcedBatch", "TraceError"]
 
 
 class TraceError(ValueError):
@@ -504,9 +504,88 @@ class TeacherForcedTarget:
             caches += [-1] * (n - len(caches))
         return rows, caches
 
+    def evaluate_tree(self, inputs: Sequence[Any], parents: Sequence[int], cache: Any) -> tuple[list[Any], list[Any]]:
+        """One tree evaluation (``specfsm.tree``'s format): ``inputs[0]`` is the last
+        confirmed token, at position ``cache``; ``inputs[i + 1]`` is node ``i``, whose
+        parent is ``parents[i]`` (-1: the root), at its depth's position. A row is on
+        trace when the path from the root to it is the recording: it answers the
+        recorded token after it with that position as its cache; every other row, and
+        a row past the recording's end, answers ``off_trace`` with cache -1. Greedy
+        only (``temperature`` 0). Refuses what ``evaluate`` refuses for the first row,
+        and parents that are not a tree of ``len(inputs) - 1`` nodes (ValueError)."""
+        if self.temperature > 0.0:
+            raise TraceError("a tree evaluation answers greedily: this target samples (temperature > 0)")
+        n = len(inputs) - 1
+        par = [int(p) for p in parents]
+        if len(par) != n:
+            raise ValueError(f"a tree of {n} nodes needs {n} parents, got {len(par)}")
+        for i, p in enumerate(par):
+            if not -1 <= p < i:
+                raise ValueError(f"parents[{i}] = {p}: a node's parent must come before it (or be -1, the root)")
+        if cache is None or cache == 0:
+            raise TraceError("a tree is evaluated after prefill, from a position past the prompt's start")
+        root_rows, root_caches = self.evaluate(inputs[:1], cache)
+        pos = cache
+        seq = self.sequence
+        end = len(seq)
+        rows = root_rows + [self.off_trace] * n
+        caches = root_caches + [-1] * n
+        depth = [0] * n
+        on = [False] * n
+        for i, p in enumerate(par):
+            d = depth[i] = 1 if p < 0 else depth[p] + 1
+            q = pos + d      # the node's position
+            if (p < 0 or on[p]) and q < end and inputs[i + 1] == seq[q]:
+                on[i] = True
+                if q + 1 < end:
+                    rows[i + 1] = seq[q + 1]
+                    caches[i + 1] = q + 1
+        return rows, caches
+
     def __repr__(self) -> str:
         return (
             f"TeacherForcedTarget(prompt={_tokens(self.prompt_len)}, "
             f"continuation={_tokens(len(self.sequence) - self.prompt_len)})"
         )
 
+
+
+class TeacherForcedBatch:
+    """One shared target over several recordings, for a serving loop that evaluates
+    trees (``serve`` passes a step's tree parents to one shared ``evaluate_batch``).
+    Request ``i`` answers from ``targets[i]`` (``TeacherForcedTarget``s); its cache is
+    ``(i, position)``, so requests start from ``cache=(i, None)`` (``requests``). A slot
+    with parents is a tree (``TeacherForcedTarget.evaluate_tree``), else rows as
+    ``evaluate``. Refuses a cache that is not such a pair (TraceError)."""
+
+    __slots__ = ("targets",)
+
+    def __init__(self, targets: Sequence[TeacherForcedTarget]) -> None:
+        self.targets = list(targets)
+
+    def _target(self, cache: Any) -> tuple[int, Any]:
+        if type(cache) is not tuple or len(cache) != 2 or type(cache[0]) is not int or not (
+                0 <= cache[0] < len(self.targets)):
+            raise TraceError(f"cache must be (request, position) for one of {len(self.targets)} recordings, got {cache!r}")
+        return cache
+
+    def evaluate(self, inputs: Sequence[Any], cache: Any) -> tuple[list[Any], list[Any]]:
+        i, pos = self._target(cache)
+        rows, caches = self.targets[i].evaluate(inputs, pos)
+        return rows, [(i, c) for c in caches]
+
+    def evaluate_batch(self, inputs_list: Sequence[Sequence[Any]], caches: Sequence[Any],
+                       trees: Sequence[Any] | None = None) -> list[tuple[list[Any], list[Any]]]:
+        out = []
+        for j, (inputs, cache) in enumerate(zip(inputs_list, caches)):
+            parents = None if trees is None else trees[j]
+            if parents is None:
+                out.append(self.evaluate(inputs, cache))
+                continue
+            i, pos = self._target(cache)
+            rows, rc = self.targets[i].evaluate_tree(inputs, parents, pos)
+            out.append((rows, [(i, c) for c in rc]))
+        return out
+
+    def __repr__(self) -> str:
+        return f"TeacherForcedBatch({len(self.targets)} recordings)"
