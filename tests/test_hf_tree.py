@@ -184,12 +184,32 @@ def test_tree_decoding_equals_greedy(model, batch):
     from specfsm.hf.cost import CostModel
 
     prompts = _repetitive(7, (40, 23, 31)[:batch])
-    # a flat cost: extra nodes are nearly free, so trees grow beside the chains
-    gen = SpeculativeGenerator(model, drafter="suffix-tree", cost=CostModel({1: 1.0, 64: 1.2}), eos_token_id=None)
+    # a flat cost: extra nodes are nearly free, so trees grow beside the chains (a chain
+    # continued periodically is verified as a chain: periodic=False keeps the trees)
+    gen = SpeculativeGenerator(model, drafter="suffix-tree", cost=CostModel({1: 1.0, 64: 1.2}), eos_token_id=None,
+                               periodic=False)
     outs = gen.generate(prompts, 24)
-    assert gen.last_run.trees > 0
+    if max(gen.last_run.widths) > 1:  # (a one-token chain leaves no room beside it)
+        assert gen.last_run.trees > 0
     for p, o in zip(prompts, outs):
         assert o.tokens == _reference(model, p, 24)
+    # the default (periodic) decodes the same tokens, trees or not
+    gen = SpeculativeGenerator(model, drafter="suffix-tree", cost=CostModel({1: 1.0, 64: 1.2}), eos_token_id=None)
+    assert [o.tokens for o in gen.generate(prompts, 24)] == [o.tokens for o in outs]
+
+
+def test_a_periodic_chain_is_verified_as_a_chain():
+    """A draft continued periodically past the index's own continuation (``periodic``)
+    holds tokens no tree of the index has: that step verifies the chain."""
+    from specfsm.hf import SpeculativeGenerator
+    from specfsm.hf.cost import CostModel
+
+    model = _gpt2("sdpa")
+    prompts = _repetitive(7, (40,))
+    gen = SpeculativeGenerator(model, drafter="suffix-tree", cost=CostModel({1: 1.0, 64: 1.2}), eos_token_id=None)
+    out = gen.generate(prompts, 24)
+    assert max(gen.last_run.widths) > 1 and gen.last_run.trees == 0
+    assert out[0].tokens == _reference(model, prompts[0], 24)
 
 
 def test_tree_drafter_refuses_a_probability_rule_and_a_mask_blind_attention():

@@ -73,7 +73,7 @@ class _Session:
     """One request's drafting: its index (or its history), and what its drafts achieved."""
 
     __slots__ = ("owner", "history", "prompt_len", "index", "stats", "idle", "match", "recent", "predicted", "probing",
-                 "depth")
+                 "depth", "natural")
 
     def __init__(self, owner: StepDrafter, prompt: list[int], index: Any) -> None:
         self.owner = owner
@@ -89,6 +89,7 @@ class _Session:
         self.predicted = 0.0  # accepted draft tokens the shared estimate expects of the current draft
         self.probing = False  # the current draft is a probe (the request had stopped drafting)
         self.depth = 0  # the current tree draft's depth (0: a chain)
+        self.natural = 0  # the current draft's tokens from the index itself (past them: periodic)
 
     def extend(self, tokens: Sequence[int]) -> None:
         self.history += tokens
@@ -137,6 +138,7 @@ class StepDrafter:
             bad = [t for t in d if not 0 <= t < gen._vocab]
             if bad:
                 raise ValueError(f"the drafter proposed token id {bad[0]}, outside the vocabulary 0..{gen._vocab - 1}")
+        s.natural = len(d)
         if gen.periodic and 0 < len(d) < k:
             # the match's continuation ran into the end of the history: the history is
             # periodic with period len(d) from the match on, so continue the period
@@ -218,7 +220,9 @@ class StepDrafter:
         out: list[Any] = []
         for s, d, lim in zip(sessions, drafts, limits):
             s.depth = 0
-            if not d:
+            if not d or len(d) > s.natural:
+                # nothing to draft, or a chain continued periodically past the index's
+                # own continuation: the tree would not hold that part, so the chain it is
                 out.append(d)
                 continue
             tok, par = s.index.propose_tree(min(budget, lim), max_depth=len(d))
