@@ -379,6 +379,7 @@ def test_kernel_source_ships_with_the_package():
     for w in (16, 8, 4, 2, 1):
         for i in (32, 64):
             assert f"place_rows_w{w}_i{i}" in text
+        assert f"place_path_w{w}" in text
     assert f"#define PLACE_UNROLL {_geometry.UNROLL}" in text
     assert f"__launch_bounds__({_geometry.THREADS})" in text
 
@@ -444,6 +445,26 @@ RUN(place_rows_w8_i32, uint2, int) RUN(place_rows_w8_i64, uint2, long long)
 RUN(place_rows_w4_i32, unsigned int, int) RUN(place_rows_w4_i64, unsigned int, long long)
 RUN(place_rows_w2_i32, unsigned short, int) RUN(place_rows_w2_i64, unsigned short, long long)
 RUN(place_rows_w1_i32, unsigned char, int) RUN(place_rows_w1_i64, unsigned char, long long)
+// place_path: every block and thread in turn, forwards or (reverse) backwards, since the
+// result must not depend on the order threads run in
+template <typename V>
+static void emulate_path(void (*k)(V*, const long long*, long long, long long, long long),
+                         void* c, const long long* m, long long B, long long L, long long n,
+                         unsigned gx, unsigned gy, unsigned t, int reverse) {
+    gridDim = {gx, gy, 1}; blockDim = {t, 1, 1};
+    for (unsigned yy = 0; yy < gy; ++yy)
+        for (unsigned xx = 0; xx < gx; ++xx)
+            for (unsigned tt = 0; tt < t; ++tt) {
+                unsigned y = reverse ? gy - 1 - yy : yy, x = reverse ? gx - 1 - xx : xx;
+                blockIdx = {x, y, 0}; threadIdx = {reverse ? t - 1 - tt : tt, 0, 0};
+                k((V*)c, m, B, L, n);
+            }
+}
+#define RUN_PATH(NAME, V) extern "C" void run_##NAME(void* c, const long long* m, long long B, \
+    long long L, long long n, unsigned gx, unsigned gy, unsigned t, int r) \
+    { emulate_path<V>(NAME, c, m, B, L, n, gx, gy, t, r); }
+RUN_PATH(place_path_w16, uint4) RUN_PATH(place_path_w8, uint2) RUN_PATH(place_path_w4, unsigned int)
+RUN_PATH(place_path_w2, unsigned short) RUN_PATH(place_path_w1, unsigned char)
 """
 
 
@@ -601,6 +622,136 @@ def test_error_word_loses_no_report_while_taken_concurrently_emulated(emulated_k
     assert int(err[0]) == ERR_EMPTY
 
 
+# ------------------------------------- a tree's accepted paths (place_path), emulated
+
+def path_case(rng, B, L, trailing, dtype, identity=False):
+    """A [B, L, ...] cache of random bytes, each request's root row and an accepted path
+    (increasing node indices that fit the cache; sometimes empty, or ``identity``)."""
+    shape = (B, L) + tuple(trailing)
+    cache = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize,
+                         dtype=np.uint8).view(dtype).reshape(shape)
+    bases, paths = [], []
+    for _ in range(B):
+        base = int(rng.integers(0, L))
+        room = L - 1 - base  # nodes that fit after the root
+        n = int(rng.integers(0, room + 1)) if room else 0
+        path = list(range(n)) if identity else sorted(rng.choice(room, size=n, replace=False).tolist()) if n else []
+        bases.append(base)
+        paths.append(path)
+    flat = np.array([v for p in paths for v in p], dtype=np.int64)
+    off = np.cumsum([0] + [len(p) for p in paths]).astype(np.int64)
+    return cache, bases, paths, flat, off
+
+
+def path_reference(cache, bases, paths):
+    """The numpy gather: row ``base + 1 + j`` of request b takes the old row
+    ``base + 1 + path[j]``; every other row keeps its bytes."""
+    out = cache.copy()
+    for b, (v, p) in enumerate(zip(bases, paths)):
+        if p:
+            out[b, v + 1:v + 1 + len(p)] = cache[b, v + 1 + np.array(p, dtype=np.int64)]
+    return out
+
+
+def emulate_path_launch(lib, cache, bases, flat, off, sm_count=4, reverse=False):
+    """The launch ``specfsm.tree.place_path_batch`` makes for a CuPy cache (its checked
+    ``meta``, ``_cupy.place_path``'s width and grid), run by the emulator in place."""
+    from specfsm.tree import tree as tree_face
+
+    B, L = cache.shape[:2]
+    row = cache.dtype.itemsize * int(np.prod(cache.shape[2:], dtype=np.int64))
+    meta = tree_face._checked_meta(B, L, bases, flat, off)
+    if meta is None or B == 0 or row == 0:
+        return None
+    width = _geometry.vector_width(row, cache.ctypes.data, cache.ctypes.data)
+    nvec = row // width
+    gx, gy = _geometry.grid(B, nvec, sm_count)
+    c = ctypes.c_void_p
+    getattr(lib, f"run_place_path_w{width}")(
+        c(cache.ctypes.data), c(meta.ctypes.data), ctypes.c_longlong(B), ctypes.c_longlong(L),
+        ctypes.c_longlong(nvec), ctypes.c_uint(gx), ctypes.c_uint(gy),
+        ctypes.c_uint(_geometry.THREADS), ctypes.c_int(int(reverse)))
+    return width
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("trailing", [(2048,), (7,), (3, 5), (1,)], ids=str)
+@pytest.mark.parametrize("reverse", [False, True], ids=["forwards", "backwards"])
+def test_cuda_path_kernel_is_the_numpy_gather_emulated(emulated_kernel, dtype, trailing, reverse):
+    rng = np.random.default_rng([dtype.itemsize, len(trailing), int(reverse)])
+    for B, L in [(1, 2), (1, 9), (5, 12), (33, 6)]:
+        cache, bases, paths, flat, off = path_case(rng, B, L, trailing, dtype)
+        expected = path_reference(cache, bases, paths)
+        width = emulate_path_launch(emulated_kernel, cache, bases, flat, off, reverse=reverse)
+        assert_bytes_equal(cache, expected)
+        row = dtype.itemsize * int(np.prod(trailing))
+        if width is not None and row % 16 == 0:
+            assert width == 16
+
+
+def test_cuda_path_kernel_wide_rows_unaligned_and_large_batches_emulated(emulated_kernel):
+    rng = np.random.default_rng(21)
+    # rows of 40,000 bytes: several blocks per row (x), every thread strided over chunks
+    cache, bases, paths, flat, off = path_case(rng, 3, 10, (10000,), np.dtype(np.float32))
+    expected = path_reference(cache, bases, paths)
+    emulate_path_launch(emulated_kernel, cache, bases, flat, off, sm_count=1)
+    assert_bytes_equal(cache, expected)
+    # 16-byte rows one byte off alignment: the byte path
+    buf = np.zeros(1 + 2 * 7 * 16, np.uint8)
+    cache = buf[1:].reshape(2, 7, 16)
+    cache[...] = rng.integers(0, 256, cache.shape)
+    expected = path_reference(cache, [0, 2], [[1, 3, 5], [2, 3]])
+    width = emulate_path_launch(emulated_kernel, cache, [0, 2], [1, 3, 5, 2, 3], [0, 3, 5])
+    assert width == 1
+    assert_bytes_equal(cache, expected)
+    # B past the grid's y limit: the kernel strides over requests
+    cache, bases, paths, flat, off = path_case(rng, 70000, 4, (1,), np.dtype(np.int8))
+    expected = path_reference(cache, bases, paths)
+    emulate_path_launch(emulated_kernel, cache, bases, flat, off)
+    assert_bytes_equal(cache, expected)
+
+
+def test_device_path_meta_is_checked_like_the_host(impl):
+    """What a CuPy cache's launch gets: the host's refusals (same type and message, the
+    active implementation's own checks), the packed [base | offsets | path], and None
+    when every accepted row is already in place (no launch)."""
+    from specfsm.tree import tree as tree_face
+
+    meta = tree_face._checked_meta(2, 8, [0, 3], [1, 2, 0], [0, 2, 3])
+    assert meta.dtype == np.int64 and meta.tolist() == [0, 3, 0, 2, 3, 1, 2, 0]
+    assert tree_face._checked_meta(2, 8, [0, 3], [0, 1, 0], [0, 2, 3]) is None
+    assert tree_face._checked_meta(2, 8, [0, 3], [], [0, 0, 0]) is None
+    assert tree_face._checked_meta(1, 8, 2, [1, 4], None).tolist() == [2, 0, 2, 1, 4]
+    k = impl.module("tree")
+    bad = [
+        (2, 8, [0, 3], [2, 1, 0], [0, 2, 3]),   # not increasing
+        (2, 8, [0, 3], [1, 9, 0], [0, 2, 3]),   # beyond the cache
+        (2, 8, [0, 8], [1, 2, 0], [0, 2, 3]),   # base beyond the cache
+        (2, 8, [0, 3], [1, 2, 0], [0, 3, 2]),   # offsets that do not tile
+        (2, 8, [0], [1, 2, 0], [0, 2, 3]),      # a base per request
+        (2, 8, [0, 3], [1.5, 2, 0], [0, 2, 3]),  # not integers
+    ]
+    for B, L, base, path, off in bad:
+        with pytest.raises(Exception) as host:
+            k.place_path_batch(np.zeros((B, L, 2), np.float32), base, path, off)
+        with pytest.raises(type(host.value)) as dev:
+            tree_face._checked_meta(B, L, base, path, off)
+        assert str(dev.value) == str(host.value)
+    with pytest.raises(IndexError) as host:
+        k.place_path(np.zeros((8, 2), np.float32), 7, [0])
+    with pytest.raises(IndexError) as dev:
+        tree_face._checked_meta(1, 8, 7, [0], None)
+    assert str(dev.value) == str(host.value)
+
+
+def test_place_path_stream_is_for_cupy_caches_only():
+    cache = np.zeros((1, 4, 2), np.float32)
+    with pytest.raises(ValueError, match="stream applies to CuPy arrays only"):
+        specfsm.place_path_batch(cache, [0], [1], [0, 1], stream=object())
+    with pytest.raises(ValueError, match="stream applies to CuPy arrays only"):
+        specfsm.place_path(cache[0], 0, [1], stream=object())
+
+
 # --------------------------------------------------------------------------- CuPy path
 
 @pytest.fixture
@@ -610,6 +761,51 @@ def cp():
     import cupy
 
     return cupy
+
+@pytest.mark.parametrize("dtype", GPU_DTYPES, ids=GPU_DTYPE_IDS)
+@pytest.mark.parametrize("trailing", [(64,), (7,), (3, 5), (1,)], ids=str)
+@pytest.mark.gpu
+def test_gpu_place_path_is_the_numpy_gather(cp, dtype, trailing):
+    rng = np.random.default_rng([dtype.itemsize, len(trailing), 7])
+    for B, L in [(1, 2), (1, 17), (7, 12), (1024, 9)]:
+        cache, bases, paths, flat, off = path_case(rng, B, L, trailing, dtype)
+        d = cp.asarray(cache)
+        assert specfsm.place_path_batch(d, bases, flat, off) is d
+        assert_bytes_equal(cp.asnumpy(d), path_reference(cache, bases, paths))
+        one = cp.asarray(cache[0])
+        assert specfsm.place_path(one, bases[0], paths[0]) is one
+        assert_bytes_equal(cp.asnumpy(one), path_reference(cache[:1], bases[:1], paths[:1])[0])
+
+
+@pytest.mark.gpu
+def test_gpu_place_path_stream_unaligned_and_refusals(cp):
+    rng = np.random.default_rng(23)
+    cache, bases, paths, flat, off = path_case(rng, 64, 9, (1024,), np.dtype(np.float32))
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        d = cp.asarray(cache)
+    specfsm.place_path_batch(d, bases, flat, off, stream=stream)
+    stream.synchronize()
+    assert_bytes_equal(cp.asnumpy(d), path_reference(cache, bases, paths))
+    buf = cp.zeros(1 + 2 * 7 * 16, cp.uint8)
+    d = buf[1:].reshape(2, 7, 16)
+    host = rng.integers(0, 256, (2, 7, 16)).astype(np.uint8)
+    d[...] = cp.asarray(host)
+    specfsm.place_path_batch(d, [0, 2], [1, 3, 5, 2, 3], [0, 3, 5])
+    assert_bytes_equal(cp.asnumpy(d), path_reference(host, [0, 2], [[1, 3, 5], [2, 3]]))
+    d = cp.asarray(host)
+    with pytest.raises(ValueError, match=r"slot 0: path\[1\]=1 is not after path\[0\]=3"):
+        specfsm.place_path_batch(d, [0, 2], [3, 1, 5, 2, 3], [0, 3, 5])
+    with pytest.raises(IndexError, match="slot 1: path"):
+        specfsm.place_path_batch(d, [0, 2], [1, 3, 5, 2, 9], [0, 3, 5])
+    with pytest.raises(TypeError, match="path must be on the host"):
+        specfsm.place_path_batch(d, [0, 2], cp.asarray([1, 3, 5, 2, 3]), [0, 3, 5])
+    with pytest.raises(ValueError, match="cache must be C-contiguous"):
+        specfsm.place_path_batch(d[:, :, ::2], [0, 2], [1], [0, 1, 1])
+    with pytest.raises(TypeError, match="stream must be a cupy.cuda.Stream"):
+        specfsm.place_path_batch(d, [0, 2], [1], [0, 1, 1], stream=object())
+    assert_bytes_equal(cp.asnumpy(d), host)  # every refusal moved nothing
+
 
 
 @pytest.mark.parametrize("dtype", GPU_DTYPES, ids=GPU_DTYPE_IDS)

@@ -1,11 +1,13 @@
 """The CuPy path of ``specfsm.gpu``: imported only when a CuPy array arrives.
 
-``place_rows`` launches one kernel from ``place_rows.cu`` for the whole batch (compiled
-with ``cupy.RawModule`` on first use, cached per device). RawKernel checks nothing, so
-everything is checked here before the launch: array types, shapes, dtypes, contiguity,
-devices and overlap. Nothing in ``place_rows`` or ``snapshot`` waits for the device
-(apart from the first call on a device, which compiles the kernels and sets up the
-error flag); ``check_errors`` is the one place that does.
+``place_rows`` launches one kernel from ``place_rows.cu`` for the whole batch, and so does
+``place_path`` for a batch of trees' accepted paths (the kernels compiled with
+``cupy.RawModule`` on first use, cached per device). RawKernel checks nothing, so
+everything is checked before the launch: array types, shapes, dtypes, contiguity,
+devices and overlap here, a path's host arrays by ``specfsm.tree``. Nothing in
+``place_rows``, ``place_path`` or ``snapshot`` waits for the device (apart from the first
+call on a device, which compiles the kernels and sets up the error flag);
+``check_errors`` is the one place that does.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ._checks import (
 )
 from ._geometry import THREADS, grid, vector_width
 
-__all__ = ["place_rows", "snapshot", "check_errors"]
+__all__ = ["place_rows", "snapshot", "check_errors", "check_path_cache", "place_path"]
 
 _DEVICE_INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -289,3 +291,50 @@ def check_errors(device: int | None = None, stream=None) -> None:
                     f"place_rows skipped {skipped} row(s) on device {dev} whose device-side "
                     f"index was >= K (first at b={first}); their dst rows were left untouched"
                 )
+
+
+def check_path_cache(cache, batched: bool) -> tuple[int, int, int]:
+    """``(B, L, row_bytes)`` of a CuPy cache whose rows a tree's accepted path moves, or
+    raise: ``[L, ...]`` (B reported as 1) or, ``batched``, ``[B, L, ...]``, C-contiguous."""
+    if not _is_cupy(cache):
+        raise TypeError(
+            "cache must be a numpy or CuPy array, got "
+            f"{type(cache).__module__}.{type(cache).__name__}"
+        )
+    need = 2 if batched else 1
+    shape = tuple(cache.shape)
+    if cache.ndim < need:
+        want = "[B, L, ...]" if batched else "[L, ...]"
+        raise ValueError(f"cache must be {want}, got shape {shape}")
+    if not cache.flags.c_contiguous:
+        raise ValueError("cache must be C-contiguous")
+    rest = shape[need:]
+    B, L = (int(shape[0]), int(shape[1])) if batched else (1, int(shape[0]))
+    return B, L, int(np.prod(rest, dtype=np.int64)) * cache.dtype.itemsize
+
+
+def place_path(cache, meta: np.ndarray, B: int, L: int, row_bytes: int, stream=None):
+    """The accepted paths' rows moved in place on the device, in one launch; returns ``cache``.
+
+    ``meta`` is the checked host array ``[base (B) | offsets (B + 1) | path]`` (see
+    ``place_rows.cu``), or None when no row moves; it is uploaded with an asynchronous
+    copy on the stream. No synchronisation.
+    """
+    dev = cache.device.id
+    if stream is not None:
+        _check_stream(stream, dev)
+    if meta is None or B == 0 or row_bytes == 0:
+        return cache
+    with _DeviceAndStream(dev, stream):
+        m = cupy.asarray(meta)  # pinned staging + async copy on the current stream
+        ptr = cache.data.ptr
+        width = vector_width(row_bytes, ptr, ptr)
+        nvec = row_bytes // width
+        kernel = _function(dev, (dev, width, -1), f"place_path_w{width}")
+        gx, gy = grid(B, nvec, _sm_count(dev))
+        kernel(
+            (gx, gy, 1),
+            (THREADS, 1, 1),
+            (cache, m, np.int64(B), np.int64(L), np.int64(nvec)),
+        )
+    return cache

@@ -2,7 +2,7 @@
 // in one launch, as a copy of raw bytes.
 //
 // Layout: src is [B, K, nvec] vectors of type V, dst is [B, nvec], index is [B].
-// The host wrapper (specfsm/gpu/_cupy.py) picks V as the widest of 16/8/4/2/1 bytes
+// The host wrapper (specfsm/placement/_cupy.py) picks V as the widest of 16/8/4/2/1 bytes
 // that divides the row size and both base pointers, so every access is aligned; it has
 // already checked shapes, dtypes, contiguity, devices and overlap.
 //
@@ -115,3 +115,74 @@ extern "C" __global__ void place_rows_take_errors(unsigned long long* err, unsig
         out[0] = atomicExch(err, PLACE_ERR_EMPTY);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Path placement after a tree verify, in place: for each request b, the accepted path's
+// rows move to consecutive rows after the root,
+//     cache[b, base[b] + 1 + j] = cache[b, base[b] + 1 + path[j]]   for j = 0, 1, ...
+// as raw bytes. Layout: cache is [B, L, nvec] vectors of type V; meta is one int64 array
+// [base (B) | offsets (B + 1) | path (offsets[B])], request b's path being
+// path[offsets[b]:offsets[b + 1]]. Everything in meta was checked on the host (specfsm.tree:
+// base < L, each path increasing with base + 1 + path[j] < L), so nothing here is checked.
+//
+// The moves are a gather within one buffer: path[j] >= j (a path increases from 0 or
+// more), so the source row of move j is one no earlier move wrote; the only hazard is a
+// later move writing a row an earlier move still has to read. Each thread owns its
+// columns (vectors i, i + tpb, ... of the same chunks as place_rows) in every row of its
+// request and walks j in order, so its read of a column always precedes the write that
+// overwrites it: no two threads touch the same address, and no barrier is needed.
+// Grid: as place_rows (y over requests, striding past 65535; x over chunks of a row).
+
+template <typename V>
+__device__ __forceinline__ void place_path_body(
+    V* cache, const long long* __restrict__ meta, long long B, long long L, long long nvec)
+{
+    const long long* __restrict__ base = meta;
+    const long long* __restrict__ offsets = meta + B;
+    const long long* __restrict__ path = meta + 2 * B + 1;
+    const long long tpb = blockDim.x;
+    const long long first = (long long)blockIdx.x * tpb * PLACE_UNROLL + threadIdx.x;
+    const long long stride = (long long)gridDim.x * tpb * PLACE_UNROLL;
+    for (long long b = blockIdx.y; b < B; b += gridDim.y) {
+        const long long lo = offsets[b];
+        const long long n = offsets[b + 1] - lo;
+        V* rows = cache + (b * L + base[b] + 1) * nvec;  // row 0 here: node 0's slot
+        for (long long i = first; i < nvec; i += stride) {
+            for (long long j = 0; j < n; ++j) {
+                const long long v = path[lo + j];
+                if (v == j) {
+                    continue;  // already in place
+                }
+                const V* s = rows + v * nvec;
+                V* d = rows + j * nvec;
+                V r[PLACE_UNROLL];
+#pragma unroll
+                for (int u = 0; u < PLACE_UNROLL; ++u) {
+                    if (i + u * tpb < nvec) {
+                        r[u] = s[i + u * tpb];
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < PLACE_UNROLL; ++u) {
+                    if (i + u * tpb < nvec) {
+                        d[i + u * tpb] = r[u];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define PLACE_PATH_KERNEL(NAME, V)                                                      \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                             \
+        V* cache, const long long* __restrict__ meta, long long B, long long L,          \
+        long long nvec)                                                                 \
+    {                                                                                   \
+        place_path_body<V>(cache, meta, B, L, nvec);                                    \
+    }
+
+PLACE_PATH_KERNEL(place_path_w16, uint4)
+PLACE_PATH_KERNEL(place_path_w8, uint2)
+PLACE_PATH_KERNEL(place_path_w4, unsigned int)
+PLACE_PATH_KERNEL(place_path_w2, unsigned short)
+PLACE_PATH_KERNEL(place_path_w1, unsigned char)
