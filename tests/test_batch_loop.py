@@ -631,16 +631,17 @@ def test_the_compiled_step_updates_suffix_slots_in_c(impl, bm, monkeypatch):
     assert ixs[1].stats["drafted"] == 0
 
 
-def test_a_step_refuses_one_suffix_index_in_two_slots(bm, impl):
-    """One SuffixIndex admitted for two slots is refused at the step that would extend
-    it twice: nothing recorded, nothing appended, the guard released."""
+def test_admit_refuses_one_suffix_index_for_two_slots(bm, impl):
+    """One SuffixIndex given for two slots is refused by ``admit``, where the mistake is
+    made (a step would extend it twice): nothing recorded, nothing appended, the batch
+    unchanged, the index's guard released."""
     si = impl.module("suffix_index")
     ix = si.SuffixIndex(1, adaptive=True)
     ix.extend([1, 2, 1])
     b = bm.BatchState(2, 3)
-    b.admit([0, 1], [1, 2, 1, 1, 2, 1], [0, 3, 6], [0, 1], indexes=[ix, ix])
-    with pytest.raises(ValueError, match="appears twice"):
-        b.step(np.array([5, 5, 2, 5, 5, 2], dtype=np.int64))
+    with pytest.raises(ValueError, match=r"indexes\[1\] is indexes\[0\]"):
+        b.admit([0, 1], [1, 2, 1, 1, 2, 1], [0, 3, 6], [0, 1], indexes=[ix, ix])
+    assert b.states.tolist() == [bm.FREE, bm.FREE]
     assert len(ix) == 3 and ix.stats["steps"] == 0
     ix.extend([7])          # the write guard was released
     assert ix.propose(2) == []
@@ -701,13 +702,17 @@ def test_admit_refuses_an_index_of_another_kind(bm):
     assert b.states.tolist() == [bm.FREE]
 
 
-def test_a_step_refuses_one_index_in_two_slots(bm, ni):
+def test_admit_refuses_one_index_for_two_slots(bm, ni):
     """The index update takes each index once (as extend_batch does): one NgramIndex
-    admitted for two slots is refused at the step that would extend it twice."""
+    given for two slots, in one call or while the first slot is live, is refused by
+    ``admit``, and the index is unchanged."""
     ix = ni.NgramIndex(1, 2)
     ix.extend([1, 2, 1])
     b = bm.BatchState(2, 3)
-    b.admit([0, 1], [1, 2, 1, 1, 2, 1], [0, 3, 6], [0, 1], indexes=[ix, ix])
-    with pytest.raises(ValueError, match="appears twice"):
-        b.step(np.array([5, 5, 2, 5, 5, 2], dtype=np.int64))
-    assert len(ix) == 3  # all or nothing: the index is unchanged
+    with pytest.raises(ValueError, match=r"indexes\[1\] is indexes\[0\]"):
+        b.admit([0, 1], [1, 2, 1, 1, 2, 1], [0, 3, 6], [0, 1], indexes=[ix, ix])
+    b.admit([0], [1, 2, 1], [0, 3], [0], indexes=[ix])
+    with pytest.raises(ValueError, match=r"indexes\[0\] is held by live slot 0"):
+        b.admit([1], [1, 2, 1], [0, 3], [1], indexes=[ix])
+    assert b.states.tolist() == [bm.PREFILL, bm.FREE]
+    assert len(ix) == 3

@@ -435,19 +435,21 @@ def test_a_refused_step_changes_nothing_and_the_same_step_then_succeeds(impl, bm
     assert _index_state(ixs) == _index_state(ref_ixs)
 
 
-def test_a_step_with_one_index_in_two_slots_changes_nothing(impl, bm):
-    """n-gram and suffix slots in one step, the same suffix index listed for two of
-    them: refused before the n-gram indexes change, the batch as before."""
+def test_one_index_for_two_slots_is_refused_where_it_is_given(impl, bm):
+    """n-gram and suffix slots, the same suffix index listed for two of them: ``admit``
+    refuses it (the mistake is made there), changing neither the batch nor an index,
+    and the steps that follow run."""
     ni, si = impl.module("ngram_index"), impl.module("suffix_index")
     g, s = ni.NgramIndex(1, 2), si.SuffixIndex(1)
     g.extend([1, 2, 1])
     s.extend([1, 2, 1])
     b = bm.BatchState(3, 2)
-    b.admit([0, 1, 2], [1, 2, 1] * 3, [0, 3, 6, 9], [0, 1, 2], indexes=[g, s, s])
     before, ix_before = snapshot(b), _index_state([g, s])
-    with pytest.raises(ValueError, match="appears twice"):
-        b.step(np.array([0, 0, 2] * 3, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"indexes\[2\] is indexes\[1\]"):
+        b.admit([0, 1, 2], [1, 2, 1] * 3, [0, 3, 6, 9], [0, 1, 2], indexes=[g, s, s])
     assert snapshot(b) == before and _index_state([g, s]) == ix_before
+    b.admit([0, 1, 2], [1, 2, 1] * 3, [0, 3, 6, 9], [0, 1, 2], indexes=[g, s, None])
+    assert b.step(np.array([0, 0, 2] * 3, dtype=np.int64)).emitted.tolist() == [2, 2, 2]
 
 
 def test_a_step_with_a_suffix_index_in_use_changes_no_ngram_index(impl, bm):
@@ -649,3 +651,144 @@ def test_empty_prompts_and_drafts_are_a_batching_rule_said_in_the_docstrings(bm)
     b.advance_prefill([0], [1], [0])
     with pytest.raises(ValueError, match="empty"):
         b.enter_verify([0], [], [0, 0])
+
+
+# --------------------------------------------------------------------------------------
+# what the step reads after Python code ran, rows it refuses, admit's index owners
+# --------------------------------------------------------------------------------------
+def _both_batches():
+    """The twin's and (unless switched off) the compiled core's public ``BatchState``
+    classes, as objects with a ``BatchState`` attribute, for differential tests."""
+    from types import SimpleNamespace
+
+    from specfsm import _impl
+    from specfsm.machine import batch
+
+    kinds = ["python"] if _impl.NO_EXTENSIONS else ["python", "compiled"]
+    return [SimpleNamespace(BatchState=batch.over(_impl.kernels(k, "batch"))) for k in kinds]
+
+
+@pytest.mark.parametrize("accepted", [0, 1, 2])
+def test_a_rule_that_rewrites_the_callers_rows_does_not_change_what_the_step_emits(accepted):
+    """The step emits from the rows as they were when it was called: a rule's
+    ``accepted_rows`` that writes into the caller's array changes nothing (both
+    implementations read their own copy)."""
+    got = []
+    for bm in _both_batches():
+        b = _verify_batch(bm)
+        rows = np.array([5, 7, 9], dtype=np.int64)
+
+        class Rule:
+            def accepted_rows(self, draft, r):
+                rows[:] = [50, 60, 90]
+                return accepted
+
+        res = b.step(rows, rule=Rule())
+        got.append((res.emitted_by_slot(), res.accepted.tolist(), b.tokens.tolist()))
+    assert got[0][0] == {0: [5, 6][:accepted] + ([[5, 7, 9][accepted]] if accepted < 2 else []), 2: [9]}
+    assert all(g == got[0] for g in got)
+
+
+def _negative_cases():
+    """(description, setup, rows, refused flat row or None): a 3-slot batch."""
+    def chain(bm, bonus=False):
+        b = bm.BatchState(3, 3, bonus)
+        b.admit([0, 2], [1, 2, 3, 4], [0, 2, 4], [10, 12])
+        b.advance_prefill([0, 2], [4, 9], [10, 12])
+        b.enter_verify([0], [5, 6], [0, 2])
+        return b
+
+    def tree(bm):
+        b = bm.BatchState(3, 4)
+        b.admit([0], [1, 2], [0, 2], [10])
+        b.advance_prefill([0], [4], [10])
+        b.enter_verify_tree([0], [5, 6, 7], [-1, -1, 0], [0, 3])   # 5 -> 7, and 6
+        return b
+
+    def prefill(bm):
+        b = bm.BatchState(2, 3)
+        b.admit([0, 1], [1, 2, 3], [0, 2, 3], [0, 1])
+        return b
+
+    return [
+        ("mismatch row", chain, [5, -3, 9], 1),
+        ("first row", chain, [-1, 6, 9], 0),
+        ("filler after the mismatch", chain, [7, -1, 9], None),
+        ("decode row", chain, [5, 6, -2], 2),
+        ("all accepted, no bonus", chain, [5, 6, 8], None),
+        ("bonus row", lambda bm: chain(bm, True), [5, 6, -4, 9], 2),
+        ("tree root row", tree, [-1, 0, 0, 0], 0),
+        ("tree path row", tree, [5, -6, 0, 0], 1),
+        ("tree rows off the path", tree, [5, 7, -1, 0], None),
+        ("tree settle row", tree, [5, 7, 0, -1], 3),
+        ("prefill: only the last row read", prefill, [-9, 4, 5], None),
+        ("prefill last row", prefill, [1, -4, 5], 1),
+    ]
+
+
+@pytest.mark.parametrize("case", _negative_cases(), ids=lambda c: c[0])
+def test_step_refuses_a_negative_token_in_a_row_it_reads_and_changes_nothing(case):
+    """Token ids the step reads must be >= 0 (refused naming the row, nothing changed);
+    rows it does not read may hold anything (-1 as filler)."""
+    name, setup, rows, bad = case
+    outcomes = []
+    for bm in _both_batches():
+        b = setup(bm)
+        before = snapshot(b)
+        r = np.array(rows, dtype=np.int64)
+        if bad is None:
+            res = b.step(r)
+            assert (res.emitted >= 0).all()
+            outcomes.append(res.emitted.tolist())
+        else:
+            with pytest.raises(ValueError, match=rf"row_tokens\[{bad}\] is {rows[bad]}: step reads that row") as e:
+                b.step(r)
+            assert snapshot(b) == before
+            outcomes.append(str(e.value))
+    assert all(o == outcomes[0] for o in outcomes)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), bonus=st.booleans())
+def test_negative_rows_compiled_and_twin_refuse_or_emit_alike(seed, bonus):
+    outcomes = []
+    for bm in _both_batches():
+        r2 = np.random.default_rng(seed)
+        b = bm.BatchState(6, 4, bonus)
+        b.admit(list(range(6)), r2.integers(0, 3, size=12).tolist(), list(range(0, 13, 2)), list(range(6)))
+        b.advance_prefill([0, 1, 2, 3], r2.integers(0, 3, size=4).tolist(), [0, 1, 2, 3])
+        b.enter_verify([0, 1], [1, 2, 0, 1, 2], [0, 2, 5])
+        slots, inputs, off = b.pending()
+        rows = r2.integers(-2, 3, size=int(off[-1])).astype(np.int64)
+        try:
+            res = b.step(rows)
+            outcomes.append(("ok", res.emitted.tolist(), res.resume_rows.tolist()))
+        except ValueError as e:
+            outcomes.append(("err", str(e)))
+    assert all(o == outcomes[0] for o in outcomes)
+
+
+def test_resume_index_refuses_a_capacity_beyond_a_batchs_largest_before_allocating(bm):
+    b = bm.BatchState(2, 2)
+    b.admit([0, 1], [1, 2, 3], [0, 2, 3], [0, 1])
+    res = b.step(np.array([0, 4, 5], dtype=np.int64))
+    for c in (2**24 + 1, 2**40, 2**70):
+        with pytest.raises(ValueError, match="capacity must lie in"):
+            res.resume_index(c)
+    assert res.resume_index(2**4).shape == (16,)
+
+
+def test_admit_refuses_an_index_held_by_a_live_slot_or_listed_twice_and_changes_nothing(impl, bm):
+    ni = impl.module("ngram_index")
+    g, h = ni.NgramIndex(1, 2), ni.NgramIndex(1, 2)
+    b = bm.BatchState(4, 2)
+    b.admit([0], [1, 2], [0, 2], [0], indexes=[g])
+    before = snapshot(b)
+    with pytest.raises(ValueError, match=r"indexes\[0\] is held by live slot 0"):
+        b.admit([1], [1, 2], [0, 2], [1], indexes=[g])
+    with pytest.raises(ValueError, match=r"indexes\[1\] is indexes\[0\]"):
+        b.admit([1, 2], [1, 2, 3], [0, 2, 3], [1, 2], indexes=[h, h])
+    assert snapshot(b) == before
+    b.finish([0])                         # a finished slot no longer drafts: its index is free
+    b.admit([1], [1, 2], [0, 2], [1], indexes=[g])
+    b.admit([2], [1, 2], [0, 2], [2], indexes=[h])

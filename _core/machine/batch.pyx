@@ -36,9 +36,11 @@ from specfsm.machine._checks import (
     STATE_NAMES,
     VERIFY,
     check_capacity,
+    check_index_owners,
     check_index_types,
     check_slots,
     illegal,
+    negative_row,
     per_slot,
     resume_index,
     settle_reason,
@@ -374,9 +376,11 @@ cdef class BatchState:
         unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
         stops it after that token, and ``indexes`` (one ``NgramIndex`` or ``SuffixIndex``
         of this implementation, or None, per slot; already extended with the prompt)
-        drafts for it. A ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session
-        serves one request: it records each verified draft (``record``) and drafts at
-        most its ``draft_len`` when it is ``adaptive``."""
+        drafts for it. One index drafts for one slot: an index listed twice, or held by
+        a slot in Prefill, Decode or Verify, is refused (ValueError, nothing changed). A
+        ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session serves one request:
+        it records each verified draft (``record``) and drafts at most its
+        ``draft_len`` when it is ``adaptive``."""
         if slots is REQUIRED or positions is REQUIRED or offsets is REQUIRED or caches is REQUIRED:
             missing("admit", ("slots", "positions", "offsets", "caches"), (slots, positions, offsets, caches))
         guard_write(&self._g, _NAME)
@@ -563,10 +567,13 @@ cdef class BatchState:
         evaluation each slot's cache resumes from (see ``StepResult``).
 
         All or nothing: the step refuses, changing neither the batch nor any index,
-        rows that do not match the layout, probabilities the rule refuses, a rule that
-        raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``),
-        an index listed for two live slots (ValueError) and an index in use by another
-        call (RuntimeError); the same step can then be retried. (Left open: another
+        rows that do not match the layout, a negative token in a row it reads (a
+        verify's rows compared up to the first mismatch, its bonus or replaced row, a
+        prefill's last row, a decode's row; ValueError naming the row: rows it does not
+        read may hold filler such as -1), probabilities the rule refuses, a rule that
+        raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``)
+        and an index in use by another call (RuntimeError); the same step can then be
+        retried. (Left open: another
         thread taking an index between the step's updates of its n-gram and its suffix
         indexes, or, on the pure-Python twin, between an index's extend and its propose;
         the step then refuses with the batch unchanged but the indexes already updated

@@ -68,6 +68,7 @@ ctypedef struct emit_t:
     int64_t minrun            # MinRun's minimum, or -1
     bint computed             # greedy exact or MinRun: the accepted counts computed here
     Py_ssize_t w, nlive, nsuf, nfin
+    int64_t bad               # the first row read that holds a negative token, or -1
 
 
 cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
@@ -81,6 +82,8 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
     cdef bint stop
     cdef const int64_t* rp = e.rp
     cdef int64_t* emv = e.emv
+    cdef int64_t bad
+    e.bad = -1
     for j in range(a):
         i = e.av[j]
         code = self._st[i]
@@ -88,15 +91,22 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
         r1 = e.ov[j + 1]
         e0 = w
         e.rbv[j] = 0
+        bad = -1                      # the slot's first row read with a negative token
         if code == C_VERIFY and self._tree[i]:
-            e.rsv[j] = _tree_settle(self, i, rp + r0, emv + w, &n, &e.rbv[j])
+            e.rsv[j] = _tree_settle(self, i, rp + r0, emv + w, &n, &e.rbv[j], &bad)
             e.accv[j] = n
             e.drv[j] = self._dlen[i]
             w += n + 1
         elif code == C_VERIFY:
             k = self._dlen[i]
             if e.computed:
+                # the rows compared: up to the first mismatch, each matched row equal to
+                # its draft token; every row read is emitted
                 n = _prefix(&self._draft[i, 0], rp + r0, k)
+                for q in range(n + 1 if n < k else k):
+                    if rp[r0 + q] < 0:
+                        bad = q
+                        break
                 if n < e.minrun:
                     n = 0
                 e.accv[j] = n
@@ -109,9 +119,16 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
                 if bonus:
                     emv[w] = rp[r0 + k]
                     w += 1
+                    if bad < 0 and rp[r0 + k] < 0:
+                        bad = k
                 e.rsv[j] = k - 1 + bonus
             else:
-                emv[w] = e.replv[j] if e.replv != NULL else rp[r0 + n]
+                if e.replv != NULL:
+                    emv[w] = e.replv[j]
+                else:
+                    emv[w] = rp[r0 + n]
+                    if bad < 0 and rp[r0 + n] < 0:
+                        bad = n
                 w += 1
                 e.rsv[j] = n
                 e.rbv[j] = 1          # settled through Rollback
@@ -120,6 +137,10 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
             emv[w] = rp[r1 - 1]
             w += 1
             e.rsv[j] = r1 - 1 - r0    # a prefill's last prompt row, a decode's row 0
+            if rp[r1 - 1] < 0:
+                bad = r1 - 1 - r0
+        if bad >= 0 and e.bad < 0:
+            e.bad = r0 + bad
         cnt = w - e0
         room = self._budget[i]
         stop = cnt >= room
@@ -187,9 +208,11 @@ cdef object _run_step(BatchState self, row_tokens, probs, rule, draft_probs):
         for jt in range(a):
             if self._st[av[jt]] == C_VERIFY and self._tree[av[jt]]:
                 raise _tree_rule_refusal(av[jt])
-    if plain_int_width(row_tokens) == 8:
+    if plain_int_width(row_tokens) == 8 and (kind == R_EXACT or kind == R_MINRUN):
         rows = row_tokens          # read in place: every index is checked below
     else:
+        # a copy of its own where a rule's Python code runs before the rows are read
+        # (the rule may rewrite the caller's array), as the twin's
         rows = int64_ids(row_tokens, "row_tokens")
     if array_len(rows) != total:
         raise ValueError(f"row_tokens holds {array_len(rows)} rows; this step evaluates {total}")
@@ -241,6 +264,10 @@ cdef object _run_step(BatchState self, row_tokens, probs, rule, draft_probs):
             _emit(self, a, &em)
     else:
         _emit(self, a, &em)
+    if em.bad >= 0:
+        off = _new(a + 1)
+        memcpy(_ptr(off), ov, (a + 1) * sizeof(int64_t))
+        raise negative_row(rows, em.bad, act, off)
     cdef Py_ssize_t nsuf = em.nsuf, nfin = em.nfin, nlive = em.nlive, w = em.w, j, i
     cdef int64_t t
     # index update and next drafts into nlive + nsuf rows of k_max on the scratch after

@@ -54,6 +54,15 @@ cdef _admit(BatchState self, slots, positions, offsets, caches, max_tokens, eos,
     eos_ids = np.zeros(b, dtype=np.int64) if eos is None else per_slot(eos, b, "eos")
     index_list = slot_indexes(indexes, b)
     check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
+    cdef Py_ssize_t i0
+    cdef dict held
+    if any(ix is not None for ix in index_list):
+        held = {}
+        for i0 in range(self._c):
+            if self._has_ix[i0] != IX_NONE and (self._st[i0] == C_PREFILL or self._st[i0] == C_DECODE
+                                                or self._st[i0] == C_VERIFY):
+                held[id(self._index[i0])] = i0
+        check_index_owners(index_list, held)
     if b and (np.diff(off) == 0).any():
         j = int(np.flatnonzero(np.diff(off) == 0)[0])
         raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")

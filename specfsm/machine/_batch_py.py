@@ -35,6 +35,7 @@ from ._checks import (
     STATE_NAMES,
     VERIFY,
     check_capacity,
+    check_index_owners,
     check_index_types,
     check_slots,
     illegal,
@@ -328,9 +329,11 @@ class BatchState:
         unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
         stops it after that token, and ``indexes`` (one ``NgramIndex`` or ``SuffixIndex``
         of this implementation, or None, per slot; already extended with the prompt)
-        drafts for it. A ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session
-        serves one request: it records each verified draft (``record``) and drafts at
-        most its ``draft_len`` when it is ``adaptive``."""
+        drafts for it. One index drafts for one slot: an index listed twice, or held by
+        a slot in Prefill, Decode or Verify, is refused (ValueError, nothing changed). A
+        ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session serves one request:
+        it records each verified draft (``record``) and drafts at most its
+        ``draft_len`` when it is ``adaptive``."""
         g = self._write()
         try:
             s = check_slots(slots, self._c)
@@ -344,6 +347,10 @@ class BatchState:
             eos_ids = np.zeros(b, dtype=np.int64) if eos is None else per_slot(eos, b, "eos")
             index_list = slot_indexes(indexes, b)
             check_index_types(index_list, (_ni.NgramIndex, _si.SuffixIndex))
+            if any(ix is not None for ix in index_list):
+                live = np.flatnonzero((self._state == PREFILL) | (self._state == DECODE) | (self._state == VERIFY))
+                check_index_owners(index_list, {id(self._index[i]): i for i in live.tolist()
+                                                if self._index[i] is not None})
             if b and (off[1:] == off[:-1]).any():
                 j = int(np.flatnonzero(off[1:] == off[:-1])[0])
                 raise ValueError(f"the prompt for slot {int(s[j])} is empty: prefill needs at least one row")
@@ -664,10 +671,13 @@ class BatchState:
         evaluation each slot's cache resumes from (see ``StepResult``).
 
         All or nothing: the step refuses, changing neither the batch nor any index,
-        rows that do not match the layout, probabilities the rule refuses, a rule that
-        raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``),
-        an index listed for two live slots (ValueError) and an index in use by another
-        call (RuntimeError); the same step can then be retried. (Left open: another
+        rows that do not match the layout, a negative token in a row it reads (a
+        verify's rows compared up to the first mismatch, its bonus or replaced row, a
+        prefill's last row, a decode's row; ValueError naming the row: rows it does not
+        read may hold filler such as -1), probabilities the rule refuses, a rule that
+        raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``)
+        and an index in use by another call (RuntimeError); the same step can then be
+        retried. (Left open: another
         thread taking an index between the step's updates of its n-gram and its suffix
         indexes, or, on the pure-Python twin, between an index's extend and its propose;
         the step then refuses with the batch unchanged but the indexes already updated

@@ -22,6 +22,7 @@ from ._checks import (
     PREFILL,
     VERIFY,
     illegal,
+    negative_row,
     resume_index as chk_resume_index,
     settle_reason,
 )
@@ -208,6 +209,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
     new_token = np.zeros(a, dtype=np.int64)
     new_budget = np.zeros(a, dtype=np.int64)
     finished: list[int] = []
+    computed = kind not in (R_SPEC, R_TYPICAL, R_OTHER)
     for j in range(a):
         i = int(act[j])
         code = int(codes[j])
@@ -218,6 +220,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             path, more = _tree_walk(tl, b._par[i, :k].tolist(), rows[r0:r1].tolist())
             row = path[-1] + 1 if path else 0
             out = [tl[c] for c in path] + [int(rows[r0 + row])]
+            read = [0] + [c + 1 for c in path]   # the rows the walk read, in order
             acc[j] = len(path)
             resume[j] = row
             rolled[j] = more              # the path stopped short of a leaf
@@ -226,18 +229,30 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             k = int(b._dlen[i])
             n = int(acc[j])
             d = b._draft[i, :k].tolist()
+            # the rows read: a greedy rule's compared up to the first mismatch, then the
+            # bonus row or the row whose token replaces the first rejected draft token
+            read = []
+            if computed:
+                neq = np.flatnonzero(b._draft[i, :k] != rows[r0 : r0 + k])
+                read = list(range(int(neq[0]) + 1 if neq.shape[0] else k))
             if n == k:
                 out = d + [int(rows[r0 + k])] if bonus else d
+                read += [k] if bonus else []
                 resume[j] = k - 1 + bonus
             else:
                 t = int(repl[j]) if repl is not None else int(rows[r0 + n])
+                read += [n] if repl is None else []
                 out = d[:n] + [t]
                 resume[j] = n
                 rolled[j] = True          # settled through Rollback
             drafted[j] = k
         else:
             out = [int(rows[r1 - 1])]
+            read = [r1 - 1 - r0]
             resume[j] = r1 - 1 - r0      # a prefill's last prompt row, a decode's row 0
+        bad = [q for q in read if rows[r0 + q] < 0]
+        if bad:
+            raise negative_row(rows, r0 + min(bad), act, off)
         room = int(b._budget[i])
         stop = len(out) >= room
         out = out[:room]

@@ -24,6 +24,7 @@ __all__ = [
     "DONE",
     "STATE_NAMES",
     "MAX_SLOTS",
+    "negative_row",
     "MAX_DRAFT",
     "settle_reason",
     "check_slots",
@@ -32,6 +33,7 @@ __all__ = [
     "check_capacity",
     "slot_indexes",
     "check_index_types",
+    "check_index_owners",
     "resume_index",
     "illegal",
 ]
@@ -167,11 +169,32 @@ def check_index_types(ixs: list, cls: type | tuple[type, ...]) -> None:
             )
 
 
+def check_index_owners(ixs: list, held: dict[int, int]) -> None:
+    """``admit``'s rule that one index drafts for one slot: ValueError for an index
+    listed twice in ``ixs`` or held by a live slot (``held``: ``id(index)`` -> slot, for
+    every slot in Prefill, Decode or Verify), naming both places."""
+    first: dict[int, int] = {}
+    for j, ix in enumerate(ixs):
+        if ix is None:
+            continue
+        if id(ix) in first:
+            raise ValueError(f"indexes[{j}] is indexes[{first[id(ix)]}]: one index drafts for one slot")
+        first[id(ix)] = j
+        if id(ix) in held:
+            raise ValueError(
+                f"indexes[{j}] is held by live slot {held[id(ix)]}: one index drafts for one "
+                "slot (release or finish that slot first, or give this one its own index)"
+            )
+
+
 def resume_index(slots: np.ndarray, rows: np.ndarray, capacity: object) -> np.ndarray:
     """``StepResult.resume_index``: ``rows`` (one per entry of ``slots``) scattered into
     ``capacity`` entries, -1 for a slot the step did not evaluate. Refuses a capacity
-    that does not cover every slot of the step."""
+    that does not cover every slot of the step, and one beyond a batch's largest
+    (``MAX_SLOTS``), before allocating."""
     c = check_count(capacity, "capacity")
+    if c > MAX_SLOTS:
+        raise ValueError(f"capacity must lie in [1, {MAX_SLOTS}] (a batch's largest), got {c}")
     if slots.shape[0] and int(slots.min()) < 0:
         raise ValueError(f"slots holds {int(slots.min())}: a step's slots are non-negative")
     if slots.shape[0] and int(slots.max()) >= c:
@@ -182,6 +205,19 @@ def resume_index(slots: np.ndarray, rows: np.ndarray, capacity: object) -> np.nd
     out = np.full(c, -1, dtype=np.int64)
     out[slots] = rows
     return out
+
+
+def negative_row(rows: np.ndarray, flat: int, slots: np.ndarray, offsets: np.ndarray) -> ValueError:
+    """``step``'s refusal of ``rows[flat]``, a negative token in a row the step reads
+    (a verify's rows compared up to the first mismatch, its bonus or resume row, a
+    prefill's last row, a decode's row), naming the row and its slot. Rows the step does
+    not read may hold anything (-1 as filler, say)."""
+    j = int(np.searchsorted(offsets, flat, side="right")) - 1
+    return ValueError(
+        f"row_tokens[{flat}] is {int(rows[flat])}: step reads that row (row "
+        f"{flat - int(offsets[j])} of slot {int(slots[j])}), and a token id it reads "
+        "must be >= 0"
+    )
 
 
 def illegal(attempted: str, slots: list[int], states: list[int],
