@@ -14,6 +14,11 @@ naming the argument (and the entry), ids beyond int64 with OverflowError, other 
 with ValueError. The state machine and ``common_prefix`` are generic instead: their
 entries are any values compared with ``==`` (``entries``).
 
+Tensors of other libraries (torch, JAX, ...) in host memory are taken as numpy views of
+their own memory through DLPack (``host_array``, no copy), so wherever a numpy array is
+accepted a CPU torch tensor is too, with the same rules; a tensor in device memory is
+refused by the host-side calls (TypeError saying to pass host memory). Outputs are numpy.
+
 The (tokens, offsets) contract, applied by ``ragged``: ``offsets`` holds one integer per
 entry plus one, starts at 0, ends at ``len(tokens)`` and never decreases (checked by
 comparing neighbours, never by subtracting them: int64 differences wrap).
@@ -36,6 +41,7 @@ __all__ = [
     "check_count",
     "token_id",
     "token_ids",
+    "host_array",
     "int64_ids",
     "entries",
     "ragged",
@@ -102,6 +108,34 @@ def token_id(x: object, name: str, i: int, what: str = "an integer token id") ->
     return v  # type: ignore[return-value]
 
 
+#: DLPack's device type of host memory (kDLCPU)
+_DL_CPU = 1
+
+
+def host_array(x: object, name: str) -> Any:
+    """``x`` itself unless it is a tensor of another library (it has ``__dlpack__``):
+    then a numpy view of its memory when that memory is on the host (DLPack, no copy;
+    writes through it reach the tensor), else TypeError naming ``name`` and the device.
+    A tensor DLPack cannot export (one that requires grad, a dtype numpy lacks such as
+    bfloat16) is refused with TypeError too."""
+    if type(x) is np.ndarray or not hasattr(x, "__dlpack__"):
+        return x
+    try:
+        dev = x.__dlpack_device__()  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - a tensor-like object that cannot say
+        raise TypeError(f"{name}: {type(x).__name__} does not say where its memory is ({exc})") from None
+    if int(dev[0]) != _DL_CPU:
+        raise TypeError(
+            f"{name} is a {type(x).__name__} in device memory (DLPack device {tuple(int(v) for v in dev)}); "
+            "this call runs on the host: pass host memory (for torch, tensor.cpu()), or use "
+            "the device placement calls, which take device tensors"
+        )
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: cannot read this {type(x).__name__} as a numpy array ({exc})") from None
+
+
 def _plain_array(arr: np.ndarray, name: str) -> np.ndarray:
     """An integer ndarray as a 1-D, C-contiguous, native int32 or int64 array (itself
     when it already is one)."""
@@ -136,6 +170,9 @@ def token_ids(x: object, name: str, *, own: bool = False,
     entry must be).
     """
     t = type(x)
+    if t is not np.ndarray and hasattr(x, "__dlpack__"):
+        x = host_array(x, name)
+        t = type(x)
     if t is np.ndarray:
         arr = x  # type: ignore[assignment]
         if own and arr.ndim == 1 and arr.dtype in _NATIVE_IDS:  # type: ignore[attr-defined]
@@ -195,6 +232,7 @@ def entries(x: object, name: str, *, listed: bool = False) -> Any:
     t = type(x)
     if t is list or t is tuple:
         return x
+    x = host_array(x, name)
     if isinstance(x, np.ndarray):
         arr = token_ids(x, name)
         return arr.tolist() if listed else x

@@ -25,7 +25,7 @@ draft checks and ``StepResult``, ``batch_run.pxi`` the step's body with its inde
 
 import numpy as np
 
-from specfsm._checks import INT64_MAX, REQUIRED, check_count, int64_ids, missing
+from specfsm._checks import INT64_MAX, REQUIRED, check_count, host_array, int64_ids, missing
 from specfsm.machine._checks import (
     ACCEPT,
     DECODE,
@@ -129,8 +129,13 @@ cdef inline int64_t _prefix(const int64_t* d, const int64_t* r, int64_t m) noexc
 cdef str _NAME = "BatchState"
 
 
-cdef class BatchState:
-    """``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE;
+@cython.auto_pickle(False)      # a batch holds live requests: it does not pickle
+@cython.embedsignature(False)   # the constructor's signature heads the docstring, in the
+cdef class BatchState:          # form CPython reads as __text_signature__ (help, inspect)
+    """BatchState(capacity, k_max=8, bonus=False)
+--
+
+    ``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE;
     ``bonus`` (default False): ``step`` verifies a K-token draft with K + 1 rows.
 
     Transitions (each takes ``slots``, distinct slot numbers, and arrays with one entry

@@ -208,6 +208,8 @@ cdef object _run_step(BatchState self, row_tokens, probs, rule, draft_probs):
         for jt in range(a):
             if self._st[av[jt]] == C_VERIFY and self._tree[av[jt]]:
                 raise _tree_rule_refusal(av[jt])
+    if not cnp.PyArray_Check(row_tokens):
+        row_tokens = host_array(row_tokens, "row_tokens")   # a CPU tensor: a view, no copy
     if plain_int_width(row_tokens) == 8 and (kind == R_EXACT or kind == R_MINRUN):
         rows = row_tokens          # read in place: every index is checked below
     else:

@@ -126,9 +126,7 @@ def state_value(fields: tuple[int, int, int, list[int], int, int, list[int]] | N
 
 
 class BatchState(_active.BatchState):
-    """The active implementation's batch (see the module's docstring) with its slots as
-    state values: ``state_of(slot)``."""
-
+    __doc__ = _active.BatchState.__doc__   # the kernels' own text (help() shows it)
     __slots__ = ()
 
     def state_of(self, slot: int) -> ServingState[Any, Any] | None:

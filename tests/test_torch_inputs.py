@@ -1,0 +1,90 @@
+"""A PyTorch backend's own tensors in, numpy out: CPU tensors are read as views of their
+memory (DLPack) wherever numpy arrays are accepted, with the same rules and the same
+results as the numpy path; tensors in device memory are refused by the host-side calls
+with a message that says to pass host memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specfsm._checks import host_array, token_ids  # noqa: E402
+
+
+class DeviceTensor:
+    """A stand-in for a CUDA tensor (DLPack says device type 2, kDLCUDA): this machine
+    may have no GPU, and the host-side refusal reads nothing but the device."""
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("a host-side call must not export device memory")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
+def test_cpu_tensors_convert_as_the_numpy_arrays_they_view(dtype):
+    t = torch.tensor([3, 1, 4, 1, 5], dtype=dtype)
+    got = token_ids(t, "tokens")
+    assert got.tolist() == [3, 1, 4, 1, 5]
+    assert got.dtype == token_ids(t.numpy(), "tokens").dtype
+
+
+def test_a_native_cpu_tensor_is_read_in_place_not_copied():
+    t = torch.arange(8, dtype=torch.int64)
+    view = host_array(t, "x")
+    assert isinstance(view, np.ndarray) and np.shares_memory(view, t.numpy())
+    assert np.shares_memory(token_ids(t, "x"), t.numpy())        # no copy where numpy makes none
+
+
+def test_device_tensors_and_unexportable_ones_are_refused_by_name():
+    with pytest.raises(TypeError, match=r"row_tokens is a DeviceTensor in device memory .*pass host memory"):
+        host_array(DeviceTensor(), "row_tokens")
+    with pytest.raises(TypeError, match=r"probs: cannot read this Tensor"):
+        host_array(torch.ones(3, requires_grad=True), "probs")
+    with pytest.raises(TypeError, match="tokens"):
+        token_ids(torch.ones(3, dtype=torch.bfloat16), "tokens")
+
+
+def _run(batch_cls, conv):
+    """Admit, prefill, verify and step a 3-slot batch with every array argument passed
+    through ``conv``; returns everything the caller sees."""
+    b = batch_cls(3, 4, True)
+    b.admit(conv([0, 1, 2]), conv([5, 6, 7, 5, 6, 1]), conv([0, 2, 5, 6]), conv([10, 11, 12]))
+    slots, inputs, off = b.pending()
+    r1 = b.step(conv([9, 2, 5, 4, 3, 8]))
+    b_v = [int(s) for s in r1.slots]
+    assert b_v == [0, 1, 2]
+    b.enter_verify(conv([0]), conv([2, 3]), conv([0, 2]))
+    slots, inputs, off = b.pending()
+    r2 = b.step(conv(list(range(int(off[-1])))))
+    out = []
+    for r in (r1, r2):
+        for name in ("slots", "emitted", "emitted_offsets", "accepted", "resume_rows"):
+            a = getattr(r, name)
+            assert type(a) is np.ndarray       # outputs stay numpy
+            out.append(a.tolist())
+    return out, b.states.tolist(), b.tokens.tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_batch_state_takes_cpu_tensors_everywhere_and_answers_as_with_numpy(fsm, dtype):
+    import specfsm
+
+    want = _run(specfsm.BatchState, lambda v: np.asarray(v, dtype=np.int64))
+    got = _run(specfsm.BatchState, lambda v: torch.tensor(v, dtype=dtype))
+    assert got == want
+
+
+def test_batch_step_refuses_a_device_tensor_and_changes_nothing(fsm):
+    import specfsm
+
+    b = specfsm.BatchState(2)
+    b.admit([0], [1, 2], [0, 2], [0])
+    before = (b.states.tolist(), b.tokens.tolist())
+    with pytest.raises(TypeError, match="pass host memory"):
+        b.step(DeviceTensor())
+    assert (b.states.tolist(), b.tokens.tolist()) == before
+    assert b.step(torch.tensor([0, 3])).emitted.tolist() == [3]
