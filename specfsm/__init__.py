@@ -19,16 +19,11 @@ from .accept.rules import (
 from .drafting.lookup import common_prefix, prompt_lookup
 from .errors import IllegalTransition, ServingFsmError
 from .machine.batch import BatchState, StepResult
-from .drafting.ngram_index import (
-    NgramIndex,
-    extend_batch,
-    longest_match,
-    longest_match_batch,
-    propose_batch,
-    record_batch,
-)
+from .drafting.batch import extend_batch, propose_batch, record_batch, serve_batch, serve_batch_lists
+from .drafting.ngram_index import NgramIndex, longest_match, longest_match_batch
 from .machine.state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
 from .drafting.suffix_index import SharedSuffixCache, SuffixDrafter, SuffixIndex
+from .placement.place import place_rows, snapshot
 from .tree.tree import accept_tree, accept_tree_batch, check_tree, place_path, place_path_batch
 
 __version__ = "0.1.0"
@@ -54,6 +49,8 @@ __all__ = [
     "propose_batch",
     "record_batch",
     "extend_batch",
+    "serve_batch",
+    "serve_batch_lists",
     "SuffixIndex",
     "SuffixDrafter",
     "SharedSuffixCache",
@@ -70,4 +67,6 @@ __all__ = [
     "accept_tree_batch",
     "place_path",
     "place_path_batch",
+    "place_rows",
+    "snapshot",
 ]

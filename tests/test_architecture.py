@@ -53,7 +53,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "public": (
         "specfsm.machine.state", "specfsm.machine.batch", "specfsm.accept.rules",
         "specfsm.drafting.lookup", "specfsm.drafting.ngram_index", "specfsm.drafting.suffix_index",
-        "specfsm.placement.place", "specfsm.placement._cupy", "specfsm.placement._geometry",
+        "specfsm.drafting.batch", "specfsm.placement.place", "specfsm.placement._cupy", "specfsm.placement._geometry",
         "specfsm.tree.tree", "specfsm.tree.sampling", "specfsm.machine.tree_state",
     ),
     # the package, and the documented old module paths of the public faces
