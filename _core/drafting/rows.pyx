@@ -2,6 +2,8 @@
 """The steady step of an index per batch row: every row only grew by its sampled tokens (compiled)."""
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.number cimport PyNumber_Index
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 
@@ -28,6 +30,16 @@ cdef const void* _array_of(object x, int nd, char kind, Py_ssize_t* shape, str n
     raise ValueError(f"{name} must be a {nd}-D C-contiguous {'u' if kind == c'u' else ''}int64 array")
 
 
+cdef int64_t _int64_arg(object x, str name) except? -1:
+    """``x`` as an int64: an integer by ``__index__`` (TypeError otherwise), within int64
+    (OverflowError naming it otherwise)."""
+    cdef int overflow = 0
+    cdef long long v = PyLong_AsLongLongAndOverflow(PyNumber_Index(x), &overflow)
+    if overflow:
+        raise OverflowError(f"{name} must fit in int64")
+    return v
+
+
 cdef inline object _int64_empty(Py_ssize_t n, Py_ssize_t m):
     cdef cnp.npy_intp dims[2]
     dims[0] = n
@@ -36,8 +48,7 @@ cdef inline object _int64_empty(Py_ssize_t n, Py_ssize_t m):
 
 
 def steady_rows(sampled, num_tokens, tok, n_old, seen, tail, spos, spread, anchors,
-                Py_ssize_t deep_first, Py_ssize_t deep_every, int64_t short, int64_t cap,
-                pool_filter, filter_mul):
+                object deep_first, object deep_every, object short, object cap, pool_filter, filter_mul):
     """Whether a step of B = ``len(sampled)`` rows is the steady state, and if so the
     new tokens for each row's index.
 
@@ -63,7 +74,21 @@ def steady_rows(sampled, num_tokens, tok, n_old, seen, tail, spos, spread, ancho
     anchor. Arrays that do not fit one another raise ValueError; a row that is not
     steady never does. Makes every array it returns first; then, with no Python code
     running, checks every row and reads only what it checked.
+
+    The integers ``deep_first``, ``deep_every``, ``short`` and ``cap`` are taken, in that
+    order, by ``__index__`` (TypeError otherwise) within int64 (OverflowError naming them
+    otherwise); the array arguments other than ``num_tokens`` and ``tok`` must be ndarrays
+    of exactly their dimensions, C-contiguous, aligned, native-order, of 8-byte signed
+    (``pool_filter``, ``filter_mul``: unsigned) integers, else ValueError naming them,
+    checked in the order ``n_old``, ``seen``, ``anchors``, ``tail``, ``spos``, ``spread``,
+    then their sizes, ``pool_filter``, ``filter_mul``. Every comparison of a row's
+    lengths and anchor is exact for all int64 values (nothing is added or doubled before
+    it is bounded).
     """
+    cdef int64_t c_first = _int64_arg(deep_first, "deep_first")
+    cdef int64_t c_every = _int64_arg(deep_every, "deep_every")
+    cdef int64_t c_short = _int64_arg(short, "short")
+    cdef int64_t c_cap = _int64_arg(cap, "cap")
     if type(sampled) is not list or not cnp.PyArray_CheckExact(tok):
         return None
     cdef cnp.ndarray ta = <cnp.ndarray>tok
@@ -79,7 +104,7 @@ def steady_rows(sampled, num_tokens, tok, n_old, seen, tail, spos, spread, ancho
     v.tw = tw
     _take_views(&v, b, ta, num_tokens, n_old, seen, anchors, tail, spos, spread, pool_filter,
                 filter_mul, True)
-    if deep_first < 0 or deep_every < 1:
+    if c_first < 0 or c_every < 1:
         raise ValueError("deep_first must be >= 0, deep_every >= 1")
     if b == 0 or v.rows < b or array_len(num_tokens) < b:
         return None
@@ -124,7 +149,7 @@ def steady_rows(sampled, num_tokens, tok, n_old, seen, tail, spos, spread, ancho
             return None
         if v.rows < b or array_len(num_tokens) < b:
             return None
-        return _check_and_gather(sampled, b, &sc, &v, deep_first, deep_every, short, cap,
+        return _check_and_gather(sampled, b, &sc, &v, c_first, c_every, c_short, c_cap,
                                  lengths, offsets, tails, new)
     finally:
         free(block)
@@ -204,10 +229,12 @@ cdef int _take_views(views_t* v, Py_ssize_t b, cnp.ndarray ta, object num_tokens
 
 
 cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, const views_t* v,
-                              Py_ssize_t deep_first, Py_ssize_t deep_every, int64_t short,
+                              int64_t deep_first, int64_t deep_every, int64_t short,
                               int64_t cap, object lengths, object offsets, object tails,
                               object new):
-    """The checks and copies, in C from start to end (no Python code runs)."""
+    """The checks and copies, in C from start to end (no Python code runs). Caller
+    values (lengths, positions, anchors, the deep rows' start and step) are compared with
+    bounds before any arithmetic on them, so nothing wraps around int64."""
     cdef int64_t* counts = sc.counts
     cdef int64_t* starts = sc.starts
     cdef int64_t* renew = sc.renew
@@ -234,8 +261,8 @@ cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, c
     cdef int64_t* nv = <int64_t*>array_data(new)
     cdef const int32_t* t32 = <const int32_t*>tokp
     cdef const int64_t* t64 = <const int64_t*>tokp
-    cdef Py_ssize_t r, j, slot, mask, nrenew = 0
-    cdef int64_t n0, n, ns, lmax = 0, lo, hi, mid, p, row
+    cdef Py_ssize_t j, slot, mask, nrenew = 0
+    cdef int64_t r, n0, n, ns, lmax = 0, lo, hi, mid, p, row
     cdef uint64_t key
     cdef bint twins = False
     ov[0] = 0
@@ -247,8 +274,9 @@ cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, c
             return None
         n0 = n_old[r]
         n = (<const int32_t*>lens)[r] if w == 4 else (<const int64_t*>lens)[r]
-        if (ns < 1 or n0 != seen[r] or n0 <= short or n0 < T or n != n0 + ns or n > width
-                or n >= cap):
+        # both lengths within [0, width] before their difference is taken
+        if (ns < 1 or n0 != seen[r] or n0 <= short or n0 < T or n0 > width or n < 0 or n > width
+                or n - n0 != ns or n >= cap):
             return None
         row = <int64_t>r * width
         for j in range(T):
@@ -269,9 +297,12 @@ cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, c
             p = spos[j * sstride + r]
             if p < 0 or p >= width or (t32[row + p] if tw == 4 else t64[row + p]) != spread[j * sstride + r]:
                 return None
-        if Lv[r] >= 2 * anc[r]:
+        # length >= 2 * anchor, exactly: anchor <= floor(length / 2) (length >= 0)
+        if anc[r] <= (Lv[r] >> 1):
             renew[nrenew] = r
             nrenew += 1
+        if deep_every >= b - r:  # the next row is past the batch (and r never wraps)
+            break
         r += deep_every
     # a twin: a filter key another row or the pool shares
     mask = m - 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -9,18 +10,56 @@ import numpy as np
 __all__ = ["steady_rows"]
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+#: the type numbers numpy's PyArray_ISSIGNED / PyArray_ISUNSIGNED accept
+_SIGNED = frozenset(np.dtype(c).num for c in "bhilq")
+_UNSIGNED = frozenset(np.dtype(c).num for c in "BHILQ")
+
+
 def _need(cond: bool, message: str) -> None:
     if not cond:
         raise ValueError(message)
 
 
-def _plain_int(x: Any) -> bool:
-    """A 1-D, C-contiguous, aligned, native-order int32/int64 ndarray (as the compiled
-    module's ``plain_int_width`` reads it)."""
-    if not isinstance(x, np.ndarray) or x.ndim != 1:
-        return False
-    f = x.flags
-    return bool(f.c_contiguous and f.aligned and x.dtype.isnative and x.dtype.kind == "i" and x.itemsize in (4, 8))
+def _int64_arg(x: Any, name: str) -> int:
+    """``x`` as an int64: an integer by ``__index__`` (TypeError otherwise), within int64
+    (OverflowError naming it otherwise), as the compiled kernel takes it."""
+    v = operator.index(x)
+    if not _I64_MIN <= v <= _I64_MAX:
+        raise OverflowError(f"{name} must fit in int64")
+    return v
+
+
+def _carray(x: Any, nd: int) -> np.ndarray | None:
+    """``x`` as a plain ndarray when it is an ndarray (a subclass included) of ``nd``
+    dimensions, C-contiguous, aligned and native-order (numpy's PyArray_ISCARRAY_RO),
+    else None."""
+    if not issubclass(type(x), np.ndarray):
+        return None
+    a = np.asarray(x)  # a subclass as a plain view: its own methods never run below
+    f = a.flags
+    if a.ndim != nd or not (f.c_contiguous and f.aligned and a.dtype.isnative):
+        return None
+    return a
+
+
+def _plain_int(x: Any) -> np.ndarray | None:
+    """``x`` as a plain ndarray when it is 1-D, C-contiguous, aligned, native-order int32 or
+    int64 (as the compiled module's ``plain_int_width`` reads it), else None."""
+    a = _carray(x, 1)
+    if a is None or a.dtype.num not in _SIGNED or a.itemsize not in (4, 8):
+        return None
+    return a
+
+
+def _array_of(x: Any, nd: int, kind: str, name: str) -> np.ndarray:
+    """``x`` as an ``nd``-dimensional, C-contiguous, aligned, native-order array of 8-byte
+    integers (``kind`` ``"i"`` signed, ``"u"`` unsigned); ValueError naming it otherwise
+    (the compiled module's ``_array_of``)."""
+    a = _carray(x, nd)
+    if a is None or a.itemsize != 8 or a.dtype.num not in (_SIGNED if kind == "i" else _UNSIGNED):
+        raise ValueError(f"{name} must be a {nd}-D C-contiguous {'u' if kind == 'u' else ''}int64 array")
+    return a
 
 
 def steady_rows(sampled: Any, num_tokens: Any, tok: Any, n_old: Any, seen: Any, tail: Any, spos: Any,
@@ -49,26 +88,44 @@ def steady_rows(sampled: Any, num_tokens: Any, tok: Any, n_old: Any, seen: Any, 
     multipliers, wrapping uint64) equals another row's or one in the sorted
     ``pool_filter``, and the list of checked rows whose length reached twice their
     anchor. Arrays that do not fit one another raise ValueError; a row that is not
-    steady never does."""
-    deep_first, deep_every, short, cap = int(deep_first), int(deep_every), int(short), int(cap)
-    if type(sampled) is not list or type(tok) is not np.ndarray or tok.ndim != 2:
+    steady never does.
+
+    The integers ``deep_first``, ``deep_every``, ``short`` and ``cap`` are taken, in that
+    order, by ``__index__`` (TypeError otherwise) within int64 (OverflowError naming them
+    otherwise); the array arguments other than ``num_tokens`` and ``tok`` must be ndarrays
+    of exactly their dimensions, C-contiguous, aligned, native-order, of 8-byte signed
+    (``pool_filter``, ``filter_mul``: unsigned) integers, else ValueError naming them,
+    checked in the order ``n_old``, ``seen``, ``anchors``, ``tail``, ``spos``, ``spread``,
+    then their sizes, ``pool_filter``, ``filter_mul``: the compiled kernel's checks, in its
+    order, with its exception types and messages. Every comparison of a row's lengths and
+    anchor is exact for all int64 values (nothing is added or doubled before it is
+    bounded).
+    """
+    deep_first = _int64_arg(deep_first, "deep_first")
+    deep_every = _int64_arg(deep_every, "deep_every")
+    short = _int64_arg(short, "short")
+    cap = _int64_arg(cap, "cap")
+    if type(sampled) is not list or type(tok) is not np.ndarray:
         return None
-    if not (tok.flags.c_contiguous and tok.flags.aligned) or not _plain_int(num_tokens):
+    tok = _carray(tok, 2)
+    if tok is None or tok.dtype.num not in _SIGNED or tok.itemsize not in (4, 8):
         return None
-    if tok.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+    num_tokens = _plain_int(num_tokens)
+    if num_tokens is None:
         return None
-    arrays = [np.asarray(a) for a in (n_old, seen, tail, spos, spread, anchors)]
-    for a in arrays:
-        _need(a.dtype == np.int64, "the row arrays must be int64")
-    n_old, seen, tail, spos, spread, anc = arrays
-    pool_f = np.asarray(pool_filter)
-    mul = np.asarray(filter_mul)
-    _need(pool_f.dtype == np.uint64 and mul.dtype == np.uint64, "pool_filter and filter_mul must be uint64")
     b = len(sampled)
+    n_old = _array_of(n_old, 1, "i", "n_old")
+    seen = _array_of(seen, 1, "i", "seen")
+    anc = _array_of(anchors, 1, "i", "anchors")
+    tail = _array_of(tail, 2, "i", "tail")
+    spos = _array_of(spos, 2, "i", "spos")
+    spread = _array_of(spread, 2, "i", "spread")
+    _need(min(n_old.shape[0], seen.shape[0], anc.shape[0], tail.shape[1], spos.shape[1]) >= b,
+          f"the row arrays must hold at least the {b} rows")
     T, width = tail.shape[0], tok.shape[1]
-    _need(min(n_old.shape[0], seen.shape[0], anc.shape[0], tail.shape[1], spos.shape[1],
-              spread.shape[1]) >= b, f"the row arrays must hold at least the {b} rows")
     _need(spread.shape == spos.shape and T >= 2, "spos and spread must have the same shape, and tail at least 2 rows")
+    pool_f = _array_of(pool_filter, 1, "u", "pool_filter")
+    mul = _array_of(filter_mul, 1, "u", "filter_mul")
     _need(mul.shape[0] >= 3, "filter_mul must hold 3 multipliers")
     _need(deep_first >= 0 and deep_every >= 1, "deep_first must be >= 0, deep_every >= 1")
     if b == 0 or tok.shape[0] < b or num_tokens.shape[0] < b:
@@ -77,14 +134,17 @@ def steady_rows(sampled: Any, num_tokens: Any, tok: Any, n_old: Any, seen: Any, 
         return None
     ns = np.fromiter(map(len, sampled), dtype=np.int64, count=b)
     n0, n = n_old[:b], num_tokens[:b].astype(np.int64)
+    # both lengths within [0, width] before their difference is taken: nothing wraps
     if not ((ns >= 1).all() and (n0 == seen[:b]).all() and (n0 > short).all() and (n0 >= T).all()
-            and (n == n0 + ns).all() and (n <= width).all() and (n < cap).all()):
+            and (n0 <= width).all() and (n >= 0).all() and (n <= width).all()):
+        return None
+    if not ((n - n0 == ns).all() and (n < cap).all()):
         return None
     rows = np.arange(b)
     old = tok[rows.reshape(-1, 1), n0.reshape(-1, 1) + np.arange(-T, 0)]
     if not (old.T == tail[:, :b]).all():
         return None
-    deep = np.arange(deep_first, b, deep_every)
+    deep = np.array(range(deep_first, b, deep_every), dtype=np.intp)  # (range: no int64 wrap)
     at = spos[:, deep]
     if ((at < 0) | (at >= width)).any() or not (tok[deep, at.clip(0, width - 1)] == spread[:, deep]).all():
         return None
@@ -94,5 +154,6 @@ def steady_rows(sampled: Any, num_tokens: Any, tok: Any, n_old: Any, seen: Any, 
     new = np.concatenate([tok[r, n0[r] : n[r]] for r in range(b)]).astype(np.int64)
     keys = n.astype(np.uint64) * mul[0] + tails[T - 2].astype(np.uint64) * mul[1] + tails[T - 1].astype(np.uint64) * mul[2]
     twins = bool(np.unique(keys).shape[0] < b or np.isin(keys, pool_f).any())
-    renew = deep[n[deep] >= 2 * anc[deep]].tolist()
+    # length >= 2 * anchor, exactly: anchor <= floor(length / 2) (length >= 0)
+    renew = deep[anc[deep] <= n[deep] // 2].tolist()
     return n, new, offsets, tails, int(n.max()), twins, renew

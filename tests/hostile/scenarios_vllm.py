@@ -9,7 +9,13 @@ arrays, ragged lists, ``sampled_token_ids`` entries that are not lists, tensors 
 ``.numpy()`` fails). Every call returns or raises one of ``ALLOWED``; with
 ``verify="full"`` every draft of every well-formed call must equal a fresh index's over the
 row's history (so a refused call left nothing behind), with ``"sparse"`` every draft must
-have the promised shape.
+have the promised shape. Between proposers, the steady-step kernel itself
+(``rows.steady_rows``) is called directly on steady batches with extreme values put into
+every argument: every integer argument from ``EXTREME`` and odd types, extreme int64
+values inside every array (remembered lengths near 2**63 with ``num_tokens`` their wrapped
+sum, positions, anchors, tokens, filter values), every array in other layouts (lists,
+strided, Fortran, 0-d, wrong ndim, other dtypes, byte-swapped, unaligned, a subclass);
+the compiled kernel must give the twin's answer or raise the twin's exception type.
 
 ``vllm_threads``: threads rewrite ``token_ids_cpu``, ``num_tokens_no_spec`` and the
 ``sampled_token_ids`` list while others call ``propose`` (concurrent calls on one
@@ -180,10 +186,144 @@ def _check(runner, p, sampled, lens, tok, out, exact):
             raise runner.Failure(f"{p!r}: row {i} ({L} tokens) drafted {d}, a fresh index {want}")
 
 
+_ROW_T, _ROW_S = 8, 7  # a proposer's tail and spread
+#: the positions of steady_rows' array arguments, and of its integer ones
+_ROW_ARRAYS = (1, 2, 3, 4, 5, 6, 7, 8, 13, 14)
+_ROW_INTS = (9, 10, 11, 12)
+_LAYOUTS = ("list", "strided", "reversed", "fortran", "0d", "ndim+", "ndim-", "int32", "uint64", "int64", "float64",
+            "object", "byteswap", "unaligned", "subclass", "short", "empty", "none")
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+class _Index:
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+def _steady_args(rng, b, width, dtype):
+    """steady_rows' arguments for a batch of ``b`` rows every one of which is steady."""
+    g = np.random.default_rng(rng.randrange(2**32))
+    T, S = _ROW_T, _ROW_S
+    tok = g.integers(0, 4, size=(b + 1, width)).astype(dtype)
+    n_old = g.integers(T + 1, width - 4, size=b + 1).astype(np.int64)
+    L = n_old + g.integers(1, 4, size=b + 1)
+    sampled = [tok[r, n_old[r] : L[r]].tolist() for r in range(b)]
+    tail = np.ascontiguousarray(np.stack([tok[r, n_old[r] - T : n_old[r]] for r in range(b + 1)]).T.astype(np.int64))
+    anc = g.integers(-2, width, size=b + 1).astype(np.int64)
+    spos = np.ascontiguousarray(g.integers(0, width, size=(b + 1, S)).T)
+    spread = np.ascontiguousarray(np.stack([tok[r, spos[:, r]] for r in range(b + 1)]).T.astype(np.int64))
+    mul = np.array([int(g.integers(0, 2**62)) * 2 + 1 for _ in range(3)], dtype=np.uint64)
+    return [sampled, L, tok, n_old, n_old.copy(), tail, spos, spread, anc, rng.randrange(3), rng.randrange(1, 4),
+            rng.choice([0, 5, T]), rng.choice([2**62, width + 1, width]), np.zeros(0, dtype=np.uint64), mul]
+
+
+def _wrapped(v, dtype):
+    """``v`` as an array of ``dtype`` stores it: wrapped, as C wraps."""
+    u = np.array([v % 2**64], dtype=np.uint64)
+    return (u.view(np.int64) if np.dtype(dtype).kind == "i" else u).astype(dtype)[0]
+
+
+def _relayout(rng, a, kind):
+    if kind == "list":
+        return a.tolist()
+    if kind == "strided":
+        return np.repeat(a, 2, axis=-1)[..., ::2]
+    if kind == "reversed":
+        return a[..., ::-1]
+    if kind == "fortran":
+        return np.asfortranarray(a)
+    if kind == "0d":
+        return np.array(a.flat[0] if a.size else 0, dtype=a.dtype)
+    if kind == "ndim+":
+        return a[None]
+    if kind == "ndim-":
+        return a.reshape(-1) if a.ndim == 2 else a.reshape(-1, 1)
+    if kind in ("int32", "uint64", "int64", "float64", "object"):
+        return a.astype(kind)
+    if kind == "byteswap":
+        return a.astype(a.dtype.newbyteorder())
+    if kind == "unaligned":
+        u = np.zeros(a.nbytes + 1, dtype=np.uint8)[1:].view(a.dtype).reshape(a.shape)
+        u[...] = a
+        return u
+    if kind == "subclass":
+        return a.view(_Sub)
+    if kind == "short":
+        k = rng.randrange(3)
+        return a[:k].copy() if a.ndim == 1 or rng.random() < 0.5 else a[:, :k].copy()
+    if kind == "empty":
+        return a[..., :0].copy()
+    return None
+
+
+def _hostile_rows_call(runner, rng, b, width, dtype):
+    """A steady batch, then extreme values put into one to three arguments."""
+    args = _steady_args(rng, b, width, dtype)
+    big = runner.EXTREME
+    for _ in range(rng.randrange(1, 4)):
+        kind = rng.randrange(6)
+        if kind == 0:  # an integer argument: extreme, or not an integer
+            args[rng.choice(_ROW_INTS)] = rng.choice(big + [1.5, None, "3", np.float64(2.0), np.uint64(2**64 - 1),
+                                                            _Index(rng.choice(big)), np.True_])
+        elif kind == 1:  # remembered lengths near 2**63, num_tokens their int64-wrapped sum
+            r = rng.randrange(b)
+            n0 = rng.choice([runner.I64, runner.I64 - 1, runner.I64 - 2, runner.I64 - 7, 2**62, runner.I64MIN, -1])
+            L, n_old, seen = args[1], args[3], args[4]
+            if all(isinstance(x, np.ndarray) and x.ndim == 1 and x.dtype.kind == "i" and len(x) > r for x in (L, n_old, seen)):
+                n_old[r] = _wrapped(n0, n_old.dtype)
+                seen[r] = _wrapped(n0, seen.dtype)
+                L[r] = _wrapped(n0 + len(args[0][r]), L.dtype)
+        elif kind in (2, 3):  # an extreme value inside an array
+            at = rng.choice(_ROW_ARRAYS)
+            a = args[at]
+            if isinstance(a, np.ndarray) and a.ndim in (1, 2) and a.size and a.dtype.kind in "iu" and a.flags.writeable:
+                a[tuple(rng.randrange(d) for d in a.shape)] = _wrapped(rng.choice(big), a.dtype)
+                if at == 13:
+                    a.sort()  # the pool is sorted
+            elif at == 13:
+                args[13] = np.sort(np.array([v % 2**64 for v in rng.sample(big, 3)], dtype=np.uint64))
+        elif kind == 4:  # an array in another layout, dtype or shape
+            at = rng.choice(_ROW_ARRAYS)
+            a = args[at]
+            if type(a) is np.ndarray and a.ndim in (1, 2) and a.dtype.kind in "iu":  # (not twice)
+                args[at] = _relayout(rng, a, rng.choice(_LAYOUTS))
+        elif isinstance(args[0], list):  # sampled's rows
+            r = rng.randrange(b)
+            if rng.random() < 0.5:
+                args[0][r] = rng.choice([[], (1,), np.array([1])])
+            else:
+                args[0] = tuple(args[0])
+    return args
+
+
+def _rows_extremes(runner, impl, rng):
+    """steady_rows called directly with extreme arguments: no crash, and on the compiled
+    kernel the twin's answer (or the twin's exception type)."""
+    kern = impl["rows"].steady_rows
+    for _ in range(20):
+        b = rng.randrange(1, 6)
+        args = _hostile_rows_call(runner, rng, b, rng.choice([24, 60]), rng.choice([np.int32, np.int64]))
+        got = runner.attempt(kern, *args)
+        if impl.kind != "compiled":
+            continue
+        want = runner.attempt(impl.twin["rows"].steady_rows, *args)
+        if got[0] != want[0] or (got[0] == "err" and got[1] is not want[1]) or (
+                got[0] == "ok" and runner.canon(got[1]) != runner.canon(want[1])):
+            raise runner.Failure(f"rows.steady_rows gave {runner.short(got)}, the twin {runner.short(want)}; "
+                                 f"arguments {runner.short(args, 2000)}")
+
+
 def scenario_vllm_rows(runner, impl, rng, seconds):
     deadline = time.monotonic() + seconds
     n = 0
     while time.monotonic() < deadline:
+        _rows_extremes(runner, impl, rng)
         p = _proposer(impl, rng)
         exact = p.verify == "full"
         batch = _Batch(rng, rng.choice([2, 3, 50]), rng.choice([60, 400]))
