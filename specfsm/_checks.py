@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -112,12 +113,14 @@ def token_id(x: object, name: str, i: int, what: str = "an integer token id") ->
 _DL_CPU = 1
 
 
-def host_array(x: object, name: str) -> Any:
+def host_array(x: object, name: str, *, raw: bool = False) -> Any:
     """``x`` itself unless it is a tensor of another library (it has ``__dlpack__``):
     then a numpy view of its memory when that memory is on the host (DLPack, no copy;
     writes through it reach the tensor), else TypeError naming ``name`` and the device.
     A tensor DLPack cannot export (one that requires grad, a dtype numpy lacks such as
-    bfloat16) is refused with TypeError too."""
+    bfloat16) is refused with TypeError too, unless ``raw`` (a caller that copies bytes,
+    as the placement does) accepts it as a view of unsigned integers of its item size
+    (a torch tensor's ``view(dtype)``)."""
     if type(x) is np.ndarray or not hasattr(x, "__dlpack__"):
         return x
     try:
@@ -133,6 +136,11 @@ def host_array(x: object, name: str) -> Any:
     try:
         return np.from_dlpack(x)
     except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        if raw and hasattr(x, "view") and hasattr(x, "element_size"):
+            lib = sys.modules.get(type(x).__module__.split(".")[0])
+            bits = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}.get(int(x.element_size()))  # type: ignore[attr-defined]
+            if lib is not None and bits is not None and hasattr(lib, bits):
+                return host_array(x.view(getattr(lib, bits)), name)  # type: ignore[attr-defined]
         raise TypeError(f"{name}: cannot read this {type(x).__name__} as a numpy array ({exc})") from None
 
 

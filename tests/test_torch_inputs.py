@@ -88,3 +88,57 @@ def test_batch_step_refuses_a_device_tensor_and_changes_nothing(fsm):
         b.step(DeviceTensor())
     assert (b.states.tolist(), b.tokens.tolist()) == before
     assert b.step(torch.tensor([0, 3])).emitted.tolist() == [3]
+
+
+PLACE_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8,
+                torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", PLACE_DTYPES, ids=str)
+def test_place_rows_and_snapshot_on_cpu_tensors_equal_the_numpy_path(fsm, dtype):
+    import specfsm
+
+    g = torch.Generator().manual_seed(7)
+    src = (torch.randn(5, 4, 3, 2, generator=g) * 50).to(dtype)
+    dst = torch.zeros(5, 3, 2, dtype=dtype)
+    index = torch.tensor([3, -1, 0, 2, 1])
+    want = dst.clone()
+    for b, k in enumerate(index.tolist()):
+        if k >= 0:
+            want[b] = src[b, k]
+    assert specfsm.place_rows(src, index, dst) is dst          # the caller's tensor, written in place
+    assert torch.equal(dst, want)
+    out = torch.empty_like(src)
+    assert specfsm.snapshot(src, out) is out and torch.equal(out, src)
+    if dtype is not torch.bfloat16:                            # numpy has no bfloat16
+        n_src, n_dst = src.numpy().copy(), np.zeros((5, 3, 2), dtype=src.numpy().dtype)
+        specfsm.place_rows(n_src, index.numpy(), n_dst)
+        assert np.array_equal(n_dst, dst.numpy())
+
+
+def test_host_placement_refuses_a_device_tensor_and_copies_nothing(fsm):
+    import specfsm
+
+    src, dst = torch.ones(2, 3, 4), torch.zeros(2, 4)
+    with pytest.raises(TypeError, match=r"index is a DeviceTensor in device memory"):
+        specfsm.place_rows(src, DeviceTensor(), dst)
+    assert not dst.any()
+
+
+@pytest.mark.gpu
+def test_place_rows_on_cuda_tensors_runs_on_the_device():
+    cupy = pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    del cupy
+    import specfsm
+
+    src = torch.arange(2 * 3 * 4, dtype=torch.float16, device="cuda").reshape(2, 3, 4)
+    dst = torch.zeros(2, 4, dtype=torch.float16, device="cuda")
+    assert specfsm.place_rows(src, torch.tensor([2, -1]), dst) is dst
+    torch.cuda.synchronize()
+    assert dst.cpu().tolist() == [[8, 9, 10, 11], [0, 0, 0, 0]]
+    out = torch.empty_like(src)
+    specfsm.snapshot(src, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, src)

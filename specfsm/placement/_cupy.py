@@ -29,7 +29,7 @@ from ._checks import (
 )
 from ._geometry import THREADS, grid, vector_width
 
-__all__ = ["place_rows", "snapshot", "check_errors", "check_path_cache", "place_path"]
+__all__ = ["place_rows", "snapshot", "check_errors", "check_path_cache", "place_path", "device_views"]
 
 _DEVICE_INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -115,6 +115,31 @@ def _sm_count(dev: int) -> int:
 
 def _is_cupy(x: object) -> bool:
     return isinstance(x, cupy.ndarray)
+
+
+def device_views(arrays: tuple, stream):
+    """The arrays with every CUDA tensor of another library (anything that has
+    ``__cuda_array_interface__`` and is not a CuPy array: torch's, say) replaced by a
+    CuPy view of its memory (no copy), and the stream to launch on: ``stream`` itself, a
+    stream of that library as a ``cupy.cuda.ExternalStream`` of its handle (it has
+    ``cuda_stream``), and with no ``stream`` and a torch tensor among the arrays, torch's
+    current stream on that tensor's device, so the work is ordered with the caller's."""
+    out, torch_dev = [], None
+    for a in arrays:
+        if a is None or isinstance(a, cupy.ndarray) or not hasattr(a, "__cuda_array_interface__"):
+            out.append(a)
+            continue
+        if torch_dev is None and type(a).__module__.split(".")[0] == "torch":
+            torch_dev = a.device
+        out.append(cupy.asarray(a))
+    if stream is None and torch_dev is not None:
+        import torch
+
+        stream = torch.cuda.current_stream(torch_dev)
+    if stream is not None and not isinstance(stream, cupy.cuda.Stream) and hasattr(stream, "cuda_stream"):
+        dev = getattr(getattr(stream, "device", None), "index", None)
+        stream = cupy.cuda.ExternalStream(int(stream.cuda_stream), *([] if dev is None else [dev]))
+    return tuple(out), stream
 
 
 def _bounds(a: cupy.ndarray) -> tuple[int, int]:
