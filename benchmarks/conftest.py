@@ -3,17 +3,84 @@ in the same process (``kernel_kind``: ``specfsm._impl.kernels(kind, name)``), so
 ratio is measured side by side (``--benchmark-group-by=group``). Benchmarks of the
 public layer (``kind``) run on the active implementation, the one ``specfsm._impl``'s
 rule chose at import; the other kind is skipped, so run the suite a second time with
-``SPECFSM_NO_EXTENSIONS=1`` for the twin's numbers in the same groups."""
+``SPECFSM_NO_EXTENSIONS=1`` for the twin's numbers in the same groups.
+
+A run whose ``specfsm`` is the twin without that variable set stops before collecting
+anything: the benchmarks name the compiled core, so timing the twin by accident (a
+checkout that was never built, put first on ``sys.path`` by ``python -m pytest``, or a
+partial build) would print wrong numbers under the right names. With the variable set the
+run goes on, under a banner saying the public layer's numbers are the twin's."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
+import specfsm
 from specfsm import _impl
 
 #: the implementation the public layer runs on in this process
 ACTIVE_KIND = "python" if _impl.NO_EXTENSIONS else "compiled"
+#: the directory the imported specfsm package came from
+SPECFSM_DIR = os.path.dirname(os.path.abspath(specfsm.__file__))
+
+TWIN_BANNER = (
+    "SPECFSM_NO_EXTENSIONS is set: the public layer runs on the pure-Python twin; "
+    "'compiled' cases are skipped and these are the twin's numbers"
+)
+
+
+def twin_refusal(use_extensions: bool, explicit: bool, never_built: bool,
+                 broken: dict[str, str], where: str) -> str | None:
+    """Why a benchmark run must not start, or None when it may: the imported specfsm
+    runs (in part or whole) on the twin and ``SPECFSM_NO_EXTENSIONS`` was not set."""
+    if use_extensions or explicit:
+        return None
+    if never_built:
+        why = "a source checkout whose compiled core was never built"
+    elif broken:
+        why = "these compiled modules do not import: " + "; ".join(
+            f"specfsm._core.{name} ({err})" for name, err in broken.items())
+    else:
+        why = "the compiled core is not active"
+    return (
+        f"specfsm imported from {where} runs on the pure-Python twin ({why}), so these "
+        "benchmarks would time the twin under the compiled core's name. Two ways out:\n"
+        "    build the compiled core in place, then run as you did:\n"
+        '        pip install "setuptools>=77" "Cython>=3.0.8" numpy\n'
+        "        python setup.py build_ext --inplace\n"
+        "    or install the package and run the pytest command (python -m pytest and\n"
+        "    PYTHONPATH=. put the checkout's specfsm/ ahead of the installed one):\n"
+        '        pip install ".[test,bench]"\n'
+        "        pytest -c benchmarks/pytest.ini benchmarks/test_bench_step.py\n"
+        "To time the twin on purpose, set SPECFSM_NO_EXTENSIONS=1."
+    )
+
+
+def pytest_sessionstart(session):
+    refusal = twin_refusal(
+        _impl.USE_EXTENSIONS,
+        _impl._env_flag("SPECFSM_NO_EXTENSIONS"),
+        _impl.NEVER_BUILT,
+        {name: str(st.error) for name, st in _impl.extensions().items() if st.error is not None},
+        SPECFSM_DIR,
+    )
+    if refusal is not None:
+        pytest.exit(refusal, returncode=4)
+
+
+def pytest_report_header(config):
+    lines = [f"specfsm: {SPECFSM_DIR} ({'compiled core' if _impl.USE_EXTENSIONS else 'pure-Python twin'})"]
+    if _impl.NO_EXTENSIONS:
+        lines.append("!" * 20 + " " + TWIN_BANNER + " " + "!" * 20)
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _impl.NO_EXTENSIONS:  # shown under -q too, where the header is not
+        terminalreporter.write_sep("!", TWIN_BANNER, red=True, bold=True)
 
 
 @pytest.fixture(params=["compiled", "python"])

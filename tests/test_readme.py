@@ -158,14 +158,37 @@ def test_the_readme_has_one_example_per_entry_point():
     if not os.path.exists(README):
         pytest.skip("the README is not next to the tests (an installed copy)")
     readme = [b for b in BLOCKS if b.path == "README.md"]
-    for name in ("ServingState", "BatchState", "specfsm.hf", "specfsm.vllm"):
+    for name in ("ServingState", "BatchState", "SpeculativeGenerator", "specfsm.vllm"):
         assert any(name in b.code for b in readme), f"the README has no example using {name}"
     assert any("enter_verify" in b.code and b.not_run is None for b in readme)
+    assert "```bash\nspecfsm replay" in open(README, encoding="utf-8").read(), "no command-line example"
     # the two commands at the top, exactly as .ci/run runs them
     with open(README, encoding="utf-8") as f:
         text = f.read()
     assert "pip install . && specfsm replay\n" in text
     assert 'pip install torch==2.13.0 ".[test,hf]" && pytest\n' in text
+
+
+#: the README's length limit, and the five entry points its guide names, one line each
+README_MAX_LINES = 150
+ENTRY_POINTS = ("ServingState", "BatchState", "SpeculativeGenerator", "SpecfsmNgramProposer", "`specfsm` command")
+
+
+def test_the_readme_is_short_and_says_which_entry_point_is_whose():
+    """At most 150 lines, and a guide of five lines, one per entry point, near the top."""
+    if not os.path.exists(README):
+        pytest.skip("the README is not next to the tests (an installed copy)")
+    lines = _read("README.md")
+    if lines and lines[-1] == "":
+        lines.pop()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, more than {README_MAX_LINES}"
+    start = lines.index("## Which entry point is mine")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    guide = [ln for ln in lines[start + 1 : end] if ln.strip()]
+    assert len(guide) == len(ENTRY_POINTS) and all(ln.startswith("- ") for ln in guide), guide
+    for name, line in zip(ENTRY_POINTS, guide):
+        assert name in line, (name, line)
+    assert start < 30, "the guide belongs near the top, after the two commands"
 
 
 # -- links -------------------------------------------------------------------------------
