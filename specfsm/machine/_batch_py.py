@@ -323,7 +323,7 @@ class BatchState:
         """FREE -> Prefill (``ServingState.start``): slot ``slots[j]`` gets the prompt
         ``positions[offsets[j]:offsets[j + 1]]`` and cache handle ``caches[j]``. The
         batch refuses an empty prompt as a batching rule (ValueError; ``ServingState``
-        accepts one, as the original design does).
+        accepts one: the design's semantics).
 
         For ``step``: ``max_tokens`` (one count or one per slot, at least 1; default
         unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
@@ -400,7 +400,7 @@ class BatchState:
         """Decode -> Verify: slot ``slots[j]`` drafts ``tokens[offsets[j]:offsets[j + 1]]``;
         its cache handle becomes the snapshot (no copy). Refuses (ValueError) a draft
         longer than ``k_max``, and an empty draft as a batching rule (``ServingState``
-        accepts one, as the original design does)."""
+        accepts one: the design's semantics)."""
         g = self._write()
         try:
             s = check_slots(slots, self._c)

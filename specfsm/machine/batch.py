@@ -19,7 +19,7 @@ refuses (rows that do not match, a rule that raises, an index listed twice or in
 elsewhere) neither the batch nor any index has changed, and the same step can be
 retried.
 
-Tree slots (issue 22): ``enter_verify_tree(slots, tokens, parents, offsets)`` puts Decode
+Tree slots: ``enter_verify_tree(slots, tokens, parents, offsets)`` puts Decode
 slots into a tree verify (ragged trees of at most ``k_max`` nodes, checked as
 ``specfsm.tree.check_tree`` checks them); ``pending()`` lays a tree out as N + 1 rows (root,
 then the nodes), ``pending_trees()`` gives their parents for the target's mask, and

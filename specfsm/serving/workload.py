@@ -285,7 +285,7 @@ def load_jsonl(
     integer token ids in 0..2**63-1, neither empty), optionally ``eos`` (an id in the same
     range that may only end the output) and ``name``. Blank lines are skipped; other keys
     are ignored. An empty prompt is a bad line: the state machine accepts an empty prompt,
-    as the original design does; the CLI refuses it as bad input.
+    as its design says; the CLI refuses it as bad input.
 
     Every line is checked: a file with bad lines raises ``WorkloadError`` naming each of
     them as ``file:line`` (up to ``max_errors``, then a count), never returning the good

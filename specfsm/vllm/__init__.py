@@ -72,7 +72,7 @@ read through its ``.numpy()`` view.
 
 from .proposers import SpecfsmNgramProposer, SpecfsmSuffixProposer
 from .rows import RowTrackingProposer
-from .settings import RANGE_SOURCES as RANGE_SOURCES  # (module constants, as before the split)
+from .settings import RANGE_SOURCES as RANGE_SOURCES  # module constants, re-exported
 from .settings import VERIFY_MODES as VERIFY_MODES
 from .settings import ProposerConfig
 
