@@ -8,7 +8,8 @@ a newcomer would run it after ``pip install .``: through the ``pytest`` script, 
 its compiled core (``benchmarks/conftest.py`` stops any run on the pure-Python twin).
 That needs specfsm installed outside the checkout, as ``.ci/run`` installs it; where it
 is not (a development checkout built in place and run with ``python -m pytest``), those
-tests skip with the reason. Without any install, the commands are also checked as text:
+tests skip with the reason, as they do on CI's twin run (``SPECFSM_NO_EXTENSIONS=1``: the
+commands run without it, so the compiled run has checked them). Without any install, the commands are also checked as text:
 none may run the benchmarks through ``python -m pytest`` or ``PYTHONPATH``, which put the
 checkout's never-built ``specfsm/`` ahead of the installed one.
 
@@ -30,6 +31,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 import pytest
+
+from specfsm import _impl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
@@ -203,6 +206,9 @@ def _installed() -> tuple[str | None, str]:
     """The pytest script to run the commands with, or None and why they cannot run here."""
     if UNDER_ASAN:
         return None, "under AddressSanitizer: the commands are about the installed package"
+    if _impl.NO_EXTENSIONS:
+        return None, ("SPECFSM_NO_EXTENSIONS is set: the commands, which run without it, are "
+                      "checked by the compiled run")
     if importlib.util.find_spec("pytest_benchmark") is None:
         return None, 'pytest-benchmark is not installed (pip install ".[test]")'
     with tempfile.TemporaryDirectory() as away:   # -I: no PYTHONPATH, no checkout on sys.path
