@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))   # the checkout's specfsm
+try:
+    import specfsm  # noqa: F401  (the installed package)
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> None:

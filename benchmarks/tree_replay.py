@@ -34,7 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout's specfsm
+try:
+    import specfsm  # noqa: F401  (the installed package)
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specfsm import _impl  # noqa: E402
 from specfsm.tree.tree import accept_tree  # noqa: E402

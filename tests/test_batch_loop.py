@@ -377,40 +377,20 @@ def test_a_later_step_leaves_earlier_results_alone(bm, ni):
             assert np.array_equal(getattr(res, f), want), f
 
 
-#: The README's "One call per serving step" example, verbatim (public names, the
-#: default implementation): keep the two identical.
-README_EXAMPLE = '''
-import numpy as np
-from specfsm import NgramIndex
-from specfsm.machine.batch import BatchState
+def _readme_batch_example() -> str:
+    """The README's ``BatchState`` example (its python block that builds ``batch``), read
+    from README.md beside the tests, so this test runs what the README shows."""
+    import pathlib
+    import re
 
-def target(inputs):            # a stand-in greedy model: each row's choice is input + 1
-    return (inputs + 1) % 11
-
-prompts = [[3, 4, 5, 6], [7, 8]]
-indexes = [NgramIndex(1, 3) for _ in prompts]
-for ix, p in zip(indexes, prompts):
-    ix.extend(p)
-batch = BatchState(capacity=2, k_max=4)             # bonus=True: K + 1 verify rows
-batch.admit([0, 1], np.concatenate(prompts), [0, 4, 6], caches=[0, 1],
-            max_tokens=[30, 20], indexes=indexes)
-out = {0: [], 1: []}
-while True:
-    slots, inputs, offsets = batch.pending()        # the rows the target evaluates
-    if len(slots) == 0:
-        break
-    res = batch.step(target(inputs))                # accept, settle, emit, index, draft
-    for slot, tokens in res.emitted_by_slot().items():
-        out[slot] += tokens
-    batch.release(res.finished)                     # Done -> FREE: reusable slots
-assert out[0] == [(6 + i) % 11 for i in range(1, 31)]
-assert out[1] == [(8 + i) % 11 for i in range(1, 21)]
-'''
+    text = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return next(b for b in blocks if "batch = BatchState(" in b and "batch.step(" in b)
 
 
 def test_the_readme_step_example_runs_as_written():
     scope: dict = {}
-    exec(compile(README_EXAMPLE, "README.md", "exec"), scope)
+    exec(compile(_readme_batch_example(), "README.md", "exec"), scope)
     assert scope["batch"].states.tolist() == [0, 0]     # both released
     assert len(scope["out"][0]) == 30
 

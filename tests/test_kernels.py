@@ -353,7 +353,7 @@ def test_common_prefix_list_shrunk_by_eq(impl):
 
 
 # -- one token-id rule for every function over token ids ------------------------------------
-# README, "Token ids": drafting, the indexes and the acceptance rules take integer ids
+# docs/state-machine.md, "Token ids": drafting, the indexes and the acceptance rules take integer ids
 # (ints, numpy integers, integer arrays) and refuse floats, bools and strings with
 # TypeError naming the argument; the state machine and common_prefix compare any entries.
 def _id_functions():

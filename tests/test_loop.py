@@ -404,7 +404,7 @@ def test_prompt_lookup_drafter_takes_non_integer_and_numpy_entries(fsm):
             return ["ab"[(ord(x[0]) + c + i) % 2] for i, x in enumerate(inputs)], [c + i + 1 for i in range(len(inputs))]
 
     req = Request(["a", "b", "a"], 40)
-    # prompt_lookup takes token ids only (README, "Token ids"): string entries are refused
+    # prompt_lookup takes token ids only (docs/state-machine.md, "Token ids"): string entries are refused
     with pytest.raises(TypeError, match="must be an integer token id"):
         SpeculativeLoop(StrTarget(), PromptLookupDrafter(2), k=4).run(req, check=True)
     arr = np.array([3, 5], dtype=np.int32)
