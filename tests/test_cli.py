@@ -1,7 +1,7 @@
 """``specfsm`` command line behaviour: ``--version``, the ``--plot`` path checks and
 errors, "n/a" for statistics with no data, ``--requests`` beyond the workload, the
-progress bar's redraws, singular and plural, and kernels picked per run without
-rebinding module globals."""
+progress bar's redraws, singular and plural, kernels picked per run without rebinding
+module globals, and every numeric option's range checked when the options are parsed."""
 
 from __future__ import annotations
 
@@ -286,3 +286,225 @@ def test_the_stated_counts_are_this_python_s():
     assert len(stdlib_workload()) == 24
     assert len(stdlib_workload(1000)) == 74
     assert len(edit_prompts(1000)) == 67
+
+
+# -- every numeric option is range-checked when the options are parsed -------------------
+# A value outside an option's range (the limit of the code the value reaches: the batch's
+# k_max, its capacity, a suffix index's length, ...) is a usage error, exit status 2, on one
+# line after the sub-command's usage naming the option and the range, before any work:
+# before the replay starts and before the model loads.
+from specfsm._cli_args import (  # noqa: E402
+    COUNT_MAX,
+    MAX_BATCH,
+    MAX_K,
+    MAX_MATCH,
+    MAX_NEW_TOKENS,
+    MAX_SEED,
+    MAX_THREADS,
+    MAX_TREE_K,
+    int_range,
+)
+from specfsm.cli.options import build_parser  # noqa: E402
+
+HUGE = "1" + "0" * 23
+
+#: (command, option) -> (lowest, highest) accepted
+RANGES = {
+    ("replay", "--k"): (1, MAX_K),
+    ("replay", "--requests"): (1, COUNT_MAX),
+    ("replay", "--batch"): (1, MAX_BATCH),
+    ("replay", "--repeat"): (1, COUNT_MAX),
+    ("generate", "--k"): (0, MAX_K),
+    ("generate", "--batch"): (1, MAX_BATCH),
+    ("generate", "--pld-k"): (1, MAX_K),
+    ("generate", "--threads"): (1, MAX_THREADS),
+    ("generate", "--batch-rounds"): (1, COUNT_MAX),
+    ("generate", "--requests"): (1, COUNT_MAX),
+    ("generate", "--max-new-tokens"): (1, MAX_NEW_TOKENS),
+    ("record", "--threads"): (1, MAX_THREADS),
+    ("record", "--requests"): (1, COUNT_MAX),
+    ("record", "--max-new-tokens"): (1, MAX_NEW_TOKENS),
+}
+#: options whose value holds numbers inside a larger form: how to write one number there
+FORMS = {
+    ("replay", "--ngram"): ("{}", "2:{}", (1, MAX_MATCH)),
+    ("replay", "--rule"): ("minrun:{}", None, (1, MAX_K)),
+    ("generate", "--pld-ks"): ("{}", "10,{}", (1, MAX_K)),
+}
+#: options that take no number
+NOT_NUMERIC = {("generate", "--methods"), ("generate", "--compare-drafters")}
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """A model loader that must not be reached, and a replay that must not start."""
+    from specfsm.hf import loading
+
+    def refuse(*a, **kw):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    def no_replay(*a, **kw):
+        raise AssertionError("the replay started before the options were checked")
+
+    monkeypatch.setattr(loading, "load_model", refuse)
+    monkeypatch.setattr(cli, "replay", no_replay)
+
+
+def _usage_error(capsys, argv, option):
+    """Run ``argv`` through ``cli.main``; assert a usage error naming ``option`` on one line
+    (after the sub-command's usage) and return that line."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2, argv
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[0].startswith(f"usage: specfsm {argv[0]} ")
+    assert all(line.startswith(" ") for line in lines[1:-1]), err  # the usage's own lines
+    assert lines[-1].startswith(f"specfsm {argv[0]}: error: argument {option}: "), err
+    return lines[-1]
+
+
+def _numeric_options():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.choices and "replay" in a.choices)
+    for command, p in sub.choices.items():
+        for action in p._actions:
+            if action.type is not None:
+                yield command, action.option_strings[-1]
+
+
+def test_every_numeric_option_has_a_stated_range():
+    found = set(_numeric_options()) - NOT_NUMERIC
+    assert found == set(RANGES) | set(FORMS)
+
+
+@pytest.mark.parametrize("command, option", sorted(RANGES))
+@pytest.mark.parametrize("value", ["high", "low", HUGE, "-1", "", "1e3", "1.5", "abc", " ", "0x10", "9" * 5000])
+def test_a_numeric_option_out_of_range_is_a_usage_error(capsys, no_model, command, option, value):
+    lo, hi = RANGES[(command, option)]
+    value = {"high": str(hi + 1), "low": str(lo - 1)}.get(value, value)
+    line = _usage_error(capsys, [command, f"{option}={value}"], option)
+    assert f"between {lo} and {hi}, got " in line
+    assert len(line) < 300  # a long value is shortened, not repeated whole
+
+
+@pytest.mark.parametrize("command, option", sorted(FORMS))
+@pytest.mark.parametrize("which", ["high", "low", "huge"])
+def test_a_number_inside_an_option_out_of_range_is_a_usage_error(capsys, no_model, command, option, which):
+    alone, after, (lo, hi) = FORMS[(command, option)]
+    n = {"high": hi + 1, "low": lo - 1, "huge": int(HUGE)}[which]
+    for form in filter(None, (alone, after)):
+        line = _usage_error(capsys, [command, f"{option}={form.format(n)}"], option)
+        assert f"between {lo} and {hi}, got " in line
+
+
+@pytest.mark.parametrize("drafter", ["suffix", "suffix-tree", "suffix-shared", "ngram", "prompt"])
+def test_replay_k_beyond_the_batch_is_a_usage_error_for_every_drafter(capsys, no_model, drafter):
+    line = _usage_error(capsys, ["replay", "--drafter", drafter, "--k", str(MAX_K + 1)], "--k")
+    assert line.endswith(f"must be between 1 and {MAX_K}, got '{MAX_K + 1}'")
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["generate", "--k", "5000"], "--k"),
+    (["generate", "--max-new-tokens", "100000000000000000000000"], "--max-new-tokens"),
+    (["generate", "--threads", "100000000000000000000"], "--threads"),
+    (["record", "--threads", "100000000000000000000"], "--threads"),
+])
+def test_generate_refuses_a_bad_number_before_the_model_loads(capsys, no_model, argv, option):
+    _usage_error(capsys, argv, option)
+
+
+@pytest.mark.parametrize("extra", [["--drafter", "suffix-tree"], ["--compare", "--compare-drafters", "suffix,suffix-tree"]])
+def test_generate_k_past_the_largest_tree_is_a_usage_error_before_the_model_loads(capsys, no_model, extra):
+    assert cli.main(["generate", "--k", str(MAX_TREE_K + 1), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"specfsm generate: --k must be between 0 and {MAX_TREE_K} with the suffix-tree "
+                   f"drafter (its largest tree), got {MAX_TREE_K + 1}\n")
+
+
+def test_generate_k_past_the_largest_tree_is_fine_without_trees(capsys, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from specfsm.hf import loading
+
+    def stub(*a, **kw):
+        raise loading.ModelNotFound("stub loader: reached")
+
+    monkeypatch.setattr(loading, "load_model", stub)
+    for argv in (["--k", str(MAX_TREE_K + 1)], ["--k", str(MAX_TREE_K), "--drafter", "suffix-tree"],
+                 ["--k", str(MAX_TREE_K + 1), "--compare-drafters", "suffix-tree"]):  # ignored without --compare
+        assert cli.main(["generate", "--requests", "1", *argv]) == 2
+        assert capsys.readouterr().err.strip().endswith("stub loader: reached")
+
+
+def test_replay_ngram_beyond_the_index_s_lengths_is_a_usage_error(tmp_path, capsys, spy_replay):
+    assert cli.main(["replay", "--workload", _workload(tmp_path), "--drafter", "ngram", "--ngram", "1:5000", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err == "specfsm replay: --ngram 1:5000: an NgramIndex keeps at most 4096 n-gram lengths, got min_n=1, max_n=5000\n"
+    assert not spy_replay
+
+
+@pytest.mark.parametrize("drafter", ["suffix", "suffix-tree", "ngram"])
+def test_replay_runs_at_the_largest_k(tmp_path, capsys, drafter):
+    assert cli.main(["replay", "--workload", _workload(tmp_path), "--drafter", drafter, "--k", str(MAX_K), *FAST]) == 0
+
+
+def test_the_largest_values_parse():
+    p = build_parser()
+    a = p.parse_args(["replay", "--k", str(MAX_K), "--batch", str(MAX_BATCH), "--requests", str(COUNT_MAX),
+                      "--repeat", str(COUNT_MAX), "--ngram", f"1:{MAX_MATCH}", "--rule", f"minrun:{MAX_K}"])
+    assert (a.k, a.batch, a.requests, a.repeat, a.ngram, a.rule) == (
+        MAX_K, MAX_BATCH, COUNT_MAX, COUNT_MAX, (1, MAX_MATCH), ("minrun", MAX_K))
+    assert p.parse_args(["replay", "--rule", f"speculative:{MAX_SEED}"]).rule == ("speculative", MAX_SEED)
+    g = p.parse_args(["generate", "--k", "0", "--batch", str(MAX_BATCH), "--pld-k", str(MAX_K), "--threads",
+                      str(MAX_THREADS), "--max-new-tokens", str(MAX_NEW_TOKENS), "--pld-ks", f"1,{MAX_K}"])
+    assert (g.k, g.batch, g.pld_k, g.threads, g.max_new_tokens, g.pld_ks) == (
+        0, MAX_BATCH, MAX_K, MAX_THREADS, MAX_NEW_TOKENS, [1, MAX_K])
+    assert p.parse_args(["generate", "--k", "adaptive"]).k == "adaptive"
+
+
+def test_the_bounds_are_the_code_s_limits():
+    from specfsm.drafting._checks import MAX_SUFFIX_TOKENS
+    from specfsm.drafting._tree_checks import MAX_TREE_NODES
+    from specfsm.machine._checks import MAX_DRAFT, MAX_SLOTS
+
+    assert (MAX_K, MAX_BATCH, MAX_NEW_TOKENS, MAX_TREE_K, MAX_MATCH) == (
+        MAX_DRAFT, MAX_SLOTS, MAX_SUFFIX_TOKENS, MAX_TREE_NODES, MAX_SUFFIX_TOKENS)
+    from specfsm import BatchState
+
+    BatchState(1, MAX_K)  # the largest --k a batch takes
+    with pytest.raises(ValueError, match="k_max"):
+        BatchState(1, MAX_K + 1)
+
+
+def test_int_range():
+    import argparse
+
+    t = int_range(2, 5)
+    assert [t("2"), t("5"), t(" 3 ")] == [2, 5, 3]
+    for bad, msg in [("1", "must be between 2 and 5, got '1'"), ("6", "must be between 2 and 5, got '6'"),
+                     ("2.0", "must be an integer between 2 and 5, got '2.0'"),
+                     ("", "must be an integer between 2 and 5, got ''")]:
+        with pytest.raises(argparse.ArgumentTypeError) as e:
+            t(bad)
+        assert str(e.value) == msg
+    with pytest.raises(argparse.ArgumentTypeError) as e:
+        t("7" * 100)
+    assert str(e.value) == f"must be between 2 and 5, got '{'7' * 40}' ... (100 characters)"
+    with pytest.raises(ValueError, match="lo <= hi"):
+        int_range(3, 2)
+
+
+@pytest.mark.parametrize("argv", [["replay", "--drafter", "suffix-tree", "--k", "4097"],
+                                  ["generate", "--k", "5000"]])
+def test_the_installed_command_reports_a_bad_number_in_one_line(tmp_path, argv):
+    import subprocess
+
+    if argv[0] == "generate":  # refused for --k, before the missing model is looked for
+        argv = [*argv, "--model", str(tmp_path / "no-model")]
+    r = subprocess.run([sys.executable, "-m", "specfsm", *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and not r.stdout
+    assert "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith(f"specfsm {argv[0]}: error: argument --k: ")
+    assert [line for line in r.stderr.splitlines() if "error" in line] == r.stderr.splitlines()[-1:]

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from ..serving.loop import TraceError
 from ..serving.workload import WorkloadError, load_jsonl, stdlib_workload
 from . import plot
-from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, _positive, build_parser, check_plot_path
+from .options import DEFAULT_DRAFTER, DRAFTERS, UsageError, build_parser, check_plot_path
 from .orchestrate import SHIPPED_WORKLOADS, available_kinds, default_ngram, make_drafter, make_rule, replay
 from .progress import Progress, isatty
 from .summary import LABELS, format_summary, plural

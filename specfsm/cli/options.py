@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from .._cli_args import SubcommandParser, UsageError, positive
+from .._cli_args import COUNT_MAX, MAX_BATCH, MAX_K, MAX_MATCH, MAX_SEED, SubcommandParser, UsageError, int_range
+from ..drafting._checks import MAX_LEVELS
 from ..serving.workload import DEFAULT_REQUESTS, MAX_LINE_BYTES
 
 __all__ = ["UsageError", "build_parser", "check_plot_path", "rule_text"]
@@ -16,20 +17,29 @@ DRAFTERS = ("suffix", "suffix-tree", "suffix-shared", "ngram", "prompt", "arctic
 DEFAULT_DRAFTER = "suffix"
 
 
-_positive = positive  # the name the option table below uses
+#: the argparse types of replay's numeric options (``specfsm._cli_args`` says where each
+#: bound comes from)
+_k = int_range(1, MAX_K)
+_batch = int_range(1, MAX_BATCH)
+_count = int_range(1, COUNT_MAX)
+_length = int_range(1, MAX_MATCH)
+_run = int_range(1, MAX_K)  # minrun:M: a draft of at most MAX_K tokens never matches more
+_seed = int_range(0, MAX_SEED)
 
 
 def _parse_ngram(text: str) -> tuple[int, int]:
     parts = text.replace("-", ":").split(":")
+    if len(parts) > 2 or not all(p.strip() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX, got {text!r}")
     try:
-        nums = [int(p) for p in parts]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX, got {text!r}") from None
+        nums = [_length(p) for p in parts]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX: each {exc}") from None
     if len(nums) == 1:
         nums = nums * 2
-    if len(nums) != 2 or nums[0] < 1 or nums[0] > nums[1]:
+    if nums[0] > nums[1]:
         raise argparse.ArgumentTypeError(
-            f"expected N or MIN:MAX with 1 <= MIN <= MAX, got {text!r}"
+            f"expected N or MIN:MAX with MIN <= MAX, got {text!r}"
         )
     return nums[0], nums[1]
 
@@ -41,20 +51,14 @@ def _parse_rule(text: str) -> tuple[str, int]:
         return name, 0
     if name == "minrun":
         try:
-            m = int(arg)
-        except ValueError:
-            m = -1
-        if m >= 1:
-            return "minrun", m
-        raise argparse.ArgumentTypeError(f"minrun needs a positive run length, as in minrun:3; got {text!r}")
+            return "minrun", _run(arg)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"minrun:M (as in minrun:3): M {exc}") from None
     if name == "speculative":
         try:
-            seed = int(arg) if arg else 0
-        except ValueError:
-            seed = -1
-        if seed >= 0:
-            return "speculative", seed
-        raise argparse.ArgumentTypeError(f"speculative takes a non-negative seed, as in speculative:7; got {text!r}")
+            return "speculative", _seed(arg) if arg else 0
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"speculative:SEED (as in speculative:7): SEED {exc}") from None
     raise argparse.ArgumentTypeError(f"expected exact, minrun:M, speculative[:SEED] or typical; got {text!r}")
 
 
@@ -128,17 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
         "suffix-shared: the same, also drafting from earlier requests' outputs (SharedSuffixCache); "
         "ngram: the incremental n-gram index; prompt: prompt lookup (a rescan per step); "
         "arctic: Snowflake Arctic's suffix decoding, when arctic-inference is installed"))
-    r.add_argument("--k", type=_positive, default=5, help="most tokens per draft (default 5)")
-    r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help="n-gram length: for prompt one N (default 3); for ngram a MIN:MAX range, longest match first (default 2:4); for suffix a minimum match N or MIN:MAX (default 1, no maximum)")
-    r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="RULE", help="acceptance rule: exact (default), minrun:M, speculative[:SEED] (rejection sampling; the teacher-forced target gives one-hot rows) or typical")
+    r.add_argument("--k", type=_k, default=5, help=f"most tokens per draft, 1..{MAX_K} (the batch's limit; default 5)")
+    r.add_argument("--ngram", type=_parse_ngram, default=None, metavar="N|MIN:MAX", help=f"n-gram length: for prompt one N (default 3); for ngram a MIN:MAX range, longest match first (default 2:4); for suffix a minimum match N or MIN:MAX (default 1, no maximum); each length 1..{MAX_MATCH}, and --drafter ngram keeps at most {MAX_LEVELS} lengths")
+    r.add_argument("--rule", type=_parse_rule, default=("exact", 0), metavar="RULE", help=f"acceptance rule: exact (default), minrun:M (M 1..{MAX_K}), speculative[:SEED] (rejection sampling; the teacher-forced target gives one-hot rows; SEED 0..2**64-1) or typical")
     r.add_argument("--bonus", action="store_true", help="verify a K-token draft with K + 1 rows, so a fully accepted draft emits K + 1 tokens (the batch API's option; with --drafter suffix or ngram)")
-    r.add_argument("--requests", type=_positive, default=None, metavar="N", help=(
+    r.add_argument("--requests", type=_count, default=None, metavar="N", help=(
         "how many requests: for a --workload file its first N (default all); for the embedded "
         f"workload N code edits, one per standard-library module, evenly spaced over this Python's "
-        f"usable modules (default {DEFAULT_REQUESTS}; 74 modules on CPython 3.11). Asking for more "
+        f"usable modules (default {DEFAULT_REQUESTS}; 74 modules on CPython 3.11); at most {COUNT_MAX}. Asking for more "
         "than the workload holds replays all of them, with a note"))
-    r.add_argument("--batch", type=_positive, default=8, help="requests stepping together (default 8)")
-    r.add_argument("--repeat", type=_positive, default=3, help="runs per implementation, fewer once one has taken 2 s (default 3); the fastest control-plane time is reported")
+    r.add_argument("--batch", type=_batch, default=8, help=f"requests stepping together, 1..{MAX_BATCH} (default 8)")
+    r.add_argument("--repeat", type=_count, default=3, help=f"runs per implementation, fewer once one has taken 2 s (default 3); the fastest control-plane time is reported; at most {COUNT_MAX}")
     r.add_argument("--impl", choices=("both", "compiled", "python"), default="both", help="implementations to measure (default both); compiled needs every kernel module compiled (see specfsm.extensions())")
     r.add_argument("--json", action="store_true", help="print the summary as JSON instead of the table")
     r.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")

