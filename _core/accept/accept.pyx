@@ -17,6 +17,7 @@ from specfsm.accept._checks import (
     PROB_OK,
     as_prob_rows,
     check_id_range,
+    check_name,
     draft_offsets,
     draw_uniforms,
     prepare_exact,
@@ -57,26 +58,42 @@ cdef double _ATOL = PROB_ATOL
 
 
 # -- probability rows ------------------------------------------------------------------
+cdef inline int _unmoved(object arr, const floating[:, ::1] view, str name) except -1:
+    """Refuse (RuntimeError) probability rows that are no longer where ``view`` reads
+    them: taking a view can run Python code (a finalizer that resizes the caller's
+    array in place frees what the view points at), so the array's data and shape are
+    compared with the view's last, just before the GIL is released."""
+    cdef cnp.ndarray a = <cnp.ndarray>arr
+    if view.shape[0] == 0:
+        return 0
+    if (cnp.PyArray_DATA(a) != <const void*>&view[0, 0] or cnp.PyArray_NDIM(a) != 2
+            or cnp.PyArray_DIM(a, 0) != view.shape[0] or cnp.PyArray_DIM(a, 1) != view.shape[1]):
+        raise RuntimeError(f"{name} was resized while the call read it")
+    return 0
+
+
 cdef object _first_bad(object arr):
     cdef const float[:, ::1] f32
     cdef const double[:, ::1] f64
-    cdef Py_ssize_t r = 0, c = 0, n = arr.shape[0], v = arr.shape[1]
+    cdef Py_ssize_t r = 0, c = 0
     cdef double val = 0.0
     cdef int code = 0  # SPECFSM_OK
-    if n == 0:
+    if arr.shape[0] == 0:
         return code, r, c, val
     if arr.dtype.itemsize == 4:
         f32 = arr
+        _unmoved(arr, f32, "probs")
         with nogil:
-            code = specfsm_check_rows_f32(&f32[0, 0], n, v, _ATOL, &r, &c, &val)
+            code = specfsm_check_rows_f32(&f32[0, 0], f32.shape[0], f32.shape[1], _ATOL, &r, &c, &val)
     else:
         f64 = arr
+        _unmoved(arr, f64, "probs")
         with nogil:
-            code = specfsm_check_rows_f64(&f64[0, 0], n, v, _ATOL, &r, &c, &val)
+            code = specfsm_check_rows_f64(&f64[0, 0], f64.shape[0], f64.shape[1], _ATOL, &r, &c, &val)
     return code, r, c, val
 
 
-cdef _raise_if_bad(object arr, str name):
+cdef _raise_if_bad(object arr, object name):
     code, r, c, val = _first_bad(arr)
     if code != PROB_OK:
         raise prob_error(name, code, r, c, val)
@@ -84,7 +101,10 @@ cdef _raise_if_bad(object arr, str name):
 
 def check_probs(probs, name="probs"):
     """Return ``probs`` as a C-contiguous float32/float64 2-D array, refusing rows that
-    hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``."""
+    hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``
+    (ValueError naming ``name``), and a ``name`` that is not a str (TypeError)."""
+    if type(name) is not str:
+        check_name(name)
     p = as_prob_rows(probs, name)
     _raise_if_bad(p, name)
     return p
@@ -226,10 +246,13 @@ def exact_batch(draft, choices, offsets):
 
 def min_run_batch(draft, choices, offsets, m):
     """``exact_batch`` where a request keeps its matched rows only when there are at
-    least ``m`` of them (else it accepts 0 and emits its row-0 choice)."""
+    least ``m`` of them (else it accepts 0 and emits its row-0 choice). ``m`` is any
+    non-negative integer, however large (TypeError/ValueError naming it otherwise)."""
     mm = check_count(m, "m")
     d, c, off, k_max = prepare_exact(draft, choices, offsets, _FAST)
-    return _exact_run(d, c, off, k_max, mm)
+    # no run is longer than the longest draft: every m beyond it refuses every run alike,
+    # and the count handed to C stays within it (m may be any Python int)
+    return _exact_run(d, c, off, k_max, min(mm, k_max + 1))
 
 
 # -- speculative sampling ----------------------------------------------------------------
@@ -322,26 +345,35 @@ def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check
     cdef const int64_t[::1] d64
     cdef const float[:, ::1] p32, q32
     cdef const double[:, ::1] p64, q64
+    cdef bint d4 = d.dtype.itemsize == 4
+    if d4:
+        d32 = d
+    else:
+        d64 = d
+    # the probability views are taken last and compared with their arrays (_unmoved):
+    # the draft, offsets and uniforms are the call's own
     if p.dtype.itemsize == 4:
         p32 = p
         q32 = q
-        if d.dtype.itemsize == 4:
-            d32 = d
+        _unmoved(p, p32, "target_probs")
+        if has_q:
+            _unmoved(q, q32, "draft_probs")
+        if d4:
             with nogil:
                 bad = _spec_kernel(d32, offv, p32, q32, has_q, uv, o, a, scratch)
         else:
-            d64 = d
             with nogil:
                 bad = _spec_kernel(d64, offv, p32, q32, has_q, uv, o, a, scratch)
     else:
         p64 = p
         q64 = q
-        if d.dtype.itemsize == 4:
-            d32 = d
+        _unmoved(p, p64, "target_probs")
+        if has_q:
+            _unmoved(q, q64, "draft_probs")
+        if d4:
             with nogil:
                 bad = _spec_kernel(d32, offv, p64, q64, has_q, uv, o, a, scratch)
         else:
-            d64 = d
             with nogil:
                 bad = _spec_kernel(d64, offv, p64, q64, has_q, uv, o, a, scratch)
     if bad:
@@ -426,24 +458,27 @@ def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, poster
     cdef const int64_t[::1] d64
     cdef const float[:, ::1] p32
     cdef const double[:, ::1] p64
+    cdef bint d4 = d.dtype.itemsize == 4
+    if d4:
+        d32 = d
+    else:
+        d64 = d
     if p.dtype.itemsize == 4:
         p32 = p
-        if d.dtype.itemsize == 4:
-            d32 = d
+        _unmoved(p, p32, "target_probs")   # taken last, compared with its array
+        if d4:
             with nogil:
                 bad = _typical_kernel(d32, offv, p32, t, al, o, a)
         else:
-            d64 = d
             with nogil:
                 bad = _typical_kernel(d64, offv, p32, t, al, o, a)
     else:
         p64 = p
-        if d.dtype.itemsize == 4:
-            d32 = d
+        _unmoved(p, p64, "target_probs")
+        if d4:
             with nogil:
                 bad = _typical_kernel(d32, offv, p64, t, al, o, a)
         else:
-            d64 = d
             with nogil:
                 bad = _typical_kernel(d64, offv, p64, t, al, o, a)
     if bad:

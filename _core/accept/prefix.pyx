@@ -91,15 +91,19 @@ def common_prefix(draft, row_tokens):
     tb = type(row_tokens)
     if (ta is list or ta is tuple) and (tb is list or tb is tuple):
         return _prefix_seq(draft, row_tokens)
-    cdef int wa = plain_int_width(draft)
-    if wa and wa == plain_int_width(row_tokens):
+    # exact ndarrays only: a subclass (whose own methods could answer otherwise) is
+    # converted, as in the twin
+    cdef int wa = plain_int_width(draft) if ta is np.ndarray else 0
+    if wa and tb is np.ndarray and wa == plain_int_width(row_tokens):
         return _prefix_arrays(draft, row_tokens, wa)
     if isinstance(draft, np.ndarray) and isinstance(row_tokens, np.ndarray):
-        a = token_ids(draft, "draft")
-        b = token_ids(row_tokens, "row_tokens")
+        # the call's own copies: taking a typed view can run Python code (a finalizer
+        # that resizes a caller's array in place), so the loop reads only these
+        a = token_ids(draft, "draft", own=True)
+        b = token_ids(row_tokens, "row_tokens", own=True)
         if a.dtype != b.dtype:
-            a = a.astype(np.int64)
-            b = b.astype(np.int64)
+            a = a.astype(np.int64, copy=False)
+            b = b.astype(np.int64, copy=False)
         if a.dtype.itemsize == 4:
             return _prefix_views[int32_t](a, b)
         return _prefix_views[int64_t](a, b)

@@ -209,18 +209,22 @@ def prompt_lookup(history, ngram, max_k):
     ``history`` holds token ids: a 1-D integer numpy array, or a list or tuple (or other
     sequence) of Python ints or numpy integers. Returns an empty draft when ``ngram`` or
     ``max_k`` is 0, when ``history`` is not longer than ``ngram``, or when there is no
-    earlier occurrence. A numpy ``history`` gives a numpy draft of the same dtype;
-    anything else gives a list of Python ints. A list entry that the search reads and
-    that is not a token id raises TypeError naming it (OverflowError beyond int64).
+    earlier occurrence. A numpy ``history`` gives a numpy draft (a plain ndarray) of the
+    same dtype, cut from the ids as converted (the history is read once); anything else
+    gives a list of Python ints. A list entry that the search reads and that is not a
+    token id raises TypeError naming it (OverflowError beyond int64).
     """
     cdef Py_ssize_t g, k, end, n
+    cdef const void* data
     if type(ngram) is not int or ngram < 0:
         ngram = check_count(ngram, "ngram")
     if type(max_k) is not int or max_k < 0:
         max_k = check_count(max_k, "max_k")
-    cdef int width = plain_int_width(history)
-    cdef cnp.npy_intp take
     th = type(history)
+    # an exact ndarray only: a subclass (whose own methods could answer otherwise) takes
+    # the converting path, as in the twin
+    cdef int width = plain_int_width(history) if th is np.ndarray else 0
+    cdef cnp.npy_intp take
     if width:
         # the fast path: ids read in place, the draft copied into a new array of its dtype
         n = array_len(history)
@@ -228,15 +232,23 @@ def prompt_lookup(history, ngram, max_k):
         k = min(<object>max_k, n)
         end = -1 if k == 0 else _match_end_plain(history, width, g if g == ngram else n)
         take = 0 if end < 0 else min(n - end, k)
+        data = array_data(history)
         out = cnp.PyArray_SimpleNew(1, &take, cnp.PyArray_TYPE(<cnp.ndarray>history))
+        # the allocation may run Python code (a finalizer) that resizes the history in
+        # place: copy only from the array that was searched
+        if plain_int_width(history) != width or array_len(history) != n or array_data(history) != data:
+            raise RuntimeError("history changed size during prompt_lookup")
         if take:
-            memcpy(cnp.PyArray_DATA(<cnp.ndarray>out),
-                   <const char*>array_data(history) + end * width, take * width)
+            memcpy(cnp.PyArray_DATA(<cnp.ndarray>out), <const char*>data + end * width, take * width)
         return out
     if th is list or th is tuple:
         seq = history
     elif isinstance(history, np.ndarray):
-        arr = token_ids(history, "history")
+        # read once: the draft is cut from the converted ids, in the caller's dtype
+        dt = history.dtype
+        # the call's own copy: taking a typed view can run Python code (a finalizer that
+        # resizes the caller's array in place), so the search reads only this
+        arr = token_ids(history, "history", own=True)
         n = arr.shape[0]
         g = min(<object>ngram, n)
         k = min(<object>max_k, n)
@@ -247,8 +259,8 @@ def prompt_lookup(history, ngram, max_k):
         else:
             end = _match_end_views[int64_t](arr, g if g == ngram else n)
         if end < 0:
-            return history[:0].copy()
-        return history[end : end + min(n - end, k)].copy()
+            return np.empty(0, dtype=dt)
+        return np.array(arr[end : end + min(n - end, k)], dtype=dt)
     else:
         seq = entries(history, "history", listed=True)  # other sequences: as a list, the twin's rule
     n = Py_SIZE(seq)

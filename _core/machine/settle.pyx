@@ -1,15 +1,35 @@
 # cython: language_level=3
 """Settling a verify evaluation: validation and the placement choice (compiled)."""
 
+from libc.stdint cimport int64_t
+
 from specfsm._checks import check_count
 from specfsm.machine._checks import settle_reason
 from specfsm.errors import IllegalTransition
 
 __all__ = ["settle"]
 
+cdef extern from "Python.h":
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
 
-def settle(Py_ssize_t draft_len, accepted, Py_ssize_t n_row_tokens, Py_ssize_t n_row_caches,
-           str attempted):
+
+cdef int64_t _length(object value, str name) except -1:
+    """A length: a non-negative integer within int64 (``check_count``'s TypeError and
+    ValueError, OverflowError beyond int64, each naming ``name``), as the twin's."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(value) is int:
+        v = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and v >= 0:
+            return v
+    value = check_count(value, name)   # raises for what is not a count
+    v = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow:
+        raise OverflowError(f"{name}={value} is beyond int64")
+    return v
+
+
+def settle(draft_len, accepted, n_row_tokens, n_row_caches, attempted):
     """Index of the row cache to resume from after accepting ``accepted`` of ``draft_len`` rows.
 
     That is ``accepted`` when a draft row was rejected, ``accepted - 1`` when every row
@@ -17,19 +37,24 @@ def settle(Py_ssize_t draft_len, accepted, Py_ssize_t n_row_tokens, Py_ssize_t n
     ``specfsm.machine._checks.settle_reason``, the same text in both implementations) an empty
     draft, ``accepted`` beyond the draft, a ``row_caches`` that is not one entry per draft
     row, and a ``row_tokens`` that does not reach row ``accepted`` when a row was rejected.
-    ``accepted`` that is not a non-negative integer raises TypeError/ValueError.
+    ``attempted`` that is not a str raises TypeError; ``accepted`` that is not a
+    non-negative integer TypeError/ValueError; ``draft_len``, ``n_row_tokens`` and
+    ``n_row_caches`` that are not non-negative integers within int64
+    TypeError/ValueError/OverflowError (converted in argument order, each naming itself).
     """
-    cdef Py_ssize_t n
+    cdef int64_t d, t, c, n
+    if not isinstance(attempted, str):
+        raise TypeError(f"attempted must be a transition name (str), got {type(attempted).__name__}")
+    d = _length(draft_len, "draft_len")
     if type(accepted) is not int or accepted < 0:
         accepted = check_count(accepted, "accepted")
-    # compared as Python ints: ``accepted`` may not fit a Py_ssize_t, and draft_len + 1
-    # would wrap at PY_SSIZE_T_MAX
-    if accepted > draft_len:
-        raise IllegalTransition(
-            attempted, settle_reason(draft_len, accepted, n_row_tokens, n_row_caches))
+    t = _length(n_row_tokens, "n_row_tokens")
+    c = _length(n_row_caches, "n_row_caches")
+    # compared as Python ints: ``accepted`` may not fit an int64, and d + 1 would wrap
+    # at INT64_MAX
+    if accepted > d:
+        raise IllegalTransition(attempted, settle_reason(d, accepted, t, c))
     n = accepted
-    if (draft_len == 0 or n_row_caches != draft_len
-            or (n < draft_len and n_row_tokens <= n)):
-        raise IllegalTransition(
-            attempted, settle_reason(draft_len, accepted, n_row_tokens, n_row_caches))
-    return n - 1 if n == draft_len else n
+    if d == 0 or c != d or (n < d and t <= n):
+        raise IllegalTransition(attempted, settle_reason(d, accepted, t, c))
+    return n - 1 if n == d else n

@@ -112,6 +112,11 @@ def place_rows(src, index, dst):
             return dst
         s_arr = src
         d_arr = dst
+        # the checks above ran Python code (a finalizer may reshape or resize an array in
+        # place): the copy, which stays within these bytes, reads the layout once more
+        if (not cnp.PyArray_IS_C_CONTIGUOUS(s_arr) or not cnp.PyArray_IS_C_CONTIGUOUS(d_arr)
+                or cnp.PyArray_NBYTES(s_arr) != B * K * row or cnp.PyArray_NBYTES(d_arr) != B * row):
+            raise RuntimeError("src or dst changed shape while place_rows checked them")
         sp = <const uint8_t*>cnp.PyArray_DATA(s_arr)
         dp = <uint8_t*>cnp.PyArray_DATA(d_arr)
         if w == 4:
@@ -154,6 +159,7 @@ def settle_index(accepted, draft_lens):
     TypeError/ValueError.
     """
     cdef Py_ssize_t bad, B
+    cdef cnp.npy_intp dim
     cdef int64_t* buf
     cdef cnp.ndarray a_arr, d_arr, o_arr
     if (type(accepted) is np.ndarray and type(draft_lens) is np.ndarray
@@ -163,13 +169,16 @@ def settle_index(accepted, draft_lens):
         a_arr = accepted
         d_arr = draft_lens
         B = cnp.PyArray_DIM(a_arr, 0)
-        o_arr = cnp.PyArray_EMPTY(1, cnp.PyArray_DIMS(a_arr), cnp.NPY_INT64, 0)
+        dim = B
         buf = <int64_t*>PyMem_Malloc(<size_t>(2 * B + 1) * sizeof(int64_t))
         if buf == NULL:
             raise MemoryError()
         try:
+            # copied before anything that can run Python code (the output's allocation
+            # may run a finalizer that resizes the caller's arrays)
             memcpy(buf, cnp.PyArray_DATA(a_arr), <size_t>B * sizeof(int64_t))
             memcpy(buf + B, cnp.PyArray_DATA(d_arr), <size_t>B * sizeof(int64_t))
+            o_arr = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
             with nogil:
                 bad = _settle(buf, buf + B, <int64_t*>cnp.PyArray_DATA(o_arr), B)
             if bad >= 0:

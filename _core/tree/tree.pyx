@@ -65,8 +65,9 @@ cdef cnp.ndarray _source(object x, str name):
     raises). The plain array's length, item size and data are read again after the
     allocation (which may run a finalizer, and so another thread, that reshapes or
     re-types the caller's array) and copied at once; if they changed, the conversion
-    takes the checked path instead."""
-    cdef int w = plain_int_width(x)
+    takes the checked path instead. An ndarray subclass is converted by ``ids64``, as
+    in the twin (its own methods could answer otherwise than its memory)."""
+    cdef int w = plain_int_width(x) if type(x) is np.ndarray else 0
     cdef Py_ssize_t k, n
     cdef cnp.npy_intp dim
     cdef cnp.ndarray out, a
@@ -110,6 +111,16 @@ cdef cnp.ndarray _array_of(const int64_t* src, Py_ssize_t n):
     if n:
         memcpy(cnp.PyArray_DATA(out), src, <size_t>(n * 8))
     return out
+
+
+cdef inline int _same_bytes(object cache, Py_ssize_t nbytes) except -1:
+    """Refuse (RuntimeError) a cache that is no longer C-contiguous over ``nbytes``
+    bytes: its checks ran Python code (a finalizer may reshape or resize it in place),
+    so the moves, which stay within those bytes, read its layout once more, last."""
+    cdef cnp.ndarray a = <cnp.ndarray>cache
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or cnp.PyArray_NBYTES(a) != nbytes:
+        raise RuntimeError("cache changed shape while place_path checked it")
+    return 0
 
 
 # -- the node loops ----------------------------------------------------------------------
@@ -355,6 +366,7 @@ def place_path(cache, base, path):
     if code:
         raise path_error(code, bad, pp[bad], pp[bad - 1] if bad else -1, b0, L)
     if row and m:
+        _same_bytes(cache, L * row)
         rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
         with nogil:
             _move(rows, pp, m, b0, row)
@@ -409,6 +421,7 @@ def place_path_batch(cache, base, path, path_offsets):
         lo = o[bad_b]
         raise path_error(code, bad, pp[lo + bad], pp[lo + bad - 1] if bad else -1, v, L, where)
     if row and P:
+        _same_bytes(cache, B * L * row)
         rows = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>cache)
         with nogil:
             for b in range(B):

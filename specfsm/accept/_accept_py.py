@@ -28,6 +28,7 @@ from ._checks import (
     PROB_NONFINITE,
     PROB_OK,
     as_prob_rows,
+    check_name,
     draw_uniforms,
     prepare_exact,
     prepare_speculative,
@@ -46,13 +47,45 @@ __all__ = [
 
 
 # -- the probability-row check ---------------------------------------------------------
+#: rows summed per block by ``_row_sums`` (bounds its float64 temporary)
+_SUM_BLOCK = 1 << 20
+
+
+def _row_sums(p: np.ndarray) -> np.ndarray:
+    """Each row's sum in float64, in the compiled check's order (``accept_kernels.h``):
+    eight lanes, lane ``l`` summing entries ``l, l + 8, ...`` of the row's first
+    ``V - V % 8`` in order, the last ``V % 8`` entries added to lane 0 in order, then
+    ``((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))``. The same operations in the
+    same order give the same sum to the last bit, so a row near the tolerance is
+    accepted or refused alike by both implementations (numpy's pairwise ``sum`` is not
+    that order)."""
+    n, v = p.shape
+    v8 = v - v % 8
+    sums = np.empty(n, dtype=np.float64)
+    step = max(1, _SUM_BLOCK // max(v, 1))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r0 in range(0, n, step):
+            blk = p[r0 : r0 + step]
+            m = blk.shape[0]
+            if v8:
+                # cumsum adds strictly in order; + 0.0 is the compiled lanes' 0.0 start
+                lanes = np.cumsum(blk[:, :v8].reshape(m, v8 // 8, 8), axis=1, dtype=np.float64)[:, -1, :] + 0.0
+            else:
+                lanes = np.zeros((m, 8), dtype=np.float64)
+            for j in range(v8, v):
+                lanes[:, 0] += blk[:, j]
+            l_ = lanes.T
+            sums[r0 : r0 + m] = ((l_[0] + l_[1]) + (l_[2] + l_[3])) + ((l_[4] + l_[5]) + (l_[6] + l_[7]))
+    return sums
+
+
 def _first_bad_row(p: np.ndarray):
     """(code, row, col, value) for the first row of ``p`` that is not a distribution."""
     bad = ~np.isfinite(p)
     bad |= p < 0
     elem_rows = bad.any(axis=1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        sums = p.sum(axis=1, dtype=np.float64)
+    sums = _row_sums(p)
+    with np.errstate(invalid="ignore"):
         sum_rows = ~(np.abs(sums - 1.0) <= PROB_ATOL)
     rows = elem_rows | sum_rows
     if not rows.any():
@@ -67,7 +100,9 @@ def _first_bad_row(p: np.ndarray):
 
 def check_probs(probs: object, name: str = "probs") -> np.ndarray:
     """Return ``probs`` as a C-contiguous float32/float64 2-D array, refusing rows that
-    hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``."""
+    hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``
+    (ValueError naming ``name``), and a ``name`` that is not a str (TypeError)."""
+    check_name(name)
     p = as_prob_rows(probs, name)
     code, r, c, val = _first_bad_row(p)
     if code != PROB_OK:
@@ -116,7 +151,8 @@ def exact_batch(draft, choices, offsets):
 
 def min_run_batch(draft, choices, offsets, m):
     """``exact_batch`` where a request keeps its matched rows only when there are at
-    least ``m`` of them (else it accepts 0 and emits its row-0 choice)."""
+    least ``m`` of them (else it accepts 0 and emits its row-0 choice). ``m`` is any
+    non-negative integer, however large (TypeError/ValueError naming it otherwise)."""
     mm = check_count(m, "m")
     d, c, off, k_max = prepare_exact(draft, choices, offsets)
     return _exact_rows(d, c, off, k_max, mm)

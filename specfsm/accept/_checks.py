@@ -42,6 +42,7 @@ __all__ = [
     "check_id_range",
     "prepare_exact",
     "as_prob_rows",
+    "check_name",
     "as_uniforms",
     "check_uniforms",
     "draw_uniforms",
@@ -114,6 +115,12 @@ def prepare_exact(draft: object, choices: object, offsets: object, fast=None):
     return d, c, off, k_max
 
 
+def check_name(name: object) -> None:
+    """Refuse (TypeError) a ``name`` for messages that is not a str."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str (the argument's name in messages), got {type(name).__name__}")
+
+
 def as_prob_rows(x: object, name: str) -> np.ndarray:
     """A C-contiguous, native float32/float64 2-D ndarray (not a subclass) of ``x``;
     read in place when it already is one."""
@@ -177,14 +184,21 @@ def prepare_speculative(draft, offsets, target_probs, draft_probs, uniforms, fas
     """(draft, offsets, P, Q or None, U, K_max, Generator or None) converted, then checked.
 
     U is None when ``uniforms`` is a Generator: the caller draws from it (with
-    ``draw_uniforms``) after its own remaining checks. ``fast``: as for
-    ``prepare_exact``."""
+    ``draw_uniforms``) after its own remaining checks; P and Q are then private copies
+    when it is a Generator subclass (whose ``random`` runs Python code after the
+    checks). ``fast``: as for ``prepare_exact``."""
     offsets_check, ids_check = fast or (draft_offsets, check_id_range)
     d = token_ids(draft, "draft", own=True)
     off = int64_ids(offsets, "offsets")
     p = as_prob_rows(target_probs, "target_probs")
     q = None if draft_probs is None else as_prob_rows(draft_probs, "draft_probs")
     u, gen = as_uniforms(uniforms)
+    if gen is not None and type(gen) is not np.random.Generator:
+        # a subclass's random() is Python code that runs after every check (and may
+        # reshape, retype or rewrite the caller's arrays): the kernels read rows it
+        # cannot reach, the call's own copies
+        p = np.array(p, order="C", copy=True)
+        q = None if q is None else np.array(q, order="C", copy=True)
     k_max = offsets_check(off, d.shape[0])
     n, v = p.shape
     if n != d.shape[0]:

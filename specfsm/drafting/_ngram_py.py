@@ -57,18 +57,22 @@ def prompt_lookup(history: object, ngram: object, max_k: object):
     ``history`` holds token ids: a 1-D integer numpy array, or a list or tuple (or other
     sequence) of Python ints or numpy integers. Returns an empty draft when ``ngram`` or
     ``max_k`` is 0, when ``history`` is not longer than ``ngram``, or when there is no
-    earlier occurrence. A numpy ``history`` gives a numpy draft of the same dtype;
-    anything else gives a list of Python ints. A list entry that the search reads and
-    that is not a token id raises TypeError naming it (OverflowError beyond int64).
+    earlier occurrence. A numpy ``history`` gives a numpy draft (a plain ndarray) of the
+    same dtype, cut from the ids as converted (the history is read once); anything else
+    gives a list of Python ints. A list entry that the search reads and that is not a
+    token id raises TypeError naming it (OverflowError beyond int64).
     """
     ngram = check_count(ngram, "ngram")
     max_k = check_count(max_k, "max_k")
     if isinstance(history, np.ndarray):
-        ids = token_ids(history, "history").tolist()
+        # read once: the draft is cut from the converted ids, in the caller's dtype
+        dt = history.dtype
+        arr = token_ids(history, "history")
+        ids = arr.tolist()
         end = -1 if max_k == 0 else _match_end(ids, ngram)
         if end < 0:
-            return history[:0].copy()
-        return history[end : end + min(len(ids) - end, max_k)].copy()
+            return np.empty(0, dtype=dt)
+        return np.array(arr[end : end + min(len(ids) - end, max_k)], dtype=dt)
     h = entries(history, "history", listed=True)
     n = len(h)
     end = -1 if max_k == 0 else _match_end(h, ngram)

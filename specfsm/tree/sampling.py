@@ -35,7 +35,9 @@ from typing import Any
 import numpy as np
 
 from .. import _impl
+from .._checks import int64_ids
 from ..accept.rules import SpeculativeSampling
+from ._checks import ids64
 from .tree import accept_tree, accept_tree_batch, check_tree
 
 check_probs = _impl.load("accept").check_probs  # the active implementation's
@@ -100,13 +102,19 @@ def sample_tree_batch(tokens: object, parents: object, offsets: object, target_p
     start at ``offsets[b] + b`` in ``target_probs``): ``(counts, resume, path,
     path_offsets, next_tokens)``, the first four as ``accept_tree_batch`` returns them,
     ``next_tokens[b]`` the token drawn at tree ``b``'s resume row (int64). Draws
-    ``total + B`` uniforms, one per row in row order, after every argument is checked."""
+    ``total + B`` uniforms, one per row in row order, after every argument is checked.
+    ``tokens``, ``parents`` and ``offsets`` are each read once, into the call's own
+    arrays; everything after reads only those."""
     probs = check_probs(target_probs, "target_probs")
+    t = ids64(tokens, "tokens")
+    p = ids64(parents, "parents")
+    off = int64_ids(offsets, "offsets")
     # accept_tree_batch checks the trees and the row count; on throwaway rows first,
     # so that a refused call draws nothing
-    accept_tree_batch(tokens, parents, offsets, np.zeros(probs.shape[0], dtype=np.int64))
+    accept_tree_batch(t, p, off, np.zeros(probs.shape[0], dtype=np.int64))
     g = _generator(rng, seed)
     rows = _draw(probs, g.random(probs.shape[0]))
-    counts, resume, path, path_offsets = accept_tree_batch(tokens, parents, offsets, rows)
-    starts = np.asarray(offsets, dtype=np.int64)[:-1] + np.arange(len(counts), dtype=np.int64)
+    counts, resume, path, path_offsets = accept_tree_batch(t, p, off, rows)
+    # off is checked (0 <= off[b] <= total): starts + resume lies within rows
+    starts = off[:-1] + np.arange(counts.shape[0], dtype=np.int64)
     return counts, resume, path, path_offsets, rows[starts + resume]

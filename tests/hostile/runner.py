@@ -50,6 +50,33 @@ class Failure(Exception):
     """A call broke the rule (an exception outside ALLOWED is reported as itself)."""
 
 
+class LyingArray(np.ndarray):
+    """An ndarray subclass whose item access answers otherwise than its memory: a kernel
+    that reads it a second time (instead of its converted copy) returns other values."""
+
+    def __getitem__(self, key):
+        return np.full(3, 2**31 - 7, dtype=np.int64)
+
+
+class RewritingGenerator(np.random.Generator):
+    """A Generator subclass whose ``random`` (Python code the kernel runs after its
+    checks) reshapes, retypes or rewrites the probability rows it was given."""
+
+    victim = None
+    how = "reshape"
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        a = self.victim
+        if a is not None and a.size:
+            if self.how == "reshape" and a.shape[1] % 2 == 0:
+                a.shape = (a.shape[0] * 2, a.shape[1] // 2)
+            elif self.how == "retype":
+                a.dtype = np.float32
+            else:
+                a[:] = np.nan if self.how == "nan" else 0.0
+        return np.full(size, 0.25)
+
+
 # --------------------------------------------------------------------------------------
 # calling and comparing
 # --------------------------------------------------------------------------------------
@@ -101,11 +128,13 @@ class Impl:
     def __getitem__(self, name):
         return self.mods[name]
 
-    def same(self, label, mod, fn, make_args, rng):
+    def same(self, label, mod, fn, make_args, rng, strict=False):
         """Call ``mod.fn`` on fresh arguments from ``make_args()`` here and in the twin;
         a compiled result the twin refuses or computes differently is recorded in
-        ``self.mismatches`` (the run goes on, so that a later crash still shows).
-        ``make_args`` may draw from ``rng``: each call replays the same draws."""
+        ``self.mismatches`` (the run goes on, so that a later crash still shows);
+        ``strict`` records a refusal the twin does not make, or makes with another
+        exception type, too. ``make_args`` may draw from ``rng``: each call replays the
+        same draws."""
         state = rng.getstate()
         args, kwargs = make_args()
         got = attempt(getattr(self.mods[mod], fn), *args, **kwargs)
@@ -121,6 +150,10 @@ class Impl:
                 problem = f"returned {short(got[1])} where the twin raises {want[1].__name__}"
             elif canon(got[1]) != canon(want[1]):
                 problem = f"returned {short(got[1])}, the twin {short(want[1])}"
+        elif strict and want[0] == "ok":
+            problem = f"raised {got[1].__name__} where the twin returns {short(want[1])}"
+        elif strict and got[1] is not want[1]:
+            problem = f"raised {got[1].__name__} where the twin raises {want[1].__name__}"
         if problem:
             rng.setstate(state)
             self.mismatches.append(f"{label}: {mod}.{fn} {problem}; arguments {short(make_args())}")
@@ -260,6 +293,13 @@ def scenario_extreme_ints(impl, rng, seconds):
         impl.same("counts", "prefix", "common_prefix", lambda: ((D(draft), np.array(choices, dtype=np.int32)), {}), rng)
         impl.same("counts", "settle", "settle", lambda: ((rng.choice([0, 1, 5, I64]), big, rng.choice([0, 5, I64]), rng.choice([1, 5, I64]), "accept"), {}), rng)
         impl.same("counts", "place", "settle_index", lambda: (([big, 0, 1], [big, rng.choice([0, 1, big]), 1]), {}), rng)
+        # one rule per argument: compared strictly (the same result, or the same refusal)
+        odd = [big, True, 2.5, None, np.uint64(2**64 - 1), np.int64(3), "3"]
+        impl.same("counts", "accept", "min_run_batch", lambda: ((D(), D(choices), [0, total], rng.choice(HUGE_COUNTS + [big, 0, 2])), {}), rng, strict=True)
+        impl.same("counts", "settle", "settle", lambda: ((rng.choice([3, big] + odd), rng.choice([0, 3, big]), rng.choice([3, big] + odd), rng.choice([3, big] + odd), rng.choice(["accept", "accept", None, 5])), {}), rng, strict=True)
+        impl.same("names", "accept", "check_probs", lambda: ((pp.copy(), rng.choice(["probs", None, big, b"p"])), {}), rng, strict=True)
+        hist = np.array(draft + draft[:2], dtype=rng.choice([np.int64, np.int32, np.uint8, np.uint64]))
+        impl.same("history", "ngram", "prompt_lookup", lambda: ((rng.choice([hist.copy(), np.repeat(hist, 2)[::2], hist.view(LyingArray)]), rng.choice([1, 2]), rng.choice([3, big if big >= 0 else 3])), {}), rng, strict=True)
         src = np.arange(2 * 3 * 4, dtype=np.int64).reshape(2, 3, 4)
         impl.same("index", "place", "place_rows", lambda: ((src.copy(), [big, rng.choice([-1, 0, 2, big])], np.zeros((2, 4), dtype=np.int64)), {}), rng)
         impl.same("index", "place", "place_rows", lambda: ((src.copy(), np.array([I64MIN, I64MIN + 1]), np.zeros((2, 4), dtype=np.int64)), {}), rng)
@@ -426,6 +466,30 @@ def scenario_callbacks(impl, rng, seconds):
         a[0] = Rewriter(0, poison(d_arr, rng))
         attempt(pl.settle_index, a, d_arr)
         attempt(impl["settle"].settle, 5, Rewriter(2, lambda: None), 5, 5, "accept")
+        impl.same("callbacks", "settle", "settle", lambda: ((Rewriter(rng.choice([3, -1, 2**63]), lambda: None), Rewriter(rng.choice([1, 3, 2.5]), lambda: None), 3, Rewriter(3, lambda: None), "accept"), {}), rng, strict=True)
+
+        # a Generator subclass whose draw rewrites the probability rows already checked:
+        # the kernels read their own copies, so both answer as for the rows passed
+        def rewriting_draw():
+            r = random.Random(rng.randrange(2**32))
+            d2, _, o2 = ragged(r, r.randrange(1, 5), 4, 6)
+            p2 = probs(r, d2.shape[0], 6)
+            q2 = probs(r, d2.shape[0], 6) if r.random() < 0.5 else None
+            gen = RewritingGenerator(np.random.PCG64(r.randrange(2**32)))
+            gen.victim = p2 if q2 is None or r.random() < 0.5 else q2
+            gen.how = r.choice(["reshape", "retype", "nan", "zero"])
+            return (d2, o2, p2, q2, gen, r.random() < 0.5), {}
+
+        got = impl.same("generator", "accept", "speculative_batch", rewriting_draw, rng, strict=True)
+        if got[0] == "ok" and (got[1][0] >= 6).any():
+            raise Failure(f"speculative_batch emitted a token beyond the checked vocabulary: {got[1][0]}")
+        # counts whose conversion rewrites the numpy history already passed
+        def hooked_lookup():
+            h2 = np.array(history(rng, rng.randrange(0, 60)) or [1], dtype=rng.choice([np.int64, np.uint16]))
+            h2 = h2[:: rng.choice([1, 2])]
+            return (h2, Rewriter(2, poison(h2, rng)), Rewriter(5, poison(h2, rng))), {}
+
+        impl.same("callbacks", "ngram", "prompt_lookup", hooked_lookup, rng, strict=True)
     return n
 
 

@@ -6,12 +6,21 @@ broken (parents out of range or after their node, extreme integers, equal siblin
 offsets that do not tile, paths past the cache), every call compared with the twin (the
 same result, or a refusal both make).
 
+Every call there is compared strictly (a refusal the twin does not make, or makes with
+another exception type, is a mismatch too), with the arrays in every layout and dtype
+(lists, int32 to uint64 and int8, big-endian, strided, subclasses, 2-D, 0-d), bases
+whose conversion rewrites the path and the cache already passed, and
+``sample_tree_batch`` given offsets that change on every read (it must sample as with
+the first reading, or refuse without drawing).
+
 ``tree_threads``: threads rewrite the caller's tokens, parents, offsets, row tokens, bases
 and paths with values that break every bound while other threads call every kernel; each
 call returns or raises one of ``ALLOWED`` and never reads or writes outside its buffers.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -43,6 +52,87 @@ def _tree(rng, n, broken):
     return tokens, parents
 
 
+class _Sub(np.ndarray):
+    """An ndarray subclass whose item access answers otherwise than its memory."""
+
+    def __getitem__(self, key):
+        return np.zeros(3, dtype=np.int64)
+
+
+_LAYOUTS = [np.int64, np.int32, None, np.uint64, np.int8, ">i8", "strided", "subclass", "2d", "0d"]
+
+
+def _layout(x, how):
+    """``x`` (a list of ints) as layout ``how``; a dtype that cannot hold it gives a list."""
+    if how is None:
+        return list(x)
+    try:
+        a = np.array(x, dtype=np.int64 if isinstance(how, str) and not how.startswith(">") else how)
+    except OverflowError:
+        return list(x)
+    if how == "strided":
+        return np.repeat(a, 2)[::2]
+    if how == "subclass":
+        return a.view(_Sub)
+    if how == "2d":
+        return a.reshape(1, -1)
+    if how == "0d":
+        return np.array(x[0] if x else 0)
+    return a
+
+
+class _Shifting(Sequence):
+    """A sequence whose every pass (iteration) after the first reads other values."""
+
+    def __init__(self, first, later):
+        self.values = [list(first), list(later)]
+        self.passes = 0
+
+    def _now(self):
+        return self.values[min(self.passes, 1)]
+
+    def __len__(self):
+        return len(self._now())
+
+    def __getitem__(self, i):
+        return self._now()[i]
+
+    def __iter__(self):
+        out = list(self._now())
+        self.passes += 1
+        return iter(out)
+
+
+def _shifting_offsets(runner, rng):
+    """``sample_tree_batch`` (the public layer, the active implementation) with offsets
+    that change after the first read: it samples as with the first reading, or refuses
+    (one of ALLOWED) without drawing."""
+    from specfsm.tree.sampling import sample_tree_batch
+
+    B = rng.randrange(1, 4)
+    trees = [_tree(rng, rng.randrange(1, 5), False) for _ in range(B)]
+    t = [x for tr in trees for x in tr[0]]
+    p = [x for tr in trees for x in tr[1]]
+    off = [0]
+    for tr in trees:
+        off.append(off[-1] + len(tr[0]))
+    later = [rng.choice(runner.EXTREME + [0, 1, len(t)]) for _ in off]
+    probs = runner.probs(rng, len(t) + B, 1010)
+    seed = rng.randrange(2**32)
+    want = sample_tree_batch(np.array(t), np.array(p), np.array(off), probs, np.random.default_rng(seed))
+    g = np.random.default_rng(seed)
+    state = g.bit_generator.state
+    try:
+        got = sample_tree_batch(t, p, _Shifting(off, later), probs, g)
+    except runner.ALLOWED:
+        if g.bit_generator.state != state:
+            raise runner.Failure("sample_tree_batch refused after drawing") from None
+        return
+    for a, b in zip(got, want):
+        if not np.array_equal(a, b):
+            raise runner.Failure(f"sample_tree_batch read offsets twice: {got} against {want}")
+
+
 def _rows(rng, tokens, n_rows):
     return [rng.choice(tokens) if tokens and rng.random() < 0.7 else rng.randrange(50) for _ in range(n_rows)]
 
@@ -56,23 +146,18 @@ def scenario_tree_inputs(runner, impl, rng, seconds):
         rounds += 1
         n = rng.randrange(0, 10)
         broken = rng.random() < 0.5
-        dtype = rng.choice([np.int64, np.int32, None])
+        dtype = rng.choice(_LAYOUTS if rng.random() < 0.5 else [np.int64, np.int32, None])
 
         def arr(x):
-            if dtype is None:
-                return list(x)
-            try:
-                return np.array(x, dtype=dtype)
-            except OverflowError:
-                return list(x)
+            return _layout(x, dtype)
 
         def one():
             t, p = _tree(rng, n, broken)
             rows = _rows(rng, t, n + 1 + (rng.randrange(-1, 2) if broken else 0))
             return (arr(t), arr(p), arr(rows)), {}
 
-        impl.same("accept_tree", "tree", "accept_tree", one, rng)
-        impl.same("check_tree", "tree", "check_tree", lambda: (one()[0][:2], {}), rng)
+        impl.same("accept_tree", "tree", "accept_tree", one, rng, strict=True)
+        impl.same("check_tree", "tree", "check_tree", lambda: (one()[0][:2], {}), rng, strict=True)
 
         def batch():
             B = rng.randrange(0, 5)
@@ -86,9 +171,9 @@ def scenario_tree_inputs(runner, impl, rng, seconds):
                 k = rng.randrange(len(off))
                 off[k] = rng.choice(runner.EXTREME)
             rows = _rows(rng, t, len(t) + B + (rng.randrange(-1, 2) if broken else 0))
-            return (arr(t), arr(p), off, arr(rows)), {}
+            return (arr(t), arr(p), arr(off) if rng.random() < 0.3 else off, arr(rows)), {}
 
-        impl.same("accept_tree_batch", "tree", "accept_tree_batch", batch, rng)
+        impl.same("accept_tree_batch", "tree", "accept_tree_batch", batch, rng, strict=True)
 
         def place():
             L = rng.randrange(1, 8)
@@ -98,9 +183,19 @@ def scenario_tree_inputs(runner, impl, rng, seconds):
             path = sorted(rng.sample(range(room), rng.randrange(room + 1))) if room else []
             if broken and path:
                 path[rng.randrange(len(path))] = rng.choice(runner.EXTREME)
+            if broken and rng.random() < 0.3:  # base's conversion rewrites the path and the cache
+                path = list(path)
+
+                def rewrite(cache=cache, path=path):
+                    path[:] = [0, 2**62, -1]
+                    cache.shape = (cache.shape[0] * 3,)
+
+                base = runner.Rewriter(base if isinstance(base, int) else 0, rewrite)
+            else:
+                path = arr(path) if rng.random() < 0.3 else path
             return (cache, base, path), {}
 
-        impl.same("place_path", "tree", "place_path", place, rng)
+        impl.same("place_path", "tree", "place_path", place, rng, strict=True)
 
         def place_batch():
             B, L = rng.randrange(0, 4), rng.randrange(1, 7)
@@ -119,9 +214,12 @@ def scenario_tree_inputs(runner, impl, rng, seconds):
                     flat[rng.randrange(len(flat))] = rng.choice(runner.EXTREME)
                 else:
                     off[rng.randrange(len(off))] = rng.choice(runner.EXTREME)
+            if rng.random() < 0.3:
+                bases, flat, off = arr(bases), arr(flat), arr(off)
             return (cache, bases, flat, off), {}
 
-        impl.same("place_path_batch", "tree", "place_path_batch", place_batch, rng)
+        impl.same("place_path_batch", "tree", "place_path_batch", place_batch, rng, strict=True)
+        _shifting_offsets(runner, rng)
     return rounds
 
 
