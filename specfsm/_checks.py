@@ -121,8 +121,8 @@ def host_array(x: object, name: str, *, raw: bool = False) -> Any:
     bfloat16) is refused with TypeError too, unless ``raw`` (a caller that copies bytes,
     as the placement does) accepts it as a view of unsigned integers of its item size
     (a torch tensor's ``view(dtype)``)."""
-    if type(x) is np.ndarray or not hasattr(x, "__dlpack__"):
-        return x
+    if isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__"):
+        return x                # numpy arrays (subclasses too) keep their own rules
     try:
         dev = x.__dlpack_device__()  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - a tensor-like object that cannot say

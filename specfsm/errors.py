@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ServingFsmError", "IllegalTransition"]
+__all__ = ["ServingFsmError", "IllegalTransition", "NegativeToken"]
 
 
 class ServingFsmError(Exception):
@@ -57,3 +57,16 @@ class IllegalTransition(ServingFsmError):
 
     def __hash__(self) -> int:
         return hash((type(self), self.attempted))
+
+
+class NegativeToken(ValueError):
+    """``BatchState.step`` refused to emit a negative token id (``row`` is the flat row of
+    ``row_tokens`` that holds it): a target answered a sentinel (-1, say) in a row whose
+    token the step would emit."""
+
+    def __init__(self, message: str, row: int) -> None:
+        super().__init__(message)
+        self.row = row
+
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:
+        return (type(self), (self.args[0], self.row))

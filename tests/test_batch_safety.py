@@ -698,6 +698,13 @@ def _negative_cases():
         b.enter_verify([0], [5, 6], [0, 2])
         return b
 
+    def budget(bm):                       # slot 0 may emit 2 more tokens: the bonus is cut
+        b = bm.BatchState(3, 3, True)
+        b.admit([0, 2], [1, 2, 3, 4], [0, 2, 4], [10, 12], max_tokens=[2, 9])
+        b.advance_prefill([0, 2], [4, 9], [10, 12])
+        b.enter_verify([0], [5, 6], [0, 2])
+        return b
+
     def tree(bm):
         b = bm.BatchState(3, 4)
         b.admit([0], [1, 2], [0, 2], [10])
@@ -717,6 +724,7 @@ def _negative_cases():
         ("decode row", chain, [5, 6, -2], 2),
         ("all accepted, no bonus", chain, [5, 6, 8], None),
         ("bonus row", lambda bm: chain(bm, True), [5, 6, -4, 9], 2),
+        ("bonus row cut by the budget", lambda bm: budget(bm), [5, 6, -4, 9], None),
         ("tree root row", tree, [-1, 0, 0, 0], 0),
         ("tree path row", tree, [5, -6, 0, 0], 1),
         ("tree rows off the path", tree, [5, 7, -1, 0], None),
@@ -727,9 +735,10 @@ def _negative_cases():
 
 
 @pytest.mark.parametrize("case", _negative_cases(), ids=lambda c: c[0])
-def test_step_refuses_a_negative_token_in_a_row_it_reads_and_changes_nothing(case):
-    """Token ids the step reads must be >= 0 (refused naming the row, nothing changed);
-    rows it does not read may hold anything (-1 as filler)."""
+def test_step_refuses_to_emit_a_negative_token_and_changes_nothing(case):
+    """A token the step would emit must be >= 0 (refused naming its row, nothing
+    changed); rows it does not emit from (past a mismatch, off a tree's path, cut by the
+    budget) may hold anything: -1 as filler, a replay's off-trace answer."""
     name, setup, rows, bad = case
     outcomes = []
     for bm in _both_batches():
@@ -741,7 +750,7 @@ def test_step_refuses_a_negative_token_in_a_row_it_reads_and_changes_nothing(cas
             assert (res.emitted >= 0).all()
             outcomes.append(res.emitted.tolist())
         else:
-            with pytest.raises(ValueError, match=rf"row_tokens\[{bad}\] is {rows[bad]}: step reads that row") as e:
+            with pytest.raises(ValueError, match=rf"row_tokens\[{bad}\] is {rows[bad]}: step would emit it") as e:
                 b.step(r)
             assert snapshot(b) == before
             outcomes.append(str(e.value))

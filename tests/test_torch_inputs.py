@@ -142,3 +142,15 @@ def test_place_rows_on_cuda_tensors_runs_on_the_device():
     specfsm.snapshot(src, out)
     torch.cuda.synchronize()
     assert torch.equal(out, src)
+
+
+def test_numpy_arrays_and_their_subclasses_are_not_taken_through_dlpack():
+    """numpy arrays export DLPack too; they keep numpy's own path (a big-endian array,
+    which DLPack cannot describe, converts as before)."""
+
+    class Sub(np.ndarray):
+        pass
+
+    big = np.arange(4, dtype=">i8").view(Sub)
+    assert host_array(big, "x") is big
+    assert token_ids(big, "x").tolist() == [0, 1, 2, 3]

@@ -68,7 +68,7 @@ ctypedef struct emit_t:
     int64_t minrun            # MinRun's minimum, or -1
     bint computed             # greedy exact or MinRun: the accepted counts computed here
     Py_ssize_t w, nlive, nsuf, nfin
-    int64_t bad               # the first row read that holds a negative token, or -1
+    int64_t bad               # the first row whose negative token would be emitted, or -1
 
 
 cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
@@ -82,7 +82,7 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
     cdef bint stop
     cdef const int64_t* rp = e.rp
     cdef int64_t* emv = e.emv
-    cdef int64_t bad
+    cdef int64_t bad[2]               # a negative token from a row: (row, place emitted)
     e.bad = -1
     for j in range(a):
         i = e.av[j]
@@ -91,22 +91,16 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
         r1 = e.ov[j + 1]
         e0 = w
         e.rbv[j] = 0
-        bad = -1                      # the slot's first row read with a negative token
+        bad[0] = -1
         if code == C_VERIFY and self._tree[i]:
-            e.rsv[j] = _tree_settle(self, i, rp + r0, emv + w, &n, &e.rbv[j], &bad)
+            e.rsv[j] = _tree_settle(self, i, rp + r0, emv + w, &n, &e.rbv[j], bad)
             e.accv[j] = n
             e.drv[j] = self._dlen[i]
             w += n + 1
         elif code == C_VERIFY:
             k = self._dlen[i]
             if e.computed:
-                # the rows compared: up to the first mismatch, each matched row equal to
-                # its draft token; every row read is emitted
                 n = _prefix(&self._draft[i, 0], rp + r0, k)
-                for q in range(n + 1 if n < k else k):
-                    if rp[r0 + q] < 0:
-                        bad = q
-                        break
                 if n < e.minrun:
                     n = 0
                 e.accv[j] = n
@@ -119,28 +113,37 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
                 if bonus:
                     emv[w] = rp[r0 + k]
                     w += 1
-                    if bad < 0 and rp[r0 + k] < 0:
-                        bad = k
+                    if rp[r0 + k] < 0:
+                        bad[0] = k
+                        bad[1] = k
                 e.rsv[j] = k - 1 + bonus
             else:
                 if e.replv != NULL:
                     emv[w] = e.replv[j]
                 else:
                     emv[w] = rp[r0 + n]
-                    if bad < 0 and rp[r0 + n] < 0:
-                        bad = n
+                    if rp[r0 + n] < 0:
+                        bad[0] = n
+                        bad[1] = n
                 w += 1
                 e.rsv[j] = n
                 e.rbv[j] = 1          # settled through Rollback
             e.drv[j] = k
+            if e.computed:
+                # a greedy rule's emission is its rows, in order (the matched draft
+                # tokens equal them): the first negative one
+                for q in range(w - e0):
+                    if emv[e0 + q] < 0:
+                        bad[0] = q
+                        bad[1] = q
+                        break
         else:
             emv[w] = rp[r1 - 1]
             w += 1
             e.rsv[j] = r1 - 1 - r0    # a prefill's last prompt row, a decode's row 0
             if rp[r1 - 1] < 0:
-                bad = r1 - 1 - r0
-        if bad >= 0 and e.bad < 0:
-            e.bad = r0 + bad
+                bad[0] = r1 - 1 - r0
+                bad[1] = 0
         cnt = w - e0
         room = self._budget[i]
         stop = cnt >= room
@@ -153,6 +156,8 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
                     stop = True
                     break
         w = e0 + cnt
+        if bad[0] >= 0 and bad[1] < cnt and e.bad < 0:
+            e.bad = r0 + bad[0]       # a negative token it would emit (cut ones are not)
         e.eov[j + 1] = w
         e.nbv[j] = room - cnt
         if stop:

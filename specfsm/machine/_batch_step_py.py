@@ -220,7 +220,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             path, more = _tree_walk(tl, b._par[i, :k].tolist(), rows[r0:r1].tolist())
             row = path[-1] + 1 if path else 0
             out = [tl[c] for c in path] + [int(rows[r0 + row])]
-            read = [0] + [c + 1 for c in path]   # the rows the walk read, in order
+            rowof = [0] + [c + 1 for c in path]  # the row each emitted token comes from
             acc[j] = len(path)
             resume[j] = row
             rolled[j] = more              # the path stopped short of a leaf
@@ -229,30 +229,22 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             k = int(b._dlen[i])
             n = int(acc[j])
             d = b._draft[i, :k].tolist()
-            # the rows read: a greedy rule's compared up to the first mismatch, then the
-            # bonus row or the row whose token replaces the first rejected draft token
-            read = []
-            if computed:
-                neq = np.flatnonzero(b._draft[i, :k] != rows[r0 : r0 + k])
-                read = list(range(int(neq[0]) + 1 if neq.shape[0] else k))
             if n == k:
                 out = d + [int(rows[r0 + k])] if bonus else d
-                read += [k] if bonus else []
                 resume[j] = k - 1 + bonus
             else:
                 t = int(repl[j]) if repl is not None else int(rows[r0 + n])
-                read += [n] if repl is None else []
                 out = d[:n] + [t]
                 resume[j] = n
                 rolled[j] = True          # settled through Rollback
+            # a greedy rule emits its rows in order (matched draft tokens equal them);
+            # another rule its row at the replaced or bonus place only
+            rowof = list(range(len(out))) if computed else [-1] * n + ([] if repl is not None and n < k else [n])
             drafted[j] = k
         else:
             out = [int(rows[r1 - 1])]
-            read = [r1 - 1 - r0]
+            rowof = [r1 - 1 - r0]
             resume[j] = r1 - 1 - r0      # a prefill's last prompt row, a decode's row 0
-        bad = [q for q in read if rows[r0 + q] < 0]
-        if bad:
-            raise negative_row(rows, r0 + min(bad), act, off)
         room = int(b._budget[i])
         stop = len(out) >= room
         out = out[:room]
@@ -261,6 +253,9 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             if e in out:
                 out = out[: out.index(e) + 1]
                 stop = True
+        bad = [rowof[q] for q in range(len(out)) if q < len(rowof) and rowof[q] >= 0 and out[q] < 0]
+        if bad:
+            raise negative_row(rows, r0 + bad[0], act, off)   # a negative token it would emit
         new_budget[j] = room - len(out)
         # a live slot resumes from its last emitted token (a cut emission stops it)
         new_token[j] = 0 if stop else out[-1]

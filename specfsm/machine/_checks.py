@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import INT64_MAX, INT64_MIN, check_count, int64_ids, ragged
-from ..errors import IllegalTransition
+from ..errors import IllegalTransition, NegativeToken
 
 __all__ = [
     "FREE",
@@ -207,16 +207,16 @@ def resume_index(slots: np.ndarray, rows: np.ndarray, capacity: object) -> np.nd
     return out
 
 
-def negative_row(rows: np.ndarray, flat: int, slots: np.ndarray, offsets: np.ndarray) -> ValueError:
-    """``step``'s refusal of ``rows[flat]``, a negative token in a row the step reads
-    (a verify's rows compared up to the first mismatch, its bonus or resume row, a
-    prefill's last row, a decode's row), naming the row and its slot. Rows the step does
-    not read may hold anything (-1 as filler, say)."""
+def negative_row(rows: np.ndarray, flat: int, slots: np.ndarray, offsets: np.ndarray) -> NegativeToken:
+    """``step``'s refusal of ``rows[flat]``, a negative token it would emit (token ids
+    are >= 0), naming the row and its slot. Rows whose token the step does not emit (past
+    a mismatch, off a tree's path, cut by a budget or eos) may hold anything: -1 as
+    filler, say."""
     j = int(np.searchsorted(offsets, flat, side="right")) - 1
-    return ValueError(
-        f"row_tokens[{flat}] is {int(rows[flat])}: step reads that row (row "
-        f"{flat - int(offsets[j])} of slot {int(slots[j])}), and a token id it reads "
-        "must be >= 0"
+    return NegativeToken(
+        f"row_tokens[{flat}] is {int(rows[flat])}: step would emit it (row "
+        f"{flat - int(offsets[j])} of slot {int(slots[j])}), and token ids are >= 0",
+        flat,
     )
 
 

@@ -56,6 +56,7 @@ from ..machine.batch import PREFILL, VERIFY
 # workload; re-exported here for old imports
 from ..drafting.lookup import PromptLookupDrafter
 from ..drafting.ngram_index import NgramDrafter
+from ..errors import NegativeToken
 from .requests import (
     Request,
     RequestResult,
@@ -65,7 +66,7 @@ from .requests import (
     compare_outputs,
     raise_on_mismatch,
 )
-from .workload import TeacherForcedTarget, TraceError
+from .workload import TeacherForcedBatch, TeacherForcedTarget, TraceError
 
 __all__ = [
     "TreeDraft",
@@ -490,14 +491,23 @@ def serve(
         if vocab is not None:
             rows_all = vocab.encode(rows_all)
         rows_arr = np.array(rows_all, dtype=np.int64)
-        if needs:
-            allp = _stack(probs_all)
-            if select_rule:
-                res = step(rows_arr, rule=_settle_selects(bs, sl, in_off, rows_arr, allp, rule))
+        try:
+            if needs:
+                allp = _stack(probs_all)
+                if select_rule:
+                    res = step(rows_arr, rule=_settle_selects(bs, sl, in_off, rows_arr, allp, rule))
+                else:
+                    res = step(rows_arr, rule=step_rule, probs=allp)
             else:
-                res = step(rows_arr, rule=step_rule, probs=allp)
-        else:
-            res = step(rows_arr, rule=step_rule)
+                res = step(rows_arr, rule=step_rule)
+        except NegativeToken as exc:
+            forced = (TeacherForcedTarget, TeacherForcedBatch)
+            if isinstance(target, forced) or any(isinstance(targets[i], forced) for i in sl):
+                raise TraceError(
+                    f"the rule kept a row past a rejected draft token, which the recording "
+                    f"answers off trace ({exc})"
+                ) from None
+            raise
         em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
         if vocab is not None:
             em = vocab.decode(em)
