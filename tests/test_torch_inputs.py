@@ -154,3 +154,54 @@ def test_numpy_arrays_and_their_subclasses_are_not_taken_through_dlpack():
     big = np.arange(4, dtype=">i8").view(Sub)
     assert host_array(big, "x") is big
     assert token_ids(big, "x").tolist() == [0, 1, 2, 3]
+
+
+def test_acceptance_rules_take_cpu_probability_tensors_as_numpy(fsm):
+    from specfsm import SpeculativeSampling
+
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(2, 10, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(2, 10, generator=g, dtype=torch.float64), -1)
+    got = SpeculativeSampling(seed=5).sample_rows(torch.tensor([1, 2]), p, q)
+    want = SpeculativeSampling(seed=5).sample_rows([1, 2], p.numpy(), q.numpy())
+    assert got == want
+    with pytest.raises(TypeError, match="target_probs is a DeviceTensor in device memory"):
+        SpeculativeSampling(seed=5).sample_rows([1, 2], DeviceTensor(), q)
+
+
+def test_batch_step_takes_probability_tensors(fsm):
+    import specfsm
+    from specfsm import SpeculativeSampling
+
+    g = torch.Generator().manual_seed(4)
+    p = torch.softmax(torch.randn(2, 10, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(2, 10, generator=g, dtype=torch.float64), -1)
+    out = []
+    for conv in (lambda t: t.numpy(), lambda t: t):
+        b = specfsm.BatchState(2, 4)
+        b.admit([0], [1, 2], [0, 2], [0])
+        b.advance_prefill([0], [3], [0])
+        b.enter_verify([0], [4, 5], [0, 2])
+        res = b.step(conv(torch.tensor([4, 1])), probs=conv(p), rule=SpeculativeSampling(seed=0),
+                     draft_probs=conv(q))
+        out.append((res.emitted.tolist(), res.accepted.tolist()))
+    assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_tree_calls_and_place_path_take_cpu_tensors(fsm, dtype):
+    from specfsm import accept_tree, check_tree, place_path, place_path_batch
+
+    t, par = torch.tensor([5, 6, 7]), torch.tensor([-1, -1, 0])
+    assert [a.tolist() for a in check_tree(t, par)] == [[5, 6, 7], [-1, -1, 0]]
+    assert accept_tree(t, par, torch.tensor([5, 7, 1, 2])).tolist() == [0, 2]
+    cache = torch.arange(2 * 5 * 3).reshape(2, 5, 3).to(dtype)
+    want = cache.clone()
+    want[0, 1:3] = cache[0, [1, 3]]
+    assert place_path(cache[0], 0, torch.tensor([0, 2])) is not None
+    assert torch.equal(cache[0], want[0])
+    batch = torch.arange(2 * 5 * 3).reshape(2, 5, 3).to(dtype)
+    ref = batch.clone()
+    ref[1, 1:2] = batch[1, 3]
+    assert place_path_batch(batch, torch.tensor([0, 0]), torch.tensor([2]), torch.tensor([0, 0, 1])) is batch
+    assert torch.equal(batch, ref)

@@ -22,6 +22,7 @@ from .._checks import (
     as_real,
     check_offsets,
     check_real,
+    host_array,
     int64_ids,
     token_ids,
 )
@@ -123,7 +124,8 @@ def check_name(name: object) -> None:
 
 def as_prob_rows(x: object, name: str) -> np.ndarray:
     """A C-contiguous, native float32/float64 2-D ndarray (not a subclass) of ``x``;
-    read in place when it already is one."""
+    read in place when it already is one (a CPU tensor: a view of its memory)."""
+    x = host_array(x, name)
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a 2-D float32 or float64 numpy array, got {type(x).__name__}")
     if type(x) is not np.ndarray:
@@ -272,6 +274,7 @@ def step_probs(probs: object, n_rows: int) -> np.ndarray:
     """The batch step's ``probs``: one row per evaluated row (N x V)."""
     if probs is None:
         raise TypeError("this rule needs probs: one probability row per evaluated row (N x V)")
+    probs = host_array(probs, "probs")
     if not isinstance(probs, np.ndarray):
         probs = np.asarray(probs, dtype=np.float64)
     if probs.ndim != 2 or probs.shape[0] != n_rows:

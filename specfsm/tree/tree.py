@@ -20,7 +20,8 @@ import numpy as np
 
 from .. import _impl
 from .._checks import int64_ids
-from ..placement.place import _cupy_path, _is_cupy
+from .._checks import host_array
+from ..placement.place import _cupy_path, _is_cupy, _on_device
 from ._checks import as_base, ids64
 
 __all__ = ["check_tree", "accept_tree", "accept_tree_batch", "place_path", "place_path_batch"]
@@ -76,7 +77,8 @@ def _checked_meta(B: int, L: int, base: object, path: object, path_offsets: obje
 def place_path(cache, base, path, stream=None):
     """Move the accepted path's rows to consecutive rows, in place; returns ``cache``.
 
-    ``cache`` is a C-contiguous ``[L, ...]`` array (numpy, writeable; or CuPy) whose row
+    ``cache`` is a C-contiguous ``[L, ...]`` array (numpy or a CPU tensor, writeable; or
+    CuPy or a CUDA tensor, on torch's current stream unless ``stream`` says) whose row
     ``base`` is the root's and row ``base + 1 + i`` node i's (the tree evaluation's order);
     row ``base + 1 + path[j]`` moves to row ``base + 1 + j``, as raw bytes. Refuses (before
     moving anything) a bad cache, ``base`` not below L, and a ``path`` entry that is
@@ -84,15 +86,18 @@ def place_path(cache, base, path, stream=None):
     is moved by one kernel launch on ``stream`` (or the current stream) without
     synchronising; ``base`` and ``path`` stay host values, checked before the launch.
     """
-    if _is_cupy(cache):
+    if _on_device(cache):
         _host_controls(base, path)
         cp = _cupy_path()
-        _, L, row = cp.check_path_cache(cache, False)
+        (c,), stream = cp.device_views((cache,), stream)
+        _, L, row = cp.check_path_cache(c, False)
         meta = _checked_meta(1, L, base, path, None)
-        return cp.place_path(cache, meta, 1, L, row, stream)
+        cp.place_path(c, meta, 1, L, row, stream)
+        return cache
     if stream is not None:
         raise ValueError("stream applies to CuPy arrays only; the cache is on the host")
-    return _host_place_path(cache, base, path)
+    _host_place_path(host_array(cache, "cache", raw=True), base, path)
+    return cache
 
 
 def place_path_batch(cache, base, path, path_offsets, stream=None):
@@ -104,12 +109,15 @@ def place_path_batch(cache, base, path, path_offsets, stream=None):
     (and the entry within its path), before anything moves. A CuPy cache takes one
     kernel launch for the whole batch, as ``place_path``.
     """
-    if _is_cupy(cache):
+    if _on_device(cache):
         _host_controls(base, path, path_offsets)
         cp = _cupy_path()
-        B, L, row = cp.check_path_cache(cache, True)
+        (c,), stream = cp.device_views((cache,), stream)
+        B, L, row = cp.check_path_cache(c, True)
         meta = _checked_meta(B, L, base, path, path_offsets)
-        return cp.place_path(cache, meta, B, L, row, stream)
+        cp.place_path(c, meta, B, L, row, stream)
+        return cache
     if stream is not None:
         raise ValueError("stream applies to CuPy arrays only; the cache is on the host")
-    return _host_place_path_batch(cache, base, path, path_offsets)
+    _host_place_path_batch(host_array(cache, "cache", raw=True), base, path, path_offsets)
+    return cache
