@@ -35,7 +35,10 @@ def format_summary(s: dict[str, Any]) -> str:
     rows: list[tuple[str, str]] = [
         ("requests", f"{s['requests']:,}"),
         ("prompt tokens", f"{s['prompt_tokens']:,}"),
-        ("output tokens", f"{s['output_tokens']:,}"),
+        ("output tokens", f"{s['output_tokens']:,}" + (
+            "   (each output is its prompt with 3 names renamed: as many tokens)"
+            if str(s.get("workload", {}).get("source", "")).startswith("embedded: code edits")
+            and s["output_tokens"] == s["prompt_tokens"] else "")),
         ("target evaluations, plain greedy", f"{s['evaluations_greedy']:,}"),
         (
             "target evaluations, speculative",
