@@ -111,7 +111,7 @@ def make_drafter(name: str, ngram: tuple[int, int | None]) -> Any:
         if not suffix_index.arctic_available():
             raise UsageError(
                 "--drafter arctic needs Snowflake's arctic-inference package "
-                "(pip install --no-deps arctic-inference)"
+                "(with torch installed: pip install nanobind cmake wheel, then pip install --no-deps --no-build-isolation arctic-inference)"
             )
         return suffix_index.ArcticDrafter()
     raise UsageError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
