@@ -265,10 +265,90 @@ def drive(rng, b, mods, hostile, publish=None):
     return "step", out
 
 
+class RewritingRule:
+    """A rule whose ``accepted_rows`` writes into the caller's row array before the step
+    reads the rows it emits (the step must emit from the rows as they were passed)."""
+
+    def __init__(self, rows, fill, n):
+        self.rows, self.fill, self.n = rows, fill, n
+
+    def accepted_rows(self, draft, rows):
+        self.rows[:] = self.fill
+        return min(self.n, len(draft))
+
+
+def _outcome(fn):
+    """What a call did, comparable across implementations: the step's arrays, or the
+    exception's type and message."""
+    try:
+        res = fn()
+    except ALLOWED as exc:
+        return ("err", type(exc).__name__, str(exc))
+    if res is None:
+        return ("ok",)
+    return ("ok", res.slots.tolist(), res.emitted.tolist(), res.emitted_offsets.tolist(),
+            res.accepted.tolist(), res.resume_rows.tolist(), res.rolled_back.tolist())
+
+
+def lockstep(impl, rng, rounds):
+    """The compiled batch and the twin driven by the same calls, negative rows, filler,
+    rules that rewrite the caller's rows, trees, budgets and extreme resume_index
+    capacities included: every outcome (result, or exception type and message) and every
+    state after it must be the same."""
+    bonus = rng.random() < 0.5
+    pair = [impl.mods["batch"].BatchState(4, 4, bonus), impl.twin["batch"].BatchState(4, 4, bonus)]
+    for _ in range(rounds):
+        st = pair[1].states
+        free = np.flatnonzero(st == 0).tolist()
+        dec = np.flatnonzero(st == 2).tolist()
+        op = rng.randrange(4)
+        if op == 0 and free:
+            s = rng.sample(free, rng.randrange(1, len(free) + 1))
+            lens = [rng.randrange(1, 4) for _ in s]
+            pos = [rng.randrange(4) for _ in range(sum(lens))]
+            off = np.cumsum([0] + lens).tolist()
+            mt = [rng.randrange(1, 6) for _ in s]
+            calls = [lambda b: b.admit(s, pos, off, s, max_tokens=mt)]
+        elif op == 1 and dec and rng.random() < 0.5:
+            s = rng.choice(dec)
+            n = rng.randrange(1, 5)
+            toks = [rng.randrange(4) for _ in range(n)]
+            if rng.random() < 0.5:
+                calls = [lambda b: b.enter_verify([s], toks, [0, n])]
+            else:
+                par = [rng.randrange(-1, j) for j in range(n)]
+                calls = [lambda b: b.enter_verify_tree([s], toks, par, [0, n])]
+        elif op == 3:
+            s = rng.choice(list(range(4)))
+            calls = [lambda b: b.finish([s]), lambda b: b.release([s])]
+        else:
+            slots, inputs, off = pair[1].pending()
+            n = int(off[-1])
+            rows = [rng.choice([0, 1, 2, 3, 3, -1, -(2**63), 2**63 - 1]) for _ in range(n)]
+            fill = [rng.choice([-5, 0, 7]) for _ in range(n)]
+            use_rule = n and rng.random() < 0.3
+            acc = rng.randrange(5)
+
+            def step(b, rows=rows, fill=fill, use_rule=use_rule, acc=acc):
+                r = np.array(rows, dtype=np.int64)
+                res = b.step(r, rule=RewritingRule(r, fill, acc) if use_rule else None)
+                for cap in (4, 5, 2**24 + 1, 2**40):
+                    attempt(res.resume_index, cap)
+                return res
+            calls = [step]
+        for call in calls:
+            got = [_outcome(lambda b=b: call(b)) for b in pair]
+            if got[0] != got[1] or snapshot(pair[0]) != snapshot(pair[1]):
+                raise Broken(f"compiled and twin differ: {got[0]!r} / {got[1]!r}")
+
+
 def scenario_batch(impl, rng, seconds):
     mods = impl.mods
     bm = mods["batch"]
     n = 0
+    if impl.kind == "compiled":
+        for _ in range(20):
+            lockstep(impl, rng, rng.randrange(10, 60))
     # single thread: every call, hostile arguments, all-or-nothing checked
     deadline = time.monotonic() + seconds / 2
     while time.monotonic() < deadline:
