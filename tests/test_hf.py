@@ -322,6 +322,48 @@ def test_head_rows_measures_cpu_linear_heads_only(model):
     assert all(1 <= m < to <= HeadRows.TOP for m, to in pads.items())
 
 
+def test_head_rows_pads_to_the_fewest_rows_among_those_that_cost_the_same():
+    from specfsm.hf.evaluate import HeadRows
+
+    # SmolLM2's head on one thread (ms): 2 and 3 rows dear, 4 to 8 one matrix product
+    # each, 5 a hair cheaper than 4 by timing noise: both pad to 4, not to 5
+    ms = {1: 9.7, 2: 15.5, 3: 30.2, 4: 12.7, 5: 12.5, 6: 14.0, 7: 13.5, 8: 13.0}
+    assert HeadRows.choose({m: t / 1e3 for m, t in ms.items()}) == {2: 4, 3: 4}
+    ms[5] = 11.0  # 5 rows clearly cheaper than 4: that is a choice, not noise
+    assert HeadRows.choose({m: t / 1e3 for m, t in ms.items()}) == {2: 5, 3: 5, 4: 5}
+    assert HeadRows.choose({m: 1e-5 * m for m in ms}) == {}  # cost grows with rows: nothing pads
+
+
+def test_the_generator_measures_the_head_at_construction_once_per_model(monkeypatch):
+    # one-time work happens outside a request: at construction, once per model in a
+    # process, and no run measures (its time is its steps' own)
+    from specfsm.hf.evaluate import HeadRows
+
+    measured = []
+    real = HeadRows.measure.__func__
+    monkeypatch.setattr(HeadRows, "measure", classmethod(lambda cls, head, repeat=3: measured.append(head)
+                                                         or real(cls, head, repeat)))
+    fresh = _llama()  # a head no other test measured in this process
+    head = fresh.get_output_embeddings()
+    gen = SpeculativeGenerator(fresh, k=3, eos_token_id=None)
+    assert measured == [head] and gen.calibration_s > 0
+    gen.generate(_prompts()[:2], 4)
+    assert measured == [head]  # no measurement inside the request
+    assert not hasattr(gen.last_run, "head_s")
+    run = gen.last_run
+    assert run.outside_s == pytest.approx(max(run.wall_s - run.model_s - run.calibrate_s, 0.0))
+    again = SpeculativeGenerator(fresh, k=3, eos_token_id=None)
+    assert measured == [head] and again.calibration_s < gen.calibration_s  # known in this process
+    plain = SpeculativeGenerator(fresh, k=3, eos_token_id=None, pad_head=False)
+    assert measured == [head] and plain._head is None
+    torch.set_num_threads(2)  # a measurement holds for the thread count it was made with
+    try:
+        SpeculativeGenerator(fresh, k=3, eos_token_id=None)
+    finally:
+        torch.set_num_threads(1)
+    assert measured == [head, head]
+
+
 def test_generator_with_a_padded_head_equals_generate(fsm, model, references, monkeypatch):
     from specfsm.hf.evaluate import HeadRows
 
@@ -570,7 +612,7 @@ def test_online_cost_scales_the_prior_to_median_timings_within_bounds():
     assert o.model() is o.prior  # no evidence yet: the prior's shape
     o.record(1, 0.5)
     o.record(1, 0.9)
-    o.record(0, 1.0)  # ignored
+    o.record(1, 0.0)  # a clock that did not move: ignored
     assert o.estimates() == {} and o.model() is o.prior  # too few timings of one row
     o.record(1, 0.6)
     assert o.estimates() == {1: 0.6}  # the median, not the fastest
@@ -601,8 +643,7 @@ def test_online_cost_by_batch_keeps_each_batch_size_apart():
     assert o.model(4) is prior and o.estimates(4) == {}
     for t in (0.10, 0.11, 0.09):
         o.record(1, 32, t)  # a single request's 32-row verifies
-    o.record(0, 4, 1.0)
-    o.record(4, 2, 1.0)  # fewer rows than requests: not a forward, ignored
+    o.record(4, 32, 0.0)  # a timing of exactly 0: ignored, no table for 4 requests yet
     assert set(o.by_batch) == {1}
     assert o.model(4)(32) == pytest.approx(0.10)  # no timing at 4 requests yet: the nearest batch size's
     for t in (0.20, 0.21, 0.19):
@@ -615,6 +656,64 @@ def test_online_cost_by_batch_keeps_each_batch_size_apart():
         o.record(2, 4, t)
     assert o.model(3) is o.model(4) and o.model(2)(4) == pytest.approx(0.3)
     assert "4: OnlineCost" in repr(o)
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("seconds, kind", [(INF, ValueError), (-INF, ValueError), (NAN, ValueError),
+                                           (-1e-3, ValueError), ("0.1", TypeError), (None, TypeError)])
+def test_cost_tables_refuse_a_timing_that_is_not_a_finite_number_of_seconds(seconds, kind):
+    # an infinite timing priced every width at inf (and its median table at NaN); each
+    # refusal names the argument and leaves the table as it was
+    o = hfcost.OnlineCost(window=4, min_samples=1)
+    o.record(4, 0.2)
+    before = o.model()
+    with pytest.raises(kind, match="seconds"):
+        o.record(4, seconds)
+    assert o.samples == {4: [0.2]} and o.model() is before
+    by = hfcost.OnlineCostByBatch(window=4, min_samples=1)
+    with pytest.raises(kind, match="seconds"):
+        by.record(1, 4, seconds)
+    assert by.by_batch == {} and by.model(1) is by.prior
+    c = hfcost.CompactionCost(0.5)
+    with pytest.raises(kind, match="seconds"):
+        c.record_forward(4, 64, seconds)
+    with pytest.raises(kind, match="seconds"):
+        c.record_copy(256, seconds)
+    assert c.forwards == [] and c.copy is None
+
+
+@pytest.mark.parametrize("rows, kind", [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError),
+                                        ("4", TypeError)])
+def test_cost_tables_refuse_rows_that_are_not_a_count_of_at_least_one(rows, kind):
+    o = hfcost.OnlineCost()
+    with pytest.raises(kind, match="rows"):
+        o.record(rows, 0.1)
+    by = hfcost.OnlineCostByBatch()
+    with pytest.raises(kind, match="batch"):
+        by.record(rows, 8, 0.1)
+    c = hfcost.CompactionCost(0.5)
+    with pytest.raises(kind, match="rows"):
+        c.record_forward(rows, 64, 0.1)
+    with pytest.raises(kind, match="width"):
+        c.record_forward(4, rows, 0.1)
+    with pytest.raises(kind, match="cells"):
+        c.record_copy(rows, 0.1)
+    assert o.samples == {} and by.by_batch == {} and c.forwards == [] and c.copy is None
+
+
+def test_cost_tables_take_numpy_counts_and_refuse_fewer_rows_than_requests():
+    by = hfcost.OnlineCostByBatch(window=4, min_samples=1)
+    with pytest.raises(ValueError, match="rows must be at least batch=4"):
+        by.record(4, 2, 0.1)  # fewer rows than requests: not a forward
+    with pytest.raises(ValueError, match="rows"):
+        by.record(1, -1, 0.1)
+    assert by.by_batch == {}
+    by.record(np.int64(2), np.int32(8), np.float32(0.25))
+    assert by.estimates(2) == {8: 0.25} and type(next(iter(by.estimates(2)))) is int
+    with pytest.raises(ValueError, match="positive and finite"):
+        hfcost.CostModel({1: 1.0, 4: INF})
 
 
 def test_adaptive_generator_measures_cost_once(model):

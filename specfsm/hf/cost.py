@@ -21,6 +21,8 @@ import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from .._checks import check_count, nonnegative_real
+
 __all__ = [
     "CostModel",
     "OnlineCost",
@@ -37,10 +39,26 @@ __all__ = [
 ]
 
 
+def _rows(value: object, name: str) -> int:
+    """A count of at least 1 (rows, requests, columns, cells), or TypeError / ValueError
+    naming ``name``."""
+    n = check_count(value, name)
+    if n < 1:
+        raise ValueError(f"{name} must be at least 1, got {n}")
+    return n
+
+
+def _seconds(value: object) -> float:
+    """A timing: a finite number of seconds >= 0 (an infinite or NaN one would price
+    every width at inf or NaN), or TypeError / ValueError naming ``seconds``."""
+    return nonnegative_real(value, "seconds")
+
+
 class CostModel:
     """The cost of one model forward by the number of rows it evaluates (all requests
     of a batch together), interpolated linearly between measured sizes and extrapolated
-    linearly beyond the largest. Refuses an empty table and non-positive costs.
+    linearly beyond the largest. Refuses an empty table and costs that are not positive and
+    finite.
 
     ``monotone`` (the default) makes a noisy measurement physically sensible before it is
     used: a forward of ``r`` rows costs at most ``r / r0`` times the smallest measured
@@ -64,8 +82,8 @@ class CostModel:
         for r, c in items:
             if r < 1:
                 raise ValueError(f"costs: row count must be positive, got {r}")
-            if not c > 0:
-                raise ValueError(f"costs: cost of {r} rows must be positive, got {c}")
+            if not (c > 0 and math.isfinite(c)):
+                raise ValueError(f"costs: cost of {r} rows must be positive and finite, got {c}")
         self.rows = [r for r, _ in items]
         self.measured = [c for _, c in items]
         if monotone not in (True, False, "cap"):
@@ -160,7 +178,12 @@ class OnlineCost:
         self._model: CostModel | None = None
 
     def record(self, rows: int, seconds: float) -> None:
-        if rows >= 1 and seconds > 0:
+        """One forward of ``rows`` rows that took ``seconds``. A timing of exactly 0 (a
+        clock that did not move) is ignored: it says nothing, and a zero median would
+        make the cost table refuse itself. Refuses (before changing anything) ``rows``
+        that is not an integer >= 1 and ``seconds`` that is not a finite number >= 0."""
+        rows, seconds = _rows(rows, "rows"), _seconds(seconds)
+        if seconds > 0:
             got = self.samples.setdefault(rows, [])
             got.append(seconds)
             if len(got) > self.window:
@@ -221,7 +244,15 @@ class OnlineCostByBatch:
         self.by_batch: dict[int, OnlineCost] = {}
 
     def record(self, batch: int, rows: int, seconds: float) -> None:
-        if batch >= 1 and rows >= batch and seconds > 0:
+        """One forward of ``batch`` requests evaluating ``rows`` rows in all (at least
+        one per request) that took ``seconds``; a timing of exactly 0 is ignored, as
+        ``OnlineCost.record`` does. Refuses (before changing anything) a ``batch`` or
+        ``rows`` that is not an integer, ``batch`` < 1, ``rows`` < ``batch``, and
+        ``seconds`` that is not a finite number >= 0."""
+        batch, rows, seconds = _rows(batch, "batch"), check_count(rows, "rows"), _seconds(seconds)
+        if rows < batch:
+            raise ValueError(f"rows must be at least batch={batch} (one per request), got {rows}")
+        if seconds > 0:
             got = self.by_batch.get(batch)
             if got is None:
                 got = self.by_batch[batch] = OnlineCost(self.prior, window=self.window,
@@ -279,14 +310,22 @@ class CompactionCost:
         self._beta: float | None = None
 
     def record_forward(self, rows: int, width: int, seconds: float) -> None:
-        if rows >= 1 and width >= 1 and seconds > 0:
+        """A forward of ``rows`` rows over a cache of ``width`` columns that took
+        ``seconds`` (exactly 0: ignored). Refuses ``rows`` or ``width`` that is not an
+        integer >= 1 and ``seconds`` that is not a finite number >= 0."""
+        rows, width, seconds = _rows(rows, "rows"), _rows(width, "width"), _seconds(seconds)
+        if seconds > 0:
             self.forwards.append((rows, width, seconds))
             if len(self.forwards) > self.window:
                 del self.forwards[0]
             self._beta = None
 
     def record_copy(self, cells: int, seconds: float) -> None:
-        if cells >= 1 and seconds > 0:
+        """A gather of ``cells`` cache cells that took ``seconds`` (exactly 0: ignored).
+        Refuses ``cells`` that is not an integer >= 1 and ``seconds`` that is not a
+        finite number >= 0."""
+        cells, seconds = _rows(cells, "cells"), _seconds(seconds)
+        if seconds > 0:
             c = seconds / cells
             self.copy = c if self.copy is None else 0.5 * (self.copy + c)
 

@@ -22,9 +22,11 @@ products, each streaming the whole weight, and 4 rows as one matrix product (Smo
 batch of 3 decoding requests cost 86 ms a forward against 63 ms for 4 (the head 22 ms
 against 13), and a batch whose request finished early ran its tail slower than
 ``generate``, which keeps finished rows. ``HeadRows`` measures the head's cost by rows
-once per model and pads its input with zero rows to the cheapest count at or above the
-rows asked for (up to 8); each real row's logits are the padded product's, as a batch
-of that many rows computes them.
+once per model (when the generator is built, not inside a request; kept beside the
+model's converted copy in specfsm's cache, so a later process reads it) and pads its
+input with zero rows to the cheapest count at or above the rows asked for (up to 8);
+each real row's logits are the padded product's, as a batch of that many rows computes
+them.
 
 Also here: the checks of the transformers version, model and cache this relies on
 (``check_transformers``, ``check_model``) and ``first_mismatch``.
@@ -32,7 +34,9 @@ Also here: the checks of the transformers version, model and cache this relies o
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -292,7 +296,8 @@ class RaggedBatch:
 class HeadRows:
     """Pads the rows of a model's output projection (``get_output_embeddings()``, a
     ``torch.nn.Linear`` on the CPU) to the cheapest row count at or above them, measured
-    once per head (``HeadRows.for_model``). ``with head:`` around a forward installs the
+    once per head, CPU and torch thread count (``HeadRows.for_model``, which the
+    generator calls at construction). ``with head:`` around a forward installs the
     padding hooks for that forward only; the user's model is left without them."""
 
     #: the most rows padded to, and the least saving that a padding must bring to be
@@ -301,7 +306,10 @@ class HeadRows:
     TOP = 8
     MARGIN = 0.1
     FLOOR = 5e-5
-    _measured: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+    #: row counts within this fraction of the cheapest cost the same (``choose``)
+    TIE = 0.05
+    #: head -> {what the measurement depends on (``_key``): the padding}; this process's
+    _measured: weakref.WeakKeyDictionary[Any, dict[str, dict[int, int]]] = weakref.WeakKeyDictionary()
 
     __slots__ = ("head", "pad", "_shape", "_handles")
 
@@ -314,25 +322,65 @@ class HeadRows:
 
     @classmethod
     def for_model(cls, model: Any, repeat: int = 3) -> HeadRows | None:
-        """The padding for ``model``'s head, measured at its first call (each row
-        count ``1..TOP`` timed ``repeat`` times, the fastest kept), or None where the
-        head is not a CPU ``torch.nn.Linear`` or no row count pays to pad."""
+        """The padding for ``model``'s head, or None where the head is not a CPU
+        ``torch.nn.Linear`` or no row count pays to pad. Measured (``measure``: each row
+        count ``1..TOP`` timed ``repeat`` times, the fastest kept) once per head and
+        ``_key`` in a process; for a model loaded from a converted copy in specfsm's
+        cache (``loading.calibration_file``) the padding is read from beside it, or
+        measured once and stored there (announced on stderr)."""
         import torch
 
         get = getattr(model, "get_output_embeddings", None)
         head = get() if callable(get) else None
         if type(head) is not torch.nn.Linear or head.weight.device.type != "cpu":
             return None
-        pad = cls._measured.get(head)
+        key = cls._key(head)
+        known = cls._measured.setdefault(head, {})
+        pad = known.get(key)
         if pad is None:
-            pad = cls._measured[head] = cls.measure(head, repeat)
+            from .loading import calibration_file, store_calibration, stored_calibration
+
+            path = calibration_file(model)
+            pad = cls._pads(stored_calibration(path, "head_rows", key))
+            if pad is None:
+                t0 = time.perf_counter()
+                pad = cls.measure(head, repeat)
+                spent = time.perf_counter() - t0
+                store_calibration(path, "head_rows", key, {str(m): n for m, n in pad.items()},
+                                  f"timed the output projection by rows once ({spent:.2f} s)")
+            known[key] = pad
         return cls(head, pad) if pad else None
+
+    @classmethod
+    def _key(cls, head: Any) -> str:
+        """What a measurement of ``head`` depends on: the CPU, torch's version and thread
+        count, the weight's shape and dtype, and the rule's constants."""
+        import torch
+
+        w = head.weight
+        return (f"{_cpu_name()}|torch {torch.__version__}|threads {torch.get_num_threads()}|"
+                f"{tuple(w.shape)} {str(w.dtype).replace('torch.', '')}|top {cls.TOP} margin {cls.MARGIN} "
+                f"floor {cls.FLOOR} tie {cls.TIE}")
+
+    @classmethod
+    def _pads(cls, stored: Any) -> dict[int, int] | None:
+        """A stored padding (``{"rows": padded rows}``) when it is well formed (each pad
+        in ``rows + 1 .. TOP``), else None (measured again)."""
+        if not isinstance(stored, dict):
+            return None
+        out = {}
+        for m, n in stored.items():
+            if not (isinstance(m, str) and m.isdigit() and type(n) is int and 1 <= int(m) < n <= cls.TOP):
+                return None
+            out[int(m)] = n
+        return out
 
     @classmethod
     def measure(cls, head: Any, repeat: int = 3) -> dict[int, int]:
         """``{rows: padded rows}`` for the row counts whose cheapest padding (a count in
-        ``rows..TOP``) costs less than ``1 - MARGIN`` of evaluating them as they are and
-        saves at least ``FLOOR`` seconds."""
+        ``rows..TOP``, the fewest rows among those that cost the same: ``choose``) costs
+        less than ``1 - MARGIN`` of evaluating them as they are and saves at least
+        ``FLOOR`` seconds; each count timed ``repeat`` times, the fastest kept."""
         import torch
 
         w = head.weight
@@ -345,9 +393,19 @@ class HeadRows:
                     t0 = time.perf_counter()
                     head(x)
                     cost[m] = min(cost[m], time.perf_counter() - t0)
+        return cls.choose(cost)
+
+    @classmethod
+    def choose(cls, cost: dict[int, float]) -> dict[int, int]:
+        """``measure``'s rule on seconds by rows ``1..TOP``: each row count pads to the
+        fewest rows (at least its own) that cost within ``TIE`` of the cheapest, when
+        that saves ``MARGIN`` and ``FLOOR``. Counts that cost the same up to timing noise
+        (on MKL 4 and 5 rows are both one matrix product) are one choice, so a
+        measurement kept on disk does not keep a coin toss."""
         pad = {}
         for m in range(1, cls.TOP + 1):
-            best = min(range(m, cls.TOP + 1), key=lambda n: (cost[n], n))
+            cheapest = min(cost[n] for n in range(m, cls.TOP + 1))
+            best = next(n for n in range(m, cls.TOP + 1) if cost[n] <= cheapest * (1 + cls.TIE))
             if best != m and cost[best] < (1 - cls.MARGIN) * cost[m] and cost[m] - cost[best] >= cls.FLOOR:
                 pad[m] = best
         return pad
@@ -379,6 +437,21 @@ class HeadRows:
             h.remove()
         self._handles = []
         self._shape = None
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_name() -> str:
+    """The processor's model name (Linux's ``/proc/cpuinfo``, else ``platform``)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{platform.machine()} {line.split(':', 1)[1].strip()} x{os.cpu_count()}"
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()} x{os.cpu_count()}"
 
 
 def max_positions(config: Any) -> int | None:

@@ -97,16 +97,19 @@ class RunStats:
     rows: int = 0
     model_s: float = 0.0
     wall_s: float = 0.0
-    calibrate_s: float = 0.0
-    head_s: float = 0.0  # measuring the output projection's cost by rows (once per model: HeadRows)
+    calibrate_s: float = 0.0  # calibrate="upfront": measuring forward cost by rows before the first step
     compactions: int = 0
     widths: list[int] = field(default_factory=list)
     trees: int = 0  # tree drafts verified (drafter "suffix-tree")
 
     @property
     def outside_s(self) -> float:
-        """Wall time not spent in model forwards (drafting, acceptance, cache upkeep)."""
-        return max(self.wall_s - self.model_s - self.calibrate_s - self.head_s, 0.0)
+        """The run's wall time outside model forwards and ``calibrate_s``: its steps'
+        own work (drafting, choosing the width, acceptance, building each forward's
+        inputs and reading its logits, cache upkeep). The generator's one-time
+        measurements happen at its construction (``SpeculativeGenerator.calibration_s``),
+        not in a run."""
+        return max(self.wall_s - self.model_s - self.calibrate_s, 0.0)
 
 
 def _flag(value: Any, name: str) -> bool:
@@ -197,8 +200,12 @@ class SpeculativeGenerator:
     measured, when compacting would remove at least ``compact_fraction`` of the cache.
     ``pad_head`` (default True): a forward whose output projection evaluates fewer rows
     than a cheaper count (on a CPU, 2 or 3 rows cost more than 4) pads them with zero
-    rows (``evaluate.HeadRows``, measured once per model at the first forward; what it
-    pads is the rows a batch of that size computes, so the logits are a batch's).
+    rows (``evaluate.HeadRows``; what it pads is the rows a batch of that size computes,
+    so the logits are a batch's). That head is measured here, at construction, once per
+    model in a process (and, for a model loaded from a converted copy in specfsm's
+    cache, once per machine: kept beside the copy), never inside a request;
+    ``calibration_s`` is the seconds construction spent on it (0.3 s for SmolLM2 on one
+    thread, about 0 when it was known).
     Every rule runs through ``specfsm.serving.loop.serve`` on ``specfsm.BatchState``.
     Refuses what ``check_model`` refuses, and every argument of the wrong type or
     value (TypeError / ValueError naming it) before anything calls the model; a callable
@@ -346,11 +353,17 @@ class SpeculativeGenerator:
         #: acceptance by position for each class of match length (the index drafters)
         self.by_match = AcceptanceByMatch()
         self.last_run = RunStats()
-        #: pad the output projection's rows to the cheapest count (``HeadRows``), measured
-        #: at the first forward
+        #: pad the output projection's rows to the cheapest count (``HeadRows``); the
+        #: one-time measurement runs now, after every argument is checked
         self.pad_head = _flag(pad_head, "pad_head")
-        self._head: HeadRows | None = None
-        self._head_checked = False
+        t0 = time.perf_counter()
+        self._head: HeadRows | None = HeadRows.for_model(model) if self.pad_head else None
+        if self._head is not None:
+            # the padded row counts cost what their padding does (before any table is learnt)
+            self.online.prior = padded_prior(self.online.prior, self._head.pad)
+        #: seconds construction spent on one-time measurement (``HeadRows``), apart from
+        #: every run's time
+        self.calibration_s = time.perf_counter() - t0
 
     # -- sampling ---------------------------------------------------------------------
     @staticmethod
@@ -399,16 +412,6 @@ class SpeculativeGenerator:
         kw: dict[str, Any] = {}
         if keep is not None:
             kw["logits_to_keep"] = keep
-        if not self._head_checked:
-            self._head_checked = True
-            if self.pad_head:
-                t0 = time.perf_counter()
-                self._head = HeadRows.for_model(self.model)
-                if self._head is not None and not self.online.by_batch:
-                    # the padded row counts cost what their padding does (before any
-                    # table is learnt from the prior)
-                    self.online.prior = padded_prior(self.online.prior, self._head.pad)
-                self.last_run.head_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         kw[self._cache_kw] = cache
         with torch.inference_mode(), (self._head if self._head is not None else contextlib.nullcontext()):
