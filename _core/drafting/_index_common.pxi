@@ -1,6 +1,6 @@
 # The machinery both index kinds share beyond the C struct of _index_stats.pxd: the
-# Python faces of the statistics (``record``, ``stats``, pickling), the batch calls'
-# index list and guard handling, and ``record_batch``. Included (``include
+# methods' ``self`` check, the Python faces of the statistics (``record``, ``stats``,
+# pickling), the batch calls' index list and guard handling, and ``record_batch``. Included (``include
 # "_index_common.pxi"``) by ngram_index.pyx and suffix_index.pyx, because it raises
 # through each module's own names, which a .pxd cannot reach. The including module
 # defines, before it: ``NAME`` (the class name, for the guard's refusals), ``WHAT``
@@ -15,14 +15,26 @@ cdef int64_t SHRINK_C = SHRINK_STEP
 
 # -- one index's statistics -----------------------------------------------------------
 
+cdef inline int _check_self(object o) except -1:
+    """A method's ``self``, refused (TypeError) unless it is an index of this module's
+    class: a method called unbound (``NgramIndex.extend(obj, ...)``) gets any object,
+    which Cython does not check, and every method reads its fields as the class's."""
+    if not _is_index(o):
+        raise TypeError(
+            f"a method of {NAME} needs {WHAT} of the same implementation, got "
+            f"{type(o).__module__}.{type(o).__name__}"
+        )
+    return 0
+
+
 cdef object _record_one(guard_t* g, index_stats_t* s, object proposed, object accepted):
-    """``record``: checks the counts (refusing, changing nothing, a total beyond int64),
-    records them and returns the draft length to use next."""
+    """``record``: checks the counts (refusing, changing nothing, a drafted total or a
+    step count beyond int64), records them and returns the draft length to use next."""
     p, a = check_record(proposed, accepted)
     cdef int64_t pv, av
-    if p > INT64_MAX - s.drafted:
+    if p > INT64_MAX - s.drafted or s.steps == INT64_MAX:
         guard_check(g, NAME)
-        check_total(s.drafted, p)   # raises
+        check_total(s.drafted, p, s.steps)   # raises
     pv = p
     av = a
     # no Python code runs from the check to the change
@@ -50,9 +62,25 @@ cdef dict _stats_dict(const guard_t* g, const index_stats_t* s):
         "drafted": s.drafted,
         "accepted": s.accepted,
         "full_accepts": s.full,
-        "acceptance_rate": (<double>s.accepted) / s.drafted if s.drafted else 0.0,
+        "acceptance_rate": _rate(s),
         "draft_len": s.draft_len,
     }
+
+
+cdef inline double _rate(const index_stats_t* s) noexcept:
+    """The acceptance rate: accepted / drafted as doubles (the twin divides the same
+    two doubles), 0.0 before anything was drafted."""
+    return (<double>s.accepted) / (<double>s.drafted) if s.drafted else 0.0
+
+
+cdef int _refuse_total(const index_stats_t* s, int64_t drafted, Py_ssize_t i) except -1:
+    """A batch step's refusal of ``indexes[i]``, whose record of ``drafted`` tokens
+    ``stats_fits`` refused (the shared check's message, the index named)."""
+    try:
+        check_total(s.drafted, drafted, s.steps if drafted > 0 else None)   # raises
+    except OverflowError as exc:
+        raise OverflowError(f"indexes[{i}]: {exc}") from None
+    raise OverflowError(f"indexes[{i}]: the record does not fit int64")   # not reached
 
 
 cdef inline tuple _stats_tuple(const index_stats_t* s):
@@ -144,8 +172,8 @@ cdef object _record_batch(object indexes, object proposed, object accepted):
     draft lengths (int64)."""
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i
-    p = check_batch_counts(proposed, b, None, "proposed")
-    a = check_batch_counts(accepted, b, None, "accepted")
+    p = check_batch_counts(proposed, b, "proposed")
+    a = check_batch_counts(accepted, b, "accepted")
     cdef const int64_t[::1] pv = p
     cdef const int64_t[::1] av = a
     for i in range(b):
@@ -161,12 +189,15 @@ cdef object _record_batch(object indexes, object proposed, object accepted):
         g = _guard_of(ixs[i])
         if g.phase != GUARD_READY or g.writing:
             _refuse(g, i, False)
-        _stats_of(ixs[i]).pending = 0
+        s = _stats_of(ixs[i])
+        s.pending = 0
+        s.pending_steps = 0
     for i in range(b):
         s = _stats_of(ixs[i])
-        if not stats_fits(s, pv[i], s.pending):
-            check_total(s.drafted + s.pending, pv[i])   # raises
+        if not stats_fits(s, pv[i], s.pending, s.pending_steps + 1):
+            check_total(s.drafted + s.pending, pv[i], (<object>s.steps) + s.pending_steps)  # raises
         s.pending += pv[i]
+        s.pending_steps += 1
     for i in range(b):
         s = _stats_of(ixs[i])
         stats_record(s, pv[i], av[i], GROW_C, SHRINK_C)

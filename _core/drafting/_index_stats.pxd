@@ -16,27 +16,31 @@ ctypedef struct index_stats_t:
     int64_t draft_len     # the draft length propose() uses when max_k is None
     int64_t min_draft, max_draft
     int64_t pending       # record_batch: drafted tokens this call adds (an index listed twice)
+    int64_t pending_steps # ... and steps
     bint adaptive
 
 
 cdef inline void stats_init(index_stats_t* s, bint adaptive, int64_t draft_len,
                             int64_t min_draft, int64_t max_draft) noexcept nogil:
-    s.steps = s.drafted = s.accepted = s.full = s.pending = 0
+    s.steps = s.drafted = s.accepted = s.full = s.pending = s.pending_steps = 0
     s.adaptive = adaptive
     s.draft_len = draft_len
     s.min_draft = min_draft
     s.max_draft = max_draft
 
 
-cdef inline bint stats_fits(const index_stats_t* s, int64_t proposed, int64_t more) noexcept nogil:
-    """Whether ``proposed`` more drafted tokens (after ``more`` already pending) keep the
-    drafted-token count within int64 (compared, never added past the maximum)."""
-    return proposed <= INT64_MAX - s.drafted - more
+cdef inline bint stats_fits(const index_stats_t* s, int64_t proposed, int64_t more,
+                            int64_t steps) noexcept nogil:
+    """Whether ``proposed`` more drafted tokens (after ``more`` already pending) and
+    ``steps`` more steps keep the drafted-token and step counts within int64 (compared,
+    never added past the maximum; ``s.drafted + more`` and ``steps`` are known to be
+    within int64 and non-negative)."""
+    return proposed <= INT64_MAX - s.drafted - more and steps <= INT64_MAX - s.steps
 
 
 cdef inline void stats_record(index_stats_t* s, int64_t p, int64_t a, int64_t grow,
                               int64_t shrink) noexcept nogil:
-    """``record(p, a)`` on checked counts (0 <= a <= p, and ``stats_fits``)."""
+    """``record(p, a)`` on checked counts (0 <= a <= p, and ``stats_fits`` with a step)."""
     s.steps += 1
     s.drafted += p
     s.accepted += a

@@ -53,11 +53,11 @@ def propose_batch(indexes, max_k=None):
     if max_k is None:
         pass
     elif type(max_k) is int and max_k >= 0:
-        one_k = max_k if max_k < MAX_INDEX_TOKENS else MAX_INDEX_TOKENS
+        one_k = max_k if max_k < MAX_TOKENS_C else MAX_TOKENS_C
     elif isinstance(max_k, (np.ndarray, list, tuple)):
-        kv = check_batch_counts(max_k, b, None)     # an owned, validated copy
+        kv = check_batch_limits(max_k, b)     # an owned, validated copy
     else:
-        one_k = min(check_count(max_k, "max_k"), MAX_INDEX_TOKENS)
+        one_k = min(check_count(max_k, "max_k"), MAX_TOKENS_C)
     cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
     if views == NULL:
         raise MemoryError()
@@ -400,9 +400,9 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         for i in range(b):
             ix = <NgramIndex>index_list[i]
             m = off[i + 1] - off[i]
-            if ix._len + m > MAX_TOKENS_C:
+            if m > MAX_TOKENS_C - ix._len:
                 raise OverflowError(
-                    f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                    f"an NgramIndex holds at most {MAX_TOKENS_C} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"
                 )
             if ix._len + m > ix._cap:
@@ -432,11 +432,8 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
             # every total checked before the first record (an index is listed once)
             for i in range(b):
                 ix = <NgramIndex>index_list[i]
-                if not stats_fits(&ix._st, drafted[i], 0):
-                    try:
-                        check_total(ix._st.drafted, drafted[i])   # raises
-                    except OverflowError as exc:
-                        raise OverflowError(f"indexes[{i}]: {exc}") from None
+                if not stats_fits(&ix._st, drafted[i], 0, drafted[i] > 0):
+                    _refuse_total(&ix._st, drafted[i], i)
         if drafts != NULL:
             lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
             if lim == NULL:

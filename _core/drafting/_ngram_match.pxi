@@ -91,7 +91,7 @@ def longest_match(history, min_n, max_n, max_k, prefer="latest"):
     cdef int width = 0
     # fast paths for the common argument types; anything else takes the shared checks
     if (type(min_n) is int and type(max_n) is int and 1 <= <object>min_n <= <object>max_n
-            and <object>max_n <= MAX_INDEX_TOKENS):
+            and <object>max_n <= MAX_TOKENS_C):
         lo_ = min_n
         hi_ = max_n
     else:
@@ -102,7 +102,10 @@ def longest_match(history, min_n, max_n, max_k, prefer="latest"):
         earliest = False
     else:
         earliest = check_prefer(prefer) == 1
-    arr = history
+    # the history last, once: a plain int64 or int32 array is pinned in place, anything
+    # else converted; the draft is cut from what was read (in the history's dtype for an
+    # array), never by indexing ``history`` again
+    dt = history.dtype if isinstance(history, np.ndarray) else None
     if type(history) is np.ndarray:
         try:
             h64 = history
@@ -130,13 +133,18 @@ def longest_match(history, min_n, max_n, max_k, prefer="latest"):
             end = _lm_run(&h64[0], n, lo, hi, earliest)
         else:
             end = _lm_run(&h32[0], n, lo, hi, earliest)
-    if isinstance(history, np.ndarray):
-        if end < 0:
-            return history[:0].copy()
-        return history[end : end + k].copy()
     if end < 0:
-        return []
-    return arr[end : end + k].tolist()
+        k = 0
+        end = 0
+    elif k > n - end:
+        k = n - end
+    if width == 8:
+        out = np.asarray(h64[end : end + k]) if k else np.zeros(0, dtype=np.int64)
+    else:
+        out = np.asarray(h32[end : end + k]) if k else np.zeros(0, dtype=np.int32)
+    if dt is not None:
+        return out.astype(dt)
+    return out.tolist()
 
 
 cdef void _lm_batch(const token_t* p, const int64_t* off, const int64_t* ks, int64_t b,
@@ -171,13 +179,14 @@ def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
     ``drafts`` has the dtype of ``tokens`` (int32 or int64). The whole batch runs
     without the GIL.
     """
-    # convert every argument first (Python code may run), copying the control arrays
+    # convert every argument first (Python code may run), copying the control arrays,
+    # and the tokens (read in place) last, so that no conversion runs after them
     lo_, hi_ = ngram_range(min_n, max_n)
     cdef bint earliest = check_prefer(prefer) == 1
-    arr = token_ids(tokens, "tokens")
     off = batch_offsets(offsets)
     cdef int64_t b = off.shape[0] - 1
-    ks = check_batch_counts(max_k, b, None)          # an owned, validated copy
+    ks = check_batch_limits(max_k, b, False)         # an owned, validated copy
+    arr = token_ids(tokens, "tokens")
     cdef const int32_t[::1] t32
     cdef const int64_t[::1] t64
     cdef int64_t n

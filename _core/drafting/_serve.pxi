@@ -42,8 +42,8 @@ cdef tuple _check_serve_counts(object drafted, object accepted):
 
 cdef object _serve_batch_counts(object drafted, object accepted, Py_ssize_t b):
     """``serve_batch``'s per-index ``(drafted, accepted)`` as owned int64 arrays."""
-    dr = check_batch_counts(drafted, b, None, "drafted")
-    ac = check_batch_counts(accepted, b, None, "accepted")
+    dr = check_batch_counts(drafted, b, "drafted")
+    ac = check_batch_counts(accepted, b, "accepted")
     cdef const int64_t[::1] dv = dr
     cdef const int64_t[::1] av = ac
     cdef Py_ssize_t i
@@ -159,29 +159,39 @@ cdef object _plain_tokens(object tokens):
     return out
 
 
+cdef inline int64_t _default_limit(const index_stats_t* st) noexcept:
+    """An index's draft limit for ``max_k=None``: ``draft_len``, or for an adaptive
+    index the longest ``draft_len`` this step's record can reach (the policy then
+    clips the draft to the ``draft_len`` after the record). Every term is at most the
+    index's capacity, so nothing overflows."""
+    if not st.adaptive:
+        return st.draft_len
+    return st.draft_len + GROW_C if st.draft_len + GROW_C < st.max_draft else st.max_draft
+
+
 cdef list _serve_one(serve_fn fn, object ix, object src, object d_obj, object a_obj, int64_t k,
                      int64_t max_tokens):
     """``serve`` for one index: refuses as ``extend`` and ``record`` do (their messages),
     then runs the C policy ``fn``. The counts arrive as Python ints (checked non-negative,
-    ``a_obj <= d_obj``, any size): the drafted total is checked before they become C
-    integers, so a count beyond int64 gets ``record``'s overflow message."""
+    ``a_obj <= d_obj``, any size): the drafted total and the step count are checked
+    before they become C integers, so a count beyond int64 gets ``record``'s overflow
+    message."""
     cdef int64_t d, a
+    # the list first: from reading the index below to the policy, no Python code runs
+    cdef list ixs = [ix]
     cdef guard_t* g = _guard_of(ix)
     cdef const index_stats_t* st = _stats_of(ix)
-    cdef int64_t length = _len_of(ix)
-    cdef int64_t m = src.shape[0], lim
+    cdef int64_t m = src.shape[0], lim, length
     guard_write(g, NAME)            # refuses as extend does; released at once
     guard_done_write(g)
-    if length + m > max_tokens:
+    length = _len_of(ix)
+    if m > max_tokens - length:
         raise OverflowError(f"{WHAT} holds at most {max_tokens} tokens; {length} + {m} is too many")
-    if d_obj > INT64_MAX - st.drafted:
-        check_total(st.drafted, d_obj)   # raises
+    if d_obj > INT64_MAX - st.drafted or (d_obj > 0 and st.steps == INT64_MAX):
+        check_total(st.drafted, d_obj, st.steps if d_obj > 0 else None)   # raises
     d = d_obj
     a = a_obj
-    if k < 0:
-        lim = max_tokens if st.adaptive else st.draft_len    # adaptive: draft_len after the record
-    else:
-        lim = k
+    lim = _default_limit(st) if k < 0 else k
     cdef int64_t k_cap = lim if lim < length + m else length + m
     off = _int64_empty(2)
     counts = _int64_empty(3)      # drafted, accepted, the limit
@@ -192,7 +202,7 @@ cdef list _serve_one(serve_fn fn, object ix, object src, object d_obj, object a_
     cp[0] = d
     cp[1] = a
     cp[2] = lim if lim < k_cap else k_cap
-    return _serve_run(fn, [ix], src, off, counts[0:1], counts[1:2], counts[2:3], k_cap, True)[0]
+    return _serve_run(fn, ixs, src, off, counts[0:1], counts[1:2], counts[2:3], k_cap, True)[0]
 
 
 cdef object _plain_batch_args(Py_ssize_t b, object tokens, object offsets, object drafted,
@@ -257,9 +267,9 @@ cdef tuple _serve_batch_args(list ixs, object tokens, object offsets, object dra
     cdef const int64_t[::1] ov = off
     _check_run_offsets(off, &ov[0], b, src.shape[0])
     dr, ac = _serve_batch_counts(drafted, accepted, b)
-    lims = None
-    if max_k is not None:
-        lims = np.minimum(check_batch_counts(max_k, b, None), max_tokens)
+    lims = check_batch_limits(max_k, b)
+    if lims is not None:
+        lims = np.minimum(lims, max_tokens)
     return src, off, dr, ac, lims
 
 
@@ -283,8 +293,7 @@ cdef object _serve_batch(serve_fn fn, object indexes, object tokens, object offs
         lims = _int64_empty(b)
         lv = <int64_t*>array_data(lims)
         for i in range(b):
-            st = _stats_of(ixs[i])
-            lv[i] = max_tokens if st.adaptive else st.draft_len
+            lv[i] = _default_limit(_stats_of(ixs[i]))
     else:
         lv = <int64_t*>_owned_data(lims)     # (the call's own array: clipped in place)
         if array_len(lims) != b:

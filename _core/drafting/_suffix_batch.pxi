@@ -174,11 +174,12 @@ def propose_batch(indexes, max_k=None):
     ``max_k`` is one count, one per index, or None for each index's ``draft_len``.
     Returns ``(drafts, offsets, lengths)`` (int64).
     """
+    # every argument converted (Python code may run) before any index is looked at
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i, k, end, bound = 0
     cdef SuffixIndex ix
-    ks = check_batch_counts(max_k, b, [(<SuffixIndex>x)._st.draft_len for x in ixs])
-    cdef const int64_t[::1] kv = ks
+    ks = check_batch_limits(max_k, b)       # an owned, validated copy, or None
+    cdef const int64_t* kv = _owned_data(ks) if ks is not None else NULL
     cdef view_t* views = <view_t*>malloc((b if b else 1) * sizeof(view_t))
     if views == NULL:
         raise MemoryError()
@@ -192,7 +193,7 @@ def propose_batch(indexes, max_k=None):
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
             end = _start(&ix.m)
-            k = kv[i]
+            k = kv[i] if kv != NULL else ix._st.draft_len
             if end < 0:
                 k = 0
             elif k > ix._len - end:
@@ -275,7 +276,8 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
                       const int64_t* drafted, const int64_t* accepted, const int64_t* limits,
                       int64_t kmax, int64_t* drafts, int64_t* lengths) except -1:
     """``extend_batch`` on arguments already owned and checked (``ov``: B + 1
-    nondecreasing offsets into ``sv``; every item a SuffixIndex). When ``drafts`` is
+    nondecreasing offsets, index ``i`` getting ``sv[ov[i] - ov[0]:ov[i + 1] - ov[0]]``;
+    every item a SuffixIndex). When ``drafts`` is
     not NULL (the serving step's update), after the extend each index with
     ``drafted[i] > 0`` records ``(drafted[i], accepted[i])`` and proposes at most
     ``min(limits[i], kmax)`` tokens (and at most its ``draft_len`` when adaptive) into
@@ -284,7 +286,7 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
     cdef SuffixIndex ix
     cdef job_t* jobs = NULL
     cdef int64_t stamp, i, j, m, k, end, marked = 0
-    cdef int64_t z = 0
+    cdef int64_t z = 0, base = ov[0]
     cdef bint failed = False
     _batch_stamp += 1
     stamp = _batch_stamp
@@ -297,16 +299,13 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
         for i in range(b):
             ix = <SuffixIndex>ixs[i]
             m = ov[i + 1] - ov[i]
-            if ix._len + m > MAX_SUFFIX_TOKENS:
+            if m > MAX_TOKENS_C - ix._len:
                 raise OverflowError(
-                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
+                    f"a SuffixIndex holds at most {MAX_TOKENS_C} tokens; "
                     f"indexes[{i}] has {ix._len} + {m}, too many"
                 )
-            if drafts != NULL and not stats_fits(&ix._st, drafted[i], 0):
-                raise OverflowError(
-                    f"indexes[{i}]: proposed={drafted[i]} would take the drafted-token "
-                    f"count beyond int64 (already {ix._st.drafted})"
-                )
+            if drafted != NULL and not stats_fits(&ix._st, drafted[i], 0, drafted[i] > 0):
+                _refuse_total(&ix._st, drafted[i], i)
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
         if jobs == NULL:
             raise MemoryError()
@@ -318,12 +317,12 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
             if ix._len + m > ix._cap:
                 ix._grow_buffer(ix._len + m)
             if not ix.m.wide:
-                for j in range(ov[i], ov[i + 1]):
+                for j in range(ov[i] - base, ov[i + 1] - base):
                     if sv[j] < INT32_LO or sv[j] > INT32_HI:
                         ix._widen()
                         break
             jobs[i].m = &ix.m
-            jobs[i].src = sv + ov[i] if m else &z
+            jobs[i].src = sv + (ov[i] - base) if m else &z
             jobs[i].start = ix._len
             jobs[i].stop = ix._len + m
             jobs[i].done = ix._len
@@ -345,7 +344,7 @@ cdef int _extend_core(list ixs, int64_t b, const int64_t* sv, const int64_t* ov,
             # index still held; a few tokens each, copied with the GIL)
             for i in range(b):
                 ix = <SuffixIndex>ixs[i]
-                if drafted[i] > 0:
+                if drafted != NULL and drafted[i] > 0:
                     stats_record(&ix._st, drafted[i], accepted[i], GROW_C, SHRINK_C)
                 k = stats_limit(&ix._st, limits[i] if limits[i] < kmax else kmax)
                 end = _start(&ix.m)

@@ -443,19 +443,23 @@ def propose_tree_batch(indexes, budget, max_depth=None, max_width=None):
     cdef list ixs = _index_list(indexes)
     cdef int64_t bud, dep, wid, n = len(ixs), i, total = 0, got
     bud, dep, wid = check_tree_args(budget, max_depth, max_width)
-    for i in range(n):
-        guard_check(_guard_of(ixs[i]), NAME)
     cdef tree_t* t = <tree_t*>malloc(sizeof(tree_t) + <size_t>bud * 4)
     cdef int64_t* toks = <int64_t*>malloc(<size_t>(n * bud if n else 1) * 2 * sizeof(int64_t))
     cdef int64_t* par
-    cdef cnp.npy_intp dims
+    cdef int64_t* ov
+    cdef cnp.npy_intp dims = n + 1
     cdef sam_t* m
     try:
         if t == NULL or toks == NULL:
             raise MemoryError()
         par = toks + n * bud
-        off = np.empty(n + 1, dtype=np.int64)
-        (<int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off))[0] = 0
+        off = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+        ov = <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off)
+        ov[0] = 0
+        # every guard checked after the last step that could run Python code, and no
+        # Python code runs from the checks to the last tree
+        for i in range(n):
+            guard_check(_guard_of(ixs[i]), NAME)
         for i in range(n):
             m = &(<SuffixIndex>ixs[i]).m
             t.m = m
@@ -466,7 +470,7 @@ def propose_tree_batch(indexes, budget, max_depth=None, max_width=None):
             got = _tree_build(t, bud, wid, toks + total, par + total,
                               <int32_t*>(<char*>t + sizeof(tree_t)))
             total += got
-            (<int64_t*>cnp.PyArray_DATA(<cnp.ndarray>off))[i + 1] = total
+            ov[i + 1] = total
         dims = total
         a = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
         p = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)

@@ -32,6 +32,7 @@ from specfsm.drafting._checks import (
     batch_offsets,
     batch_tokens,
     check_batch_counts,
+    check_batch_limits,
     check_draft_limits,
     check_prefer,
     check_record,
@@ -218,7 +219,7 @@ cdef class NgramIndex:
         guard_begin_init(&self._g, NAME)    # a second __init__ is refused, changing nothing
         lo, hi = index_range(min_n, max_n)
         earliest = check_prefer(prefer) == 1
-        k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
+        k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft, MAX_TOKENS_C)
         self._lo = lo
         self._hi = hi
         self._n_levels = hi - lo + 1
@@ -227,8 +228,7 @@ cdef class NgramIndex:
         self._bpow = _pow(RB, lo)
         self._work = 0
         self._earliest = earliest
-        stats_init(&self._st, bool(adaptive), min(k, MAX_INDEX_TOKENS),
-                   min(kmin, MAX_INDEX_TOKENS), min(kmax, MAX_INDEX_TOKENS))
+        stats_init(&self._st, bool(adaptive), k, kmin, kmax)
         self._len = 0
         self._cap = 64
         self._buf = _token_array(&self._cap)
@@ -270,6 +270,7 @@ cdef class NgramIndex:
     def _hold_guard(self, on):
         """Tests only: take the writer flag as a writer would (refusing like one), or,
         with ``on`` false, release it."""
+        _check_self(self)
         if on:
             self._begin_write()
         else:
@@ -315,11 +316,10 @@ cdef class NgramIndex:
 
     @property
     def tokens(self):
-        """The indexed tokens, as a read-only int64 view of the index's buffer."""
+        """The indexed tokens, as a read-only int64 view of the index's buffer (through a
+        read-only memoryview: its WRITEABLE flag cannot be set back)."""
         guard_check(&self._g, NAME)     # slicing lets no other thread run
-        v = self._buf[: self._len]
-        v.flags.writeable = False
-        return v
+        return np.asarray(memoryview(self._buf[: self._len]).toreadonly())
 
     @property
     def nbytes(self):
@@ -342,8 +342,8 @@ cdef class NgramIndex:
         cdef int64_t cap = self._cap
         while cap < need:
             cap = cap + (cap >> 1) + 16
-        if cap > MAX_INDEX_TOKENS + 1:
-            cap = MAX_INDEX_TOKENS + 1
+        if cap > MAX_TOKENS_C + 1:
+            cap = MAX_TOKENS_C + 1
         new = _token_array(&cap)
         new[: self._len] = self._buf[: self._len]
         cdef int64_t[::1] nv = new
@@ -356,6 +356,7 @@ cdef class NgramIndex:
         """Append verified tokens (a list, tuple or 1-D integer array) to the index.
 
         Refuses (RuntimeError) while another extend or a batch proposal uses the index."""
+        _check_self(self)
         self._begin_write()
         try:
             self._extend(tokens)
@@ -370,7 +371,7 @@ cdef class NgramIndex:
             # the serving loop's case, a few accepted tokens: no numpy round trip. Only
             # exact ints are read (no Python code runs), so the list cannot change here.
             n = Py_SIZE(tokens)
-            if self._len + n > self._cap and self._len + n <= MAX_INDEX_TOKENS:
+            if self._len + n > self._cap and self._len + n <= MAX_TOKENS_C:
                 self._grow_buffer(self._len + n)
             if self._len + n <= self._cap and Py_SIZE(tokens) == n:
                 for i in range(n):
@@ -389,9 +390,9 @@ cdef class NgramIndex:
         m = arr.shape[0]
         if m == 0:
             return 0
-        if self._len + m > MAX_INDEX_TOKENS:
+        if m > MAX_TOKENS_C - self._len:
             raise OverflowError(
-                f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                f"an NgramIndex holds at most {MAX_TOKENS_C} tokens; "
                 f"{self._len} + {m} is too many"
             )
         if self._len + m > self._cap:
@@ -403,6 +404,7 @@ cdef class NgramIndex:
     def append(self, token):
         """Append one verified token."""
         cdef int64_t v
+        _check_self(self)
         if type(token) is int and self._len < self._cap and self._g.phase == GUARD_READY \
                 and not self._g.writing and not self._g.readers:
             try:
@@ -434,9 +436,9 @@ cdef class NgramIndex:
         cdef int rc = 0
         if m == 0:
             return 0
-        if total > MAX_INDEX_TOKENS:
+        if total > MAX_TOKENS_C:
             raise OverflowError(
-                f"an NgramIndex holds at most {MAX_INDEX_TOKENS} tokens; "
+                f"an NgramIndex holds at most {MAX_TOKENS_C} tokens; "
                 f"{self._len} + {m} is too many"
             )
         try:
@@ -466,6 +468,7 @@ cdef class NgramIndex:
         """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
         list; ``max_k=None`` uses ``draft_len``."""
         cdef int64_t k, end, i, stop
+        _check_self(self)
         k = _propose_limit(&self._st, max_k, &self._len)   # may run Python code: before the check
         # checked after the conversion; the copy below lets no other thread run (it
         # allocates no object the garbage collector tracks but the list itself, first)
@@ -484,12 +487,14 @@ cdef class NgramIndex:
         ``record`` does, extends by ``tokens`` as ``extend`` does, and returns the next
         draft, ``propose(min(draft_len, max_k))`` when adaptive, else
         ``propose(max_k)``. Refuses what those refuse, changing nothing."""
+        _check_self(self)
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
         return _serve_one(ngram_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
         cdef int64_t j
+        _check_self(self)
         guard_check(&self._g, NAME)
         for j in range(self._n_levels - 1, -1, -1):
             if self._answers[j] >= 0:
@@ -500,6 +505,7 @@ cdef class NgramIndex:
     def record(self, proposed, accepted):
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``)."""
+        _check_self(self)
         return _record_one(&self._g, &self._st, proposed, accepted)
 
     @property
@@ -516,6 +522,7 @@ cdef class NgramIndex:
 
     def __reduce__(self):
         # pickled as its settings, tokens and statistics; unpickling re-indexes the tokens
+        _check_self(self)
         guard_read(&self._g, NAME)   # the token copy may let other threads run
         try:
             return (
@@ -528,6 +535,7 @@ cdef class NgramIndex:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
+        _check_self(self)
         _stats_restore(&self._g, &self._st, stats)
 
 

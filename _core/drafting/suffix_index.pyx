@@ -53,6 +53,7 @@ from specfsm.drafting._checks import (
     batch_tokens,
     check_anchor,
     check_batch_counts,
+    check_batch_limits,
     check_draft_limits,
     check_prefer,
     check_record,
@@ -151,9 +152,8 @@ cdef class SuffixIndex:
         lo, hi = suffix_range(min_n, max_n)
         an, aspan, amiss = check_anchor(anchor_n, anchor_span, anchor_misses)
         earliest = check_prefer(prefer)
-        k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft)
-        stats_init(&self._st, bool(adaptive), min(k, MAX_SUFFIX_TOKENS),
-                   min(kmin, MAX_SUFFIX_TOKENS), min(kmax, MAX_SUFFIX_TOKENS))
+        k, kmin, kmax = check_draft_limits(draft_len, min_draft, max_draft, MAX_TOKENS_C)
+        stats_init(&self._st, bool(adaptive), k, kmin, kmax)
         self._len = 0
         self._cap = 0
         self._buf = np.zeros(0, dtype=np.int32)
@@ -199,6 +199,7 @@ cdef class SuffixIndex:
     def _hold_guard(self, on):
         """Tests only: take the writer flag as a writer would (refusing like one), or,
         with ``on`` false, release it."""
+        _check_self(self)
         if on:
             guard_write(&self._g, NAME)
         else:
@@ -239,11 +240,12 @@ cdef class SuffixIndex:
     @property
     def tokens(self):
         """The indexed tokens as a read-only int64 array (a view of the index's buffer
-        once it holds int64, else a copy)."""
+        once it holds int64, through a read-only memoryview so that its WRITEABLE flag
+        cannot be set back; else a copy)."""
         guard_read(&self._g, NAME)   # the copy may let other threads run
         try:
             if self.m.wide:
-                v = self._buf[: self._len]
+                v = np.asarray(memoryview(self._buf[: self._len]).toreadonly())
             else:
                 v = self._buf[: self._len].astype(np.int64)
         finally:
@@ -253,6 +255,7 @@ cdef class SuffixIndex:
 
     def last_tokens(self, count):
         """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
+        _check_self(self)
         k = check_count(count, "count")
         guard_read(&self._g, NAME)
         try:
@@ -319,8 +322,8 @@ cdef class SuffixIndex:
         cdef uint8_t* nb
         if cap < need:
             cap = need
-        if cap > MAX_SUFFIX_TOKENS:
-            cap = MAX_SUFFIX_TOKENS
+        if cap > MAX_TOKENS_C:
+            cap = MAX_TOKENS_C
         if cap <= self._cap:
             return 0
         new = np.empty(cap, dtype=np.int64 if self.m.wide else np.int32)
@@ -367,6 +370,7 @@ cdef class SuffixIndex:
         """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
         cdef int64_t m, i, v
         cdef Py_ssize_t n
+        _check_self(self)
         # take the guard first: nothing below may run while another call holds it
         guard_write(&self._g, NAME)
         try:
@@ -377,7 +381,7 @@ cdef class SuffixIndex:
                 # anything but an exact int, leaves for the general path, which converts
                 # the list into memory of its own before reading it)
                 n = Py_SIZE(tokens)
-                if self._len + n > self._cap and self._len + n <= MAX_SUFFIX_TOKENS:
+                if self._len + n > self._cap and self._len + n <= MAX_TOKENS_C:
                     self._grow_buffer(self._len + n)
                 if self._len + n <= self._cap and n == Py_SIZE(tokens):
                     for i in range(n):
@@ -401,9 +405,9 @@ cdef class SuffixIndex:
             m = arr.shape[0]
             if m == 0:
                 return
-            if self._len + m > MAX_SUFFIX_TOKENS:
+            if m > MAX_TOKENS_C - self._len:
                 raise OverflowError(
-                    f"a SuffixIndex holds at most {MAX_SUFFIX_TOKENS} tokens; "
+                    f"a SuffixIndex holds at most {MAX_TOKENS_C} tokens; "
                     f"{self._len} + {m} is too many"
                 )
             if self._len + m > self._cap:
@@ -416,6 +420,7 @@ cdef class SuffixIndex:
     def append(self, token):
         """Append one verified token."""
         cdef int64_t v
+        _check_self(self)
         if (type(token) is int and self._len < self._cap and self._g.phase == GUARD_READY
                 and not self._g.writing and not self._g.readers):
             try:
@@ -465,6 +470,7 @@ cdef class SuffixIndex:
         """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
         chosen earlier occurrence of the longest matching suffix; empty when none."""
         cdef int64_t k, end, i, stop
+        _check_self(self)
         k = _propose_limit(&self._st, max_k, &self._len)   # may run Python code: before the check
         # checked after the conversion; the copy below lets no other thread run (it
         # allocates no object the garbage collector tracks but the list itself, first)
@@ -486,6 +492,7 @@ cdef class SuffixIndex:
         at most ``max_depth`` deep (None: ``budget``) and ``max_width`` children per node
         (None: 4). Empty arrays when nothing matches."""
         cdef int64_t b, d, w
+        _check_self(self)
         if (type(budget) is int and 1 <= budget <= TREE_NODES
                 and (max_depth is None or (type(max_depth) is int and 1 <= max_depth <= TREE_NODES))
                 and (max_width is None or (type(max_width) is int and 1 <= max_width <= TREE_NODES))):
@@ -504,11 +511,12 @@ cdef class SuffixIndex:
         first occurrence. Returns ``(n, draft)``; ``(0, [])`` when none."""
         cdef int64_t k, n = 0, i, e, stop, c
         cdef int32_t s = 0, d, ref
+        _check_self(self)
         guard_check(&self._g, NAME)
         if max_k is None:
             k = self._st.draft_len
         else:
-            k = min(check_count(max_k, "max_k"), MAX_SUFFIX_TOKENS)
+            k = min(check_count(max_k, "max_k"), MAX_TOKENS_C)
         arr = np.array(token_ids(context, "context"), dtype=np.int64, copy=True)
         cdef const int64_t[::1] cv = arr
         # converting may have let another thread in: check again, then keep the GIL
@@ -542,17 +550,20 @@ cdef class SuffixIndex:
         ``record`` does, extends by ``tokens`` as ``extend`` does, and returns the next
         draft, ``propose(min(draft_len, max_k))`` when adaptive, else
         ``propose(max_k)``. Refuses what those refuse, changing nothing."""
+        _check_self(self)
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
         return _serve_one(suffix_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
         """The n of the current match (0 when nothing matches)."""
+        _check_self(self)
         guard_check(&self._g, NAME)
         return self.m.match_len if self.m.match_end >= 0 else 0
 
     def match_end(self):
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
         or the anchor when it applies; -1 when there is nothing to draft."""
+        _check_self(self)
         guard_check(&self._g, NAME)
         return _start(&self.m)
 
@@ -581,6 +592,7 @@ cdef class SuffixIndex:
         the draft length to use next (changed only when ``adaptive``). Refuses
         (OverflowError, changing nothing) a record that would take the drafted-token
         count beyond int64, as ``NgramIndex`` does."""
+        _check_self(self)
         return _record_one(&self._g, &self._st, proposed, accepted)
 
     @property
@@ -598,6 +610,7 @@ cdef class SuffixIndex:
 
     def __reduce__(self):
         # pickled (and copied) as its settings, tokens and statistics; re-indexed on load
+        _check_self(self)
         guard_read(&self._g, NAME)   # the token copy may let other threads run
         try:
             return (
@@ -612,6 +625,7 @@ cdef class SuffixIndex:
             guard_done_read(&self._g)
 
     def _restore_stats(self, stats):
+        _check_self(self)
         _stats_restore(&self._g, &self._st, stats)
 
 

@@ -10,6 +10,8 @@ counts of a batch call, and the tokens and offsets of ``extend_batch`` and
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 
 from .._checks import INT64_MAX, check_count, check_offsets, int64_ids, ragged
@@ -28,6 +30,7 @@ __all__ = [
     "check_anchor",
     "check_prefer",
     "check_batch_counts",
+    "check_batch_limits",
     "check_draft_limits",
     "check_record",
     "check_total",
@@ -115,9 +118,12 @@ def check_prefer(prefer: object) -> bool:
     raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
 
 
-def check_draft_limits(draft_len: object, min_draft: object, max_draft: object) -> tuple[int, int, int]:
+def check_draft_limits(draft_len: object, min_draft: object, max_draft: object,
+                       cap: int) -> tuple[int, int, int]:
     """``(draft_len, min_draft, max_draft)`` as counts with
-    ``min_draft <= draft_len <= max_draft``."""
+    ``min_draft <= draft_len <= max_draft``, each then capped at ``cap`` (the index's
+    capacity: no draft is longer, and the capped lengths fit the compiled index's int64
+    fields)."""
     k = check_count(draft_len, "draft_len")
     lo = check_count(min_draft, "min_draft")
     hi = check_count(max_draft, "max_draft")
@@ -125,7 +131,7 @@ def check_draft_limits(draft_len: object, min_draft: object, max_draft: object) 
         raise ValueError(f"min_draft must not exceed max_draft, got {lo} > {hi}")
     if not lo <= k <= hi:
         raise ValueError(f"draft_len must lie in [min_draft, max_draft] = [{lo}, {hi}], got {k}")
-    return k, lo, hi
+    return min(k, cap), min(lo, cap), min(hi, cap)
 
 
 # --- record and statistics ------------------------------------------------------------
@@ -138,13 +144,16 @@ def check_record(proposed: object, accepted: object) -> tuple[int, int]:
     return p, a
 
 
-def check_total(drafted: int, proposed: int) -> None:
-    """Refuses a record that would take the drafted-token count beyond int64."""
+def check_total(drafted: int, proposed: int, steps: int | None = None) -> None:
+    """Refuses a record that would take the drafted-token count beyond int64, or (with
+    ``steps``, the step count the record adds one to) the step count."""
     if proposed > INT64_MAX - drafted:
         raise OverflowError(
             f"proposed={proposed} would take the drafted-token count beyond int64 "
             f"(already {drafted})"
         )
+    if steps is not None and steps >= INT64_MAX:
+        raise OverflowError(f"another record would take the step count beyond int64 (already {steps})")
 
 
 def check_stats(stats: object) -> tuple[int, int, int, int]:
@@ -175,14 +184,31 @@ def check_stats(stats: object) -> tuple[int, int, int, int]:
 
 
 # --- batch calls ----------------------------------------------------------------------
-def check_batch_counts(counts: object, n: int, defaults: list[int] | None, name: str = "max_k") -> np.ndarray:
-    """Per-index counts as a fresh int64 array of ``n`` entries: one count for every
-    index, a list, tuple or array of ``n`` counts, or (when ``defaults`` is given) None
-    for ``defaults``."""
+def check_batch_counts(counts: object, n: int, name: str) -> np.ndarray:
+    """Per-index counts (``proposed``, ``accepted``, ``drafted``) as a fresh int64 array
+    of ``n`` entries: one count for every index, or a list, tuple or array of ``n``
+    counts. A count beyond int64 is refused (OverflowError) in either form, as ``record``
+    refuses it."""
+    return _batch_ints(counts, n, name, False)
+
+
+@overload
+def check_batch_limits(max_k: object, n: int, optional: Literal[False]) -> np.ndarray: ...
+@overload
+def check_batch_limits(max_k: object, n: int, optional: bool = True) -> np.ndarray | None: ...
+def check_batch_limits(max_k: object, n: int, optional: bool = True) -> np.ndarray | None:
+    """Per-index draft limits as a fresh int64 array of ``n`` entries: one count for
+    every index (beyond int64: no limit, held as int64's maximum), or a list, tuple or
+    array of ``n`` int64 counts; None for None (each index's own default) when
+    ``optional``, else a TypeError."""
+    if max_k is None and optional:
+        return None
+    return _batch_ints(max_k, n, "max_k", True)
+
+
+def _batch_ints(counts: object, n: int, name: str, clip: bool) -> np.ndarray:
     if counts is None:
-        if defaults is None:
-            raise TypeError(f"{name} must be a non-negative integer or one count per request, got None")
-        return np.asarray(defaults, dtype=np.int64).reshape(n)
+        raise TypeError(f"{name} must be a non-negative integer or one count per request, got None")
     if isinstance(counts, (np.ndarray, list, tuple)):
         # copied first, validated after: the copy is what the kernel reads
         ks = int64_ids(counts, name)
@@ -193,7 +219,11 @@ def check_batch_counts(counts: object, n: int, defaults: list[int] | None, name:
             raise ValueError(f"{name} must be non-negative, got {name}[{i}]={int(ks[i])}")
         return ks
     k = check_count(counts, name)
-    return np.full(n, min(k, INT64_MAX), dtype=np.int64)
+    if k > INT64_MAX:
+        if not clip:
+            raise OverflowError(f"{name}={k} is beyond int64")
+        k = INT64_MAX
+    return np.full(n, k, dtype=np.int64)
 
 
 def batch_offsets(offsets: object) -> np.ndarray:

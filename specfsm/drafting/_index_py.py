@@ -3,6 +3,9 @@ guarded reads and writes, acceptance statistics, the adaptive draft length, the 
 step's policy (``serve``), the unpickler's statistics, and the batch calls' argument
 readers and all-or-nothing loops.
 
+Every public method checks its ``self`` first (``check_self``, ``index_guard``): called unbound
+with an object of another type, it raises TypeError, as the compiled methods do.
+
 Each index class mixes in ``IndexBase`` and supplies its own matching: ``_NAME`` (the
 guard's refusals name it), ``_A_NAME`` ("an NgramIndex"), ``_MAX_TOKENS``,
 ``_extend_list(tokens)`` (index a checked list of ints, the writer flag held) and
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._guard import guard_of
+from .._guard import Guard, guard_of
 
 from .._checks import check_count, token_ids
 from ._checks import (
@@ -22,13 +25,33 @@ from ._checks import (
     SHRINK_STEP,
     batch_tokens,
     check_batch_counts,
+    check_batch_limits,
     check_record,
     check_stats,
     check_total,
     index_offsets,
 )
 
-__all__ = ["IndexBase", "index_list", "propose_batch", "record_batch", "extend_batch", "serve_batch"]
+__all__ = ["IndexBase", "index_guard", "check_self", "index_list", "propose_batch", "record_batch",
+           "extend_batch", "serve_batch"]
+
+
+def check_self(obj: object, cls: type) -> None:
+    """A method's ``self``, refused (TypeError) unless its real type is ``cls`` or a
+    subclass (an unbound call with another object, or one whose ``__class__`` claims
+    ``cls``), as the compiled methods refuse it."""
+    if not issubclass(type(obj), cls):
+        raise TypeError(
+            f"a method of {cls._NAME} needs {cls._A_NAME} of the same implementation, got "  # type: ignore[attr-defined]
+            f"{type(obj).__module__}.{type(obj).__name__}"
+        )
+
+
+def index_guard(obj: object, cls: type | None = None) -> Guard:
+    """The guard of ``obj``, an index of this implementation (of ``cls`` when given), its
+    ``self`` checked first (``check_self``)."""
+    check_self(obj, cls or IndexBase)
+    return guard_of(obj, obj._NAME)  # type: ignore[attr-defined]
 
 
 class IndexBase:
@@ -55,13 +78,10 @@ class IndexBase:
         raise NotImplementedError
 
     # -- the guard ------------------------------------------------------------------
-    def _check_ready(self) -> None:
-        guard_of(self, self._NAME).check()
-
     def _hold_guard(self, on: object) -> None:
         """Tests only: take the writer flag as a writer would (refusing like one), or,
         with ``on`` false, release it."""
-        g = guard_of(self, self._NAME)
+        g = index_guard(self)
         if on:
             g.write()
         else:
@@ -70,23 +90,23 @@ class IndexBase:
     # -- settings and contents --------------------------------------------------------
     @property
     def adaptive(self) -> bool:
-        self._check_ready()
+        index_guard(self).check()
         return self._adaptive
 
     @property
     def draft_len(self) -> int:
         """The draft length ``propose()`` uses when ``max_k`` is None."""
-        self._check_ready()
+        index_guard(self).check()
         return self._draft_len
 
     def __len__(self) -> int:
-        self._check_ready()
+        index_guard(self).check()
         return len(self._toks)
 
     @property
     def tokens(self) -> np.ndarray:
         """The indexed tokens, as a read-only int64 array."""
-        g = guard_of(self, self._NAME)
+        g = index_guard(self)
         g.read()
         try:
             arr = np.asarray(self._toks, dtype=np.int64)
@@ -98,7 +118,7 @@ class IndexBase:
     @property
     def bytes_per_token(self) -> float:
         """``nbytes`` per indexed token (0.0 while empty)."""
-        self._check_ready()
+        index_guard(self).check()
         n = len(self._toks)
         return self.nbytes / n if n else 0.0  # type: ignore[attr-defined]
 
@@ -123,7 +143,7 @@ class IndexBase:
 
         Refuses (RuntimeError) while another call changes the index or a reader that may
         let other threads run (``tokens``, pickling, a batch proposal) is in."""
-        g = guard_of(self, self._NAME)
+        g = index_guard(self)
         g.write()
         try:
             new = token_ids(tokens, "tokens").tolist()
@@ -134,6 +154,7 @@ class IndexBase:
 
     def append(self, token: object) -> None:
         """Append one verified token."""
+        check_self(self, IndexBase)
         self.extend([token])
 
     def _draft(self, k: int) -> list:
@@ -153,6 +174,7 @@ class IndexBase:
     def propose(self, max_k: object = None) -> list:
         """The next draft, as a list: up to ``max_k`` tokens (``draft_len`` when None)
         that followed the chosen earlier occurrence; empty when nothing matches."""
+        check_self(self, IndexBase)
         k = None if max_k is None else check_count(max_k, "max_k")
         g = guard_of(self, self._NAME)
         g.read()
@@ -168,7 +190,9 @@ class IndexBase:
         (``max_k=None``: ``draft_len``), else ``propose(max_k)``.
 
         Every argument is converted and checked first; a refusal (bad arguments, an
-        index in use, a full index, a drafted total beyond int64) changes nothing."""
+        index in use, a full index, a drafted total or step count beyond int64) changes
+        nothing."""
+        check_self(self, IndexBase)
         # plain ints and an empty list or tuple (a session's propose) skip the converters
         new = [] if (type(tokens) is tuple or type(tokens) is list) and not tokens else token_ids(tokens, "tokens").tolist()
         d = drafted if type(drafted) is int and drafted >= 0 else check_count(drafted, "drafted")
@@ -183,7 +207,7 @@ class IndexBase:
         g.write()
         try:
             self._room(len(new))
-            check_total(self._drafted, d)
+            check_total(self._drafted, d, self._steps if d > 0 else None)
             if d > 0:
                 self._record(d, a)
             self._extend_list(new)
@@ -196,12 +220,13 @@ class IndexBase:
         """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
         the draft length to use next (changed only when ``adaptive``). Refuses
         (OverflowError, changing nothing) a record that would take the drafted-token
-        count beyond int64."""
+        count or the step count beyond int64."""
+        check_self(self, IndexBase)
         p, a = check_record(proposed, accepted)
         g = guard_of(self, self._NAME)
         with g._lock:  # check and change at once: records from threads are serialised
             g._check()
-            check_total(self._drafted, p)
+            check_total(self._drafted, p, self._steps)
             self._record(p, a)
             return self._draft_len
 
@@ -222,13 +247,14 @@ class IndexBase:
     def stats(self) -> dict:
         """Acceptance statistics: steps recorded, tokens drafted and accepted, fully
         accepted drafts, the acceptance rate and the current draft length."""
-        self._check_ready()
+        index_guard(self).check()
         return {
             "steps": self._steps,
             "drafted": self._drafted,
             "accepted": self._accepted,
             "full_accepts": self._full,
-            "acceptance_rate": self._accepted / self._drafted if self._drafted else 0.0,
+            # the two counts as doubles, divided (what the compiled index computes)
+            "acceptance_rate": float(self._accepted) / float(self._drafted) if self._drafted else 0.0,
             "draft_len": self._draft_len,
         }
 
@@ -237,6 +263,7 @@ class IndexBase:
 
     def _restore_stats(self, stats: object) -> None:
         """The unpickler's last step: statistics ``record`` could have produced."""
+        check_self(self, IndexBase)
         steps, drafted, accepted, full = check_stats(stats)
         g = guard_of(self, self._NAME)
         with g._lock:
@@ -252,14 +279,15 @@ class IndexBase:
 def index_list(cls: type, indexes: object) -> list:
     """The batch's indexes as a list, each an instance of this implementation's ``cls``."""
     name, a_name = cls._NAME, cls._A_NAME  # type: ignore[attr-defined]
-    if isinstance(indexes, cls):
+    # real types, not isinstance: an object whose ``__class__`` claims ``cls`` is not one
+    if issubclass(type(indexes), cls):
         raise TypeError(f"indexes must be a sequence of {name}, got a single {name}")
     try:
         out = list(indexes)  # type: ignore[call-overload]
     except TypeError:
         raise TypeError(f"indexes must be a sequence of {name}, got {type(indexes).__name__}") from None
     for i, ix in enumerate(out):
-        if not isinstance(ix, cls):
+        if not issubclass(type(ix), cls):
             raise TypeError(
                 f"indexes[{i}] must be {a_name} of the same implementation, "
                 f"got {type(ix).__module__}.{type(ix).__name__}"
@@ -274,10 +302,11 @@ def _pack(pieces: list, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
 
 
 def propose_batch(cls: type, indexes: object, max_k: object = None):
-    """``propose`` for B indexes: every index counted as read before any is looked at."""
+    """``propose`` for B indexes: every index counted as read before any is looked at
+    (its ``draft_len``, the limit for ``max_k=None``, read then)."""
     ixs = index_list(cls, indexes)
     b = len(ixs)
-    ks = check_batch_counts(max_k, b, [getattr(ix, "_draft_len", 0) for ix in ixs])
+    ks = check_batch_limits(max_k, b)
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     marked: list = []
@@ -287,7 +316,7 @@ def propose_batch(cls: type, indexes: object, max_k: object = None):
             g.read()
             marked.append(g)
         for i, ix in enumerate(ixs):
-            piece = ix._draft(int(ks[i]))
+            piece = ix._draft(ix._draft_len if ks is None else int(ks[i]))
             pieces.extend(piece)
             lengths[i] = len(piece)
     finally:
@@ -301,8 +330,8 @@ def record_batch(cls: type, indexes: object, proposed: object, accepted: object)
     total (an index listed twice adds up) checked before any changes."""
     ixs = index_list(cls, indexes)
     b = len(ixs)
-    p = check_batch_counts(proposed, b, None, "proposed")
-    a = check_batch_counts(accepted, b, None, "accepted")
+    p = check_batch_counts(proposed, b, "proposed")
+    a = check_batch_counts(accepted, b, "accepted")
     for i in range(b):
         if a[i] > p[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(p[i])} drafted tokens")
@@ -322,9 +351,11 @@ def record_batch(cls: type, indexes: object, proposed: object, accepted: object)
             except RuntimeError as exc:
                 raise RuntimeError(f"indexes[{i}]: {exc}") from None
         pending: dict = {}
+        steps: dict = {}
         for i, ix in enumerate(ixs):
-            check_total(ix._drafted + pending.get(id(ix), 0), int(p[i]))
+            check_total(ix._drafted + pending.get(id(ix), 0), int(p[i]), ix._steps + steps.get(id(ix), 0))
             pending[id(ix)] = pending.get(id(ix), 0) + int(p[i])
+            steps[id(ix)] = steps.get(id(ix), 0) + 1
         for i, ix in enumerate(ixs):
             ix._record(int(p[i]), int(a[i]))
             out[i] = ix._draft_len
@@ -385,18 +416,18 @@ def serve_batch(cls: type, indexes: object, tokens: object, offsets: object, dra
     b = len(ixs)
     src, off = batch_tokens(tokens, offsets, b)
     index_offsets(off, src.shape[0])
-    d = check_batch_counts(drafted, b, None, "drafted")
-    a = check_batch_counts(accepted, b, None, "accepted")
+    d = check_batch_counts(drafted, b, "drafted")
+    a = check_batch_counts(accepted, b, "accepted")
     for i in range(b):
         if a[i] > d[i]:
             raise ValueError(f"accepted[{i}]={int(a[i])} is beyond the {int(d[i])} drafted tokens")
-    ks = None if max_k is None else check_batch_counts(max_k, b, None)
+    ks = check_batch_limits(max_k, b)
     marked = _write_all(cls, ixs)
     try:
         for i, ix in enumerate(ixs):
             ix._room(int(off[i + 1] - off[i]), i)
             try:
-                check_total(ix._drafted, int(d[i]))
+                check_total(ix._drafted, int(d[i]), ix._steps if d[i] > 0 else None)
             except OverflowError as exc:
                 raise OverflowError(f"indexes[{i}]: {exc}") from None
         pieces: list[int] = []

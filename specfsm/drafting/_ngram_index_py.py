@@ -18,16 +18,17 @@ import sys
 import numpy as np
 
 from . import _index_py as _common
-from .._guard import READY, begin_init, guard_of
-from ._index_py import IndexBase
+from .._guard import READY, begin_init
+from ._index_py import IndexBase, check_self, index_guard
 
 from .._checks import check_count, token_ids
 from ._checks import (
     MAX_INDEX_TOKENS,
-    check_batch_counts,
+    batch_offsets,
+    check_batch_limits,
     check_draft_limits,
     check_prefer,
-    checked_offsets,
+    index_offsets,
     index_range,
     ngram_range,
 )
@@ -74,14 +75,16 @@ def longest_match(history: object, min_n: object, max_n: object, max_k: object, 
     lo, hi = ngram_range(min_n, max_n)
     k = check_count(max_k, "max_k")
     earliest = check_prefer(prefer) == 1
+    # the history last, read once; the draft is cut from what was read (in the
+    # history's dtype for an array), never by indexing ``history`` again
+    dt = history.dtype if isinstance(history, np.ndarray) else None
     arr = token_ids(history, "history")
     h = arr.tolist()
     end = -1 if k == 0 else _match_end(h, lo, hi, earliest)
-    if isinstance(history, np.ndarray):
-        if end < 0:
-            return history[:0].copy()
-        return history[end : end + k].copy()
-    return [] if end < 0 else h[end : end + k]
+    piece = [] if end < 0 else h[end : end + k]
+    if dt is not None:
+        return np.array(piece, dtype=arr.dtype).astype(dt)
+    return piece
 
 
 def longest_match_batch(tokens: object, offsets: object, min_n: object, max_n: object, max_k: object, prefer: object = "latest"):
@@ -95,11 +98,14 @@ def longest_match_batch(tokens: object, offsets: object, min_n: object, max_n: o
     """
     lo, hi = ngram_range(min_n, max_n)
     earliest = check_prefer(prefer) == 1
-    arr = token_ids(tokens, "tokens")
-    off = checked_offsets(offsets, arr.shape[0])
+    # the control arrays first, the tokens last (as the compiled module, which reads
+    # them in place): no conversion runs after the tokens are read, once
+    off = batch_offsets(offsets)
     b = off.shape[0] - 1
-    ks = check_batch_counts(max_k, b, None)
+    ks = check_batch_limits(max_k, b, False)
+    arr = token_ids(tokens, "tokens")
     flat = arr.tolist()
+    index_offsets(off, len(flat))
     pieces: list[int] = []
     lengths = np.zeros(b, dtype=np.int64)
     for i in range(b):
@@ -149,10 +155,12 @@ class NgramIndex(IndexBase):
         min_draft: object = 1,
         max_draft: object = 16,
     ) -> None:
+        check_self(self, NgramIndex)
         g = begin_init(self, NAME)  # a second __init__ is refused, changing nothing
         self._lo, self._hi = index_range(min_n, max_n)
         self._earliest = check_prefer(prefer) == 1
-        self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
+        self._draft_len, self._min_draft, self._max_draft = check_draft_limits(
+            draft_len, min_draft, max_draft, MAX_INDEX_TOKENS)
         self._adaptive = bool(adaptive)
         self._toks: list[int] = []
         # level j holds (min_n + j)-grams: tuple of tokens -> end of the latest/first one
@@ -168,24 +176,24 @@ class NgramIndex(IndexBase):
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self) -> int:
-        self._check_ready()
+        index_guard(self, NgramIndex).check()
         return self._lo
 
     @property
     def max_n(self) -> int:
-        self._check_ready()
+        index_guard(self, NgramIndex).check()
         return self._hi
 
     @property
     def prefer(self) -> str:
-        self._check_ready()
+        index_guard(self, NgramIndex).check()
         return "earliest" if self._earliest else "latest"
 
     # -- contents -------------------------------------------------------------------
     @property
     def nbytes(self) -> int:
         """Bytes this index holds (Python objects, estimated with ``sys.getsizeof``)."""
-        g = guard_of(self, NAME)
+        g = index_guard(self, NgramIndex)
         g.read()
         try:
             total = sys.getsizeof(self._toks) + sys.getsizeof(self._answers)
@@ -224,7 +232,7 @@ class NgramIndex(IndexBase):
 
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
-        g = guard_of(self, NAME)
+        g = index_guard(self, NgramIndex)
         g.read()
         try:
             for j in range(self._hi - self._lo, -1, -1):
@@ -235,7 +243,7 @@ class NgramIndex(IndexBase):
             g.done_read()
 
     def __repr__(self) -> str:
-        if guard_of(self, NAME).phase != READY:
+        if index_guard(self, NgramIndex).phase != READY:
             return "NgramIndex(<not initialised>)"
         prefer = "earliest" if self._earliest else "latest"
         return f"NgramIndex(min_n={self._lo}, max_n={self._hi}, prefer={prefer!r}, len={len(self._toks)})"
@@ -243,7 +251,7 @@ class NgramIndex(IndexBase):
     def __reduce__(self):
         # pickled (and copied by copy.copy / copy.deepcopy) as its settings, tokens and
         # statistics; unpickling re-indexes the tokens into a new, independent index
-        g = guard_of(self, NAME)
+        g = index_guard(self, NgramIndex)
         g.read()
         try:
             return (

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _index_py as _common
 from .._guard import READY, begin_init, guard_of
-from ._index_py import IndexBase
+from ._index_py import IndexBase, check_self, index_guard
 from ._suffix_tree_py import build_tree
 from ._tree_checks import check_tree_args
 
@@ -89,11 +89,13 @@ class SuffixIndex(IndexBase):
         anchor_span: object = 64,
         anchor_misses: object = 4,
     ) -> None:
+        check_self(self, SuffixIndex)
         g = begin_init(self, NAME)  # a second __init__ is refused, changing nothing
         self._min_n, self._max_n = suffix_range(min_n, max_n)
         self._anchor_n, self._anchor_span, self._anchor_misses = check_anchor(anchor_n, anchor_span, anchor_misses)
         self._earliest = check_prefer(prefer)
-        self._draft_len, self._min_draft, self._max_draft = check_draft_limits(draft_len, min_draft, max_draft)
+        self._draft_len, self._min_draft, self._max_draft = check_draft_limits(
+            draft_len, min_draft, max_draft, MAX_SUFFIX_TOKENS)
         self._adaptive = bool(adaptive)
         self._toks: list[int] = []
         # the automaton: state 0 is the root (the empty string)
@@ -118,23 +120,24 @@ class SuffixIndex(IndexBase):
     # -- configuration ------------------------------------------------------------
     @property
     def min_n(self) -> int:
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return self._min_n
 
     @property
     def max_n(self) -> int | None:
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return None if self._max_n >= UNBOUNDED else self._max_n
 
     @property
     def prefer(self) -> str:
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return "earliest" if self._earliest else "latest"
 
     def last_tokens(self, count: object) -> np.ndarray:
         """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
+        check_self(self, SuffixIndex)
         k = check_count(count, "count")
-        g = guard_of(self, NAME)
+        g = index_guard(self, SuffixIndex)
         g.read()
         try:
             toks = self._toks
@@ -145,7 +148,7 @@ class SuffixIndex(IndexBase):
     @property
     def n_edges(self) -> int:
         """Transitions of the automaton."""
-        g = guard_of(self, NAME)
+        g = index_guard(self, SuffixIndex)
         g.read()
         try:
             return sum(len(d) for d in self._next)
@@ -155,13 +158,13 @@ class SuffixIndex(IndexBase):
     @property
     def n_states(self) -> int:
         """States of the automaton, the root included (at most ``2 * len - 1`` + 1)."""
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return len(self._slen)
 
     @property
     def nbytes(self) -> int:
         """Bytes this index holds (Python objects, estimated with ``sys.getsizeof``)."""
-        g = guard_of(self, NAME)
+        g = index_guard(self, SuffixIndex)
         g.read()
         try:
             total = sum(sys.getsizeof(x) for x in (self._toks, self._slen, self._link, self._first, self._lastp, self._next))
@@ -256,7 +259,7 @@ class SuffixIndex(IndexBase):
 
     def match_length(self) -> int:
         """The n of the current match (0 when nothing matches)."""
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return self._match_len if self._match_end >= 0 else 0
 
     def lookup(self, context: object, max_k: object = None) -> tuple[int, list]:
@@ -265,10 +268,10 @@ class SuffixIndex(IndexBase):
         indexed tokens, and up to ``max_k`` (``draft_len`` when None) tokens after its
         first occurrence. Returns ``(n, draft)``; ``(0, [])`` when no suffix of at least
         ``min_n`` tokens occurs. O(len(context)) amortised."""
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         kk = None if max_k is None else check_count(max_k, "max_k")
         ctx = token_ids(context, "context").tolist()
-        g = guard_of(self, NAME)
+        g = index_guard(self, SuffixIndex)
         g.read()
         try:
             return self._lookup(ctx, self._draft_len if kk is None else kk)
@@ -304,8 +307,9 @@ class SuffixIndex(IndexBase):
         best-first by estimated probability (the rule: ``specfsm.drafting._suffix_tree_py``),
         at most ``max_depth`` deep (None: ``budget``) and ``max_width`` children per node
         (None: 4). Empty arrays when nothing matches."""
+        check_self(self, SuffixIndex)
         b, d, w = check_tree_args(budget, max_depth, max_width)
-        g = guard_of(self, NAME)
+        g = index_guard(self, SuffixIndex)
         g.read()
         try:
             return build_tree(self._toks, self._tree_contexts(), self._draft_start(), b, d, w, self._earliest)
@@ -334,30 +338,30 @@ class SuffixIndex(IndexBase):
     def match_end(self) -> int:
         """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
         or the anchor when it applies; -1 when there is nothing to draft."""
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return self._draft_start()
 
     @property
     def anchor_n(self) -> int:
         """Matches at least this long set the anchor (0: no anchor)."""
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return self._anchor_n
 
     @property
     def anchor_span(self) -> int:
         """How many tokens past the last long match the anchor keeps drafting."""
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return self._anchor_span
 
     @property
     def anchor_misses(self) -> int:
         """How many appended tokens may differ from the anchored text before the anchor
         is dropped."""
-        self._check_ready()
+        index_guard(self, SuffixIndex).check()
         return self._anchor_misses
 
     def __repr__(self) -> str:
-        if guard_of(self, NAME).phase != READY:
+        if index_guard(self, SuffixIndex).phase != READY:
             return "SuffixIndex(<not initialised or unusable>)"
         hi = None if self._max_n >= UNBOUNDED else self._max_n
         prefer = "earliest" if self._earliest else "latest"
@@ -365,7 +369,7 @@ class SuffixIndex(IndexBase):
 
     def __reduce__(self):
         # pickled (and copied) as its settings, tokens and statistics; re-indexed on load
-        g = guard_of(self, NAME)
+        g = index_guard(self, SuffixIndex)
         g.read()
         try:
             return (

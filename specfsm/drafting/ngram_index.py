@@ -61,7 +61,9 @@ __all__ = [
 #: factor between 1/3 and 2/3). ``record(proposed, accepted)`` keeps acceptance
 #: statistics (``index.stats``) and, with ``adaptive=True``, lengthens ``draft_len`` by
 #: 2 after a fully accepted draft and shortens it by 1 after a rejection, within
-#: ``[min_draft, max_draft]``. ``serve(tokens, drafted=0, accepted=0, max_k=None)`` is
+#: ``[min_draft, max_draft]`` (lengths beyond ``MAX_INDEX_TOKENS``, the longest possible
+#: draft, are stored as it); ``record`` refuses (OverflowError, changing nothing) a
+#: drafted total or a step count beyond int64. ``serve(tokens, drafted=0, accepted=0, max_k=None)`` is
 #: one serving step: ``record(drafted, accepted)`` when ``drafted > 0``,
 #: ``extend(tokens)``, then the next draft, ``propose(min(draft_len, max_k))`` when
 #: adaptive (``max_k=None``: ``draft_len``), else ``propose(max_k)``; it checks every
@@ -139,7 +141,8 @@ def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarr
 def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
     """``NgramIndex.record`` for B indexes: ``proposed[i]`` drafted tokens of which
     ``accepted[i]`` were accepted. Returns each index's next ``draft_len`` (int64).
-    Refuses ``accepted[i] > proposed[i]``."""
+    Refuses ``accepted[i] > proposed[i]`` and, changing nothing, counts or totals beyond
+    int64 (OverflowError)."""
     return _active.record_batch(indexes, proposed, accepted)
 
 
@@ -151,8 +154,8 @@ def serve_batch(
     is extended by ``tokens[offsets[i]:offsets[i + 1]]`` and proposes its next draft
     (``max_k``: one count, one per index, or None, limited as ``serve`` limits it).
     Returns ``propose_batch``'s ``(drafts, offsets, lengths)``. All or nothing: an index
-    listed twice (ValueError), in use (RuntimeError), full or whose drafted total would
-    pass int64 (OverflowError) refuses the whole batch and changes no index."""
+    listed twice (ValueError), in use (RuntimeError), full or whose drafted total or
+    step count would pass int64 (OverflowError) refuses the whole batch and changes no index."""
     return _active.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
 
 

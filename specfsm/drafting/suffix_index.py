@@ -67,7 +67,7 @@ __all__ = [
 #: position of the match's shorter suffixes on every token: O(1) typically, at most
 #: O(min(max_n, L)) per token on one token repeated. Pickles and copies as its settings,
 #: tokens and statistics (every state ``record`` reaches round-trips); ``record``
-#: refuses (OverflowError, changing nothing) a drafted total beyond int64, as
+#: refuses (OverflowError, changing nothing) a drafted total or a step count beyond int64, as
 #: ``NgramIndex`` does. Under threads, and from callbacks inside a call (both
 #: implementations, one guard protocol): while an ``extend``/``append``/``extend_batch``
 #: holds an index every other call on it, properties included, raises RuntimeError, and
@@ -111,7 +111,8 @@ def extend_batch(indexes: Any, tokens: Any, offsets: Any) -> None:
 
 def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
     """``SuffixIndex.record`` for B indexes; returns each one's next ``draft_len``.
-    Refuses ``accepted[i] > proposed[i]``."""
+    Refuses ``accepted[i] > proposed[i]`` and, changing nothing, counts or totals beyond
+    int64 (OverflowError)."""
     return _k.record_batch(indexes, proposed, accepted)
 
 
@@ -123,8 +124,8 @@ def serve_batch(
     is extended by ``tokens[offsets[i]:offsets[i + 1]]`` and proposes its next draft
     (``max_k``: one count, one per index, or None, limited as ``serve`` limits it).
     Returns ``propose_batch``'s ``(drafts, offsets, lengths)``. All or nothing: an index
-    listed twice (ValueError), in use (RuntimeError), full or whose drafted total would
-    pass int64 (OverflowError) refuses the whole batch and changes no index."""
+    listed twice (ValueError), in use (RuntimeError), full or whose drafted total or
+    step count would pass int64 (OverflowError) refuses the whole batch and changes no index."""
     return _k.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
 
 

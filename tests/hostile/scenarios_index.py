@@ -1,15 +1,25 @@
 """Hostile scenarios for the drafting indexes (``SuffixIndex``, ``NgramIndex``) and the
 shared suffix cache (``specfsm.drafting.suffix_index.SharedSuffixCache``), run by ``runner.py``.
 
-``index_reentry`` (one thread): every public method of both index kinds and of the
-cache, called with arguments whose conversion (``__index__``, ``__eq__``, ``__len__``,
-``__getitem__``) calls methods of the same index back (a second ``__init__``
-included), on ready instances and on ones made with ``__new__`` or whose ``__init__``
-failed. ``index_threads``: threads extending, batch-extending, proposing, recording,
-reading every property, pickling, re-initialising and clearing or growing the lists
-being extended, all at once on a few shared indexes and a shared cache (dropped drafter
-sessions included). Every call returns or raises one of the runner's ``ALLOWED``; the
-indexes left at the end must equal fresh ones built from their own tokens.
+``index_reentry`` (one thread): every public method and batch function of both index
+kinds (``serve``, ``serve_batch``, ``serve_batch_lists``, ``propose_tree``,
+``propose_tree_batch``, ``longest_match`` and ``longest_match_batch`` included) and of
+the cache, called with extreme integers (int64's and int32's edges, just past them,
+huge Python ints) in every integer argument, every layout and dtype in every sequence
+argument (lists, tuples, other sequences, numpy integers, bools and floats, int8 to
+uint64, big-endian, float, bool and object arrays, strided, 2-D, 0-d, read-only and
+subclassed arrays), statistics at int64's edge, unbound methods called with a ``self``
+of another type (which must be refused with TypeError), and arguments whose conversion
+(``__index__``, ``__eq__``, ``__len__``, ``__getitem__``) calls methods of the same index
+back (a second ``__init__`` included), on ready instances and on ones made with
+``__new__`` or whose ``__init__`` failed; the compiled run also replays random call
+sequences on a compiled and a twin index built alike and requires equal results (or the
+same exception type) and equal indexes. ``index_threads``: threads extending,
+batch-extending, serving, proposing, recording, reading every property, pickling,
+re-initialising and clearing or growing the lists being extended, all at once on a few
+shared indexes and a shared cache (dropped drafter sessions included). Every call
+returns or raises one of the runner's ``ALLOWED``; the indexes left at the end must
+equal fresh ones built from their own tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +35,14 @@ import time
 import numpy as np
 
 BIG = [0, 1, 3, 2**31, 2**40, 2**62, 2**63 - 1, 2**63, -(2**63), -1, 10**30]
+#: every integer argument gets these too
+EDGE = [2**63 - 1, 2**63 - 2, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**64 - 1, 2**31 - 2,
+        2**31 - 1, 2**31, 2**30 - 1, 2**30, -(2**31), 2**32, 2**62, 10**30, -(10**30), -1, 0]
+#: statistics at int64's edge (steps, drafted, accepted, full accepts)
+STATS = [(0, 0, 0, 0), (3, 10, 4, 1), (2**63 - 1, 5, 2, 1), (9, 2**63 - 1, 3, 2),
+         (2**63 - 2, 2**63 - 3, 0, 0), (2**63 - 1, 2**63 - 1, 2**63 - 1, 2**63 - 1)]
+#: ``self`` of another type for unbound calls
+FOREIGN = [object(), 7, "x" * 64, [0] * 32, b"\x00" * 64]
 
 
 def _r():
@@ -115,6 +133,60 @@ class LenList(list):
         return list.__len__(self)
 
 
+class _Sub(np.ndarray):
+    """An ndarray subclass."""
+
+
+def _layout(rng, vals):
+    """``vals`` (Python ints) in a random layout or dtype; one that cannot hold them
+    gives an object array."""
+    vals = list(vals)
+    how = rng.randrange(18)
+    if how == 0:
+        return vals
+    if how == 1:
+        return tuple(vals)
+    if how == 2:
+        return CallingSeq(vals, lambda: None)
+    if how == 3:
+        return [np.int64(v) if -(2**63) <= v < 2**63 else v for v in vals]
+    if how == 4:
+        return [bool(v % 2) for v in vals]
+    if how == 5:
+        return [float(v) for v in vals]
+    dtype = [np.int64, np.int32, np.uint64, np.int8, np.uint16, ">i8", ">i4", np.float64,
+             np.bool_, object][how - 6] if how < 16 else np.int64
+    try:
+        a = np.array(vals, dtype=dtype)
+    except (OverflowError, ValueError):
+        return np.array(vals + [None], dtype=object)[:-1]
+    if how < 16 or a.dtype == object:
+        return a
+    kind = rng.randrange(6)
+    if kind == 0:
+        return np.repeat(a, 2)[::2]
+    if kind == 1:
+        return np.asfortranarray(np.stack([a, a]))
+    if kind == 2:
+        return np.array(vals[0] if vals else 0)
+    if kind == 3:
+        a.flags.writeable = False
+        return a
+    if kind == 4:
+        return a.view(_Sub)
+    return a.reshape(1, -1)
+
+
+def _int(rng, valid):
+    """An integer argument: ``valid`` mostly, else an extreme value or another scalar."""
+    r = rng.random()
+    if r < 0.5:
+        return valid
+    if r < 0.85:
+        return rng.choice(EDGE)
+    return rng.choice([True, 2.0, None, "3", np.int64(2), np.uint64(2**64 - 1), np.array([1]), [1]])
+
+
 def _new_suffix(mod, rng):
     return mod.SuffixIndex(rng.choice([1, 2]), rng.choice([None, 4, 16]), rng.choice(["latest", "earliest"]),
                            draft_len=4, adaptive=rng.random() < 0.5, anchor_n=rng.choice([0, 3]))
@@ -171,7 +243,127 @@ def index_calls(mod, kind, ix, rng, others):
             ("last_tokens", lambda: ix.last_tokens(rng.choice([0, 3, big]))),
         ]
     calls += [(p, lambda p=p: getattr(ix, p)) for p in props]
+    calls += hostile_calls(mod, kind, ix, rng, batch)
     return calls
+
+
+def hostile_calls(mod, kind, ix, rng, batch):
+    """``(label, thunk)`` for extreme integers and every layout in each argument of each
+    method and batch function (thunks draw their arguments when called)."""
+    b = len(batch)
+
+    def toks(n=None):
+        return [rng.randrange(4) for _ in range(rng.randrange(8) if n is None else n)]
+
+    def flat_off():
+        sizes = [rng.randrange(4) for _ in range(b)]
+        off = [0]
+        for n in sizes:
+            off.append(off[-1] + n)
+        if rng.random() < 0.3:
+            off[rng.randrange(len(off))] = rng.choice(EDGE)
+        return _layout(rng, toks(off[-1] if off[-1] >= 0 and off[-1] < 64 else 3)), _layout(rng, off)
+
+    def counts(valid):
+        return rng.choice([_int(rng, valid), _layout(rng, [_int(rng, valid) for _ in range(b)])])
+
+    def limit():
+        return rng.choice([None, _int(rng, 3), _layout(rng, [_int(rng, 3) for _ in range(b)])])
+
+    def serve_batch(fn):
+        t, off = flat_off()
+        return getattr(mod, fn)(batch, t, off, counts(2), counts(1), limit())
+
+    def unbound():
+        names = ["extend", "append", "propose", "serve", "record", "match_length", "_restore_stats",
+                 "_hold_guard", "__reduce__"] + (["propose_tree", "lookup", "last_tokens", "match_end"]
+                                                 if kind == "suffix" else [])
+        name = rng.choice(names)
+        cls = type(ix)
+        try:
+            getattr(cls, name)(rng.choice(FOREIGN), *([1] * rng.randrange(3)))
+        except TypeError:
+            return None
+        raise _r().Failure(f"{cls.__name__}.{name} called with a self of another type did not refuse it")
+
+    calls = [
+        ("extend(layout)", lambda: ix.extend(_layout(rng, toks() + [rng.choice(EDGE)] * rng.randrange(2)))),
+        ("append(edge)", lambda: ix.append(_int(rng, 1))),
+        ("propose(edge)", lambda: ix.propose(_int(rng, 3))),
+        ("record(edge)", lambda: ix.record(_int(rng, 3), _int(rng, 1))),
+        ("serve(edge)", lambda: ix.serve(_layout(rng, toks()), _int(rng, 2), _int(rng, 1), _int(rng, 3))),
+        ("restore_stats", lambda: ix._restore_stats(rng.choice(STATS))),
+        ("stats+record", lambda: (ix.stats, ix.record(rng.choice([0, 1, 2**62]), 0))),
+        ("serve_batch(edge)", lambda: serve_batch("serve_batch")),
+        ("serve_batch_lists(edge)", lambda: serve_batch("serve_batch_lists")),
+        ("extend_batch(edge)", lambda: mod.extend_batch(batch, *flat_off())),
+        ("propose_batch(edge)", lambda: mod.propose_batch(batch, limit())),
+        ("record_batch(edge)", lambda: mod.record_batch(batch, counts(3), counts(1))),
+        ("unbound", unbound),
+    ]
+    if kind == "suffix":
+        calls += [
+            ("propose_tree(edge)", lambda: ix.propose_tree(_int(rng, 8), rng.choice([None, _int(rng, 3)]),
+                                                           rng.choice([None, _int(rng, 2)]))),
+            ("propose_tree_batch(edge)", lambda: mod.propose_tree_batch(batch, _int(rng, 6), rng.choice([None, _int(rng, 3)]),
+                                                                        rng.choice([None, _int(rng, 2)]))),
+            ("lookup(layout)", lambda: ix.lookup(_layout(rng, toks() + [rng.choice(EDGE)]), _int(rng, 3))),
+            ("last_tokens(edge)", lambda: ix.last_tokens(_int(rng, 3))),
+        ]
+    else:
+        calls += [
+            ("longest_match(edge)", lambda: mod.longest_match(_layout(rng, toks(12)), _int(rng, 1), _int(rng, 3),
+                                                              _int(rng, 3), rng.choice(["latest", "earliest"]))),
+            ("longest_match_batch(edge)", lambda: mod.longest_match_batch(*flat_off(), _int(rng, 1), _int(rng, 2),
+                                                                          counts(3))),
+        ]
+    return calls
+
+
+# --------------------------------------------------------------------------------------
+# parity: a compiled and a twin index driven alike
+# --------------------------------------------------------------------------------------
+def _state(ix):
+    """What can be read of an index without changing it (results or exception types)."""
+    R = _r()
+    reads = [lambda: len(ix), lambda: ix.tokens, lambda: ix.stats, lambda: ix.propose(),
+             lambda: ix.propose(5), lambda: ix.match_length()]
+    if type(ix).__name__ == "SuffixIndex":
+        reads += [lambda: ix.match_end(), lambda: ix.propose_tree(8, 4, 2), lambda: ix.last_tokens(3)]
+    out = []
+    for read in reads:
+        got = R.attempt(read)
+        out.append((got[0], R.canon(got[1]) if got[0] == "ok" else got[1].__name__))
+    return out
+
+
+def parity_round(impl, rng, kind):
+    """Random hostile call sequences on compiled and twin indexes built alike (the same
+    draws replayed): each call's outcome (result, or exception type) and the indexes
+    after it must be equal; differences go to ``impl.mismatches``."""
+    R = _r()
+    name = "suffix_index" if kind == "suffix" else "ngram_index"
+    make = _new_suffix if kind == "suffix" else _new_ngram
+    seed = rng.randrange(2**32)
+    logs = []
+    for mod in (impl.mods[name], impl.twin[name]):
+        r = random.Random(seed)
+        ixs = [make(mod, r) for _ in range(3)]
+        for ix in ixs:
+            ix.extend([r.randrange(4) for _ in range(r.randrange(40))])
+        log = []
+        for step in range(8):
+            calls = [c for c in hostile_calls(mod, kind, ixs[0], r, ixs[: 1 + r.randrange(3)])
+                     if c[0] != "unbound"]
+            label, thunk = r.choice(calls)
+            got = R.attempt(thunk)
+            log.append((label, got[0], R.canon(got[1]) if got[0] == "ok" else got[1].__name__,
+                        [_state(ix) for ix in ixs]))
+        logs.append(log)
+    for a, b in zip(*logs):
+        if repr(a) != repr(b):
+            impl.mismatches.append(f"{kind} parity (seed {seed}) at {a[0]}: compiled {R.short(a)}, twin {R.short(b)}")
+            break
 
 
 def cache_calls(cache, sfx, rng):
@@ -255,7 +447,10 @@ def scenario_index_reentry(impl, rng, seconds):
             if label == "init":
                 continue  # initialising it is what __init__ is for
             got = R.attempt(thunk)
-            if got[0] == "ok" and label != "repr":
+            # (calls that do not touch the index: its repr, unbound calls, the stateless
+            # module functions)
+            if got[0] == "ok" and label not in ("repr", "unbound", "longest_match(edge)",
+                                                "longest_match_batch(edge)"):
                 raise R.Failure(f"{kind} index made with __new__ allowed {label}: {got[1]!r}")
         # the shared cache, its arguments calling it back
         cache = SharedSuffixCache(max_tokens=200, generations=2)
@@ -273,6 +468,8 @@ def scenario_index_reentry(impl, rng, seconds):
             gc.collect()
         # integrity: the index equals a fresh one over its own tokens
         _check_whole(R, kind, ix, mod)
+        if impl.kind == "compiled":
+            parity_round(impl, rng, kind)
     return n
 
 
