@@ -14,6 +14,8 @@ import ast
 import re
 import inspect
 import pathlib
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -21,6 +23,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
+from isolated import TESTS, child_env
 
 STUB = pathlib.Path(__file__).resolve().parent.parent / "specfsm" / "_core" / "batch.pyi"
 
@@ -801,3 +805,30 @@ def test_admit_refuses_an_index_held_by_a_live_slot_or_listed_twice_and_changes_
     b.finish([0])                         # a finished slot no longer drafts: its index is free
     b.admit([1], [1, 2], [0, 2], [1], indexes=[g])
     b.admit([2], [1, 2], [0, 2], [2], indexes=[h])
+
+
+_UNBOUND = [("BatchState", "step", ([1],)), ("BatchState", "pending", ()), ("BatchState", "admit", ([0], [1], [0, 1], [0])),
+            ("BatchState", "draft", (0,)), ("BatchState", "release", ([0],)), ("BatchState", "_hold_guard", (True,)),
+            ("StepResult", "resume_index", (3,)), ("StepResult", "emitted_by_slot", ())]
+
+
+@pytest.mark.parametrize("cls,name,args", _UNBOUND, ids=lambda v: v if isinstance(v, str) else "")
+def test_a_method_called_unbound_on_another_object_is_refused(cls, name, args):
+    """``BatchState.step(obj, ...)`` hands the method any object as ``self``; each
+    implementation refuses it with TypeError (the compiled one read the object as a
+    batch before: a crash), in a child process so that a crash fails this test only."""
+    code = (
+        "from specfsm import _impl\n"
+        "for kind in ('python',) + (() if _impl.NO_EXTENSIONS else ('compiled',)):\n"
+        f"    cls = getattr(_impl.kernels(kind, 'batch'), {cls!r})\n"
+        "    for obj in (object(), 7, [1, 2]):\n"
+        "        try:\n"
+        f"            getattr(cls, {name!r})(obj, *{args!r})\n"
+        "        except TypeError as e:\n"
+        f"            assert 'needs a {cls}' in str(e), e\n"
+        "        else:\n"
+        "            raise AssertionError('accepted')\n"
+        "print('refused')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), cwd=TESTS, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "refused" in proc.stdout, proc.stdout + proc.stderr

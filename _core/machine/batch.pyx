@@ -231,6 +231,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     def _hold_guard(self, on):
         """Tests only: ``on=True`` takes the writer flag as a transition would (refusing
         like one), ``on=False`` releases it."""
+        _batch_self(self)
         if on:
             guard_write(&self._g, _NAME)
         else:
@@ -301,6 +302,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     def slots_in(self, state):
         """The slots (ascending, int64) whose state code is ``state`` (0..6)."""
+        _batch_self(self)
         code = check_count(state, "state")
         if code > DONE:
             raise ValueError(f"state must be a state code 0..{DONE}, got {code}")
@@ -316,6 +318,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     def draft(self, slot):
         """The draft of slot ``slot`` when it is in Verify (empty elsewhere)."""
+        _batch_self(self)
         cdef Py_ssize_t i = self._one(slot)
         guard_read(&self._g, _NAME)
         try:
@@ -328,6 +331,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         snapshot, accepted, positions)`` (the state code, ints, and the draft and prompt
         as lists of ints, empty where the state has none). ``specfsm.machine.batch.BatchState``
         builds its ``state_of`` value from them."""
+        _batch_self(self)
         cdef Py_ssize_t i = self._one(slot)
         cdef int code
         # the fields are read in turn and each read makes Python objects (a collector's
@@ -348,6 +352,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         verify (``enter_verify_tree``), else None. ``slot_fields`` reports such a slot as
         VERIFY with the tree's tokens as its draft; ``specfsm.machine.batch.BatchState``'s
         ``state_of`` gives it as a ``VerifyTree``."""
+        _batch_self(self)
         cdef Py_ssize_t i = self._one(slot)
         guard_read(&self._g, _NAME)
         try:
@@ -386,6 +391,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session serves one request:
         it records each verified draft (``record``) and drafts at most its
         ``draft_len`` when it is ``adaptive``."""
+        _batch_self(self)
         if slots is REQUIRED or positions is REQUIRED or offsets is REQUIRED or caches is REQUIRED:
             missing("admit", ("slots", "positions", "offsets", "caches"), (slots, positions, offsets, caches))
         guard_write(&self._g, _NAME)
@@ -398,6 +404,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     def advance_prefill(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
         """Prefill -> Decode: slot ``slots[j]``'s prompt evaluation chose
         ``next_tokens[j]`` and left cache handle ``caches[j]``."""
+        _batch_self(self)
         if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
             missing("advance_prefill", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
         guard_write(&self._g, _NAME)
@@ -410,6 +417,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     def advance_decode(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
         """Decode -> Decode: slot ``slots[j]``'s single-row evaluation chose
         ``next_tokens[j]`` and left cache handle ``caches[j]``."""
+        _batch_self(self)
         if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
             missing("advance_decode", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
         guard_write(&self._g, _NAME)
@@ -424,6 +432,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         its cache handle becomes the snapshot (no copy). Refuses (ValueError) a draft
         longer than ``k_max``, and an empty draft as a batching rule (``ServingState``
         accepts one: the design's semantics)."""
+        _batch_self(self)
         if slots is REQUIRED or tokens is REQUIRED or offsets is REQUIRED:
             missing("enter_verify", ("slots", "tokens", "offsets"), (slots, tokens, offsets))
         guard_write(&self._g, _NAME)
@@ -443,6 +452,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         for ``parents`` not as long as ``tokens``, an empty tree, one over ``k_max`` and
         any tree ``specfsm.tree.check_tree`` refuses (its message, after ``slot s: ``).
         ``step`` settles tree slots greedily (see ``step``)."""
+        _batch_self(self)
         if slots is REQUIRED or tokens is REQUIRED or parents is REQUIRED or offsets is REQUIRED:
             missing("enter_verify_tree", ("slots", "tokens", "parents", "offsets"), (slots, tokens, parents, offsets))
         guard_write(&self._g, _NAME)
@@ -457,6 +467,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         the common prefix of slot ``slots[j]``'s draft and its row tokens
         ``row_tokens[row_offsets[j]:row_offsets[j + 1]]``; ``row_caches[cache_offsets[j]:
         cache_offsets[j + 1]]`` holds one cache handle per draft row."""
+        _batch_self(self)
         if slots is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
             missing("accept", ("slots", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, row_tokens, row_offsets, row_caches, cache_offsets))
         guard_write(&self._g, _NAME)
@@ -470,6 +481,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         """``accept`` with slot ``slots[j]``'s accepted count ``accepted[j]`` supplied
         (``Verify.accept_rows``); ``row_tokens``/``row_offsets`` and
         ``row_caches``/``cache_offsets`` as in ``accept``."""
+        _batch_self(self)
         if slots is REQUIRED or accepted is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
             missing("accept_rows", ("slots", "accepted", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets))
         guard_write(&self._g, _NAME)
@@ -482,6 +494,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     def resume(self, slots=REQUIRED):
         """Accept -> Decode for every slot in ``slots``: decoding resumes from ``next``
         with the placed cache."""
+        _batch_self(self)
         if slots is REQUIRED:
             missing("resume", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
@@ -494,6 +507,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     def rollback(self, slots=REQUIRED):
         """Rollback -> Decode for every slot in ``slots``: decoding resumes from ``to``
         with the snapshot."""
+        _batch_self(self)
         if slots is REQUIRED:
             missing("rollback", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
@@ -506,6 +520,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     def finish(self, slots=REQUIRED):
         """Any state but FREE -> Done for every slot in ``slots`` (Rollback keeps its
         snapshot as the cache)."""
+        _batch_self(self)
         if slots is REQUIRED:
             missing("finish", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
@@ -517,6 +532,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def release(self, slots=REQUIRED):
         """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
+        _batch_self(self)
         if slots is REQUIRED:
             missing("release", ("slots",), (slots,))
         guard_write(&self._g, _NAME)
@@ -534,6 +550,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         ``bonus``: ``..., draft[K - 1]``). A reader: refused while a transition or
         ``step`` runs, and it holds them off while it runs.
         """
+        _batch_self(self)
         guard_read(&self._g, _NAME)
         try:
             return _pending(self)
@@ -547,6 +564,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         ``pending()``'s layout (row 0 the root's, row i + 1 node i's), so a target can
         build its attention mask (each node attending to the context and its ancestors)
         and its position ids (the node's depth). A reader, as ``pending``."""
+        _batch_self(self)
         guard_read(&self._g, _NAME)
         try:
             return _pending_trees(self)
@@ -594,6 +612,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         slot is pending, ``rule``, ``probs`` and ``draft_probs`` are refused (ValueError,
         nothing changed).
         """
+        _batch_self(self)
         if row_tokens is REQUIRED:
             missing("step", ("row_tokens",), (row_tokens,))
         guard_write(&self._g, _NAME)
@@ -608,3 +627,19 @@ include "batch_step.pxi"
 include "batch_run.pxi"
 include "batch_fast.pxi"
 include "batch_tree.pxi"
+
+
+# A method called unbound (``BatchState.step(obj, ...)``) gets any object as ``self``,
+# which Cython does not check, and every method reads its fields as the class's: each
+# plain method of the two classes checks ``self`` first (properties and special methods
+# are checked by their descriptors).
+cdef inline int _batch_self(object o) except -1:
+    if not isinstance(o, BatchState):
+        raise TypeError(f"a method of BatchState needs a BatchState, got {type(o).__module__}.{type(o).__name__}")
+    return 0
+
+
+cdef inline int _result_self(object o) except -1:
+    if not isinstance(o, StepResult):
+        raise TypeError(f"a method of StepResult needs a StepResult, got {type(o).__module__}.{type(o).__name__}")
+    return 0

@@ -159,23 +159,10 @@ class BatchState:
         g.end_init()
 
     # -- the guard ---------------------------------------------------------------------
-    def _check(self) -> None:
-        _guard.guard_of(self, _NAME).check()
-
-    def _read(self) -> _guard.Guard:
-        g = _guard.guard_of(self, _NAME)
-        g.read()
-        return g
-
-    def _write(self) -> _guard.Guard:
-        g = _guard.guard_of(self, _NAME)
-        g.write()
-        return g
-
     def _hold_guard(self, on: bool) -> None:
         """Tests only: ``on=True`` takes the writer flag as a transition would (refusing
         like one), ``on=False`` releases it."""
-        g = _guard.guard_of(self, _NAME)
+        g = _guard.guard_of(_own(self), _NAME)
         if on:
             g.write()
         else:
@@ -194,55 +181,55 @@ class BatchState:
     @property
     def capacity(self) -> int:
         """The number of slots."""
-        self._check()
+        _checker(self)
         return self._c
 
     @property
     def k_max(self) -> int:
         """The longest draft a slot may hold."""
-        self._check()
+        _checker(self)
         return self._k_max
 
     @property
     def bonus(self) -> bool:
         """Whether ``step`` verifies a K-token draft with K + 1 rows (see ``step``)."""
-        self._check()
+        _checker(self)
         return self._bonus
 
     @property
     def remaining(self) -> np.ndarray:
         """Tokens each slot may still emit in ``step`` (int64, a fresh copy)."""
-        self._check()
+        _checker(self)
         return self._budget.copy()
 
     @property
     def states(self) -> np.ndarray:
         """State code per slot (int8, a fresh copy): FREE, PREFILL .. DONE."""
-        self._check()
+        _checker(self)
         return self._state.copy()
 
     @property
     def tokens(self) -> np.ndarray:
         """``last`` / ``next`` / ``to`` per slot (int64, a fresh copy)."""
-        self._check()
+        _checker(self)
         return self._token.copy()
 
     @property
     def caches(self) -> np.ndarray:
         """Cache handle per slot (int64, a fresh copy; Rollback: its snapshot)."""
-        self._check()
+        _checker(self)
         return self._cache.copy()
 
     @property
     def accepted(self) -> np.ndarray:
         """``Accept.n`` per slot (int64, a fresh copy; 0 elsewhere)."""
-        self._check()
+        _checker(self)
         return self._n.copy()
 
     @property
     def draft_lens(self) -> np.ndarray:
         """Draft length per slot in Verify (int64, a fresh copy; 0 elsewhere)."""
-        self._check()
+        _checker(self)
         return self._dlen.copy()
 
     def slots_in(self, state: int) -> np.ndarray:
@@ -250,13 +237,13 @@ class BatchState:
         code = check_count(state, "state")
         if code > DONE:
             raise ValueError(f"state must be a state code 0..{DONE}, got {code}")
-        self._check()
+        _checker(self)
         return np.flatnonzero(self._state == code).astype(np.int64)
 
     def draft(self, slot: int) -> list[int]:
         """The draft of slot ``slot`` when it is in Verify (empty elsewhere)."""
-        i = self._one(slot)
-        g = self._read()
+        i = _own(self)._one(slot)
+        g = _reader(self)
         try:
             return self._draft[i, : self._dlen[i]].tolist()
         finally:
@@ -264,7 +251,7 @@ class BatchState:
 
     def _one(self, slot: object) -> int:
         i = check_count(slot, "slot")
-        self._check()
+        _checker(self)
         if i >= self._c:
             raise IndexError(f"slot {i} is outside the batch's {self._c} slots")
         return i
@@ -274,10 +261,10 @@ class BatchState:
         snapshot, accepted, positions)`` (the state code, ints, and the draft and prompt
         as lists of ints, empty where the state has none). ``specfsm.machine.batch.BatchState``
         builds its ``state_of`` value from them."""
-        i = self._one(slot)
+        i = _own(self)._one(slot)
         # several fields read in turn: a reader's section, so no transition (another
         # thread) can change them between two reads
-        g = self._read()
+        g = _reader(self)
         try:
             code = int(self._state[i])
             if code == FREE:
@@ -293,8 +280,8 @@ class BatchState:
         verify (``enter_verify_tree``), else None. ``slot_fields`` reports such a slot as
         VERIFY with the tree's tokens as its draft; ``specfsm.machine.batch.BatchState``'s
         ``state_of`` gives it as a ``VerifyTree``."""
-        i = self._one(slot)
-        g = self._read()
+        i = _own(self)._one(slot)
+        g = _reader(self)
         try:
             if not self._tree[i]:
                 return None
@@ -304,11 +291,11 @@ class BatchState:
             g.done_read()
 
     def __len__(self) -> int:
-        self._check()
+        _checker(self)
         return self._c
 
     def __repr__(self) -> str:
-        g = _guard.guard_of(self, _NAME)
+        g = _guard.guard_of(_own(self), _NAME)
         if g.phase != _guard.READY:
             return "BatchState(<not initialised>)"
         counts = np.bincount(self._state, minlength=7)
@@ -334,7 +321,7 @@ class BatchState:
         ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session serves one request:
         it records each verified draft (``record``) and drafts at most its
         ``draft_len`` when it is ``adaptive``."""
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             b = s.shape[0]
@@ -372,7 +359,7 @@ class BatchState:
             g.done_write()
 
     def _advance(self, attempted: str, slots: Any, next_tokens: Any, caches: Any) -> None:
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             t = per_slot(next_tokens, s.shape[0], "next_tokens")
@@ -401,7 +388,7 @@ class BatchState:
         its cache handle becomes the snapshot (no copy). Refuses (ValueError) a draft
         longer than ``k_max``, and an empty draft as a batching rule (``ServingState``
         accepts one: the design's semantics)."""
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             t, off = slot_ragged(tokens, offsets, s.shape[0], "tokens")
@@ -426,7 +413,7 @@ class BatchState:
         for ``parents`` not as long as ``tokens``, an empty tree, one over ``k_max`` and
         any tree ``specfsm.tree.check_tree`` refuses (its message, after ``slot s: ``).
         ``step`` settles tree slots greedily (see ``step``)."""
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             t, off = slot_ragged(tokens, offsets, s.shape[0], "tokens")
@@ -471,7 +458,7 @@ class BatchState:
 
     def _settle(self, attempted: str, slots: Any, accepted: Any, row_tokens: Any, row_offsets: Any,
                 row_caches: Any, cache_offsets: Any) -> None:
-        g = self._write()
+        g = _writer(self)
         try:
             self._settle_held(attempted, slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets)
         finally:
@@ -538,7 +525,7 @@ class BatchState:
     def resume(self, slots: Any) -> None:
         """Accept -> Decode for every slot in ``slots``: decoding resumes from ``next``
         with the placed cache."""
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             _check_from("resume", self._state, s)
@@ -550,7 +537,7 @@ class BatchState:
     def rollback(self, slots: Any) -> None:
         """Rollback -> Decode for every slot in ``slots``: decoding resumes from ``to``
         with the snapshot."""
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             _check_from("rollback", self._state, s)
@@ -561,7 +548,7 @@ class BatchState:
     def finish(self, slots: Any) -> None:
         """Any state but FREE -> Done for every slot in ``slots`` (Rollback keeps its
         snapshot as the cache)."""
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             _check_from("finish", self._state, s)
@@ -578,7 +565,7 @@ class BatchState:
 
     def release(self, slots: Any) -> None:
         """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
-        g = self._write()
+        g = _writer(self)
         try:
             s = check_slots(slots, self._c)
             _check_from("release", self._state, s)
@@ -613,7 +600,7 @@ class BatchState:
         ``bonus``: ``..., draft[K - 1]``). A reader: refused while a transition or
         ``step`` runs, and it holds them off while it runs.
         """
-        g = _guard.guard_of(self, _NAME)
+        g = _guard.guard_of(_own(self), _NAME)
         g.read()
         try:
             act, off = self._layout()
@@ -638,7 +625,7 @@ class BatchState:
         ``pending()``'s layout (row 0 the root's, row i + 1 node i's), so a target can
         build its attention mask (each node attending to the context and its ancestors)
         and its position ids (the node's depth). A reader, as ``pending``."""
-        g = _guard.guard_of(self, _NAME)
+        g = _guard.guard_of(_own(self), _NAME)
         g.read()
         try:
             st = self._state
@@ -693,8 +680,33 @@ class BatchState:
         slot is pending, ``rule``, ``probs`` and ``draft_probs`` are refused (ValueError,
         nothing changed).
         """
-        g = self._write()
+        g = _writer(self)
         try:
             return run_step(self, row_tokens, probs, rule, draft_probs)
         finally:
             g.done_write()
+
+
+def _own(obj: Any) -> BatchState:
+    """A method's ``self``, refused (TypeError) unless it is a ``BatchState``: a method
+    called unbound (``BatchState.step(obj, ...)``) gets any object, as the compiled
+    class's does."""
+    if not isinstance(obj, BatchState):
+        raise TypeError(f"a method of BatchState needs a BatchState, got {type(obj).__module__}.{type(obj).__name__}")
+    return obj
+
+
+def _checker(b: Any) -> None:
+    _guard.guard_of(_own(b), _NAME).check()
+
+
+def _reader(b: Any) -> _guard.Guard:
+    g = _guard.guard_of(_own(b), _NAME)
+    g.read()
+    return g
+
+
+def _writer(b: Any) -> _guard.Guard:
+    g = _guard.guard_of(_own(b), _NAME)
+    g.write()
+    return g

@@ -125,6 +125,7 @@ class StepResult:
 
     def emitted_by_slot(self) -> dict[int, list[int]]:
         """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
+        _result_self(self)
         e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
         return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
 
@@ -134,12 +135,20 @@ class StepResult:
         fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
         per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
         slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
+        _result_self(self)
         return chk_resume_index(self.slots, self.resume_rows, capacity)
 
     def __repr__(self) -> str:
         return (f"StepResult(slots={len(self.slots)}, emitted={len(self.emitted)}, "
                 f"finished={len(self.finished)}, drafts={len(self.drafts)})")
 
+
+
+def _result_self(obj: Any) -> None:
+    """A method's ``self``, refused (TypeError) unless it is a ``StepResult`` (a method
+    called unbound), as the compiled class's is."""
+    if not isinstance(obj, StepResult):
+        raise TypeError(f"a method of StepResult needs a StepResult, got {type(obj).__module__}.{type(obj).__name__}")
 
 
 def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
