@@ -44,6 +44,7 @@ from specfsm.drafting._checks import (
     ngram_range,
 )
 
+cimport cython
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
@@ -175,18 +176,29 @@ include "_ngram_match.pxi"
 # the incremental index
 # ------------------------------------------------------------------------------------
 
+@cython.embedsignature(False)   # the signature heads the docstring (__text_signature__)
 cdef class NgramIndex:
-    """An incremental n-gram index over one request's verified tokens.
+    """NgramIndex(min_n, max_n=None, prefer="latest", *, draft_len=4, adaptive=False, min_draft=1, max_draft=16)
+--
 
-    ``extend`` appends tokens (amortised O(max_n - min_n + 1) table updates per token);
-    ``propose(max_k)`` returns, as a list, exactly what ``longest_match`` returns on
-    everything extended so far, in O(max_n - min_n + max_k) whatever the length.
-    Drafts are never extended into the index, so a rejected draft needs no undo.
+    An incremental n-gram index over one request's verified tokens.
+
+    It drafts from the longest n-gram of the last tokens, ``min_n <= n <= max_n``
+    (``max_n=None``: ``min_n``), that occurred before, copying what followed its
+    ``"latest"`` or ``"earliest"`` earlier occurrence (``prefer``). ``extend`` appends
+    tokens (amortised O(max_n - min_n + 1) table updates per token); ``propose(max_k)``
+    returns, as a list, exactly what ``longest_match`` returns on everything extended so
+    far, in O(max_n - min_n + max_k) whatever the length. Drafts are never extended into
+    the index, so a rejected draft needs no undo.
 
     The draft length is ``max_k`` or, when that is None, ``draft_len``; with
     ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a fully
     accepted draft and shortens it by 1 after a rejection, within
-    ``[min_draft, max_draft]``. Acceptance statistics are kept either way.
+    ``[min_draft, max_draft]``. Acceptance statistics are kept either way. ``serve``
+    is one serving step (record, extend, propose). A call that meets another changing
+    the index (another thread, a callback) raises RuntimeError; an instance made with
+    ``__new__`` (or whose ``__init__`` failed) refuses every call, and a second
+    ``__init__`` is refused.
     """
 
     cdef int64_t _lo, _hi, _n_levels

@@ -64,6 +64,7 @@ from specfsm.drafting._checks import (
 )
 from specfsm.drafting._tree_checks import check_tree_args
 
+cimport cython
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
@@ -124,16 +125,31 @@ include "_suffix_tree.pxi"
 # the index
 # ------------------------------------------------------------------------------------
 
+@cython.embedsignature(False)   # the signature heads the docstring (__text_signature__)
 cdef class SuffixIndex:
-    """An incremental longest-match index over one request's verified tokens.
+    """SuffixIndex(min_n=1, max_n=None, prefer="earliest", *, draft_len=8, adaptive=False, min_draft=1, max_draft=32, anchor_n=0, anchor_span=64, anchor_misses=4)
+--
+
+    An incremental longest-match index over one request's verified tokens.
 
     ``extend`` appends tokens (amortised O(1) per token); ``propose(max_k)`` returns, as
-    a list, the tokens that followed the chosen earlier occurrence of the longest
-    matching suffix, in O(max_k). ``max_n=None`` puts no cap on the match length. The
+    a list, the tokens that followed the chosen (``prefer``: ``"earliest"`` or
+    ``"latest"``) earlier occurrence of the longest matching suffix of at least
+    ``min_n`` tokens, in O(max_k). ``max_n=None`` puts no cap on the match length. The
     draft length is ``max_k`` or, when that is None, ``draft_len``; with
     ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a fully
     accepted draft and shortens it by 1 after a rejection, within
-    ``[min_draft, max_draft]``. ``anchor_n``, ``anchor_span`` and ``anchor_misses``: see the twin.
+    ``[min_draft, max_draft]``. ``serve`` is one serving step (record, extend, propose).
+    A call that meets another changing the index (another thread, a callback) raises
+    RuntimeError; an instance made with ``__new__`` (or whose ``__init__`` failed)
+    refuses every call, and a second ``__init__`` is refused.
+
+    The anchor (``anchor_n > 0``; off by default): a match of at least ``anchor_n``
+    tokens sets the anchor to its continuation; while later matches are shorter, the
+    anchor moves one position per appended token, as if the tokens that broke the match
+    replaced as many earlier ones (an edit that renames or substitutes), and for up to
+    ``anchor_span`` tokens, unless more than ``anchor_misses`` of them differed from the
+    anchored text, the draft is taken from the anchor instead of from the short match.
     """
 
     cdef sam_t m

@@ -127,17 +127,22 @@ def longest_match_batch(tokens: object, offsets: object, min_n: object, max_n: o
 class NgramIndex(IndexBase):
     """An incremental n-gram index over one request's verified tokens.
 
-    ``extend`` appends tokens (amortised O(max_n - min_n + 1) table updates per token);
-    ``propose(max_k)`` returns, as a list, exactly what ``longest_match`` returns on
-    everything extended so far, in O(max_n - min_n + max_k) whatever the length.
-    Drafts are never extended into the index, so a rejected draft needs no undo.
+    It drafts from the longest n-gram of the last tokens, ``min_n <= n <= max_n``
+    (``max_n=None``: ``min_n``), that occurred before, copying what followed its
+    ``"latest"`` or ``"earliest"`` earlier occurrence (``prefer``). ``extend`` appends
+    tokens (amortised O(max_n - min_n + 1) table updates per token); ``propose(max_k)``
+    returns, as a list, exactly what ``longest_match`` returns on everything extended so
+    far, in O(max_n - min_n + max_k) whatever the length. Drafts are never extended into
+    the index, so a rejected draft needs no undo.
 
     The draft length is ``max_k`` or, when that is None, ``draft_len``; with
     ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a fully
     accepted draft and shortens it by 1 after a rejection, within
     ``[min_draft, max_draft]``. Acceptance statistics are kept either way. ``serve``
-    is one serving step (record, extend, propose). Guarded as the compiled index is
-    (``specfsm._guard``, through ``specfsm.drafting._index_py``).
+    is one serving step (record, extend, propose). A call that meets another changing
+    the index (another thread, a callback) raises RuntimeError; an instance made with
+    ``__new__`` (or whose ``__init__`` failed) refuses every call, and a second
+    ``__init__`` is refused.
     """
 
     _NAME = NAME

@@ -49,26 +49,23 @@ class SuffixIndex(IndexBase):
     """An incremental longest-match index over one request's verified tokens.
 
     ``extend`` appends tokens (amortised O(1) per token); ``propose(max_k)`` returns, as
-    a list, the tokens that followed the chosen earlier occurrence of the longest
-    matching suffix (module docstring), in O(max_k). ``max_n=None`` puts no cap on the
-    match length. The draft length is ``max_k`` or, when that is None, ``draft_len``;
-    with ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a
-    fully accepted draft and shortens it by 1 after a rejection, within
+    a list, the tokens that followed the chosen (``prefer``: ``"earliest"`` or
+    ``"latest"``) earlier occurrence of the longest matching suffix of at least
+    ``min_n`` tokens, in O(max_k). ``max_n=None`` puts no cap on the match length. The
+    draft length is ``max_k`` or, when that is None, ``draft_len``; with
+    ``adaptive=True``, ``record(proposed, accepted)`` lengthens it by 2 after a fully
+    accepted draft and shortens it by 1 after a rejection, within
     ``[min_draft, max_draft]``. ``serve`` is one serving step (record, extend, propose).
+    A call that meets another changing the index (another thread, a callback) raises
+    RuntimeError; an instance made with ``__new__`` (or whose ``__init__`` failed)
+    refuses every call, and a second ``__init__`` is refused.
 
-    Guarded as the compiled index is (``specfsm._guard``, through
-    ``specfsm.drafting._index_py``): ``extend``, ``append``, ``serve``, ``extend_batch``
-    and ``serve_batch`` hold the writer flag, ``record`` checks it under the guard's
-    lock, reads count themselves or check it, so a call meeting another that changes the
-    index raises RuntimeError; an instance made with ``__new__`` (or whose ``__init__``
-    failed) refuses every call.
-
-    The anchor (``anchor_n > 0``): a match of at least ``anchor_n`` tokens sets the
-    anchor to its continuation; while later matches are shorter, the anchor moves one
-    position per appended token, as if the tokens that broke the match replaced as many
-    earlier ones (an edit that renames or substitutes), and for up to ``anchor_span``
-    tokens, unless more than ``anchor_misses`` of them differed from the anchored text,
-    the draft is taken from the anchor instead of from the short match.
+    The anchor (``anchor_n > 0``; off by default): a match of at least ``anchor_n``
+    tokens sets the anchor to its continuation; while later matches are shorter, the
+    anchor moves one position per appended token, as if the tokens that broke the match
+    replaced as many earlier ones (an edit that renames or substitutes), and for up to
+    ``anchor_span`` tokens, unless more than ``anchor_misses`` of them differed from the
+    anchored text, the draft is taken from the anchor instead of from the short match.
     """
 
     _NAME = NAME

@@ -128,10 +128,10 @@ class BatchState:
     (Done -> FREE). Caches are int64 handles. ``enter_verify`` keeps the handle as the
     snapshot. ``slot_fields(slot)`` gives a slot's fields (None when FREE).
 
-    One guard (``_core/common/_guard.pxd``, its twin ``specfsm._guard``) protects
-    the slots: a second ``__init__`` is refused, an object whose ``__init__`` never
-    completed refuses every call, and while a transition or ``step`` runs (another thread, or a callback inside it) every other
-    call on the batch raises RuntimeError, changing nothing. The arrays it exposes
+    One guard protects the slots: a second ``__init__`` is refused, an object whose
+    ``__init__`` never completed refuses every call, and while a transition or ``step``
+    runs (another thread, or a callback inside it) every other call on the batch raises
+    RuntimeError, changing nothing. The arrays it exposes
     (``states``, ``tokens``, ...) are fresh copies: writing to them changes nothing.
     """
 
