@@ -28,68 +28,33 @@ import pickle
 import subprocess
 import sys
 import textwrap
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from specfsm import _impl
+import hostile_values as hv
+from hostile_values import I64, I64MIN, Seq, maker, offsets, outcome
 
-ALLOWED = (TypeError, ValueError, IndexError, OverflowError, RuntimeError)
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = hv.hostile_settings(60)
 
-I64 = 2**63 - 1
-I64MIN = -(2**63)
-EXTREME = [I64, I64 - 1, I64MIN, I64MIN + 1, I64 + 1, I64MIN - 1, 2**64, 2**64 - 1, 2**31 - 2,
-           2**31 - 1, 2**31, 2**30 - 1, 2**30, -(2**31), -(2**31) - 1, 2**32, 2**62, 10**30,
-           -(10**30), -1]
+#: the shared extreme ints, and more around int32's and 2**30, and -1
+EXTREME = hv.EXTREME + [2**31 - 2, 2**30 - 1, 2**30, -(2**31), -1]
 MODULES = {"ngram": ("ngram_index", "NgramIndex"), "suffix": ("suffix_index", "SuffixIndex")}
 KINDS = list(MODULES)
 
 
 def pair(kind):
     """(compiled module or None, twin module) of index kind ``kind``."""
-    name = MODULES[kind][0]
-    twin = _impl.kernels("python", name)
-    if _impl.NO_EXTENSIONS:
-        return None, twin
-    try:
-        return _impl.kernels("compiled", name), twin
-    except ImportError:
-        return None, twin
+    return hv.pair(MODULES[kind][0])
 
 
 # --------------------------------------------------------------------------------------
-# outcomes
+# outcomes (``outcome(thunk)``: hostile_values)
 # --------------------------------------------------------------------------------------
-def norm(x):
-    if isinstance(x, np.ndarray):
-        return ("ndarray", type(x).__name__, str(x.dtype), x.shape, x.tolist())
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__, [norm(v) for v in x])
-    if isinstance(x, dict):
-        return ("dict", sorted((k, norm(v)) for k, v in x.items()))
-    if isinstance(x, np.generic):
-        return ("np", str(x.dtype), repr(x.item()))
-    return (type(x).__name__, repr(x) if isinstance(x, float) else x)
-
-
-def outcome(thunk):
-    """("ok", result) or ("raised", exception type); an exception outside ALLOWED fails
-    the test."""
-    try:
-        return ("ok", norm(thunk()))
-    except ALLOWED as exc:
-        return ("raised", type(exc).__name__)
-    except BaseException:  # noqa: BLE001 - the report is the point
-        pytest.fail(f"not a clean refusal:\n{traceback.format_exc()}")
-
-
 def snapshot(ix, kind):
     """Everything observable about one index, read without changing it."""
     reads = [
@@ -104,139 +69,24 @@ def snapshot(ix, kind):
 
 
 # --------------------------------------------------------------------------------------
-# layouts
+# hostile arguments (the layouts and hooks: hostile_values)
 # --------------------------------------------------------------------------------------
-class Seq(Sequence):
-    """A plain ``collections.abc.Sequence`` that is not a list."""
+class HookInt(hv.HookInt):
+    """A numpy integer whose ``__index__`` runs ``action`` first, once."""
 
-    def __init__(self, values):
-        self._v = list(values)
-
-    def __len__(self):
-        return len(self._v)
-
-    def __getitem__(self, i):
-        return self._v[i]
-
-
-class Sub(np.ndarray):
-    """An ndarray subclass."""
-
-
-class HookInt(np.int64):
-    """A numpy integer whose ``__index__`` runs ``action`` first."""
-
-    action = None
-
-    def __index__(self):
-        if self.action is not None:
-            act, self.action = self.action, None
-            act()
-        return int(np.int64(self))
-
-
-class Hook:
-    """An integer-like scalar whose conversion runs ``action`` first."""
-
-    def __init__(self, value, action):
-        self.value = value
-        self.action = action
-
-    def __index__(self):
-        self.action()
-        return int(self.value)
-
-
-NUMPY_LAYOUTS = {
-    "int64": np.int64, "int32": np.int32, "uint64": np.uint64, "int8": np.int8,
-    "uint16": np.uint16, "int64be": ">i8", "int32be": ">i4", "float64": np.float64,
-    "bool": np.bool_, "object": object,
-}
-LAYOUTS = sorted(NUMPY_LAYOUTS) + [
-    "list", "tuple", "sequence", "npints", "bools", "floats", "strided", "reversed",
-    "fortran2d", "c2d", "zero_d", "readonly", "subclass", "unaligned", "hooked",
-]
-
-
-def layout(values, how):
-    """``values`` (Python ints) in layout ``how``; a dtype that cannot hold them gives an
-    object array."""
-    vals = list(values)
-
-    def arr(dtype=np.int64):
-        try:
-            return np.array(vals, dtype=dtype)
-        except (OverflowError, ValueError):
-            return np.array(vals + [None], dtype=object)[:-1]
-
-    if how == "list":
-        return vals
-    if how == "tuple":
-        return tuple(vals)
-    if how == "sequence":
-        return Seq(vals)
-    if how == "npints":
-        return [np.int64(v) if I64MIN <= v <= I64 else v for v in vals]
-    if how == "bools":
-        return [bool(v % 2) for v in vals]
-    if how == "floats":
-        return [float(v) for v in vals]
-    if how == "hooked":
-        return [HookInt(v) if I64MIN <= v <= I64 else v for v in vals]
-    if how in NUMPY_LAYOUTS:
-        return arr(NUMPY_LAYOUTS[how])
-    a = arr()
-    if a.dtype == object:
-        return a
-    if how == "strided":
-        return np.repeat(a, 2)[::2]
-    if how == "reversed":
-        return a[::-1].copy()[::-1]
-    if how == "fortran2d":
-        return np.asfortranarray(np.stack([a, a]))
-    if how == "c2d":
-        return a.reshape(1, -1)
-    if how == "zero_d":
-        return np.array(vals[0] if vals else 0)
-    if how == "readonly":
-        a.flags.writeable = False
-        return a
-    if how == "subclass":
-        return a.view(Sub)
-    if how == "unaligned":
-        buf = np.zeros(a.nbytes + 1, dtype=np.uint8)
-        out = buf[1:].view(np.int64)
-        out[:] = a
-        return out
-    raise AssertionError(how)
+    once = True
 
 
 ints = st.one_of(st.integers(0, 6), st.sampled_from(EXTREME))
-SCALARS = [True, False, 1.0, 2.5, float("nan"), np.int64(2), np.int32(1), np.uint64(2**64 - 1),
-           np.int64(I64), np.float64(1.0), np.bool_(True), None, "1", b"1", [1], (2,), np.array(2),
-           np.array([1])]
+SCALARS = hv.scalar_pool() + [np.int64(I64), (2,)]
 scalars = st.one_of(ints, st.sampled_from(SCALARS))
 
 
-@st.composite
-def seq_arg(draw, valid, vocab=4):
+def seq_arg(valid, vocab=4):
     """A factory for one sequence argument: ``valid`` as it is, edited with extreme
     values, random, or a scalar in its place; in any layout."""
-    kind = draw(st.sampled_from(["valid", "valid", "edited", "random", "scalar"]))
-    vals = list(valid)
-    if kind == "scalar":
-        s = draw(scalars)
-        return lambda: s
-    if kind == "edited":
-        for _ in range(draw(st.integers(1, 2))):
-            if vals and draw(st.booleans()):
-                vals[draw(st.integers(0, len(vals) - 1))] = draw(ints)
-            else:
-                vals.insert(draw(st.integers(0, len(vals))), draw(ints))
-    elif kind == "random":
-        vals = draw(st.lists(st.one_of(st.integers(0, vocab - 1), ints), max_size=8))
-    how = draw(st.sampled_from(LAYOUTS)) if draw(st.booleans()) else "list"
-    return lambda: layout(vals, how)
+    return hv.sequence_arg(valid, ints, scalars, entries=st.one_of(st.integers(0, vocab - 1), ints),
+                           plain="list", hook_int=HookInt)
 
 
 @st.composite
@@ -258,49 +108,12 @@ def limit_arg(draw, valid, b):
     return draw(seq_arg([valid] * b))
 
 
-def poison(obj, how):
-    """Rewrite ``obj`` (an argument already passed) in place."""
-    if isinstance(obj, np.ndarray) and obj.flags.writeable and obj.size:
-        if how == "retype" and obj.flags.c_contiguous and obj.dtype.itemsize == 8:
-            obj.dtype = np.int32 if obj.dtype.kind in "iu" else np.float32
-        elif obj.dtype.kind in "iu":
-            info = np.iinfo(obj.dtype)
-            obj.reshape(-1)[:] = info.max if how == "max" else info.min
-        elif obj.dtype.kind == "f":
-            obj.reshape(-1)[:] = -1.0
-    elif type(obj) is list:
-        if how in ("max", "retype"):
-            obj.clear()
-        else:
-            obj.extend([I64, 5, 0])
-
-
 @st.composite
 def hooks(draw, n_args):
-    """Which conversions rewrite which arguments: [(slot, target, how)]."""
-    return [(draw(st.integers(0, n_args - 1)), draw(st.integers(0, n_args - 1)),
+    """Which conversions rewrite which arguments: [("any", slot, target, how)]."""
+    return [("any", draw(st.integers(0, n_args - 1)), draw(st.integers(0, n_args - 1)),
              draw(st.sampled_from(["max", "min", "retype"])))
             for _ in range(draw(st.integers(0, 2)))]
-
-
-def maker(factories, armed=()):
-    """``make()``: fresh arguments from the factories, with the hooks in ``armed`` set so
-    that converting one argument rewrites another (in the same fresh set)."""
-
-    def make():
-        args = [f() for f in factories]
-        for slot, target, how in armed:
-            act = (lambda t=target, h=how: poison(args[t], h))
-            a = args[slot]
-            if type(a) is int:
-                args[slot] = Hook(a, act)
-            elif type(a) is list:
-                hooked = [v for v in a if isinstance(v, HookInt)]
-                if hooked:
-                    hooked[-1].action = act
-        return args
-
-    return make
 
 
 # --------------------------------------------------------------------------------------
@@ -351,13 +164,6 @@ def build(mod, kind, setup):
 # --------------------------------------------------------------------------------------
 # the calls: name -> (kinds, argument factories drawn from data, call)
 # --------------------------------------------------------------------------------------
-def _offsets(sizes):
-    off = [0]
-    for n in sizes:
-        off.append(off[-1] + n)
-    return off
-
-
 def draw_call(data, kind, name, setup, b):
     """``(factories, call)``: ``call(mod, indexes, args)`` runs method ``name`` on the
     indexes (the first is the one single-index methods use) with ``args``."""
@@ -366,7 +172,7 @@ def draw_call(data, kind, name, setup, b):
     toks = d(st.lists(st.integers(0, vocab - 1), max_size=6))
     sizes = [d(st.integers(0, 3)) for _ in range(b)]
     flat = d(st.lists(st.integers(0, vocab - 1), min_size=sum(sizes), max_size=sum(sizes)))
-    off = _offsets(sizes)
+    off = offsets(sizes)
     if name == "extend":
         return [d(seq_arg(toks, vocab))], lambda m, ix, a: ix[0].extend(a[0])
     if name == "append":

@@ -21,25 +21,21 @@ a finalizer that resizes the caller's arrays in place while a compiled call chec
 from __future__ import annotations
 
 import copy
-import traceback
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from specfsm import _impl
 from specfsm.errors import IllegalTransition
 
-ALLOWED = (TypeError, ValueError, IndexError, OverflowError, RuntimeError, IllegalTransition)
-SETTINGS = settings(max_examples=120, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+import hostile_values as hv
+from hostile_values import EXTREME, I64, Sub, offsets, pair
 
-I64 = 2**63 - 1
-I64MIN = -(2**63)
-EXTREME = [I64, I64 - 1, I64MIN, I64MIN + 1, I64 + 1, I64MIN - 1, 2**64, 2**64 - 1, 2**31 - 1,
-           2**31, -(2**31) - 1, 2**32, 2**62, 10**30, -(10**30)]
+ALLOWED = hv.CLEAN + (IllegalTransition,)
+SETTINGS = hv.hostile_settings(120)
 
 #: the public kernels of each module in scope, as this file drives them
 FUNCTIONS = {
@@ -52,42 +48,17 @@ FUNCTIONS = {
 }
 
 
-def pair(name):
-    """(compiled module or None, twin module) of kernel module ``name``."""
-    twin = _impl.kernels("python", name)
-    if _impl.NO_EXTENSIONS:
-        return None, twin
-    try:
-        return _impl.kernels("compiled", name), twin
-    except ImportError:
-        return None, twin
-
-
 # --------------------------------------------------------------------------------------
 # outcomes
 # --------------------------------------------------------------------------------------
 def norm(x):
-    if isinstance(x, np.ndarray):
-        values = x.tolist()
-        return ("ndarray", type(x).__name__, str(x.dtype), x.shape,
-                repr(values) if x.dtype.kind in "fcO" else values)  # NaN equals NaN
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__, [norm(v) for v in x])
-    if isinstance(x, np.generic):
-        return ("np", str(x.dtype), repr(x.item()))
-    return (type(x).__name__, repr(x) if isinstance(x, float) else x)
+    return hv.norm(x, repr_floats=True)  # NaN equals NaN
 
 
 def outcome(fn, args, watch=()):
     """("ok", result, watched arguments after the call) or ("raised", exception type,
     watched arguments); an exception outside ALLOWED fails the test."""
-    try:
-        got = ("ok", norm(fn(*args)))
-    except ALLOWED as exc:
-        got = ("raised", type(exc).__name__)
-    except BaseException as exc:  # noqa: BLE001 - the report is the point
-        pytest.fail(f"{fn.__module__}.{fn.__name__} raised {type(exc).__name__}, not a clean "
-                    f"refusal:\n{traceback.format_exc()}")
+    got = hv.outcome(lambda: fn(*args), ALLOWED, repr_floats=True, what=f"{fn.__module__}.{fn.__name__}")
     return got + (tuple(norm(args[i]) for i in watch),)
 
 
@@ -115,46 +86,10 @@ def _show(args):
 
 
 # --------------------------------------------------------------------------------------
-# hostile arguments
+# hostile arguments (the layouts and hooks: hostile_values)
 # --------------------------------------------------------------------------------------
-class Seq(Sequence):
-    """A plain ``collections.abc.Sequence`` that is not a list."""
-
-    def __init__(self, values):
-        self._v = list(values)
-
-    def __len__(self):
-        return len(self._v)
-
-    def __getitem__(self, i):
-        return self._v[i]
-
-
-class Sub(np.ndarray):
-    """An ndarray subclass (read as its base array)."""
-
-
-class HookInt(np.int64):
-    """A numpy integer whose ``__index__`` runs a callback first."""
-
-    action = None
-
-    def __index__(self):
-        if self.action is not None:
-            self.action()
-        return int(np.int64(self))
-
-
-class Hook:
+class Hook(hv.Hook):
     """An integer-, float- and bool-like scalar whose conversion runs ``action`` first."""
-
-    def __init__(self, value, action):
-        self.value = value
-        self.action = action
-
-    def __index__(self):
-        self.action()
-        return int(self.value)
 
     def __float__(self):
         self.action()
@@ -165,95 +100,15 @@ class Hook:
         return bool(self.value)
 
 
-NUMPY_LAYOUTS = {
-    "int64": np.int64, "int32": np.int32, "uint64": np.uint64, "int8": np.int8,
-    "uint16": np.uint16, "int64be": ">i8", "int32be": ">i4", "float64": np.float64,
-    "bool": np.bool_, "object": object,
-}
-LAYOUTS = sorted(NUMPY_LAYOUTS) + [
-    "list", "tuple", "sequence", "npints", "bools", "floats", "strided", "reversed",
-    "fortran2d", "c2d", "zero_d", "readonly", "subclass", "unaligned", "hooked",
-]
-
-
-def layout(values, how):
-    """``values`` (Python ints) in layout ``how``; a layout that cannot hold them gives an
-    object array (numpy refuses to convert out-of-range ints)."""
-    vals = list(values)
-
-    def arr(dtype=np.int64):
-        try:
-            return np.array(vals, dtype=dtype)
-        except (OverflowError, ValueError):
-            return np.array(vals + [None], dtype=object)[:-1]
-
-    if how == "list":
-        return vals
-    if how == "tuple":
-        return tuple(vals)
-    if how == "sequence":
-        return Seq(vals)
-    if how == "npints":
-        return [np.int64(v) if I64MIN <= v <= I64 else v for v in vals]
-    if how == "bools":
-        return [bool(v % 2) for v in vals]
-    if how == "floats":
-        return [float(v) for v in vals]
-    if how == "hooked":  # entries are numpy-integer objects; make() may arm their hooks
-        return [HookInt(v) if I64MIN <= v <= I64 else v for v in vals]
-    if how in NUMPY_LAYOUTS:
-        return arr(NUMPY_LAYOUTS[how])
-    a = arr()
-    if a.dtype == object:
-        return a
-    if how == "strided":
-        return np.repeat(a, 2)[::2]
-    if how == "reversed":
-        return a[::-1].copy()[::-1]
-    if how == "fortran2d":
-        return np.asfortranarray(np.stack([a, a]))
-    if how == "c2d":
-        return a.reshape(1, -1)
-    if how == "zero_d":
-        return np.array(vals[0] if vals else 0)
-    if how == "readonly":
-        a.flags.writeable = False
-        return a
-    if how == "subclass":
-        return a.view(Sub)
-    if how == "unaligned":
-        buf = np.zeros(a.nbytes + 1, dtype=np.uint8)
-        out = buf[1:].view(np.int64)
-        out[:] = a
-        return out
-    raise AssertionError(how)
-
-
 ints = st.one_of(st.integers(-3, 12), st.sampled_from(EXTREME))
-SCALAR_POOL = [True, False, 1.0, 2.5, float("nan"), np.int64(2), np.int32(1), np.uint64(2**64 - 1),
-               np.float64(1.0), np.bool_(True), None, "1", b"1", [1], np.array(2), np.array([1])]
-scalars = st.one_of(ints, st.sampled_from(SCALAR_POOL))
+scalars = st.one_of(ints, st.sampled_from(hv.scalar_pool()))
 
 
-@st.composite
-def int_seq(draw, valid):
+def int_seq(valid):
     """A factory for one sequence argument: ``valid`` as it is, edited with extreme
     values, random, or a scalar in its place; in any layout."""
-    kind = draw(st.sampled_from(["valid", "valid", "edited", "random", "scalar"]))
-    vals = list(valid)
-    if kind == "scalar":
-        s = draw(scalars)
-        return lambda: copy.deepcopy(s)  # the pool holds lists and arrays: never shared
-    if kind == "edited":
-        for _ in range(draw(st.integers(1, 2))):
-            if vals and draw(st.booleans()):
-                vals[draw(st.integers(0, len(vals) - 1))] = draw(ints)
-            else:
-                vals.insert(draw(st.integers(0, len(vals))), draw(ints))
-    elif kind == "random":
-        vals = draw(st.lists(ints, max_size=8))
-    how = draw(st.sampled_from(LAYOUTS)) if draw(st.booleans()) else "int64"
-    return lambda: layout(vals, how)
+    # the pool holds lists and arrays: never shared
+    return hv.sequence_arg(valid, ints, scalars, plain="int64", fresh=copy.deepcopy)
 
 
 @st.composite
@@ -261,26 +116,6 @@ def scalar_arg(draw, valid):
     kind = draw(st.sampled_from(["valid", "valid", "other"]))
     s = valid if kind == "valid" else draw(scalars)
     return lambda: copy.deepcopy(s)
-
-
-def poison(obj, how):
-    """Rewrite ``obj`` (an argument already passed) in place: extreme entries, a new
-    shape or dtype, a cleared or grown list."""
-    if isinstance(obj, np.ndarray) and obj.flags.writeable and obj.size:
-        if how == "reshape" and obj.ndim == 2 and obj.flags.c_contiguous:
-            obj.shape = obj.shape[::-1]
-        elif how == "retype" and obj.flags.c_contiguous and obj.dtype.itemsize == 8:
-            obj.dtype = np.int32 if obj.dtype.kind in "iu" else np.float32
-        elif obj.dtype.kind in "iu":
-            info = np.iinfo(obj.dtype)
-            obj.reshape(-1)[:] = info.max if how in ("max", "reshape") else info.min
-        elif obj.dtype.kind == "f":
-            obj.reshape(-1)[:] = np.nan if how == "max" else -1.0
-    elif type(obj) is list:
-        if how in ("max", "retype"):
-            obj.clear()
-        else:
-            obj.extend([I64, 5, 0])
 
 
 @st.composite
@@ -301,20 +136,7 @@ def hooks(draw, n_args, scalar_slots, seq_slots):
 def maker(factories, armed=()):
     """``make()``: fresh arguments from the factories, with the hooks in ``armed`` set so
     that converting one argument rewrites another (in the same fresh set)."""
-
-    def make():
-        args = [f() for f in factories]
-        for kind, slot, target, how in armed:
-            act = (lambda t=target, h=how: poison(args[t], h))
-            if kind == "scalar":
-                args[slot] = Hook(args[slot], act) if _hookable(args[slot]) else args[slot]
-            elif type(args[slot]) is list:
-                hooked = [v for v in args[slot] if isinstance(v, HookInt)]
-                if hooked:
-                    hooked[-1].action = act
-        return args
-
-    return make
+    return hv.maker(factories, armed, hookable=_hookable, hook=Hook, nan_for_max=True)
 
 
 def _hookable(x):
@@ -327,9 +149,7 @@ def _hookable(x):
 @st.composite
 def ragged(draw, vocab):
     lens = draw(st.lists(st.integers(0, 4), min_size=0, max_size=4))
-    off = [0]
-    for n in lens:
-        off.append(off[-1] + n)
+    off = offsets(lens)
     draft = draw(st.lists(st.integers(0, vocab - 1), min_size=off[-1], max_size=off[-1]))
     choices = [x if draw(st.booleans()) else draw(st.integers(0, vocab - 1)) for x in draft]
     return draft, choices, off
@@ -535,9 +355,7 @@ def test_tree_acceptance(data):
     trees = [_tree(data.draw, data.draw(st.integers(1, 4))) for _ in range(B)]
     t = [x for tr in trees for x in tr[0]]
     p = [x for tr in trees for x in tr[1]]
-    off = [0]
-    for tr in trees:
-        off.append(off[-1] + len(tr[0]))
+    off = offsets(len(tr[0]) for tr in trees)
     r = [data.draw(st.sampled_from(t + [1])) if t else 1 for _ in range(len(t) + B)]
     f4 = [data.draw(int_seq(t)), data.draw(int_seq(p)), data.draw(int_seq(off)), data.draw(int_seq(r))]
     same("tree", "accept_tree_batch", maker(f4, data.draw(hooks(4, [], [0, 1, 2, 3]))))
@@ -575,9 +393,7 @@ def test_tree_placement(data):
     paths = [sorted(data.draw(st.sets(st.integers(0, max(L - 2 - b, 0)), max_size=L - 1 - b))) if L - 1 - b else []
              for b in bases]
     flat = [x for pth in paths for x in pth]
-    off = [0]
-    for pth in paths:
-        off.append(off[-1] + len(pth))
+    off = offsets(len(pth) for pth in paths)
     f = [lambda: cache((B, L, 2)), data.draw(int_seq(bases)), data.draw(int_seq(flat)), data.draw(int_seq(off))]
     same("tree", "place_path_batch", maker(f, data.draw(hooks(4, [], [1, 2, 3]))), watch=(0,))
 
