@@ -82,7 +82,7 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
     cdef bint stop
     cdef const int64_t* rp = e.rp
     cdef int64_t* emv = e.emv
-    cdef int64_t bad[2]               # a negative token from a row: (row, place emitted)
+    cdef int64_t bad_row, bad_at      # a negative token from a target row: its row, its place
     e.bad = -1
     for j in range(a):
         i = e.av[j]
@@ -91,9 +91,13 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
         r1 = e.ov[j + 1]
         e0 = w
         e.rbv[j] = 0
-        bad[0] = -1
+        bad_row = -1
+        bad_at = 0
         if code == C_VERIFY and self._tree[i]:
-            e.rsv[j] = _tree_settle(self, i, rp + r0, emv + w, &n, &e.rbv[j], bad)
+            e.rsv[j] = _tree_settle(self, i, rp + r0, emv + w, &n, &e.rbv[j])
+            if emv[w + n] < 0:        # the settle row's token (the path's are the tree's)
+                bad_row = e.rsv[j]
+                bad_at = n
             e.accv[j] = n
             e.drv[j] = self._dlen[i]
             w += n + 1
@@ -114,8 +118,8 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
                     emv[w] = rp[r0 + k]
                     w += 1
                     if rp[r0 + k] < 0:
-                        bad[0] = k
-                        bad[1] = k
+                        bad_row = k
+                        bad_at = k
                 e.rsv[j] = k - 1 + bonus
             else:
                 if e.replv != NULL:
@@ -123,27 +127,18 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
                 else:
                     emv[w] = rp[r0 + n]
                     if rp[r0 + n] < 0:
-                        bad[0] = n
-                        bad[1] = n
+                        bad_row = n
+                        bad_at = n
                 w += 1
                 e.rsv[j] = n
                 e.rbv[j] = 1          # settled through Rollback
             e.drv[j] = k
-            if e.computed:
-                # a greedy rule's emission is its rows, in order (the matched draft
-                # tokens equal them): the first negative one
-                for q in range(w - e0):
-                    if emv[e0 + q] < 0:
-                        bad[0] = q
-                        bad[1] = q
-                        break
         else:
             emv[w] = rp[r1 - 1]
             w += 1
             e.rsv[j] = r1 - 1 - r0    # a prefill's last prompt row, a decode's row 0
             if rp[r1 - 1] < 0:
-                bad[0] = r1 - 1 - r0
-                bad[1] = 0
+                bad_row = r1 - 1 - r0
         cnt = w - e0
         room = self._budget[i]
         stop = cnt >= room
@@ -156,8 +151,8 @@ cdef void _emit(BatchState self, Py_ssize_t a, emit_t* e) noexcept nogil:
                     stop = True
                     break
         w = e0 + cnt
-        if bad[0] >= 0 and bad[1] < cnt and e.bad < 0:
-            e.bad = r0 + bad[0]       # a negative token it would emit (cut ones are not)
+        if bad_row >= 0 and bad_at < cnt and e.bad < 0:
+            e.bad = r0 + bad_row      # a negative token it would emit (cut ones are not)
         e.eov[j + 1] = w
         e.nbv[j] = room - cnt
         if stop:

@@ -163,19 +163,15 @@ cdef _enter_verify_tree(BatchState self, slots, tokens, parents, offsets):
 
 
 cdef inline int64_t _tree_settle(BatchState self, Py_ssize_t i, const int64_t* rows, int64_t* emv,
-                                 int64_t* n_out, char* more_out, int64_t* bad_out) noexcept nogil:
+                                 int64_t* n_out, char* more_out) noexcept nogil:
     """Greedy acceptance of slot ``i``'s tree over its N + 1 ``rows``: the accepted
     nodes' tokens then the target's token at the settle row into ``emv`` (``n_out[0]``
     nodes), whether the last accepted node (the root when none) has children into
-    ``more_out``; returns the settle row. The tokens emitted are the rows read, in order:
-    the first negative one's row and place in ``emv`` go to ``bad_out[0]`` and
-    ``bad_out[1]`` (-1 when none). Children come after their parent, so one pass in index
-    order meets every child of the current node after it."""
+    ``more_out``; returns the settle row. Children come after their parent, so one pass
+    in index order meets every child of the current node after it."""
     cdef Py_ssize_t q, k = self._dlen[i]
     cdef int64_t cur = -1, want = rows[0], n = 0
     cdef char more = 0
-    bad_out[0] = 0 if want < 0 else -1
-    bad_out[1] = bad_out[0]
     for q in range(k):
         if self._par[i, q] == cur:
             if self._draft[i, q] == want:
@@ -183,9 +179,6 @@ cdef inline int64_t _tree_settle(BatchState self, Py_ssize_t i, const int64_t* r
                 n += 1
                 cur = q
                 want = rows[q + 1]
-                if want < 0 and bad_out[0] < 0:
-                    bad_out[0] = q + 1
-                    bad_out[1] = n
                 more = 0
             else:
                 more = 1

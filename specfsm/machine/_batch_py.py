@@ -658,10 +658,11 @@ class BatchState:
         evaluation each slot's cache resumes from (see ``StepResult``).
 
         All or nothing: the step refuses, changing neither the batch nor any index,
-        rows that do not match the layout, a negative token it would emit (ValueError
-        naming the row; rows whose token it does not emit, past a mismatch, off a tree's
-        path or cut by a budget or eos, may hold filler such as -1), probabilities the
-        rule refuses, a rule that
+        rows that do not match the layout, a negative token in a row whose token it
+        would emit (the target's token at a rejected draft token or the bonus row, a
+        tree's settle row, a prefill's last row, a decode's row: ValueError naming the
+        row; other rows, and those a budget or eos cuts, may hold filler such as -1),
+        probabilities the rule refuses, a rule that
         raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``)
         and an index in use by another call (RuntimeError); the same step can then be
         retried. (Left open: another

@@ -218,7 +218,6 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
     new_token = np.zeros(a, dtype=np.int64)
     new_budget = np.zeros(a, dtype=np.int64)
     finished: list[int] = []
-    computed = kind not in (R_SPEC, R_TYPICAL, R_OTHER)
     for j in range(a):
         i = int(act[j])
         code = int(codes[j])
@@ -229,7 +228,7 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             path, more = _tree_walk(tl, b._par[i, :k].tolist(), rows[r0:r1].tolist())
             row = path[-1] + 1 if path else 0
             out = [tl[c] for c in path] + [int(rows[r0 + row])]
-            rowof = [0] + [c + 1 for c in path]  # the row each emitted token comes from
+            rowof = [-1] * len(path) + [row]     # the path's tokens are the tree's
             acc[j] = len(path)
             resume[j] = row
             rolled[j] = more              # the path stopped short of a leaf
@@ -246,9 +245,8 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
                 out = d[:n] + [t]
                 resume[j] = n
                 rolled[j] = True          # settled through Rollback
-            # a greedy rule emits its rows in order (matched draft tokens equal them);
-            # another rule its row at the replaced or bonus place only
-            rowof = list(range(len(out))) if computed else [-1] * n + ([] if repl is not None and n < k else [n])
+            # the accepted tokens are the draft's; a target row gives the replaced or bonus one
+            rowof = [-1] * n + ([] if repl is not None and n < k else [n])
             drafted[j] = k
         else:
             out = [int(rows[r1 - 1])]

@@ -208,10 +208,10 @@ def resume_index(slots: np.ndarray, rows: np.ndarray, capacity: object) -> np.nd
 
 
 def negative_row(rows: np.ndarray, flat: int, slots: np.ndarray, offsets: np.ndarray) -> NegativeToken:
-    """``step``'s refusal of ``rows[flat]``, a negative token it would emit (token ids
-    are >= 0), naming the row and its slot. Rows whose token the step does not emit (past
-    a mismatch, off a tree's path, cut by a budget or eos) may hold anything: -1 as
-    filler, say."""
+    """``step``'s refusal of ``rows[flat]``, a negative token in a row whose token it
+    would emit (token ids are >= 0), naming the row and its slot. Rows whose token the
+    step does not emit (past a mismatch, off a tree's path, cut by a budget or eos) may
+    hold anything: -1 as filler, say."""
     j = int(np.searchsorted(offsets, flat, side="right")) - 1
     return NegativeToken(
         f"row_tokens[{flat}] is {int(rows[flat])}: step would emit it (row "
