@@ -21,6 +21,8 @@ import pytest
 import specfsm
 from specfsm import _impl
 
+from _twin_check import active_refusal, twin_refusal  # noqa: F401  (twin_refusal: its tests)
+
 #: the implementation the public layer runs on in this process
 ACTIVE_KIND = "python" if _impl.NO_EXTENSIONS else "compiled"
 #: the directory the imported specfsm package came from
@@ -32,41 +34,8 @@ TWIN_BANNER = (
 )
 
 
-def twin_refusal(use_extensions: bool, explicit: bool, never_built: bool,
-                 broken: dict[str, str], where: str) -> str | None:
-    """Why a benchmark run must not start, or None when it may: the imported specfsm
-    runs (in part or whole) on the twin and ``SPECFSM_NO_EXTENSIONS`` was not set."""
-    if use_extensions or explicit:
-        return None
-    if never_built:
-        why = "a source checkout whose compiled core was never built"
-    elif broken:
-        why = "these compiled modules do not import: " + "; ".join(
-            f"specfsm._core.{name} ({err})" for name, err in broken.items())
-    else:
-        why = "the compiled core is not active"
-    return (
-        f"specfsm imported from {where} runs on the pure-Python twin ({why}), so these "
-        "benchmarks would time the twin under the compiled core's name. Two ways out:\n"
-        "    build the compiled core in place, then run as you did:\n"
-        '        pip install "setuptools>=77" "Cython>=3.0.8" numpy\n'
-        "        python setup.py build_ext --inplace\n"
-        "    or install the package and run the pytest command (python -m pytest and\n"
-        "    PYTHONPATH=. put the checkout's specfsm/ ahead of the installed one):\n"
-        '        pip install ".[test,bench]"\n'
-        "        pytest -c benchmarks/pytest.ini benchmarks/test_bench_step.py\n"
-        "To time the twin on purpose, set SPECFSM_NO_EXTENSIONS=1."
-    )
-
-
 def pytest_sessionstart(session):
-    refusal = twin_refusal(
-        _impl.USE_EXTENSIONS,
-        _impl._env_flag("SPECFSM_NO_EXTENSIONS"),
-        _impl.NEVER_BUILT,
-        {name: str(st.error) for name, st in _impl.extensions().items() if st.error is not None},
-        SPECFSM_DIR,
-    )
+    refusal = active_refusal()
     if refusal is not None:
         pytest.exit(refusal, returncode=4)
 

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from _twin_check import exit_if_twin
+
 
 # --------------------------------------------------------------------------------------
 # the teacher-forced stub model
@@ -324,6 +326,7 @@ def prompts_part(path: str, new: int, pld_ks: list[int], batch: int, before: boo
 
 
 def main() -> None:
+    exit_if_twin(os.path.basename(__file__))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="part", required=True)
     s = sub.add_parser("smollm2")

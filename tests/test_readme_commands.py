@@ -291,8 +291,10 @@ def test_the_twin_on_purpose_runs_under_a_banner():
 
 @pytest.mark.skipif(not os.path.exists(BENCH_CONFTEST), reason="benchmarks/ is not next to the tests")
 def test_the_refusal_names_what_is_wrong():
-    """``twin_refusal``, the rule of benchmarks/conftest.py, read from the file itself."""
-    spec = importlib.util.spec_from_file_location("_bench_conftest", BENCH_CONFTEST)
+    """``twin_refusal``, the rule of benchmarks/conftest.py and the stand-alone scripts
+    (benchmarks/_twin_check.py), read from the file itself."""
+    spec = importlib.util.spec_from_file_location(
+        "_bench_twin_check", os.path.join(os.path.dirname(BENCH_CONFTEST), "_twin_check.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     refuse = mod.twin_refusal
