@@ -29,7 +29,6 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +36,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hostile_values as hv
+from isolated import TESTS, child_env
 from hostile_values import I64, I64MIN, Seq, maker, offsets, outcome
 
 SETTINGS = hv.hostile_settings(60)
@@ -633,9 +633,10 @@ def test_every_method_refuses_a_self_of_another_type(impl_kind, kind):
     if impl_kind == "compiled" and pair(kind)[0] is None:
         pytest.skip("no compiled core")
     mod, cls_name = MODULES[kind]
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-c", FOREIGN_SELF, impl_kind, mod, cls_name], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    # the same specfsm as this run (the installed package in CI: from the checkout's root,
+    # python -c would import the never-built sources there instead)
+    proc = subprocess.run([sys.executable, "-c", FOREIGN_SELF, impl_kind, mod, cls_name], cwd=TESTS,
+                          env=child_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 

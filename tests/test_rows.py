@@ -387,7 +387,9 @@ LAYOUTS = ["list", "tuple", "strided", "reversed", "fortran", "0d", "ndim+", "nd
 
 def relayout(a, kind, rows_axis=0):
     """``a`` (an ndarray) in another layout, type or shape (``"short"``: two rows, along
-    ``rows_axis``)."""
+    ``rows_axis``); a 0-d array (an earlier mutation's) is left as it is."""
+    if a.ndim == 0:
+        return a
     if kind == "list":
         return a.tolist()
     if kind == "tuple":
@@ -470,7 +472,8 @@ def mutate(args, m):
             ns = len(args[0][r]) if isinstance(args[0], list) and isinstance(args[0][r], list) else 1
             if (L.ndim == n_old.ndim == seen.ndim == 1 and r < min(len(L), len(n_old), len(seen))
                     and all(x.dtype.kind in "iu" and x.flags.writeable for x in (L, n_old, seen))):
-                n_old[r] = seen[r] = _wrap(m[2], n_old.dtype)
+                n_old[r] = _wrap(m[2], n_old.dtype)       # each in its own dtype: a layout
+                seen[r] = _wrap(m[2], seen.dtype)         # mutation may have changed one
                 L[r] = _wrap(m[2] + ns, L.dtype)
     elif kind == "layout":
         if isinstance(args[m[1]], np.ndarray):
