@@ -21,7 +21,7 @@ import pytest
 import specfsm
 from specfsm import _impl
 
-from _twin_check import active_refusal, twin_refusal  # noqa: F401  (twin_refusal: its tests)
+from _twin_check import active_refusal
 
 #: the implementation the public layer runs on in this process
 ACTIVE_KIND = "python" if _impl.NO_EXTENSIONS else "compiled"

@@ -119,8 +119,8 @@ def host_array(x: object, name: str, *, raw: bool = False) -> Any:
     writes through it reach the tensor), else TypeError naming ``name`` and the device.
     A tensor DLPack cannot export (one that requires grad, a dtype numpy lacks such as
     bfloat16) is refused with TypeError too, unless ``raw`` (a caller that copies bytes,
-    as the placement does) accepts it as a view of unsigned integers of its item size
-    (a torch tensor's ``view(dtype)``)."""
+    as the placement does) accepts it as a view of integers of its item size (a torch
+    tensor's ``view(dtype)``)."""
     if isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__"):
         return x                # numpy arrays (subclasses too) keep their own rules
     try:
