@@ -31,6 +31,7 @@ from libc.stdint cimport int32_t, int64_t
 from cython cimport floating
 
 from _typedefs cimport token_t
+from _offsets cimport longest_row
 cimport numpy as cnp
 
 cnp.import_array()
@@ -117,22 +118,14 @@ def check_probs(probs, name="probs"):
 
 def _fast_check_offsets(off, Py_ssize_t total, name="offsets"):
     cdef cnp.ndarray a = <cnp.ndarray?>off
-    cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0), i
-    cdef const int64_t* o
-    cdef int64_t k_max = 0
+    cdef Py_ssize_t n = cnp.PyArray_DIM(a, 0)
+    cdef int64_t k_max
     if (cnp.PyArray_TYPE(a) != cnp.NPY_INT64 or not cnp.PyArray_ISCARRAY_RO(a)
             or cnp.PyArray_NDIM(a) != 1):
         return draft_offsets(off, total, name)
-    o = <const int64_t*>cnp.PyArray_DATA(a)
-    if n == 0 or o[0] != 0 or o[n - 1] != total:
+    k_max = longest_row(<const int64_t*>cnp.PyArray_DATA(a), n, total, 0)
+    if k_max < 0:
         return draft_offsets(off, total, name)  # raises
-    for i in range(n - 1):
-        # neighbours compared, never subtracted first: both are >= o[0] = 0 once in
-        # order, so the step below cannot wrap
-        if o[i] > o[i + 1]:
-            return draft_offsets(off, total, name)  # raises
-        if o[i + 1] - o[i] > k_max:
-            k_max = o[i + 1] - o[i]
     return k_max
 
 

@@ -153,15 +153,9 @@ cdef list _index_list(object indexes):
 cdef int _check_run_offsets(object off, const int64_t* ov, Py_ssize_t b,
                             int64_t n) except -1:
     """An owned copy ``off`` (its data ``ov``) of B + 1 offsets into ``n`` tokens,
-    checked in C (neighbours compared, never subtracted); only a bad one goes through
-    the shared check, for the twin's exact message."""
-    cdef bint bad = ov[0] != 0 or ov[b] != n
-    cdef Py_ssize_t i
-    for i in range(b):
-        if ov[i] > ov[i + 1]:
-            bad = True
-            break
-    if bad:
+    held to the contract in C; only a bad one goes through the shared check, for the
+    twin's exact message."""
+    if longest_row(ov, b + 1, n, 0) < 0:
         index_offsets(off, n)
         raise ValueError("offsets must be nondecreasing and within the tokens given")
     return 0

@@ -238,10 +238,10 @@ cdef object _plain_batch_args(Py_ssize_t b, object tokens, object offsets, objec
     cdef const int64_t* av = <const int64_t*>array_data(ac)
     cdef int64_t* lv
     cdef Py_ssize_t i
-    if ov[0] != 0 or ov[b] != array_len(src):
+    if longest_row(ov, b + 1, array_len(src), 0) < 0:
         return None
     for i in range(b):
-        if ov[i] > ov[i + 1] or dv[i] < 0 or av[i] < 0 or av[i] > dv[i]:
+        if dv[i] < 0 or av[i] < 0 or av[i] > dv[i]:
             return None
     if lims is not None:
         lv = <int64_t*>array_data(lims)
@@ -324,14 +324,12 @@ cdef int _check_serve_c(list indexes, Py_ssize_t b, const int64_t* offsets,
                 f"indexes[{i}] must be {WHAT} of the same implementation, "
                 f"got {type(o).__module__}.{type(o).__name__}"
             )
-        if offsets[i] > offsets[i + 1]:
-            raise ValueError("offsets must be nondecreasing")
         if drafted != NULL and (drafted[i] < 0 or accepted[i] < 0 or accepted[i] > drafted[i]):
             raise ValueError(
                 f"accepted[{i}]={accepted[i]} is not within the {drafted[i]} drafted tokens"
             )
         if limits[i] < 0:
             raise ValueError(f"limits[{i}] must be >= 0, got {limits[i]}")
-    if b and offsets[0] < 0:
-        raise ValueError("offsets must be nondecreasing and within the tokens given")
+    if longest_row(offsets, b + 1, offsets[b], 0) < 0:
+        raise ValueError("offsets must be nondecreasing and start at 0")
     return 0

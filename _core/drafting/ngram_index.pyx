@@ -51,6 +51,7 @@ from libc.string cimport memcpy, memset
 
 from _typedefs cimport token_t
 from _arrays cimport plain_int_width, array_data, array_len
+from _offsets cimport longest_row
 cimport numpy as cnp
 
 cnp.import_array()

@@ -71,6 +71,7 @@ from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
 from _arrays cimport plain_int_width, array_data, array_len
+from _offsets cimport longest_row
 from _seq cimport Py_SIZE
 from _guard cimport (
     GUARD_READY,

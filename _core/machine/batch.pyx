@@ -75,6 +75,7 @@ from specfsm._core.ngram_index cimport ngram_serve
 from specfsm._core.suffix_index cimport suffix_serve
 
 from _arrays cimport plain_int_width, array_data, array_len
+from _offsets cimport longest_row
 from _guard cimport (guard_t, GUARD_READY, guard_begin_init, guard_end_init, guard_check,
                      guard_write, guard_done_write, guard_read, guard_done_read)
 

@@ -77,15 +77,11 @@ cdef int _fast_enter_verify(BatchState self, slots, tokens, offsets) except -1:
     cdef int64_t* o = tk + nt
     if _fast_read(slots, b, s) or _fast_read(tokens, nt, tk) or _fast_read(offsets, no, o):
         return 0
-    # the one offsets contract with a non-empty draft of at most k_max per slot: from 0,
-    # strictly increasing (o[j] >= 0 here, so the difference cannot wrap), to len(tokens)
-    if o[0] != 0 or o[b] != nt:
+    # the offsets contract with a non-empty draft of at most k_max per slot
+    cdef int64_t m = longest_row(o, no, nt, 1)
+    if m < 0 or m > self._k_max:
         return 0
     cdef Py_ssize_t j, q, i
-    cdef int64_t m
-    for j in range(b):
-        if o[j + 1] <= o[j] or o[j + 1] - o[j] > self._k_max:
-            return 0
     if not _fast_slots(self, s, b, 1 << DECODE):
         return 0
     for j in range(b):

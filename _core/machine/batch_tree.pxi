@@ -94,13 +94,10 @@ cdef int _fast_enter_verify_tree(BatchState self, slots, tokens, parents, offset
     if (_fast_read(slots, b, s) or _fast_read(tokens, nt, tk) or _fast_read(parents, nt, pr)
             or _fast_read(offsets, no, o)):
         return 0
-    if o[0] != 0 or o[b] != nt:
+    cdef int64_t n = longest_row(o, no, nt, 1), lo
+    if n < 0 or n > kmax:
         return 0
     cdef Py_ssize_t j, i
-    cdef int64_t n, lo
-    for j in range(b):       # o[j] >= 0 here, so the difference cannot wrap
-        if o[j + 1] <= o[j] or o[j + 1] - o[j] > kmax:
-            return 0
     for j in range(b):
         lo = o[j]
         if not _tree_ok(tk + lo, pr + lo, o[j + 1] - lo, first, nxt):

@@ -20,6 +20,7 @@ import numpy as np
 cimport numpy as cnp
 
 from _arrays cimport plain_int_width
+from _offsets cimport longest_row
 
 from specfsm._checks import check_count, check_offsets, int64_ids
 from specfsm.tree import _checks as _tc
@@ -185,19 +186,6 @@ cdef int _path_code(const int64_t* path, Py_ssize_t m, int64_t base, Py_ssize_t 
     return 0
 
 
-cdef bint _offsets_ok(const int64_t* o, Py_ssize_t m, Py_ssize_t total) noexcept nogil:
-    """Whether ``o`` (m entries) keeps the (tokens, offsets) contract for ``total`` tokens:
-    exactly when ``specfsm._checks.check_offsets`` accepts it (which is called to raise
-    its message otherwise); neighbours compared, never subtracted."""
-    cdef Py_ssize_t k
-    if m == 0 or o[0] != 0 or o[m - 1] != total:
-        return False
-    for k in range(m - 1):
-        if o[k] > o[k + 1]:
-            return False
-    return True
-
-
 cdef void _move(uint8_t* rows, const int64_t* path, Py_ssize_t m, int64_t base,
                 Py_ssize_t row) noexcept nogil:
     """Row ``base + 1 + path[j]`` to row ``base + 1 + j``, for the checked path: path[j]
@@ -296,7 +284,7 @@ def accept_tree_batch(tokens, parents, offsets, row_tokens):
     total = _len(ta)
     check_lengths(total, _len(pa), batch=True)
     o = _data(off)   # every array here is the call's own copy
-    if not _offsets_ok(o, _len(off), total):
+    if longest_row(o, _len(off), total, 0) < 0:
         check_offsets(off, total, None, "offsets", "tokens", "trees")   # raises its message
         raise ValueError("offsets do not tile tokens")   # unreachable: the same conditions
     B = _len(off) - 1
@@ -396,7 +384,7 @@ def place_path_batch(cache, base, path, path_offsets):
     bs = _data(bases)   # the call's own copies
     o = _data(po)
     pp = _data(pa)
-    if _len(po) != B + 1 or not _offsets_ok(o, _len(po), P):
+    if _len(po) != B + 1 or longest_row(o, _len(po), P, 0) < 0:
         check_offsets(po, P, B, "path_offsets", "path", "requests")   # raises its message
         raise ValueError("path_offsets do not tile path")   # unreachable: the same conditions
     with nogil:
