@@ -1,8 +1,8 @@
 """``BatchState`` on the shared guard protocol, all-or-nothing steps, placement rows and
 the documentation of both implementations.
 
-The structural tests enumerate each class's public methods and properties from its stub
-(``specfsm/_core/batch.pyi``, parsed with ``ast``), so a method added without a call
+The structural tests enumerate each class's public methods and properties from its
+twin (``test_signatures.public_surface``), so a method added without a call
 here fails them: every one is refused while a writer holds the guard
 (``_hold_guard(True)``), refused on an instance made with ``__new__``, and a second
 ``__init__`` is refused.
@@ -10,10 +10,8 @@ here fails them: every one is refused while a writer holds the guard
 
 from __future__ import annotations
 
-import ast
 import re
 import inspect
-import pathlib
 import subprocess
 import sys
 import threading
@@ -25,30 +23,18 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from isolated import TESTS, child_env
+from test_signatures import public_surface
 
-STUB = pathlib.Path(__file__).resolve().parent.parent / "specfsm" / "_core" / "batch.pyi"
-
-
-def _stub_classes() -> dict[str, tuple[dict[str, list[str]], set[str]]]:
-    """``{class: ({method: parameter names without self}, {property})}`` from the stub."""
+def _classes() -> dict[str, tuple[dict[str, list[str]], set[str]]]:
+    """``{class: ({method: parameter names without self}, {property})}`` from the twin."""
     out = {}
-    for node in ast.parse(STUB.read_text()).body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        methods, props = {}, set()
-        for f in node.body:
-            if not isinstance(f, ast.FunctionDef):
-                continue
-            if any(isinstance(d, ast.Name) and d.id == "property" for d in f.decorator_list):
-                props.add(f.name)
-            else:
-                a = f.args
-                methods[f.name] = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs][1:]
-        out[node.name] = (methods, props)
+    for name in ("StepResult", "BatchState"):
+        methods, props = public_surface("batch", name)
+        out[name] = ({m: [p.name for p in ps] for m, ps in methods.items()}, props)
     return out
 
 
-CLASSES = _stub_classes()
+CLASSES = _classes()
 
 # one legal-looking call per public method of BatchState (on a fresh 4-slot batch)
 CALLS = {

@@ -1,7 +1,7 @@
 """The guard protocol (``_core/common/_guard.pxd``, twin ``specfsm/_guard.py``), checked
 structurally for every guarded class on both implementations: the public methods and
-properties are read from the class's stub (``specfsm/_core/<module>.pyi``, parsed with
-``ast``), so a name added to a class without the guard fails here.
+properties are read from the twin class (``test_signatures.public_surface``), so a name
+added to a class without the guard fails here.
 
 For each class: while a writer holds the guard (``_hold_guard(True)``) every public
 method and property, pickling and copying, and the module's batch calls over it raise
@@ -14,19 +14,18 @@ A new guarded class is one row of ``GUARDED``.
 
 from __future__ import annotations
 
-import ast
 import copy
 import pickle
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pytest
 
-from specfsm import _impl
+import inspect
 
-STUBS = Path(_impl.__file__).resolve().parent / "_core"
+from specfsm import _impl
+from test_signatures import public_surface
 
 #: sample positional arguments of the methods that need some (a row may add its own)
 ARGS: dict[str, tuple] = {
@@ -72,36 +71,36 @@ def _filled(ix):
     return ix
 
 
-def _stub_names(module: str, name: str) -> tuple[list[tuple[str, bool, int]], list[tuple[str, int]]]:
-    """From the stub: the class's public methods and properties as ``(name,
+def _surface(module: str, name: str) -> tuple[list[tuple[str, bool, int]], list[tuple[str, int]]]:
+    """From the twin: the class's public methods and properties as ``(name,
     is_property, required positional arguments after self)`` (``__len__`` counts as
     public), and the module's functions over a sequence of its instances (first
     parameter ``indexes``) as ``(name, required arguments after it)``."""
-    tree = ast.parse((STUBS / f"{module}.pyi").read_text())
-    members: list[tuple[str, bool, int]] = []
+    methods, properties = public_surface(module, name)
+    members = [(p, True, 0) for p in sorted(properties)]
+    for m, params in methods.items():
+        if m == "__init__":
+            continue
+        pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        members.append((m, False, sum(p.default is p.empty for p in pos)))
     batch: list[tuple[str, int]] = []
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            for fn in node.body:
-                if not isinstance(fn, ast.FunctionDef):
-                    continue
-                if fn.name.startswith("_") and fn.name != "__len__":
-                    continue
-                prop = any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
-                pos = fn.args.args[1:]
-                required = len(pos) - len(fn.args.defaults)
-                members.append((fn.name, prop, required))
-        elif isinstance(node, ast.FunctionDef) and node.args.args and node.args.args[0].arg == "indexes":
-            pos = node.args.args[1:]
-            batch.append((node.name, len(pos) - len(node.args.defaults)))
-    assert members, f"no class {name} in {module}.pyi"
+    twin = _impl.kernels("python", module)
+    for fname in twin.__all__:
+        fn = getattr(twin, fname)
+        if isinstance(fn, type) or not callable(fn):
+            continue
+        params = list(inspect.signature(fn).parameters.values())
+        if params and params[0].name == "indexes":
+            pos = [p for p in params[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            batch.append((fname, sum(p.default is p.empty for p in pos)))
+    assert members, f"no class {name} in the twin of {module}"
     return members, batch
 
 
 def _uses(row: Guarded, mod, ix) -> dict[str, Callable[[], Any]]:
     """Every call to check on ``ix``: each public member from the stub, pickling,
     copying, and the module's batch calls over ``[ix]``."""
-    members, batch = _stub_names(row.module, row.name)
+    members, batch = _surface(row.module, row.name)
     args = {**ARGS, **row.args}
     out: dict[str, Callable[[], Any]] = {}
     for name, prop, required in members:
@@ -133,7 +132,7 @@ def _plain(v):
 
 def _snapshot(row: Guarded, ix) -> list:
     """Everything a caller can read off ``ix`` (its properties, its length, a draft)."""
-    members, _ = _stub_names(row.module, row.name)
+    members, _ = _surface(row.module, row.name)
     snap = [(name, _plain(getattr(ix, name))) for name, prop, _ in members if prop]
     return snap + [("len", len(ix)), ("propose", ix.propose(4))]
 
@@ -144,7 +143,7 @@ ROWS = [pytest.param(r, id=r.name) for r in GUARDED]
 @pytest.mark.parametrize("row", ROWS)
 def test_stub_names_exist_on_both_classes(impl, row):
     cls = getattr(impl.module(row.module), row.name)
-    members, batch = _stub_names(row.module, row.name)
+    members, batch = _surface(row.module, row.name)
     missing = [n for n, _, _ in members if not hasattr(cls, n)]
     missing += [n for n, _ in batch if not hasattr(impl.module(row.module), n)]
     assert not missing and hasattr(cls, "_hold_guard"), missing

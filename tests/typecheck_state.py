@@ -1,6 +1,7 @@
 """Checked by mypy (``.ci/typecheck``), never run: what a type checker sees of the state
-machine's generics and of the compiled core through its stubs. ``assert_type`` fails the
-check when an inferred type changes."""
+machine's generics and of the kernels through the twins (the compiled core is held to
+their signatures by ``tests/test_signatures.py``). ``assert_type`` fails the check when
+an inferred type changes."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing_extensions import assert_type
 
 from specfsm import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
 from specfsm import accept_tree, accept_tree_batch, check_tree
-from specfsm._core import accept as compiled_accept
-from specfsm._core import ngram_index as compiled_ngram_index
-from specfsm._core import settle as compiled_settle
+from specfsm import NgramIndex
+from specfsm.accept import _accept_py as accept_kernels
+from specfsm.machine import _settle_py as settle_kernel
 
 
 class BlockTable:
@@ -46,9 +47,9 @@ def walk(table: BlockTable, other: BlockTable) -> None:
     assert_type(accept_tree_batch([5], [-1], [0, 1], [5, 6]), tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray])
 
 
-def compiled_core() -> None:
-    assert_type(compiled_settle.settle(2, 1, 2, 2, "accept"), int)
-    tokens, accepted = compiled_accept.exact_batch(np.array([1]), np.array([1]), np.array([0, 1]))
+def kernels() -> None:
+    assert_type(settle_kernel.settle(2, 1, 2, 2, "accept"), int)
+    tokens, accepted = accept_kernels.exact_batch(np.array([1]), np.array([1]), np.array([0, 1]))
     assert_type(accepted, np.ndarray)
-    index = compiled_ngram_index.NgramIndex(1, 3)
+    index = NgramIndex(1, 3)
     assert_type(index.propose(4), list[int])

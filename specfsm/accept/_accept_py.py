@@ -17,6 +17,7 @@ The argument checks and messages (``prepare_*``, ``prob_error``) live in
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ def _exact_rows(d, c, off, k_max, m):
     return out, acc
 
 
-def exact_batch(draft, choices, offsets):
+def exact_batch(draft: Any, choices: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
     """Greedy exact match for B ragged drafts: request ``b`` keeps its leading rows whose
     draft token equals the target's choice, then emits the choice at the first mismatch.
 
@@ -149,7 +150,7 @@ def exact_batch(draft, choices, offsets):
     return _exact_rows(d, c, off, k_max, 0)
 
 
-def min_run_batch(draft, choices, offsets, m):
+def min_run_batch(draft: Any, choices: Any, offsets: Any, m: Any) -> tuple[np.ndarray, np.ndarray]:
     """``exact_batch`` where a request keeps its matched rows only when there are at
     least ``m`` of them (else it accepts 0 and emits its row-0 choice). ``m`` is any
     non-negative integer, however large (TypeError/ValueError naming it otherwise)."""

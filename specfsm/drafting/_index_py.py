@@ -171,7 +171,7 @@ class IndexBase:
             return dl
         return dl if self._adaptive and dl < k else k
 
-    def propose(self, max_k: object = None) -> list:
+    def propose(self, max_k: object = None) -> list[int]:
         """The next draft, as a list: up to ``max_k`` tokens (``draft_len`` when None)
         that followed the chosen earlier occurrence; empty when nothing matches."""
         check_self(self, IndexBase)
