@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from specfsm import _impl
-from specfsm.machine.batch import over
 
 from test_bench_tree import N, tree
 
@@ -26,7 +25,7 @@ from test_bench_tree import N, tree
 def _batch(kind: str, B: int):
     if kind == "compiled" and _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    cls = over(_impl.kernels(kind, "batch"))
+    cls = _impl.kernels(kind, "batch").BatchState
     b = cls(B, N)
     b.admit(np.arange(B), np.ones(B, dtype=np.int64), np.arange(B + 1), caches=np.arange(B))
     b.step(np.ones(B, dtype=np.int64))              # every slot in Decode

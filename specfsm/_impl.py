@@ -21,6 +21,7 @@ for one implementation's kernel module by name; nothing else selects one.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -39,6 +40,7 @@ __all__ = [
     "ModuleStatus",
     "extensions",
     "load",
+    "exports",
     "kernels",
     "common_prefix",
     "prompt_lookup",
@@ -105,7 +107,7 @@ def _choose(name: str) -> ModuleType:
     global IMPORT_ERROR
     if not NO_EXTENSIONS:
         try:
-            return kernels("compiled", name)
+            return _share_docs(kernels("compiled", name), kernels("python", name))
         except ImportError as exc:  # a source tree that was never built, or a broken build
             _ERRORS[name] = exc
             if IMPORT_ERROR is None:
@@ -113,10 +115,50 @@ def _choose(name: str) -> ModuleType:
     return kernels("python", name)
 
 
+def _share_docs(compiled: ModuleType, twin: ModuleType) -> ModuleType:
+    """``compiled``, its functions and methods given the twin's docstrings.
+
+    Every docstring of a kernel function or method is written once, in the twin (plain
+    Python, readable wherever the package is); a compiled function (a Cython function,
+    whose ``__doc__`` is writable) that has none takes the twin's here, so ``help()``
+    shows the same text on both implementations. Class docstrings and properties of
+    compiled classes are fixed at build time and written in the ``.pyx``."""
+    for name in twin.__all__:
+        mine, theirs = getattr(compiled, name, None), getattr(twin, name)
+        if isinstance(theirs, type) and isinstance(mine, type):
+            for attr, value in vars(mine).items():
+                _give_doc(value, getattr(theirs, attr, None))
+        else:
+            _give_doc(mine, theirs)
+    return compiled
+
+
+def _give_doc(target: object, source: object) -> None:
+    """``source``'s docstring on the Cython function ``target`` when it has none of its
+    own: nothing, or only the signature line Cython embeds (kept first, as help() and
+    ``inspect.signature`` read it)."""
+    doc = getattr(source, "__doc__", None)
+    if not doc or type(target).__name__ != "cython_function_or_method":
+        return
+    own = target.__doc__
+    if own is None:
+        target.__doc__ = doc
+    elif "\n" not in own.strip() and own.strip().endswith(")") and "(" in own:
+        target.__doc__ = own.strip() + "\n\n" + inspect.cleandoc(doc)
+
+
 def load(name: str) -> ModuleType:
     """The active implementation of kernel module ``name``: the one the rule chose when
     ``specfsm._impl`` was imported (KeyError for a name that is not a kernel module)."""
     return _ACTIVE[name]
+
+
+def exports(name: str) -> dict[str, object]:
+    """The active implementation of kernel module ``name``, as the names it exports: what
+    a concept's public module takes as its own (``globals().update(exports(name))``), so
+    each public class and function is the implementation's object itself."""
+    module = _ACTIVE[name]
+    return {n: getattr(module, n) for n in module.__all__}
 
 
 def extensions() -> dict[str, ModuleStatus]:

@@ -21,6 +21,7 @@ import os
 
 import pytest
 
+from impls import over
 from specfsm import _impl
 
 IMPLEMENTATIONS = [
@@ -135,7 +136,7 @@ class BatchKernels:
         from specfsm.machine import batch
 
         self.kernels = kernels
-        self.BatchState = batch.over(kernels)
+        self.BatchState = over(kernels)
 
     def __getattr__(self, name: str):
         return getattr(self.kernels, name)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from impls import over
 from specfsm.errors import IllegalTransition
 from specfsm.machine.state import Decode, Prefill, ServingState, Verify
 
@@ -291,7 +292,7 @@ def test_public_module_uses_the_active_implementation():
 
     assert pub.BatchState.__bases__ == (_impl.load("batch").BatchState,)
     assert pub.BatchState.__module__ == "specfsm.machine.batch" and pub.BatchState.__name__ == "BatchState"
-    assert pub.over(_impl.load("batch")) is pub.BatchState
+    assert over(_impl.load("batch")) is pub.BatchState
     b = pub.BatchState(2)
     b.admit([1], [7, 8], [0, 2], [3])
     assert b.slots_in(pub.PREFILL).tolist() == [1]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specfsm import _impl
 from specfsm.accept.rules import Exact, MinRun
-from specfsm.machine.batch import over
+from impls import over
 
 CAP, KMAX = 4, 3
 SIDES = ("compiled", "python")

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from impls import over
 from isolated import TESTS, child_env
 from test_signatures import public_surface
 
@@ -655,7 +656,7 @@ def _both_batches():
     from specfsm.machine import batch
 
     kinds = ["python"] if _impl.NO_EXTENSIONS else ["python", "compiled"]
-    return [SimpleNamespace(BatchState=batch.over(_impl.kernels(k, "batch"))) for k in kinds]
+    return [SimpleNamespace(BatchState=over(_impl.kernels(k, "batch"))) for k in kinds]
 
 
 @pytest.mark.parametrize("accepted", [0, 1, 2])

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from specfsm import _impl
 from specfsm.accept.rules import MinRun
 from specfsm.errors import IllegalTransition
-from specfsm.machine.batch import DECODE, DONE, VERIFY, over
+from impls import over
+from specfsm.machine.batch import DECODE, DONE, VERIFY
 from specfsm.machine.state import Accept, Decode, Rollback, Verify, VerifyTree
 
 ALPHABET = 8          # token ids 0..7: more than any node's children, so siblings can differ

@@ -9,6 +9,7 @@ import pydoc
 
 import pytest
 
+from impls import over
 from specfsm import _impl
 from specfsm.machine import batch
 
@@ -23,7 +24,7 @@ KINDS = ["python"] + ([] if _impl.NO_EXTENSIONS else ["compiled"])
 
 def _cls(kind, name):
     mod = _impl.kernels(kind, CLASSES[name][0])
-    return batch.over(mod) if name == "BatchState" else getattr(mod, name)
+    return over(mod) if name == "BatchState" else getattr(mod, name)
 
 
 @pytest.mark.parametrize("kind", KINDS)

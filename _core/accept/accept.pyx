@@ -101,9 +101,6 @@ cdef _raise_if_bad(object arr, object name):
 
 
 def check_probs(probs, name="probs"):
-    """Return ``probs`` as a C-contiguous float32/float64 2-D array, refusing rows that
-    hold NaN, infinities or negative entries or do not sum to 1 within ``PROB_ATOL``
-    (ValueError naming ``name``), and a ``name`` that is not a str (TypeError)."""
     if type(name) is not str:
         check_name(name)
     p = as_prob_rows(probs, name)
@@ -227,20 +224,11 @@ cdef _exact_run(object d, object c, object off, Py_ssize_t k_max, Py_ssize_t m):
 
 
 def exact_batch(draft, choices, offsets):
-    """Greedy exact match for B ragged drafts: request ``b`` keeps its leading rows whose
-    draft token equals the target's choice, then emits the choice at the first mismatch.
-
-    ``choices`` is flat like ``draft`` (one target choice per draft row). Refuses ids
-    that are negative or beyond int32, bad offsets and length mismatches.
-    """
     d, c, off, k_max = prepare_exact(draft, choices, offsets, _FAST)
     return _exact_run(d, c, off, k_max, 0)
 
 
 def min_run_batch(draft, choices, offsets, m):
-    """``exact_batch`` where a request keeps its matched rows only when there are at
-    least ``m`` of them (else it accepts 0 and emits its row-0 choice). ``m`` is any
-    non-negative integer, however large (TypeError/ValueError naming it otherwise)."""
     mm = check_count(m, "m")
     d, c, off, k_max = prepare_exact(draft, choices, offsets, _FAST)
     # no run is longer than the longest draft: every m beyond it refuses every run alike,
@@ -296,21 +284,6 @@ cdef Py_ssize_t _spec_kernel(const token_t[::1] d, const int64_t[::1] off,
 
 
 def speculative_batch(draft, offsets, target_probs, draft_probs, uniforms, check=True):
-    """Speculative-sampling acceptance for B ragged drafts.
-
-    ``target_probs`` (and ``draft_probs``, or None for drafts without probabilities,
-    treated as one-hot on the drafted token) hold one row per draft row (N x V).
-    ``uniforms`` holds N + B draws in [0, 1) (or is a ``numpy.random.Generator``, drawn
-    from only once every argument has been checked): request ``b`` reads its K_b
-    acceptance draws at ``uniforms[offsets[b] + b : offsets[b + 1] + b]`` and its
-    residual draw right after. Row i is accepted when ``p_i(x_i) > 0`` and
-    ``u_i * q_i(x_i) <= p_i(x_i)`` (a token the target gives probability 0 is never
-    accepted); at the first rejected row the token is drawn by inverse CDF from
-    ``max(0, p - q)`` (float64, see ``_residual_pick`` in the twin for the exact
-    summation order). With ``check`` every probability row is checked first (finite,
-    non-negative, sums to 1 within ``PROB_ATOL``); token ids, shapes and uniforms are
-    always checked.
-    """
     check = bool(check)
     d, off, p, q, u, k_max, gen = prepare_speculative(
         draft, offsets, target_probs, draft_probs, uniforms, _FAST
@@ -424,16 +397,6 @@ cdef Py_ssize_t _typical_kernel(const token_t[::1] d, const int64_t[::1] off,
 
 def typical_batch(draft, offsets, target_probs, posterior_threshold=0.09, posterior_alpha=0.3,
                   check=True):
-    """Typical acceptance for B ragged drafts: row i is accepted while
-    ``p_i(x_i) > min(posterior_threshold, posterior_alpha * exp(-H(p_i)))``; at the
-    first rejected row the target's greedy choice (first argmax) is emitted.
-
-    ``H(p) = -sum p log p`` over the positive entries, summed in float64 in row order
-    with the C library's ``log`` and ``exp`` (what ``math.log``/``math.exp`` call), so
-    both implementations agree bit for bit (the build turns off floating-point
-    contraction, see setup.py). Refuses thresholds that are negative or not finite, and
-    the inputs ``speculative_batch`` refuses.
-    """
     check = bool(check)
     d, off, p, thr, alpha, k_max = prepare_typical(
         draft, offsets, target_probs, posterior_threshold, posterior_alpha, _FAST

@@ -82,11 +82,6 @@ cdef object _as_seq(object x, str name):
 
 
 def common_prefix(draft, row_tokens):
-    """How many leading entries of ``draft`` and ``row_tokens`` are equal.
-
-    Entries compare with ``==`` (identity counts as equal, as in CPython's containers);
-    integer numpy arrays compare by value whatever their dtype.
-    """
     ta = type(draft)
     tb = type(row_tokens)
     if (ta is list or ta is tuple) and (tb is list or tb is tuple):

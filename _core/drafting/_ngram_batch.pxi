@@ -39,12 +39,6 @@ cdef void _propose_views(const view_t* views, int64_t b, int64_t* out, int64_t* 
 
 
 def propose_batch(indexes, max_k=None):
-    """``propose`` for B indexes in one call, without the GIL for the whole batch.
-
-    ``max_k`` is one count, one count per index, or None for each index's
-    ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
-    does, ``drafts`` being int64. Refuses (RuntimeError) an index being extended.
-    """
     # every argument converted (Python code may run) before any index is touched
     cdef list index_list = _index_list(indexes)
     cdef int64_t b = len(index_list), i, k, end, bound = 0, one_k = -1, marked = 0
@@ -109,26 +103,15 @@ cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, 
 
 
 def record_batch(indexes, proposed, accepted):
-    """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
-    Returns the next draft lengths (int64)."""
     return _record_batch(indexes, proposed, accepted)
 
 
 def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
-    """``NgramIndex.serve`` for B distinct indexes in one call: index ``i`` records
-    ``(drafted[i], accepted[i])`` (nothing when 0), takes
-    ``tokens[offsets[i]:offsets[i + 1]]`` and drafts at most ``max_k`` (one count, one
-    per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
-    tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
-    nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
     return _serve_batch(ngram_serve, indexes, tokens, offsets, drafted, accepted, max_k,
                         MAX_TOKENS_C)
 
 
 def serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k=None):
-    """``serve_batch``, each index's draft returned as a list of Python ints (one list
-    per index, what vLLM's proposer interface returns) instead of ``(drafts, offsets,
-    lengths)``."""
     return _serve_batch(ngram_serve, indexes, tokens, offsets, drafted, accepted, max_k,
                         MAX_TOKENS_C, True)
 
@@ -324,13 +307,6 @@ cdef void _extend_jobs(job_t* jobs, int64_t b, const int64_t* src, const int32_t
 
 
 def extend_batch(indexes, tokens, offsets):
-    """``extend`` for B indexes in one call: index ``i`` gets
-    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
-    boundaries). The whole batch is indexed without the GIL, the hash-table cache
-    misses of different indexes overlapping. All or nothing: refuses the whole batch,
-    changing no index, when an index appears twice (ValueError) or is in use by
-    another call (RuntimeError), or when one would exceed its capacity.
-    """
     # every argument converted (Python code may run) and copied before any index is touched
     cdef list index_list = _index_list(indexes)
     cdef int64_t b = len(index_list), i, n

@@ -77,13 +77,6 @@ cdef int64_t _lm_run(const token_t* p, int64_t n, int64_t lo, int64_t hi, bint e
 
 
 def longest_match(history, min_n, max_n, max_k, prefer="latest"):
-    """Draft up to ``max_k`` tokens that followed the longest (``max_n`` down to
-    ``min_n``) earlier occurrence of ``history``'s last tokens.
-
-    ``prefer`` picks that n's most recent occurrence (``"latest"``; with
-    ``min_n == max_n`` this is ``prompt_lookup``) or its first (``"earliest"``). A numpy
-    ``history`` gives a numpy draft of the same dtype, a list or tuple gives a list.
-    """
     cdef int64_t lo, hi, k, end = -1, n
     cdef bint earliest
     cdef const int64_t[::1] h64
@@ -170,15 +163,6 @@ cdef void _lm_batch(const token_t* p, const int64_t* off, const int64_t* ks, int
 
 
 def longest_match_batch(tokens, offsets, min_n, max_n, max_k, prefer="latest"):
-    """``longest_match`` for B histories stored back to back in one flat array.
-
-    History ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets`` holds B + 1
-    nondecreasing boundaries); ``max_k`` is one count or one per request. Returns
-    ``(drafts, draft_offsets, lengths)``: draft ``i`` is
-    ``drafts[draft_offsets[i]:draft_offsets[i + 1]]`` and has ``lengths[i]`` tokens;
-    ``drafts`` has the dtype of ``tokens`` (int32 or int64). The whole batch runs
-    without the GIL.
-    """
     # convert every argument first (Python code may run), copying the control arrays,
     # and the tokens (read in place) last, so that no conversion runs after them
     lo_, hi_ = ngram_range(min_n, max_n)

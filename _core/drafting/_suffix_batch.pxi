@@ -169,11 +169,6 @@ cdef void _copy_views(const view_t* views, int64_t b, int64_t* out, int64_t* out
 
 
 def propose_batch(indexes, max_k=None):
-    """``propose`` for B indexes in one call, the copying done without the GIL.
-
-    ``max_k`` is one count, one per index, or None for each index's ``draft_len``.
-    Returns ``(drafts, offsets, lengths)`` (int64).
-    """
     # every argument converted (Python code may run) before any index is looked at
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i, k, end, bound = 0
@@ -226,26 +221,15 @@ cdef int _run_views(const view_t* views, int64_t b, object out, object out_off, 
 
 
 def record_batch(indexes, proposed, accepted):
-    """``record`` for B indexes: one count each in ``proposed`` and ``accepted``.
-    Returns the next draft lengths (int64)."""
     return _record_batch(indexes, proposed, accepted)
 
 
 def serve_batch(indexes, tokens, offsets, drafted, accepted, max_k=None):
-    """``SuffixIndex.serve`` for B distinct indexes in one call: index ``i`` records
-    ``(drafted[i], accepted[i])`` (nothing when 0), takes
-    ``tokens[offsets[i]:offsets[i + 1]]`` and drafts at most ``max_k`` (one count, one
-    per index, or None for ``draft_len``; adaptive indexes at most their ``draft_len``)
-    tokens. Returns ``(drafts, offsets, lengths)`` as ``propose_batch`` does. All or
-    nothing: refuses what ``extend_batch`` and ``record_batch`` refuse, changing no index."""
     return _serve_batch(suffix_serve, indexes, tokens, offsets, drafted, accepted, max_k,
                         MAX_TOKENS_C)
 
 
 def serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k=None):
-    """``serve_batch``, each index's draft returned as a list of Python ints (one list
-    per index, what vLLM's proposer interface returns) instead of ``(drafts, offsets,
-    lengths)``."""
     return _serve_batch(suffix_serve, indexes, tokens, offsets, drafted, accepted, max_k,
                         MAX_TOKENS_C, True)
 
@@ -254,13 +238,6 @@ cdef int64_t _batch_stamp = 0
 
 
 def extend_batch(indexes, tokens, offsets):
-    """``extend`` for B indexes in one call: index ``i`` gets
-    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
-    boundaries), the indexing of the whole batch done without the GIL. All or nothing:
-    refuses the whole batch, changing no index, when an index appears twice
-    (ValueError) or is in use by another call (RuntimeError), or when one would exceed
-    its capacity (OverflowError).
-    """
     # every argument converted (Python code may run) and copied before any index is touched
     cdef list ixs = _index_list(indexes)
     cdef int64_t b = len(ixs), i, n, z = 0

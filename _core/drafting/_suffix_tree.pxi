@@ -435,11 +435,6 @@ cdef tuple _tree_arrays(const sam_t* m, int64_t L, int64_t budget, int64_t depth
 
 
 def propose_tree_batch(indexes, budget, max_depth=None, max_width=None):
-    """``propose_tree`` for B indexes in one call: ``(tokens, parents, offsets)``, int64;
-    tree ``i`` is ``tokens[offsets[i]:offsets[i + 1]]`` with its parents (local to it,
-    ``-1``: its root) in ``parents`` at the same places. Refuses what ``propose_tree``
-    refuses and anything but a sequence of this implementation's ``SuffixIndex``; every
-    index is checked before any tree is built, and no Python code runs while they are."""
     cdef list ixs = _index_list(indexes)
     cdef int64_t bud, dep, wid, n = len(ixs), i, total = 0, got
     bud, dep, wid = check_tree_args(budget, max_depth, max_width)

@@ -203,17 +203,6 @@ cdef list _ids_from(object h, Py_ssize_t start, Py_ssize_t stop):
 
 
 def prompt_lookup(history, ngram, max_k):
-    """Draft up to ``max_k`` ids that followed the most recent earlier occurrence of
-    ``history``'s last ``ngram`` ids.
-
-    ``history`` holds token ids: a 1-D integer numpy array, or a list or tuple (or other
-    sequence) of Python ints or numpy integers. Returns an empty draft when ``ngram`` or
-    ``max_k`` is 0, when ``history`` is not longer than ``ngram``, or when there is no
-    earlier occurrence. A numpy ``history`` gives a numpy draft (a plain ndarray) of the
-    same dtype, cut from the ids as converted (the history is read once); anything else
-    gives a list of Python ints. A list entry that the search reads and that is not a
-    token id raises TypeError naming it (OverflowError beyond int64).
-    """
     cdef Py_ssize_t g, k, end, n
     cdef const void* data
     if type(ngram) is not int or ngram < 0:

@@ -366,9 +366,6 @@ cdef class NgramIndex:
         return 0
 
     def extend(self, tokens):
-        """Append verified tokens (a list, tuple or 1-D integer array) to the index.
-
-        Refuses (RuntimeError) while another extend or a batch proposal uses the index."""
         _check_self(self)
         self._begin_write()
         try:
@@ -415,7 +412,6 @@ cdef class NgramIndex:
         return 0
 
     def append(self, token):
-        """Append one verified token."""
         cdef int64_t v
         _check_self(self)
         if type(token) is int and self._len < self._cap and self._g.phase == GUARD_READY \
@@ -478,8 +474,6 @@ cdef class NgramIndex:
         return 0
 
     def propose(self, max_k=None):
-        """The draft ``longest_match(tokens, min_n, max_n, max_k, prefer)`` gives, as a
-        list; ``max_k=None`` uses ``draft_len``."""
         cdef int64_t k, end, i, stop
         _check_self(self)
         k = _propose_limit(&self._st, max_k, &self._len)   # may run Python code: before the check
@@ -495,17 +489,11 @@ cdef class NgramIndex:
         return [tok[i] for i in range(end, stop)]
 
     def serve(self, tokens, drafted=0, accepted=0, max_k=None):
-        """One serving step of this index's request: records the verified draft
-        (``drafted`` tokens of which ``accepted`` were accepted; nothing when 0) as
-        ``record`` does, extends by ``tokens`` as ``extend`` does, and returns the next
-        draft, ``propose(min(draft_len, max_k))`` when adaptive, else
-        ``propose(max_k)``. Refuses what those refuse, changing nothing."""
         _check_self(self)
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
         return _serve_one(ngram_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
-        """The n of the current match (0 when nothing matches)."""
         cdef int64_t j
         _check_self(self)
         guard_check(&self._g, NAME)
@@ -516,8 +504,6 @@ cdef class NgramIndex:
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed, accepted):
-        """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
-        the draft length to use next (changed only when ``adaptive``)."""
         _check_self(self)
         return _record_one(&self._g, &self._st, proposed, accepted)
 

@@ -49,42 +49,6 @@ cdef inline object _int64_empty(Py_ssize_t n, Py_ssize_t m):
 
 def steady_rows(sampled, num_tokens, tok, n_old, seen, tail, spos, spread, anchors,
                 object deep_first, object deep_every, object short, object cap, pool_filter, filter_mul):
-    """Whether a step of B = ``len(sampled)`` rows is the steady state, and if so the
-    new tokens for each row's index.
-
-    Row ``r`` is steady when ``sampled[r]`` is a list of ``ns >= 1`` tokens,
-    ``n_old[r] == seen[r]`` (indexed at the last call), ``n_old[r] > short`` and at least
-    ``T`` (the rows of ``tail``), ``num_tokens[r] == n_old[r] + ns`` (grown by exactly
-    its sampled tokens), ``num_tokens[r] <= tok.shape[1]``, ``num_tokens[r] < cap``, the
-    ``T`` tokens of ``tok[r]`` before ``n_old[r]`` equal ``tail[:, r]`` and, for the rows
-    ``deep_first, deep_first + deep_every, ...``, ``tok[r, spos[:, r]] == spread[:, r]``.
-    ``sampled`` is a list, ``num_tokens`` a 1-D C-contiguous int32 or int64 array of at
-    least B entries and ``tok`` a C-contiguous 2-D int32 or int64 array of at least B
-    rows (anything else: not steady); ``n_old``, ``seen`` and ``anchors`` are int64
-    with at least B entries, ``tail``, ``spos`` and ``spread`` int64 ``[T, >= B]`` /
-    ``[S, >= B]`` (position-major), ``pool_filter`` and ``filter_mul`` uint64.
-
-    Returns None when any row is not steady, else ``(lengths, new, offsets, tails, lmax,
-    twins, renew)``: the B new lengths (int64), the rows' new tokens
-    ``tok[r, n_old[r]:lengths[r]]`` one after another, their B + 1 offsets, the last
-    ``T`` tokens at each new length (int64 ``[T, B]``), the largest length, whether some
-    row's filter key (its length and last two tokens hashed with ``filter_mul``'s three
-    multipliers, wrapping uint64) equals another row's or one in the sorted
-    ``pool_filter``, and the list of checked rows whose length reached twice their
-    anchor. Arrays that do not fit one another raise ValueError; a row that is not
-    steady never does. Makes every array it returns first; then, with no Python code
-    running, checks every row and reads only what it checked.
-
-    The integers ``deep_first``, ``deep_every``, ``short`` and ``cap`` are taken, in that
-    order, by ``__index__`` (TypeError otherwise) within int64 (OverflowError naming them
-    otherwise); the array arguments other than ``num_tokens`` and ``tok`` must be ndarrays
-    of exactly their dimensions, C-contiguous, aligned, native-order, of 8-byte signed
-    (``pool_filter``, ``filter_mul``: unsigned) integers, else ValueError naming them,
-    checked in the order ``n_old``, ``seen``, ``anchors``, ``tail``, ``spos``, ``spread``,
-    then their sizes, ``pool_filter``, ``filter_mul``. Every comparison of a row's
-    lengths and anchor is exact for all int64 values (nothing is added or doubled before
-    it is bounded).
-    """
     cdef int64_t c_first = _int64_arg(deep_first, "deep_first")
     cdef int64_t c_every = _int64_arg(deep_every, "deep_every")
     cdef int64_t c_short = _int64_arg(short, "short")

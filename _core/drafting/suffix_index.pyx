@@ -271,7 +271,6 @@ cdef class SuffixIndex:
         return v
 
     def last_tokens(self, count):
-        """The last ``count`` indexed tokens (all when fewer), as a new int64 array."""
         _check_self(self)
         k = check_count(count, "count")
         guard_read(&self._g, NAME)
@@ -384,7 +383,6 @@ cdef class SuffixIndex:
         return 0
 
     def extend(self, tokens):
-        """Append verified tokens (a list, tuple or 1-D integer array) to the index."""
         cdef int64_t m, i, v
         cdef Py_ssize_t n
         _check_self(self)
@@ -435,7 +433,6 @@ cdef class SuffixIndex:
             guard_done_write(&self._g)
 
     def append(self, token):
-        """Append one verified token."""
         cdef int64_t v
         _check_self(self)
         if (type(token) is int and self._len < self._cap and self._g.phase == GUARD_READY
@@ -484,8 +481,6 @@ cdef class SuffixIndex:
         return 0
 
     def propose(self, max_k=None):
-        """The draft: up to ``max_k`` tokens (``draft_len`` when None) that followed the
-        chosen earlier occurrence of the longest matching suffix; empty when none."""
         cdef int64_t k, end, i, stop
         _check_self(self)
         k = _propose_limit(&self._st, max_k, &self._len)   # may run Python code: before the check
@@ -502,12 +497,6 @@ cdef class SuffixIndex:
         return [self.m.t32[i] for i in range(end, stop)]
 
     def propose_tree(self, budget, max_depth=None, max_width=None):
-        """A tree of drafts: ``(tokens, parents)``, two int64 arrays of at most ``budget``
-        nodes, parents before children, ``parents[i]`` the index of node ``i``'s parent
-        (``-1``: the current last token), siblings with distinct tokens; expanded
-        best-first by estimated probability (the rule: ``specfsm.drafting._suffix_tree_py``),
-        at most ``max_depth`` deep (None: ``budget``) and ``max_width`` children per node
-        (None: 4). Empty arrays when nothing matches."""
         cdef int64_t b, d, w
         _check_self(self)
         if (type(budget) is int and 1 <= budget <= TREE_NODES
@@ -522,10 +511,6 @@ cdef class SuffixIndex:
         return _tree_arrays(&self.m, self._len, b, d, w)
 
     def lookup(self, context, max_k=None):
-        """Match another sequence against the index: the longest suffix of ``context``
-        (at least ``min_n``, at most ``max_n`` tokens) that occurs anywhere in the
-        indexed tokens, and up to ``max_k`` (``draft_len`` when None) tokens after its
-        first occurrence. Returns ``(n, draft)``; ``(0, [])`` when none."""
         cdef int64_t k, n = 0, i, e, stop, c
         cdef int32_t s = 0, d, ref
         _check_self(self)
@@ -562,24 +547,16 @@ cdef class SuffixIndex:
         return n, [_tk(m, i) for i in range(e, stop)]
 
     def serve(self, tokens, drafted=0, accepted=0, max_k=None):
-        """One serving step of this index's request: records the verified draft
-        (``drafted`` tokens of which ``accepted`` were accepted; nothing when 0) as
-        ``record`` does, extends by ``tokens`` as ``extend`` does, and returns the next
-        draft, ``propose(min(draft_len, max_k))`` when adaptive, else
-        ``propose(max_k)``. Refuses what those refuse, changing nothing."""
         _check_self(self)
         src, d, a, k = _serve_args(tokens, drafted, accepted, max_k, MAX_TOKENS_C)
         return _serve_one(suffix_serve, self, src, d, a, k, MAX_TOKENS_C)
 
     def match_length(self):
-        """The n of the current match (0 when nothing matches)."""
         _check_self(self)
         guard_check(&self._g, NAME)
         return self.m.match_len if self.m.match_end >= 0 else 0
 
     def match_end(self):
-        """Where the draft starts: the end (exclusive) of the chosen earlier occurrence,
-        or the anchor when it applies; -1 when there is nothing to draft."""
         _check_self(self)
         guard_check(&self._g, NAME)
         return _start(&self.m)
@@ -605,10 +582,6 @@ cdef class SuffixIndex:
 
     # -- acceptance statistics and the adaptive draft length ---------------------
     def record(self, proposed, accepted):
-        """Record that ``accepted`` of ``proposed`` drafted tokens were accepted; returns
-        the draft length to use next (changed only when ``adaptive``). Refuses
-        (OverflowError, changing nothing) a record that would take the drafted-token
-        count beyond int64, as ``NgramIndex`` does."""
         _check_self(self)
         return _record_one(&self._g, &self._st, proposed, accepted)
 

@@ -83,14 +83,6 @@ cnp.import_array()
 
 __all__ = [
     "BatchState",
-    "FREE",
-    "PREFILL",
-    "DECODE",
-    "VERIFY",
-    "ACCEPT",
-    "ROLLBACK",
-    "DONE",
-    "STATE_NAMES",
     "StepResult",
 ]
 
@@ -302,7 +294,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         return _copy(self._dlen_a)
 
     def slots_in(self, state):
-        """The slots (ascending, int64) whose state code is ``state`` (0..6)."""
         _batch_self(self)
         code = check_count(state, "state")
         if code > DONE:
@@ -318,7 +309,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         return i
 
     def draft(self, slot):
-        """The draft of slot ``slot`` when it is in Verify (empty elsewhere)."""
         _batch_self(self)
         cdef Py_ssize_t i = self._one(slot)
         guard_read(&self._g, _NAME)
@@ -328,10 +318,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
             guard_done_read(&self._g)
 
     def slot_fields(self, slot):
-        """Slot ``slot``'s fields, or None when it is FREE: ``(code, token, cache, draft,
-        snapshot, accepted, positions)`` (the state code, ints, and the draft and prompt
-        as lists of ints, empty where the state has none). ``specfsm.machine.batch.BatchState``
-        builds its ``state_of`` value from them."""
         _batch_self(self)
         cdef Py_ssize_t i = self._one(slot)
         cdef int code
@@ -349,10 +335,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
             guard_done_read(&self._g)
 
     def slot_tree(self, slot):
-        """``(tokens, parents)`` (lists of ints) of slot ``slot``'s tree when it is in a tree
-        verify (``enter_verify_tree``), else None. ``slot_fields`` reports such a slot as
-        VERIFY with the tree's tokens as its draft; ``specfsm.machine.batch.BatchState``'s
-        ``state_of`` gives it as a ``VerifyTree``."""
         _batch_self(self)
         cdef Py_ssize_t i = self._one(slot)
         guard_read(&self._g, _NAME)
@@ -378,20 +360,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def admit(self, slots=REQUIRED, positions=REQUIRED, offsets=REQUIRED, caches=REQUIRED, *,
               max_tokens=None, eos=None, indexes=None):
-        """FREE -> Prefill (``ServingState.start``): slot ``slots[j]`` gets the prompt
-        ``positions[offsets[j]:offsets[j + 1]]`` and cache handle ``caches[j]``. The
-        batch refuses an empty prompt as a batching rule (ValueError; ``ServingState``
-        accepts one: the design's semantics).
-
-        For ``step``: ``max_tokens`` (one count or one per slot, at least 1; default
-        unlimited) caps the tokens a slot emits, ``eos`` (None, one id or one per slot)
-        stops it after that token, and ``indexes`` (one ``NgramIndex`` or ``SuffixIndex``
-        of this implementation, or None, per slot; already extended with the prompt)
-        drafts for it. One index drafts for one slot: an index listed twice, or held by
-        a slot in Prefill, Decode or Verify, is refused (ValueError, nothing changed). A
-        ``SuffixIndex`` slot is served as ``SuffixDrafter``'s session serves one request:
-        it records each verified draft (``record``) and drafts at most its
-        ``draft_len`` when it is ``adaptive``."""
         _batch_self(self)
         if slots is REQUIRED or positions is REQUIRED or offsets is REQUIRED or caches is REQUIRED:
             missing("admit", ("slots", "positions", "offsets", "caches"), (slots, positions, offsets, caches))
@@ -403,8 +371,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def advance_prefill(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
-        """Prefill -> Decode: slot ``slots[j]``'s prompt evaluation chose
-        ``next_tokens[j]`` and left cache handle ``caches[j]``."""
         _batch_self(self)
         if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
             missing("advance_prefill", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
@@ -416,8 +382,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def advance_decode(self, slots=REQUIRED, next_tokens=REQUIRED, caches=REQUIRED):
-        """Decode -> Decode: slot ``slots[j]``'s single-row evaluation chose
-        ``next_tokens[j]`` and left cache handle ``caches[j]``."""
         _batch_self(self)
         if slots is REQUIRED or next_tokens is REQUIRED or caches is REQUIRED:
             missing("advance_decode", ("slots", "next_tokens", "caches"), (slots, next_tokens, caches))
@@ -429,10 +393,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def enter_verify(self, slots=REQUIRED, tokens=REQUIRED, offsets=REQUIRED):
-        """Decode -> Verify: slot ``slots[j]`` drafts ``tokens[offsets[j]:offsets[j + 1]]``;
-        its cache handle becomes the snapshot (no copy). Refuses (ValueError) a draft
-        longer than ``k_max``, and an empty draft as a batching rule (``ServingState``
-        accepts one: the design's semantics)."""
         _batch_self(self)
         if slots is REQUIRED or tokens is REQUIRED or offsets is REQUIRED:
             missing("enter_verify", ("slots", "tokens", "offsets"), (slots, tokens, offsets))
@@ -444,15 +404,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def enter_verify_tree(self, slots=REQUIRED, tokens=REQUIRED, parents=REQUIRED, offsets=REQUIRED):
-        """Decode -> a tree verify: slot ``slots[j]`` drafts the tree of nodes
-        ``offsets[j]:offsets[j + 1]`` of ``tokens`` and ``parents`` (parents local to the
-        tree: -1 the root, the slot's last token, else an earlier node of the same tree;
-        sibling tokens distinct); its cache handle becomes the snapshot (no copy). A tree
-        holds at most ``k_max`` nodes (the batch's draft buffer holds its tokens). All or
-        nothing: refuses ``IllegalTransition`` for a slot not in Decode, and ValueError
-        for ``parents`` not as long as ``tokens``, an empty tree, one over ``k_max`` and
-        any tree ``specfsm.tree.check_tree`` refuses (its message, after ``slot s: ``).
-        ``step`` settles tree slots greedily (see ``step``)."""
         _batch_self(self)
         if slots is REQUIRED or tokens is REQUIRED or parents is REQUIRED or offsets is REQUIRED:
             missing("enter_verify_tree", ("slots", "tokens", "parents", "offsets"), (slots, tokens, parents, offsets))
@@ -464,10 +415,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def accept(self, slots=REQUIRED, row_tokens=REQUIRED, row_offsets=REQUIRED, row_caches=REQUIRED, cache_offsets=REQUIRED):
-        """Verify -> Accept | Rollback, as ``Verify.accept`` per slot: the accepted count is
-        the common prefix of slot ``slots[j]``'s draft and its row tokens
-        ``row_tokens[row_offsets[j]:row_offsets[j + 1]]``; ``row_caches[cache_offsets[j]:
-        cache_offsets[j + 1]]`` holds one cache handle per draft row."""
         _batch_self(self)
         if slots is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
             missing("accept", ("slots", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, row_tokens, row_offsets, row_caches, cache_offsets))
@@ -479,9 +426,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def accept_rows(self, slots=REQUIRED, accepted=REQUIRED, row_tokens=REQUIRED, row_offsets=REQUIRED, row_caches=REQUIRED, cache_offsets=REQUIRED):
-        """``accept`` with slot ``slots[j]``'s accepted count ``accepted[j]`` supplied
-        (``Verify.accept_rows``); ``row_tokens``/``row_offsets`` and
-        ``row_caches``/``cache_offsets`` as in ``accept``."""
         _batch_self(self)
         if slots is REQUIRED or accepted is REQUIRED or row_tokens is REQUIRED or row_offsets is REQUIRED or row_caches is REQUIRED or cache_offsets is REQUIRED:
             missing("accept_rows", ("slots", "accepted", "row_tokens", "row_offsets", "row_caches", "cache_offsets"), (slots, accepted, row_tokens, row_offsets, row_caches, cache_offsets))
@@ -493,8 +437,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def resume(self, slots=REQUIRED):
-        """Accept -> Decode for every slot in ``slots``: decoding resumes from ``next``
-        with the placed cache."""
         _batch_self(self)
         if slots is REQUIRED:
             missing("resume", ("slots",), (slots,))
@@ -506,8 +448,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def rollback(self, slots=REQUIRED):
-        """Rollback -> Decode for every slot in ``slots``: decoding resumes from ``to``
-        with the snapshot."""
         _batch_self(self)
         if slots is REQUIRED:
             missing("rollback", ("slots",), (slots,))
@@ -519,8 +459,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def finish(self, slots=REQUIRED):
-        """Any state but FREE -> Done for every slot in ``slots`` (Rollback keeps its
-        snapshot as the cache)."""
         _batch_self(self)
         if slots is REQUIRED:
             missing("finish", ("slots",), (slots,))
@@ -532,7 +470,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def release(self, slots=REQUIRED):
-        """Done -> FREE for every slot in ``slots``: the slot can be admitted again."""
         _batch_self(self)
         if slots is REQUIRED:
             missing("release", ("slots",), (slots,))
@@ -544,13 +481,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     # -- the fused step ------------------------------------------------------------------
     def pending(self):
-        """``(slots, inputs, offsets)``: the evaluation ``step`` expects rows for (no
-        parameters; fresh arrays). Slot ``slots[j]`` (every slot in Prefill, Decode or
-        Verify, ascending) evaluates ``inputs[offsets[j]:offsets[j + 1]]``: its prompt,
-        ``[last]``, or for a K-token draft ``[last, draft[0], ..., draft[K - 2]]`` (with
-        ``bonus``: ``..., draft[K - 1]``). A reader: refused while a transition or
-        ``step`` runs, and it holds them off while it runs.
-        """
         _batch_self(self)
         guard_read(&self._g, _NAME)
         try:
@@ -559,12 +489,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
             guard_done_read(&self._g)
 
     def pending_trees(self):
-        """``(slots, parents, offsets)`` of the slots in a tree verify (ascending; fresh
-        int64 arrays): slot ``slots[j]``'s parents are ``parents[offsets[j]:offsets[j +
-        1]]``, node i's parent (-1 the root) for its N rows after the root in
-        ``pending()``'s layout (row 0 the root's, row i + 1 node i's), so a target can
-        build its attention mask (each node attending to the context and its ancestors)
-        and its position ids (the node's depth). A reader, as ``pending``."""
         _batch_self(self)
         guard_read(&self._g, _NAME)
         try:
@@ -574,46 +498,6 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
 
     @cython.embedsignature(False)   # the real signature: __signature__ below
     def step(self, row_tokens=REQUIRED, *, probs=None, rule=None, draft_probs=None):
-        """One serving step for every slot in Prefill, Decode or Verify.
-
-        ``row_tokens`` holds the target's chosen token for every row of ``pending()``'s
-        layout (a prefill reads its last row, a decode its one row). A verify settles by
-        ``rule`` (None: greedy exact; ``MinRun``; ``SpeculativeSampling`` and
-        ``TypicalAcceptance`` read ``probs``, one probability row per evaluated row,
-        and ``draft_probs`` for the draft rows; any other rule's ``accepted_rows``),
-        exactly as ``Verify.accept_rows`` then ``resume``/``rollback``, and emits the
-        accepted draft tokens and the target's token at the first rejected row. With
-        ``bonus`` a fully accepted K-token draft also emits row K's token (K + 1
-        tokens), and resumes from it. Emitted tokens are cut at ``max_tokens`` and after
-        ``eos`` (the slot then goes to Done); the others extend their index and draft up
-        to ``min(k_max, remaining)`` tokens, entering Verify when the draft is
-        non-empty. Cache handles are kept: ``resume_rows`` says which row of its own
-        evaluation each slot's cache resumes from (see ``StepResult``).
-
-        All or nothing: the step refuses, changing neither the batch nor any index,
-        rows that do not match the layout, a negative token in a row whose token it
-        would emit (the target's token at a rejected draft token or the bonus row, a
-        tree's settle row, a prefill's last row, a decode's row: ValueError naming the
-        row; other rows, and those a budget or eos cuts, may hold filler such as -1),
-        probabilities the rule refuses, a rule that
-        raises or puts a count outside ``[0, K]`` (``IllegalTransition("accept_rows")``)
-        and an index in use by another call (RuntimeError); the same step can then be
-        retried. (Left open: another
-        thread taking an index between the step's updates of its n-gram and its suffix
-        indexes, or, on the pure-Python twin, between an index's extend and its propose;
-        the step then refuses with the batch unchanged but the indexes already updated
-        keep the step's tokens.) A rule callback that calls back into the batch is refused
-        (RuntimeError) like any call during the step.
-
-        A slot in a tree verify (``enter_verify_tree``) settles greedily, as
-        ``VerifyTree.accept`` then ``resume``/``rollback``: it emits the accepted path's
-        tokens and the target's token at the settle row (the last accepted node's, row 0
-        when none), resumes from that row, reports ``accepted`` = the path's length,
-        ``drafted`` = its N nodes and ``rolled_back`` when the path stopped before a leaf;
-        its index is extended as a decode's, and it drafts a chain next. While a tree
-        slot is pending, ``rule``, ``probs`` and ``draft_probs`` are refused (ValueError,
-        nothing changed).
-        """
         _batch_self(self)
         if row_tokens is REQUIRED:
             missing("step", ("row_tokens",), (row_tokens,))

@@ -248,17 +248,11 @@ cdef class StepResult:
         self.rolled_back = rolled_back
 
     def emitted_by_slot(self):
-        """``{slot: the tokens it emitted}`` for every slot of the step (no parameters)."""
         _result_self(self)
         e, o = self.emitted.tolist(), self.emitted_offsets.tolist()
         return {int(s): e[o[j] : o[j + 1]] for j, s in enumerate(self.slots.tolist())}
 
     def resume_index(self, capacity):
-        """``resume_rows`` scattered into capacity order: entry ``s`` is slot ``s``'s
-        resume row, -1 for a slot this step did not evaluate (``capacity`` entries, a
-        fresh int64 array). It is the ``index`` for ``specfsm.gpu.place_rows`` over
-        per-row states ordered ``[capacity, R, ...]`` (``place_rows`` skips the -1
-        slots). Refuses (ValueError) a ``capacity`` that does not cover the step's slots."""
         _result_self(self)
         return resume_index(self.slots, self.resume_rows, capacity)
 

@@ -30,18 +30,6 @@ cdef int64_t _length(object value, str name) except -1:
 
 
 def settle(draft_len, accepted, n_row_tokens, n_row_caches, attempted):
-    """Index of the row cache to resume from after accepting ``accepted`` of ``draft_len`` rows.
-
-    That is ``accepted`` when a draft row was rejected, ``accepted - 1`` when every row
-    was accepted. Refuses (``IllegalTransition(attempted, reason)``, the reason from
-    ``specfsm.machine._checks.settle_reason``, the same text in both implementations) an empty
-    draft, ``accepted`` beyond the draft, a ``row_caches`` that is not one entry per draft
-    row, and a ``row_tokens`` that does not reach row ``accepted`` when a row was rejected.
-    ``attempted`` that is not a str raises TypeError; ``accepted`` that is not a
-    non-negative integer TypeError/ValueError; ``draft_len``, ``n_row_tokens`` and
-    ``n_row_caches`` that are not non-negative integers within int64
-    TypeError/ValueError/OverflowError (converted in argument order, each naming itself).
-    """
     cdef int64_t d, t, c, n
     if not isinstance(attempted, str):
         raise TypeError(f"attempted must be a transition name (str), got {type(attempted).__name__}")

@@ -55,14 +55,6 @@ cdef void _copy_rows(const index_t* idx, Py_ssize_t B, const uint8_t* s, uint8_t
 
 
 def place_rows(src, index, dst):
-    """Copy row ``index[b]`` of ``src[b]`` into ``dst[b]`` for every request ``b``; returns ``dst``.
-
-    ``src`` is a C-contiguous [B, K, ...] numpy array, ``dst`` a C-contiguous [B, ...]
-    array of the same dtype and trailing shape, ``index`` B integers. ``index[b] < 0``
-    leaves ``dst[b]`` untouched. Refuses (before copying anything) bad shapes, dtypes or
-    contiguity, an ``index`` entry >= K (IndexError) and ``src``/``dst``/``index`` that
-    overlap in memory.
-    """
     cdef Py_ssize_t B, K, row, bad, n = 0
     cdef cnp.ndarray s_arr, d_arr, i_arr
     cdef const uint8_t* sp
@@ -149,15 +141,6 @@ cdef Py_ssize_t _settle(const int64_t* a, const int64_t* d, int64_t* out,
 
 
 def settle_index(accepted, draft_lens):
-    """The ``index`` for ``place_rows`` after a batched verify, as an int64 array.
-
-    For request ``b`` with ``draft_lens[b]`` rows of which ``accepted[b]`` were accepted:
-    row ``accepted[b]`` when a row was rejected, row ``accepted[b] - 1`` when every row
-    was accepted (``Verify.accept``'s placement rule), and -1 (leave the cache alone) when the
-    request drafted nothing. Refuses (ValueError naming the first bad request) a negative
-    count and ``accepted[b] > draft_lens[b]``; non-integer or non-1-D input raises
-    TypeError/ValueError.
-    """
     cdef Py_ssize_t bad, B
     cdef cnp.npy_intp dim
     cdef int64_t* buf

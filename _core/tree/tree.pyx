@@ -198,13 +198,6 @@ cdef void _move(uint8_t* rows, const int64_t* path, Py_ssize_t m, int64_t base,
 
 # -- acceptance --------------------------------------------------------------------------
 def check_tree(tokens, parents):
-    """The tree's ``(tokens, parents)`` as fresh int64 arrays, or raise.
-
-    Refuses (naming what is wrong) arrays that are not 1-D integer token ids
-    (TypeError/ValueError), lengths that differ, an empty tree, a negative token, a
-    parent below -1 or not before its node (a cycle), and siblings with equal tokens
-    (ValueError).
-    """
     cdef int code
     cdef Py_ssize_t n, bi = -1, bj = -1
     cdef int64_t *buf, *t, *p
@@ -226,13 +219,6 @@ def check_tree(tokens, parents):
 
 
 def accept_tree(tokens, parents, row_tokens):
-    """The accepted path's node indices (int64, root first excluded), greedy.
-
-    ``row_tokens`` holds the target's choice after each of the N + 1 rows (row 0 the
-    root's, row i + 1 node i's). The request resumes from row ``path[-1] + 1`` (row 0 when
-    the path is empty). Refuses what ``check_tree`` refuses, then ``row_tokens`` that are
-    not N + 1 integer ids.
-    """
     cdef int code
     cdef Py_ssize_t n, m, bi = -1, bj = -1
     cdef int64_t *buf, *t, *p, *r, *first, *nxt, *path
@@ -263,17 +249,6 @@ def accept_tree(tokens, parents, row_tokens):
 
 
 def accept_tree_batch(tokens, parents, offsets, row_tokens):
-    """Greedy acceptance for B ragged trees in one call.
-
-    Tree ``b`` is ``tokens[offsets[b]:offsets[b + 1]]`` with its ``parents`` (indices
-    local to the tree); its N_b + 1 rows follow the trees before it in ``row_tokens``
-    (they start at ``offsets[b] + b``). Returns ``(counts, resume, path, path_offsets)``,
-    int64: each tree's accepted count, the row it resumes from (within its own rows),
-    the accepted node indices (local) of every tree concatenated, and their offsets
-    (B + 1). Refuses offsets that do not tile ``tokens``, an empty tree, ``row_tokens``
-    not one row per node plus one per tree, and any tree ``check_tree`` refuses (the
-    message names the tree).
-    """
     cdef int code = 0
     cdef Py_ssize_t total, B, b, lo, nb, m, bad_b = -1, bi = -1, bj = -1, n_path = 0
     cdef int64_t *buf, *t, *p, *r, *o, *first, *nxt, *path, *counts, *resume, *poff
@@ -329,14 +304,6 @@ def accept_tree_batch(tokens, parents, offsets, row_tokens):
 
 # -- placement ---------------------------------------------------------------------------
 def place_path(cache, base, path):
-    """Move the accepted path's rows to consecutive rows, in place; returns ``cache``.
-
-    ``cache`` is a writeable C-contiguous ``[L, ...]`` numpy array whose row ``base`` is
-    the root's and row ``base + 1 + i`` node i's (the tree evaluation's order); row
-    ``base + 1 + path[j]`` moves to row ``base + 1 + j``, as raw bytes. Refuses (before
-    moving anything) a bad cache, ``base`` not below L, and a ``path`` entry that is
-    negative, not after the one before it, or beyond the cache (IndexError).
-    """
     cdef int code
     cdef Py_ssize_t m, L, row, bad = -1
     cdef int64_t b0
@@ -362,13 +329,6 @@ def place_path(cache, base, path):
 
 
 def place_path_batch(cache, base, path, path_offsets):
-    """``place_path`` for B requests in one call; returns ``cache``.
-
-    ``cache`` is ``[B, L, ...]``, ``base`` B roots' rows, ``path`` the accepted node
-    indices of every request concatenated with ``path_offsets`` (B + 1, as
-    ``accept_tree_batch`` returns them). Refuses as ``place_path`` does, naming the slot
-    (and the entry within its path), before anything moves.
-    """
     cdef int code = 0
     cdef Py_ssize_t B, L, row, P, b, lo, bad = -1, bad_b = -1
     cdef int64_t v

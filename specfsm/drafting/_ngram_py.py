@@ -52,7 +52,7 @@ def _match_end(h: Sequence, ngram: int) -> int:
 
 def prompt_lookup(history: object, ngram: object, max_k: object):
     """Draft up to ``max_k`` ids that followed the most recent earlier occurrence of
-    ``history``'s last ``ngram`` ids.
+    ``history``'s last ``ngram`` ids (``draft_prompt_lookup`` of the original design).
 
     ``history`` holds token ids: a 1-D integer numpy array, or a list or tuple (or other
     sequence) of Python ints or numpy integers. Returns an empty draft when ``ngram`` or

@@ -14,30 +14,9 @@ from .._checks import check_count
 
 __all__ = ["prompt_lookup", "common_prefix", "PromptLookupDrafter"]
 
-# The active implementation's kernels, bound once at import (``specfsm._impl``).
-_prompt_lookup = _impl.load("ngram").prompt_lookup
-_common_prefix = _impl.load("prefix").common_prefix
-
-
-def prompt_lookup(history: Any, ngram: int, max_k: int) -> Any:
-    """Draft up to ``max_k`` tokens that followed the most recent earlier occurrence of
-    ``history``'s last ``ngram`` tokens (``draft_prompt_lookup`` of the Rust design specfsm
-    was ported from).
-
-    ``history`` is a list or tuple of integer token ids (Python ints or numpy integers;
-    floats, bools and strings are refused with TypeError), or a 1-D integer numpy array
-    (int32 or int64; narrower integer dtypes are widened). Returns a list, or for a numpy ``history`` a numpy array of
-    its dtype. The draft is empty when ``ngram`` or ``max_k`` is 0, ``history`` is not
-    longer than ``ngram``, or nothing earlier matches. Refuses negative or non-integer
-    ``ngram``/``max_k``, 2-D arrays and non-integer dtypes.
-    """
-    return _prompt_lookup(history, ngram, max_k)
-
-
-def common_prefix(draft: Any, row_tokens: Any) -> int:
-    """How many leading entries of ``draft`` and ``row_tokens`` are equal (the greedy
-    acceptance count ``ServingState.accept`` uses)."""
-    return _common_prefix(draft, row_tokens)
+# The active implementation's kernels themselves (docstrings: the twin's).
+prompt_lookup = _impl.load("ngram").prompt_lookup
+common_prefix = _impl.load("prefix").common_prefix
 
 
 class _PromptLookupSession:
@@ -84,7 +63,7 @@ class _PromptLookupSession:
         h: Any = self.history
         if h is None:
             h = self.buf[: self.n]
-        return _prompt_lookup(h, self.ngram, max_k)
+        return prompt_lookup(h, self.ngram, max_k)
 
 
 class PromptLookupDrafter:

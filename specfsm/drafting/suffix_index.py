@@ -31,11 +31,6 @@ import numpy as np
 from .. import _impl
 from .._checks import check_count, token_ids
 
-if TYPE_CHECKING:  # type checkers read the twin
-    from . import _suffix_index_py as _k
-else:
-    _k = _impl.load("suffix_index")
-
 __all__ = [
     "SuffixIndex",
     "SuffixDrafter",
@@ -50,98 +45,12 @@ __all__ = [
     "serve_batch_lists",
 ]
 
-#: The index of the active implementation (a class: use it directly).
-#:
-#: ``SuffixIndex(min_n=1, max_n=None, prefer="earliest", *, draft_len=8, adaptive=False,
-#: min_draft=1, max_draft=32)``: ``extend(tokens)`` / ``append(token)`` add verified
-#: tokens, ``propose(max_k=None)`` returns the draft as a list, ``match_length()`` the
-#: current n, ``match_end()`` where the draft starts; ``serve(tokens, drafted=0,
-#: accepted=0, max_k=None)`` is one serving step: ``record(drafted, accepted)`` when
-#: ``drafted > 0``, ``extend(tokens)``, then the next draft, ``propose(min(draft_len,
-#: max_k))`` when adaptive (``max_k=None``: ``draft_len``), else ``propose(max_k)``; it
-#: checks every argument first and a refusal changes nothing. ``len(index)``, ``index.tokens``
-#: (read-only int64), ``index.last_tokens(count)``, ``index.nbytes``, ``index.bytes_per_token`` and
-#: ``index.n_states`` report contents and memory. ``record(proposed, accepted)`` keeps
-#: acceptance statistics (``index.stats``) and, with ``adaptive=True``, moves
-#: ``draft_len`` as ``NgramIndex`` does. ``prefer="latest"`` also refreshes the last
-#: position of the match's shorter suffixes on every token: O(1) typically, at most
-#: O(min(max_n, L)) per token on one token repeated. Pickles and copies as its settings,
-#: tokens and statistics (every state ``record`` reaches round-trips); ``record``
-#: refuses (OverflowError, changing nothing) a drafted total or a step count beyond int64, as
-#: ``NgramIndex`` does. Under threads, and from callbacks inside a call (both
-#: implementations, one guard protocol): while an ``extend``/``append``/``extend_batch``
-#: holds an index every other call on it, properties included, raises RuntimeError, and
-#: a writer refuses to start while a reader that may let other threads run (``tokens``,
-#: ``last_tokens``, pickling, ``propose_batch``) is in. An index made with ``__new__``
-#: (or whose ``__init__`` failed) refuses every call; a second ``__init__`` is refused.
-SuffixIndex = _k.SuffixIndex
+if TYPE_CHECKING:  # type checkers read the twin
+    from ._suffix_index_py import (SuffixIndex, extend_batch, propose_batch, propose_tree_batch,
+                                   record_batch, serve_batch, serve_batch_lists)
+else:  # the active implementation's objects themselves (docstrings: the twin's)
+    globals().update(_impl.exports("suffix_index"))
 
-
-def propose_batch(indexes: Any, max_k: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``SuffixIndex.propose`` for B indexes in one call (the copy runs without the GIL).
-
-    ``max_k`` is one count, one per index, or None for each index's ``draft_len``.
-    Returns ``(drafts, offsets, lengths)``: draft ``i`` is
-    ``drafts[offsets[i]:offsets[i + 1]]`` (int64) and holds ``lengths[i]`` tokens.
-    Refuses anything but a sequence of this implementation's ``SuffixIndex``.
-    """
-    return _k.propose_batch(indexes, max_k)
-
-
-def propose_tree_batch(
-    indexes: Any, budget: Any, max_depth: Any = None, max_width: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``SuffixIndex.propose_tree`` for B indexes in one call: ``(tokens, parents,
-    offsets)`` (int64); tree ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``, its parents
-    local to it (``-1``: its root). Refuses what ``propose_tree`` refuses and anything but
-    a sequence of this implementation's ``SuffixIndex``."""
-    return _k.propose_tree_batch(indexes, budget, max_depth, max_width)
-
-
-def extend_batch(indexes: Any, tokens: Any, offsets: Any) -> None:
-    """``SuffixIndex.extend`` for B indexes in one call: index ``i`` gets
-    ``tokens[offsets[i]:offsets[i + 1]]`` (one flat token array, ``offsets`` B + 1
-    nondecreasing boundaries); the compiled core indexes the whole batch without the
-    GIL. All or nothing: refuses the whole batch, changing no index, when an index
-    appears twice (ValueError) or is in use by another call (RuntimeError), or when one
-    would pass ``MAX_SUFFIX_TOKENS`` (OverflowError).
-    """
-    _k.extend_batch(indexes, tokens, offsets)
-
-
-def record_batch(indexes: Any, proposed: Any, accepted: Any) -> np.ndarray:
-    """``SuffixIndex.record`` for B indexes; returns each one's next ``draft_len``.
-    Refuses ``accepted[i] > proposed[i]`` and, changing nothing, counts or totals beyond
-    int64 (OverflowError)."""
-    return _k.record_batch(indexes, proposed, accepted)
-
-
-def serve_batch(
-    indexes: Any, tokens: Any, offsets: Any, drafted: Any, accepted: Any, max_k: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``SuffixIndex.serve`` for B distinct indexes in one call (one serving step of B
-    requests): index ``i`` records ``(drafted[i], accepted[i])`` when ``drafted[i] > 0``,
-    is extended by ``tokens[offsets[i]:offsets[i + 1]]`` and proposes its next draft
-    (``max_k``: one count, one per index, or None, limited as ``serve`` limits it).
-    Returns ``propose_batch``'s ``(drafts, offsets, lengths)``. All or nothing: an index
-    listed twice (ValueError), in use (RuntimeError), full or whose drafted total or
-    step count would pass int64 (OverflowError) refuses the whole batch and changes no index."""
-    return _k.serve_batch(indexes, tokens, offsets, drafted, accepted, max_k)
-
-
-def serve_batch_lists(
-    indexes: Any, tokens: Any, offsets: Any, drafted: Any, accepted: Any, max_k: Any = None
-) -> list[list[int]]:
-    """``serve_batch`` with each index's draft as a list of ints, one list per index
-    (what vLLM's proposer interface returns), for a caller that would otherwise split
-    ``(drafts, offsets, lengths)`` itself (the compiled core builds the lists straight
-    from its drafts, with no flat array in between). Refuses what ``serve_batch``
-    refuses."""
-    return _k.serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k)
-
-
-#: a finished output is followed by a separator below this, unique per output, so no
-#: match in a shared cache spans two outputs (and drafts stop before it)
 _SEPARATOR_LIMIT = -(2**63) + 2**48
 
 
@@ -281,16 +190,6 @@ class SharedSuffixCache:
         return f"SharedSuffixCache(max_tokens={self.max_tokens}, generations={self.generations}, min_n={self.min_n})"
 
 
-def _agreement(draft: list[Any], tokens: Sequence[Any]) -> int:
-    """How many of ``draft``'s tokens ``tokens`` starts with (the accepted part: the
-    loop's ``extend`` after a ``propose`` passes the accepted tokens first)."""
-    n = 0
-    m = min(len(draft), len(tokens))
-    while n < m and draft[n] == tokens[n]:
-        n += 1
-    return n
-
-
 class _SuffixSession:
     """One request's index, served through ``SuffixIndex.serve`` (the one step policy):
     ``extend`` records the last draft's agreement with the tokens and extends,
@@ -311,7 +210,7 @@ class _SuffixSession:
 
     def extend(self, tokens: Sequence[Any]) -> None:
         d = self.draft
-        self.index.serve(tokens, len(d), _agreement(d, tokens) if d else 0, 0)
+        self.index.serve(tokens, len(d), _impl.common_prefix(d, tokens) if d else 0, 0)
         self.draft = []
         if self.output is not None:
             self.output.extend(tokens)

@@ -53,14 +53,6 @@ from ..tree._checks import check_lengths, ids64
 
 __all__ = [
     "BatchState",
-    "FREE",
-    "PREFILL",
-    "DECODE",
-    "VERIFY",
-    "ACCEPT",
-    "ROLLBACK",
-    "DONE",
-    "STATE_NAMES",
     "StepResult",
 ]
 

@@ -76,10 +76,10 @@ a subclass of the active kernel class, builds the ``specfsm.machine.state`` valu
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .. import _impl
+from ._checks import ACCEPT, DECODE, DONE, FREE, PREFILL, ROLLBACK, STATE_NAMES, VERIFY
 from .state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
 
 if TYPE_CHECKING:  # type checkers read the twin
@@ -101,10 +101,6 @@ __all__ = [
 ]
 
 StepResult = _active.StepResult
-FREE, PREFILL, DECODE, VERIFY, ACCEPT, ROLLBACK, DONE = (
-    _active.FREE, _active.PREFILL, _active.DECODE, _active.VERIFY, _active.ACCEPT, _active.ROLLBACK, _active.DONE,
-)
-STATE_NAMES = _active.STATE_NAMES
 
 
 def state_value(fields: tuple[int, int, int, list[int], int, int, list[int]] | None) -> ServingState[Any, Any] | None:
@@ -138,20 +134,3 @@ class BatchState(_active.BatchState):
             if tree is not None:
                 return VerifyTree(tree[0], tree[1], fields[4], fields[2])
         return state_value(fields)
-
-
-_OVER: dict[type, type] = {_active.BatchState: BatchState}
-
-
-def over(kernels: ModuleType) -> type[BatchState]:
-    """This module's ``BatchState`` over one implementation's kernel module (``kernels``:
-    ``specfsm._impl.kernels(kind, "batch")``), for tests and benchmarks that compare the
-    two; the active implementation's is ``BatchState`` itself."""
-    base = kernels.BatchState
-    cls = _OVER.get(base)
-    if cls is None:
-        cls = _OVER[base] = type("BatchState", (base,), {
-            "__slots__": (), "__module__": __name__, "__doc__": BatchState.__doc__,
-            "state_of": BatchState.state_of,
-        })
-    return cls  # type: ignore[return-value]
