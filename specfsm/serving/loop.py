@@ -47,10 +47,9 @@ import numpy as np
 
 from .._checks import check_count
 from .._values import IMMUTABLE, default_clone
-from ..accept.rules import select_rows
+from ..accept._checks import R_OTHER, rule_kind
 from ..machine import batch as _batch
 from ..machine import state as _state
-from ..machine.batch import PREFILL, VERIFY
 
 # the drafters live with their kernels and the teacher-forced target with the replay
 # workload; re-exported here for old imports
@@ -67,6 +66,8 @@ from .requests import (
     raise_on_mismatch,
 )
 from .workload import TeacherForcedBatch, TeacherForcedTarget, TraceError
+from .answers import (TargetError, Chosen, gather, integer_ids, settle_selects, stack, TokenRule,
+                      usual_rows, Vocab)
 
 __all__ = [
     "TreeDraft",
@@ -119,66 +120,9 @@ class Drafter(Protocol):
         """A fresh drafting session over one request's prompt."""
 
 
-class TargetError(RuntimeError):
-    """The target answered an evaluation with rows the loop cannot use."""
-
-
 # --------------------------------------------------------------------------------------
 # the one serving loop
 # --------------------------------------------------------------------------------------
-class _Vocab:
-    """Token <-> int64 id for requests whose tokens are not all integer ids: the batch
-    holds ids, the target, the drafter sessions and the outputs see the tokens."""
-
-    __slots__ = ("ids", "tokens")
-
-    def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
-        self.tokens: list[Any] = []
-
-    def id(self, token: Any) -> int:
-        i = self.ids.get(token)
-        if i is None:
-            i = self.ids[token] = len(self.tokens)
-            self.tokens.append(token)
-        return i
-
-    def encode(self, tokens: Sequence[Any]) -> list[int]:
-        return [self.id(t) for t in tokens]
-
-    def decode(self, ids: Sequence[int]) -> list[Any]:
-        toks = self.tokens
-        return [toks[i] for i in ids]
-
-
-class _TokenRule:
-    """A caller's ``accepted_rows`` rule seen through a ``_Vocab``: it judges the tokens,
-    not the batch's ids."""
-
-    __slots__ = ("rule", "vocab")
-
-    def __init__(self, rule: Any, vocab: _Vocab) -> None:
-        self.rule, self.vocab = rule, vocab
-
-    def accepted_rows(self, draft: Sequence[int], choices: Sequence[int]) -> Any:
-        return self.rule.accepted_rows(self.vocab.decode(draft), self.vocab.decode(choices))
-
-
-def _integer_ids(requests: Sequence[Request]) -> bool:
-    """Whether every prompt and eos is a non-negative integer id (the batch's own tokens)."""
-    for r in requests:
-        if r.eos is not None and not (isinstance(r.eos, (int, np.integer)) and r.eos >= 0):
-            return False
-        p = r.prompt
-        if isinstance(p, np.ndarray):
-            if p.dtype.kind not in "iu" or (p.dtype.kind == "i" and p.size and p.min() < 0):
-                return False
-        elif not all(type(t) is int and t >= 0 for t in p):
-            if not all(isinstance(t, (int, np.integer)) and t >= 0 for t in p):
-                return False
-    return True
-
-
 def _snapshot(cache: Any, clone: Any) -> Any:
     """The cache a verify evaluates from, as ``Decode.enter_verify`` takes its snapshot."""
     if clone is None or clone is True:
@@ -203,118 +147,11 @@ def needs_probs(rule: Any) -> bool:
     return rule is not None and (callable(getattr(rule, "sample_rows", None)) or selects(rule))
 
 
-def _decode_choice(rule: Any, p: Any, greedy: Any) -> Any:
-    """The token a decode or prefill row emits under a sampling rule: a draw from the
-    row's distribution for ``SpeculativeSampling`` (with the rule's generator, so
-    the emitted tokens follow the target's distribution), the target's own choice
-    otherwise (a sampling target's choice is its sample)."""
-    rng = getattr(rule, "rng", None)
-    if rng is None:
-        return greedy
-    p = np.asarray(p, dtype=np.float64)
-    return int(rng.choice(p.shape[0], p=p / p.sum()))
-
-
 def _eos_set(eos: Any) -> frozenset[Any] | None:
     """A request's end tokens when it names several (a set, a tuple, a list), else None."""
     if isinstance(eos, (set, frozenset, tuple, list)):
         return frozenset(eos)
     return None
-
-
-class _Chosen:
-    """The counts a ``select`` rule chose, slot by slot, as an ``accepted_rows`` rule for
-    the step (which asks once per verifying slot, in ``slots`` order); refuses a draft
-    other than the one the count was chosen for."""
-
-    __slots__ = ("chosen", "at")
-
-    def __init__(self, chosen: list[tuple[list[int], int]]) -> None:
-        self.chosen, self.at = chosen, 0
-
-    def accepted_rows(self, draft: Sequence[int], choices: Sequence[int]) -> int:
-        want, n = self.chosen[self.at]
-        if list(draft) != want:  # pragma: no cover - the step's order is slots order
-            raise RuntimeError("the step asked for a verify the loop did not settle")
-        self.at += 1
-        return n
-
-
-def _gather(bs: Any, slots: Any, feeds: list[list[Any]], answers: list[tuple[Any, Any, Any]],
-            rule: Any) -> tuple[list[Any], list[Any], list[Any]]:
-    """The targets' answers as the step's flat row tokens, probability rows (when the
-    rule needs them) and each slot's row caches; a prefill or a decode reads its last
-    row only. Refuses an answer short of rows (TargetError)."""
-    rows_all: list[Any] = []
-    probs_all: list[Any] = []
-    row_caches: list[Any] = []
-    codes: list[int] | None = None  # the slots' states, read when an answer needs them
-    for j, (rows, probs, rc) in enumerate(answers):
-        m = len(feeds[j])
-        if probs is None and len(rows) == m and len(rc) == m:  # the usual answer
-            rows_all += rows
-            row_caches.append(rc)
-            continue
-        if codes is None:
-            codes = bs.states[slots].tolist()
-        if codes[j] != VERIFY:
-            if len(rows) == 0 or len(rc) == 0:
-                kind = "prefill" if codes[j] == PREFILL else "decode"
-                raise TargetError(
-                    f"the target answered a {kind} evaluation with {len(rows)} row tokens and "
-                    f"{len(rc)} row caches; it needs at least one"
-                )
-            last = rows[-1] if probs is None else _decode_choice(rule, probs[-1], rows[-1])
-            rows_all += [last] * m
-            row_caches.append([rc[-1]] * m)
-            if probs is not None:
-                p = np.asarray(probs, dtype=np.float64)
-                probs_all.append(p if p.shape[0] == m else np.repeat(p[-1:], m, axis=0))
-        else:
-            if len(rows) < m or len(rc) < m:
-                raise TargetError(
-                    f"the target answered {m} input rows with {len(rows)} row tokens "
-                    f"and {len(rc)} row caches; it needs one of each per row"
-                )
-            rows_all += rows[:m]
-            row_caches.append(rc)
-            if probs is not None:
-                probs_all.append(np.asarray(probs, dtype=np.float64)[:m])
-    return rows_all, probs_all, row_caches
-
-
-def _stack(probs_all: list[Any]) -> np.ndarray:
-    """One N x V array of the slots' probability rows, a narrower vocabulary padded with
-    zeros (one copy)."""
-    v = max(p.shape[1] for p in probs_all)
-    allp = np.zeros((sum(p.shape[0] for p in probs_all), v), dtype=np.float64)
-    r0 = 0
-    for p in probs_all:
-        allp[r0 : r0 + p.shape[0], : p.shape[1]] = p
-        r0 += p.shape[0]
-    return allp
-
-
-def _settle_selects(bs: Any, slots: list[int], offs: list[int], rows: np.ndarray, probs: np.ndarray,
-                    rule: Any) -> _Chosen:
-    """A ``select`` rule's decision for every verifying slot, before the step: its row
-    tokens replace the target's at that slot's rows (the last rows keep the target's,
-    a bonus row among them), and the count it chose is what the step accepts."""
-    codes = bs.states[np.asarray(slots, dtype=np.int64)].tolist()
-    chosen = []
-    for j, s in enumerate(slots):
-        if codes[j] != VERIFY:
-            continue
-        draft = bs.slot_fields(s)[3]
-        a, b = offs[j], offs[j + 1]
-        n, toks = select_rows(rule, draft, probs[a:b])
-        n = check_count(n, "accepted")
-        if n > len(draft):
-            raise ValueError(f"{type(rule).__name__}.select accepted {n} rows of a {len(draft)}-token draft")
-        toks = list(toks)[: b - a]
-        rows[a : a + len(toks)] = toks
-        chosen.append((draft, n))
-    return _Chosen(chosen)
 
 
 def serve(
@@ -335,7 +172,7 @@ def serve(
     the step uses ``target`` and it has one; else one ``evaluate``/``evaluate_probs``
     per slot), and one ``step()`` settles, cuts at budgets and eos, updates the slots'
     indexes and drafts. A rule that only ``select``s is settled by the loop from the
-    probability rows and the step takes its count (``_settle_selects``).
+    probability rows and the step takes its count (``settle_selects``).
 
     ``drafter``: an ``NgramDrafter`` or a ``SuffixDrafter`` without a shared cache has its
     sessions' indexes served by the step (``batchable_drafter``); any other drafter's
@@ -350,195 +187,248 @@ def serve(
     batch are the slot numbers: the loop keeps the cache object each slot resumes from
     (the batch cannot hold objects), everything else (state, budget, draft, accepted
     counts, rollbacks) is read from the batch and the ``StepResult``."""
-    n = len(requests)
-    if n == 0:
+    if len(requests) == 0:
         return []
-    targets = [r.target if r.target is not None else target for r in requests]
-    if any(t is None for t in targets):
-        raise TypeError("no target: pass one to SpeculativeLoop or set Request.target")
-    vocab = None if _integer_ids(requests) else _Vocab()
-    use = drafter is not None and k > 0
-    by_index = use and batchable_drafter(drafter)
-    sessions_drafting = use and not by_index
-    sessions: list[Any] = [drafter.session(r.prompt) for r in requests] if use else [None] * n
-    verified = [getattr(s, "verified", None) for s in sessions] if sessions_drafting else [None] * n
-    propose_step = getattr(drafter, "propose_step", None) if sessions_drafting else None
-    select_rule = selects(rule)
-    step_rule = rule
-    if vocab is not None and rule is not None and not needs_probs(rule) and type(rule).__module__ != "specfsm.accept.rules":
-        step_rule = _TokenRule(rule, vocab)
-    bs = _batch.BatchState(n, max(k, 1), bonus=bonus)
-    eos_sets = [_eos_set(r.eos) for r in requests]
-    for with_eos in (False, True):
-        group = [i for i, r in enumerate(requests) if (r.eos is not None and eos_sets[i] is None) == with_eos]
-        if not group:
-            continue
-        prompts = [list(requests[i].prompt) if vocab is None else vocab.encode(requests[i].prompt) for i in group]
-        offs = np.zeros(len(group) + 1, dtype=np.int64)
-        np.cumsum([len(p) for p in prompts], out=offs[1:])
-        eos = None
-        if with_eos:
-            eos = [requests[i].eos if vocab is None else vocab.id(requests[i].eos) for i in group]
-        bs.admit(
-            group, [t for p in prompts for t in p], offs, group,
-            max_tokens=[requests[i].max_tokens for i in group], eos=eos,
-            indexes=[sessions[i].index for i in group] if by_index else None,
-        )
-    caches: list[Any] = [r.cache for r in requests]  # the object behind each slot's handle
-    outputs: list[list[Any]] = [[] for _ in requests]
-    width = max(k, 1)
-    spare = 1 if bonus else 0  # a fully accepted draft emits a token more than it holds
-    # per slot: verifies, drafted, accepted, rollbacks, and the draft positions reached
-    # and accepted (the rest of RequestStats follows from the steps a slot was in)
-    ver = [0] * n
-    drafted_n = [0] * n
-    accepted_n = [0] * n
-    rolled = [0] * n
-    dpos = [[0] * width for _ in requests]
-    apos = [[0] * width for _ in requests]
-    target_ns = [0] * n
-    # every live slot is in every step, so a slot's share of the steps' control time is
-    # the running total at its finish (all slots start together)
-    control_total = 0
-    target_total = 0  # the shared target's time, split evenly among a step's slots
-    steps = 0
-    results: list[RequestResult | None] = [None] * n
-    needs = needs_probs(rule)
-    batch_eval = getattr(target, "evaluate_batch_probs" if needs else "evaluate_batch", None)
-    shared = batch_eval is not None and all(t is target for t in targets)
-    own = [getattr(t, "evaluate_probs" if needs else "evaluate", None) for t in targets]
-    if not shared and any(f is None for f in own):
-        bad = type(next(t for t, f in zip(targets, own) if f is None)).__name__
-        if needs:
-            raise TypeError(
-                f"{type(rule).__name__} needs probabilities: the target must have "
-                f"evaluate_probs(inputs, cache) -> (row_tokens, row_probs, row_caches), got {bad}"
+    run = _Serving(requests, target, drafter, k, rule, clone, bonus, on_done)
+    while run.step():
+        pass
+    out = [r for r in run.results if r is not None]
+    if len(out) != len(requests):  # pragma: no cover - every slot ends in Done
+        raise RuntimeError("a request did not finish")
+    return out
+
+
+class _Serving:
+    """One ``serve`` call's state: the batch, what the loop keeps beside it (each slot's
+    cache object, outputs and statistics) and the step, split by concern: admission
+    (``__init__``, ``_admit``), the target call and its answers (``_evaluate``), the
+    batch's step (``_settle``), the statistics (``_count``, ``_finish``) and what each
+    slot does next (``_follow``, ``_enter_drafts``)."""
+
+    def __init__(self, requests: Sequence[Request], target: Any, drafter: Any, k: int, rule: Any,
+                 clone: Any, bonus: bool, on_done: Callable[[int, RequestResult], None] | None) -> None:
+        n = len(requests)
+        self.requests, self.target, self.k, self.rule, self.clone = requests, target, k, rule, clone
+        self.on_done = on_done
+        self.targets = targets = [r.target if r.target is not None else target for r in requests]
+        if any(t is None for t in targets):
+            raise TypeError("no target: pass one to SpeculativeLoop or set Request.target")
+        self.vocab = vocab = None if integer_ids(requests) else Vocab()
+        use = drafter is not None and k > 0
+        self.by_index = use and batchable_drafter(drafter)
+        self.sessions_drafting = use and not self.by_index
+        self.sessions: list[Any] = [drafter.session(r.prompt) for r in requests] if use else [None] * n
+        self.verified: list[Any] = (
+            [getattr(s, "verified", None) for s in self.sessions] if self.sessions_drafting else [None] * n)
+        self.propose_step = getattr(drafter, "propose_step", None) if self.sessions_drafting else None
+        self.select_rule = selects(rule)
+        self.needs = needs_probs(rule)
+        self.step_rule = rule
+        if vocab is not None and rule is not None and not self.needs and _judges_tokens(rule):
+            self.step_rule = TokenRule(rule, vocab)
+        self.bs = _batch.BatchState(n, max(k, 1), bonus=bonus)
+        self.eos_sets = [_eos_set(r.eos) for r in requests]
+        self._admit()
+        self.caches: list[Any] = [r.cache for r in requests]  # the object behind each slot's handle
+        self.outputs: list[list[Any]] = [[] for _ in requests]
+        self.width = width = max(k, 1)
+        self.spare = 1 if bonus else 0  # a fully accepted draft emits a token more than it holds
+        # per slot: verifies, drafted, accepted, rollbacks, and the draft positions reached
+        # and accepted (the rest of RequestStats follows from the steps a slot was in)
+        self.ver = [0] * n
+        self.drafted_n = [0] * n
+        self.accepted_n = [0] * n
+        self.rolled = [0] * n
+        self.dpos = [[0] * width for _ in requests]
+        self.apos = [[0] * width for _ in requests]
+        self.target_ns = [0] * n
+        # every live slot is in every step, so a slot's share of the steps' control time is
+        # the running total at its finish (all slots start together)
+        self.control_total = 0
+        self.target_total = 0  # the shared target's time, split evenly among a step's slots
+        self.steps = 0
+        self.results: list[RequestResult | None] = [None] * n
+        self._bind_target()
+        self.trees_next = False  # tree slots wait in the batch (TreeDraft)
+
+    def _admit(self) -> None:
+        """Every request into its slot: those with one end token (or none) in one
+        ``admit``, those naming several (cut by the loop) in another."""
+        requests, vocab, eos_sets, bs = self.requests, self.vocab, self.eos_sets, self.bs
+        for with_eos in (False, True):
+            group = [i for i, r in enumerate(requests) if (r.eos is not None and eos_sets[i] is None) == with_eos]
+            if not group:
+                continue
+            prompts = [list(requests[i].prompt) if vocab is None else vocab.encode(requests[i].prompt) for i in group]
+            offs = np.zeros(len(group) + 1, dtype=np.int64)
+            np.cumsum([len(p) for p in prompts], out=offs[1:])
+            eos = None
+            if with_eos:
+                eos = [requests[i].eos if vocab is None else vocab.id(requests[i].eos) for i in group]
+            bs.admit(
+                group, [t for p in prompts for t in p], offs, group,
+                max_tokens=[requests[i].max_tokens for i in group], eos=eos,
+                indexes=[self.sessions[i].index for i in group] if self.by_index else None,
             )
-        raise TypeError(f"the target must have evaluate(inputs, cache) -> (row_tokens, row_caches), got {bad}")
-    clock = perf_counter_ns
-    step = bs.step
-    trees_next = False  # tree slots wait in the batch (TreeDraft)
-    while True:
-        t0 = clock()
-        slots, inputs, offs = bs.pending()
+
+    def _bind_target(self) -> None:
+        """The evaluation each step calls: the shared target's batched one when every
+        request uses it, else each request's own (refused here when it has none)."""
+        needs, target, targets = self.needs, self.target, self.targets
+        self.batch_eval = getattr(target, "evaluate_batch_probs" if needs else "evaluate_batch", None)
+        self.shared = self.batch_eval is not None and all(t is target for t in targets)
+        self.own = own = [getattr(t, "evaluate_probs" if needs else "evaluate", None) for t in targets]
+        if not self.shared and any(f is None for f in own):
+            bad = type(next(t for t, f in zip(targets, own) if f is None)).__name__
+            if needs:
+                raise TypeError(
+                    f"{type(self.rule).__name__} needs probabilities: the target must have "
+                    f"evaluate_probs(inputs, cache) -> (row_tokens, row_probs, row_caches), got {bad}"
+                )
+            raise TypeError(f"the target must have evaluate(inputs, cache) -> (row_tokens, row_caches), got {bad}")
+
+    def step(self) -> bool:
+        """One serving step of every live slot; False when none is left."""
+        t0 = perf_counter_ns()
+        slots, inputs, offs = self.bs.pending()
         sl = slots.tolist()
         if not sl:
-            break
-        steps += 1
+            return False
+        self.steps += 1
         in_all, in_off = inputs.tolist(), offs.tolist()
-        if vocab is not None:
-            in_all = vocab.decode(in_all)
+        if self.vocab is not None:
+            in_all = self.vocab.decode(in_all)
         feeds = [in_all[in_off[j] : in_off[j + 1]] for j in range(len(sl))]
-        # the usual answers (one row token and one row cache per fed row) need no check
-        # of the slots' states; anything else goes through _gather
+        rows_arr, probs_all, row_caches, in_target = self._evaluate(slots, sl, feeds)
+        res = self._settle(rows_arr, probs_all, sl, in_off)
+        self._count(res, sl)
+        finished = self._follow(res, sl, row_caches)
+        self.control_total += (perf_counter_ns() - t0 - in_target) // len(sl)
+        if finished:
+            self._finish(finished)
+        return True
+
+    def _evaluate(self, slots: np.ndarray, sl: list[int], feeds: list[list[Any]]
+                  ) -> tuple[np.ndarray, list[Any], list[Any], int]:
+        """The target's answers to one step's feeds: ``(row tokens, probability rows,
+        each slot's row caches, ns in the target)``. The usual answers (one row token
+        and one row cache per fed row) need no check of the slots' states; anything
+        else goes through ``gather``."""
+        clock, needs, caches, batch_eval = perf_counter_ns, self.needs, self.caches, self.batch_eval
         rows_all: list[Any] = []
         row_caches: list[Any] = []
+        probs_all: list[Any] = []
         usual = not needs
-        if trees_next:  # a tree's rows: the target needs each slot's parents (_enter_trees checked it can)
+        if self.trees_next:  # a tree's rows: the target needs each slot's parents (_enter_trees checked it can)
             a = clock()
-            answers = batch_eval(feeds, [caches[i] for i in sl], trees=_slot_trees(bs, sl))  # type: ignore[misc]
+            answers = batch_eval(feeds, [caches[i] for i in sl], trees=_slot_trees(self.bs, sl))  # type: ignore[misc]
             in_target = clock() - a
             answers = [(rows, None, rc) for rows, rc in answers]
-            for (rows, _p, rc), f in zip(answers, feeds):
-                if len(rows) != len(f) or len(rc) != len(f):
-                    usual = False
-                    break
-                rows_all += rows
-                row_caches.append(rc)
-            target_total += in_target // len(sl)
-        elif shared or (batch_eval is not None and all(targets[i] is target for i in sl)):
+            usual = usual_rows(answers, feeds, rows_all, row_caches)
+            self.target_total += in_target // len(sl)
+        elif self.shared or (batch_eval is not None and all(self.targets[i] is self.target for i in sl)):
             a = clock()
             answers = batch_eval(feeds, [caches[i] for i in sl])  # type: ignore[misc]
             in_target = clock() - a
             if not needs:
                 answers = [(rows, None, rc) for rows, rc in answers]
-                for (rows, _p, rc), f in zip(answers, feeds):
-                    m = len(f)
-                    if len(rows) != m or len(rc) != m:
-                        usual = False
-                        break
-                    rows_all += rows
-                    row_caches.append(rc)
+                usual = usual_rows(answers, feeds, rows_all, row_caches)
             share = in_target // len(sl)
-            if shared:
-                target_total += share
+            if self.shared:
+                self.target_total += share
             else:
                 for i in sl:
-                    target_ns[i] += share
+                    self.target_ns[i] += share
         else:
-            answers = []
-            in_target = 0
-            for f, i in zip(feeds, sl):
-                a = clock()
-                answer = own[i](f, caches[i])  # type: ignore[misc]
-                a = clock() - a
-                target_ns[i] += a
-                in_target += a
-                if needs:
-                    answers.append(answer)
-                    continue
+            answers, in_target = self._evaluate_each(sl, feeds)
+            if usual:
+                usual = usual_rows(answers, feeds, rows_all, row_caches)
+        if not usual:
+            rows_all, probs_all, row_caches = gather(self.bs, slots, feeds, answers, self.rule)
+        if self.vocab is not None:
+            rows_all = self.vocab.encode(rows_all)
+        return np.array(rows_all, dtype=np.int64), probs_all, row_caches, in_target
+
+    def _evaluate_each(self, sl: list[int], feeds: list[list[Any]]) -> tuple[list[Any], int]:
+        """Each slot's own target, one call per slot: the answers as ``(rows, probs or
+        None, row caches)`` and the ns spent in them (each slot's own time counted)."""
+        clock, own, caches, target_ns, needs = perf_counter_ns, self.own, self.caches, self.target_ns, self.needs
+        answers = []
+        in_target = 0
+        for f, i in zip(feeds, sl):
+            a = clock()
+            answer = own[i](f, caches[i])  # type: ignore[misc]
+            a = clock() - a
+            target_ns[i] += a
+            in_target += a
+            if needs:
+                answers.append(answer)
+            else:
                 rows, rc = answer
                 answers.append((rows, None, rc))
-                if usual:
-                    m = len(f)
-                    if len(rows) == m and len(rc) == m:
-                        rows_all += rows
-                        row_caches.append(rc)
-                    else:
-                        usual = False
-        if not usual:
-            rows_all, probs_all, row_caches = _gather(bs, slots, feeds, answers, rule)
-        if vocab is not None:
-            rows_all = vocab.encode(rows_all)
-        rows_arr = np.array(rows_all, dtype=np.int64)
+        return answers, in_target
+
+    def _settle(self, rows_arr: np.ndarray, probs_all: list[Any], sl: list[int], in_off: list[int]) -> Any:
+        """The batch's step on the target's rows (a ``select`` rule settled first); a
+        teacher-forced target's row kept past a rejected draft token is a TraceError."""
+        step = self.bs.step
         try:
-            if needs:
-                allp = _stack(probs_all)
-                if select_rule:
-                    res = step(rows_arr, rule=_settle_selects(bs, sl, in_off, rows_arr, allp, rule))
-                else:
-                    res = step(rows_arr, rule=step_rule, probs=allp)
-            else:
-                res = step(rows_arr, rule=step_rule)
+            if not self.needs:
+                return step(rows_arr, rule=self.step_rule)
+            allp = stack(probs_all)
+            if self.select_rule:
+                return step(rows_arr, rule=settle_selects(self.bs, sl, in_off, rows_arr, allp, self.rule))
+            return step(rows_arr, rule=self.step_rule, probs=allp)
         except NegativeToken as exc:
             forced = (TeacherForcedTarget, TeacherForcedBatch)
-            if isinstance(target, forced) or any(isinstance(targets[i], forced) for i in sl):
+            if isinstance(self.target, forced) or any(isinstance(self.targets[i], forced) for i in sl):
                 raise TraceError(
                     f"the rule kept a row past a rejected draft token, which the recording "
                     f"answers off trace ({exc})"
                 ) from None
             raise
+
+    def _count(self, res: Any, sl: list[int]) -> None:
+        """Each verify's drafted and accepted counts and how it settled, from the step
+        (and told to a session that asks for them)."""
+        dr = res.drafted.tolist()
+        if not any(dr):
+            return
+        acc = res.accepted.tolist()
+        back = res.rolled_back.tolist()
+        width, verified = self.width, self.verified
+        for j, kk in enumerate(dr):
+            if kk:
+                i, nn = sl[j], acc[j]
+                self.ver[i] += 1
+                self.drafted_n[i] += kk
+                self.accepted_n[i] += nn
+                self.dpos[i][kk - 1] += 1
+                if nn:
+                    self.apos[i][min(nn, width) - 1] += 1
+                if back[j]:
+                    self.rolled[i] += 1
+                tell = verified[i]
+                if tell is not None:
+                    tell(kk, nn)
+
+    def _follow(self, res: Any, sl: list[int], row_caches: list[Any]) -> set[int]:
+        """Each slot after the step: the cache it resumes from, its output (cut after
+        one of several end tokens, which finishes it), and its next draft (the step's,
+        or its session's); returns the slots that finished."""
         em, eo = res.emitted.tolist(), res.emitted_offsets.tolist()
-        if vocab is not None:
-            em = vocab.decode(em)
+        if self.vocab is not None:
+            em = self.vocab.decode(em)
         rr = res.resume_rows.tolist()
         done = res.finished.tolist()
         finished = set(done) if done else set()
-        dr = res.drafted.tolist()
-        if any(dr):
-            acc = res.accepted.tolist()
-            back = res.rolled_back.tolist()
-            for j, kk in enumerate(dr):
-                if kk:  # a verify: drafted, accepted and how it settled, from the step
-                    i, nn = sl[j], acc[j]
-                    ver[i] += 1
-                    drafted_n[i] += kk
-                    accepted_n[i] += nn
-                    dpos[i][kk - 1] += 1
-                    if nn:
-                        apos[i][min(nn, width) - 1] += 1
-                    if back[j]:
-                        rolled[i] += 1
-                    if verified[i] is not None:
-                        verified[i](kk, nn)
-        dro = res.draft_offsets.tolist() if by_index else None
+        dro = res.draft_offsets.tolist() if self.by_index else None
+        caches, outputs, eos_sets, clone = self.caches, self.outputs, self.eos_sets, self.clone
+        sessions, requests, k, spare = self.sessions, self.requests, self.k, self.spare
+        drafting, propose_step = self.sessions_drafting, self.propose_step
         cut: list[int] = []
-        asking: list[int] = []
-        limits: list[int] = []
-        new_slots: list[int] = []
-        new_tokens: list[Any] = []
-        new_offs = [0]
-        new_trees: list[tuple[int, Any]] = []
+        asking: list[tuple[int, int]] = []
+        drafts: list[tuple[int, int, Any]] = []
         for j, i in enumerate(sl):
             caches[i] = row_caches[j][rr[j]]
             out = em[eo[j] : eo[j + 1]]
@@ -556,64 +446,79 @@ def serve(
             if dro is not None:
                 if dro[j + 1] > dro[j] and clone is not False:  # the step drafted: it verifies next
                     caches[i] = _snapshot(caches[i], clone)
-            elif sessions_drafting:
+            elif drafting:
                 sessions[i].extend(out)
                 remaining = requests[i].max_tokens - len(outputs[i]) - spare
                 limit = k if k < remaining else remaining
                 if propose_step is not None:
-                    asking.append(i)
-                    limits.append(limit)
+                    asking.append((i, limit))
                 else:
-                    d = sessions[i].propose(limit) if limit > 0 else ()
-                    if type(d) is TreeDraft:
-                        new_trees.append((i, d))
-                    else:
-                        _enter(d, i, limit, vocab, new_slots, new_tokens, new_offs)
+                    drafts.append((i, limit, sessions[i].propose(limit) if limit > 0 else ()))
         if cut:
-            bs.finish(np.array(cut, dtype=np.int64))
+            self.bs.finish(np.array(cut, dtype=np.int64))
         if asking:
             assert propose_step is not None  # asking is only filled for a propose_step drafter
-            drafts = propose_step([sessions[i] for i in asking], limits)
-            for i, limit, draft in zip(asking, limits, drafts):
-                if type(draft) is TreeDraft:
-                    new_trees.append((i, draft))
-                else:
-                    _enter(draft, i, limit, vocab, new_slots, new_tokens, new_offs)
+            proposed = propose_step([sessions[i] for i, _ in asking], [limit for _, limit in asking])
+            drafts += [(i, limit, d) for (i, limit), d in zip(asking, proposed)]
+        self._enter_drafts(drafts)
+        return finished
+
+    def _enter_drafts(self, drafts: list[tuple[int, int, Any]]) -> None:
+        """The sessions' drafts into the batch (chains in one ``enter_verify``, trees in
+        one ``enter_verify_tree``), each drafting slot's cache snapshotted."""
+        new_slots: list[int] = []
+        new_tokens: list[Any] = []
+        new_offs = [0]
+        new_trees: list[tuple[int, Any]] = []
+        for i, limit, d in drafts:
+            if type(d) is TreeDraft:
+                new_trees.append((i, d))
+            else:
+                _enter(d, i, limit, self.vocab, new_slots, new_tokens, new_offs)
+        caches, clone = self.caches, self.clone
         if new_slots:  # as int64 arrays: the batch converts lists more slowly
-            bs.enter_verify(np.array(new_slots, dtype=np.int64), np.array(new_tokens, dtype=np.int64),
-                            np.array(new_offs, dtype=np.int64))
+            self.bs.enter_verify(np.array(new_slots, dtype=np.int64), np.array(new_tokens, dtype=np.int64),
+                                 np.array(new_offs, dtype=np.int64))
             if clone is not False:
                 for i in new_slots:
                     caches[i] = _snapshot(caches[i], clone)
-        trees_next = False
+        self.trees_next = False
         if new_trees:
-            trees_next = _enter_trees(bs, new_trees, vocab, needs, shared)
+            self.trees_next = _enter_trees(self.bs, new_trees, self.vocab, self.needs, self.shared)
             if clone is not False:
                 for i, _d in new_trees:
                     caches[i] = _snapshot(caches[i], clone)
-        control_total += (clock() - t0 - in_target) // len(sl)
-        if finished:
-            for i in sorted(finished):
-                v = ver[i]
-                st = RequestStats(
-                    prompt_tokens=len(requests[i].prompt), output_tokens=len(outputs[i]),
-                    prefills=1, decodes=steps - 1 - v, verifies=v, drafted=drafted_n[i],
-                    accepted=accepted_n[i], rollbacks=rolled[i],
-                    drafted_by_position=at_least(dpos[i]) if k else [],
-                    accepted_by_position=at_least(apos[i]) if k else [],
-                    control_ns=control_total, target_ns=target_ns[i] + target_total,
-                )
-                result = RequestResult(outputs[i], st, _state.Done(caches[i]))
-                results[i] = result
-                if on_done is not None:
-                    on_done(i, result)
-    out = [r for r in results if r is not None]
-    if len(out) != n:  # pragma: no cover - every slot ends in Done
-        raise RuntimeError("a request did not finish")
-    return out
+
+    def _finish(self, finished: set[int]) -> None:
+        """The finished slots' results and statistics (``on_done`` told of each)."""
+        k, steps = self.k, self.steps
+        for i in sorted(finished):
+            v = self.ver[i]
+            st = RequestStats(
+                prompt_tokens=len(self.requests[i].prompt), output_tokens=len(self.outputs[i]),
+                prefills=1, decodes=steps - 1 - v, verifies=v, drafted=self.drafted_n[i],
+                accepted=self.accepted_n[i], rollbacks=self.rolled[i],
+                drafted_by_position=at_least(self.dpos[i]) if k else [],
+                accepted_by_position=at_least(self.apos[i]) if k else [],
+                control_ns=self.control_total, target_ns=self.target_ns[i] + self.target_total,
+            )
+            result = RequestResult(self.outputs[i], st, _state.Done(self.caches[i]))
+            self.results[i] = result
+            if self.on_done is not None:
+                self.on_done(i, result)
 
 
-def _enter_trees(bs: Any, trees: list[tuple[int, TreeDraft]], vocab: _Vocab | None, needs: bool,
+def _judges_tokens(rule: Any) -> bool:
+    """Whether the step hands ``rule`` the drafted and row tokens themselves (a rule with
+    its own ``accepted_rows``, not one of the kinds the batch settles in its kernels),
+    so that a loop serving non-integer tokens must show it the tokens, not their ids."""
+    try:
+        return rule_kind(rule)[0] == R_OTHER
+    except (TypeError, ValueError):
+        return True
+
+
+def _enter_trees(bs: Any, trees: list[tuple[int, TreeDraft]], vocab: Vocab | None, needs: bool,
                  shared: bool) -> bool:
     """The step's tree drafts into the batch (``enter_verify_tree``); True when any
     entered. Refuses trees a rule other than greedy would settle, trees over a vocabulary
@@ -644,7 +549,7 @@ def _slot_trees(bs: Any, sl: list[int]) -> list[Any]:
     return [par[o[where[s]]:o[where[s] + 1]] if s in where else None for s in sl]
 
 
-def _enter(draft: Any, i: int, limit: int, vocab: _Vocab | None, new_slots: list[int],
+def _enter(draft: Any, i: int, limit: int, vocab: Vocab | None, new_slots: list[int],
            new_tokens: list[Any], new_offs: list[int]) -> None:
     """Slot ``i``'s draft (at most ``limit`` tokens kept; empty: it decodes) onto the
     step's ``enter_verify`` lists."""
