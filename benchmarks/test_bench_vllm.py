@@ -18,6 +18,9 @@ Streams: random ids (32k vocabulary) whose tail keeps copying a span from one ei
 the way in, so every row drafts K tokens. The drafts of both are compared before and
 after timing.
 
+The proposers run on the active implementation (the compiled core; with
+``SPECFSM_NO_EXTENSIONS`` set their cases are skipped).
+
 The baseline runs single-threaded: vLLM's current ``NgramProposer`` caps its numba
 threads at ``min(1, cpu_count // 2)``; it is given a set for its ``i in
 valid_ngram_requests`` membership test (vLLM scans a list).
@@ -37,8 +40,6 @@ K, MIN_N, MAX_N = 5, 4, 4
 VOCAB = 32_000
 EXTRA = 512  # room for the timed steps
 CASES = [(b, h) for h in (4096, 32768) for b in (1, 64, 256, 512)]
-TWIN_CASES = {(1, 4096), (1, 32768), (64, 4096)}
-SUFFIX_TWIN_CASES = {(1, 4096)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -139,27 +140,19 @@ def _stepper(tok: np.ndarray, h: int):
     return first, setup, lens
 
 
-def _adapter(kind: str, b: int, h: int, suffix: bool = False):
-    if kind == "compiled" and _impl.NO_EXTENSIONS:
+def _adapter(b: int, h: int, suffix: bool = False):
+    """The proposer as vLLM loads it, over the active implementation's indexes (the
+    ``compiled`` cases: skipped when ``SPECFSM_NO_EXTENSIONS`` switches the core off)."""
+    if _impl.NO_EXTENSIONS:
         pytest.skip("SPECFSM_NO_EXTENSIONS is set")
-    # one implementation's indexes: a subclass naming its kernel module as the index module
     if suffix:
-        cls = type("P", (sv.SpecfsmSuffixProposer,), {"_index_module": _impl.kernels(kind, "suffix_index"),
-                                                       "_rows_module": _impl.kernels(kind, "rows")})
-        return cls(num_speculative_tokens=K, max_model_len=h + EXTRA)
-    cls = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": _impl.kernels(kind, "ngram_index"),
-                                                  "_rows_module": _impl.kernels(kind, "rows")})
-    return cls(num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest", max_model_len=h + EXTRA)
+        return sv.SpecfsmSuffixProposer(num_speculative_tokens=K, max_model_len=h + EXTRA)
+    return sv.SpecfsmNgramProposer(num_speculative_tokens=K, min_n=MIN_N, max_n=MAX_N, prefer="earliest",
+                                   max_model_len=h + EXTRA)
 
 
-PARAMS = []
-for _b, _h in CASES:
-    for _who in ("specfsm-compiled", "specfsm-twin", "suffix-compiled", "suffix-twin", "vllm-numba"):
-        if _who == "specfsm-twin" and (_b, _h) not in TWIN_CASES:
-            continue
-        if _who == "suffix-twin" and (_b, _h) not in SUFFIX_TWIN_CASES:
-            continue
-        PARAMS.append(pytest.param(_b, _h, _who, id=f"B{_b}-L{_h // 1024}k-{_who}"))
+PARAMS = [pytest.param(_b, _h, _who, id=f"B{_b}-L{_h // 1024}k-{_who}")
+          for _b, _h in CASES for _who in ("specfsm-compiled", "suffix-compiled", "vllm-numba")]
 
 
 @pytest.mark.parametrize("b, h, who", PARAMS)
@@ -177,9 +170,8 @@ def test_propose_step(benchmark, b, h, who):
         p = baseline_cls(K, MIN_N, MAX_N, h + EXTRA, b)
         rounds, warm = (5, 1) if b * h >= 4_000_000 else (20, 2)
     else:
-        suffix = who.startswith("suffix")
-        p = _adapter("compiled" if who.endswith("compiled") else "python", b, h, suffix)
-        rounds, warm = (200, 10) if who.endswith("compiled") else (20, 2)
+        p = _adapter(b, h, who.startswith("suffix"))
+        rounds, warm = 200, 10
     suffix = who.startswith("suffix")
 
     def check(args, out):

@@ -3,7 +3,8 @@
 vLLM itself is not needed: the tests call ``propose`` with the arguments vLLM's runner
 passes (``sampled_token_ids``, ``num_tokens_no_spec``, ``token_ids_cpu``) and replay
 vLLM's row movements with ``tests/vllm_batch_driver.py``. Every test that drafts runs on
-both implementations (``impl``).
+the active implementation (``impl``: the proposers run on it, as every public class does;
+the suite's ``SPECFSM_NO_EXTENSIONS=1`` run tests the twin's).
 """
 
 from __future__ import annotations
@@ -17,16 +18,27 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from specfsm import _impl
 from specfsm import vllm as sv
+from specfsm.vllm import proposers
 
 from vllm_batch_driver import Engine
 
 
+@pytest.fixture
+def impl(impl):
+    """conftest's ``impl`` where it is the active implementation, which the proposers run
+    on as every public class does; skipped on the other one (the suite's
+    ``SPECFSM_NO_EXTENSIONS=1`` run tests the twin's proposers)."""
+    if any(impl.module(name) is not _impl.load(name) for name in ("ngram_index", "suffix_index", "rows")):
+        pytest.skip(f"the proposers run on the active implementation, not the {impl.name} one")
+    return impl
+
+
 def on(impl, cls=sv.SpecfsmNgramProposer):
-    """``cls`` over ``impl``'s indexes: a subclass naming that implementation's kernel
-    module as its index module (the public classes run the active implementation's)."""
-    name = "suffix_index" if issubclass(cls, sv.SpecfsmSuffixProposer) else "ngram_index"
-    return type(cls.__name__, (cls,), {"_index_module": impl.module(name), "_rows_module": impl.module("rows")})
+    """``cls`` for a test on ``impl`` (the active implementation: the ``impl`` fixture),
+    as a subclass of the same name, so a test's changes to it stay its own."""
+    return type(cls.__name__, (cls,), {})
 
 
 def test_the_public_proposers_draw_from_the_active_implementation():
@@ -614,7 +626,7 @@ def test_k_zero_and_empty_batches(impl):
     assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
 
 
-def test_a_step_goes_through_the_index_kinds_serve_batch(impl):
+def test_a_step_goes_through_the_index_kinds_serve_batch(impl, monkeypatch):
     """The general step updates and proposes through the index module's one serving-step
     policy, ``serve_batch`` (its lists form), with nothing recorded (vLLM does not say
     what it accepted)."""
@@ -630,7 +642,8 @@ def test_a_step_goes_through_the_index_kinds_serve_batch(impl):
             return kern.serve_batch_lists(indexes, tokens, offsets, drafted, accepted, max_k)
 
     tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
-    p = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": Counting})(num_speculative_tokens=2, min_n=1, max_n=1)
+    monkeypatch.setattr(proposers, "ngram_index", Counting)  # the module the proposer's calls go through
+    p = on(impl)(num_speculative_tokens=2, min_n=1, max_n=1)
     assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
     assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]  # one token per row
     assert calls == [(2, [5, 6, 5, 1, 1], [0, 0], [0, 0]), (2, [6, 7], [0, 0], [0, 0])]

@@ -6,7 +6,8 @@ runner that built it (or from the caller's ``req_ids``).
 ``FakeRunner`` holds the parts of vLLM's ``GPUModelRunner`` the proposers touch: it
 builds its drafter in its ``__init__`` from its ``vllm_config`` (as vLLM's
 ``create_custom_proposer(self.vllm_config)`` does) and hands ``propose`` its input
-batch's own ``token_ids_cpu``. Every test runs on both implementations (``impl``).
+batch's own ``token_ids_cpu``. Every test runs on the active implementation (``impl``,
+``test_vllm``'s: the suite's ``SPECFSM_NO_EXTENSIONS=1`` run tests the twin's).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from specfsm import vllm as sv
 
-from test_vllm import _engine, _suffix_engine, on
+from test_vllm import _engine, _suffix_engine, impl, on  # noqa: F401 (impl: the fixture)
 
 
 class FakeRunner:

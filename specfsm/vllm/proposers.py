@@ -6,7 +6,6 @@ their settings, and their index kind's one serving-step policy (``serve`` /
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -19,27 +18,53 @@ __all__ = ["SpecfsmNgramProposer", "SpecfsmSuffixProposer"]
 
 
 class _IndexProposer(RowTrackingProposer):
-    """What the two proposers share once their range is read: the index class they
-    build (``_index_module.<_INDEX>``), their settings, the serving-step policy each step
-    calls, and their repr."""
+    """What the two proposers share: their constructor (the row tracking's settings,
+    then the index range from the settings sources, each proposer by its own rule
+    (``_range_of``), and ``prefer``, all checked by a probe index), their settings, the
+    zero counts their serving steps record, and their repr. Each proposer supplies its
+    index kind: ``_new_index_of`` (an empty index of the active implementation) and
+    ``_serve_indexes`` (that kind's ``serve_batch_lists``)."""
 
-    #: the index class's name in ``_index_module``, and the proposer's public name
-    _INDEX = ""
+    #: the proposer's public name (its repr)
     _NAME = ""
-    _index_module: ModuleType
     #: zeros for the drafted and accepted counts (read-only; grown as batches grow)
     _nothing = np.zeros(0, dtype=np.int64)
-    #: where the range came from (set by each subclass's ``__init__``; ``settings`` says it)
+    #: where the range came from (``settings`` says it)
     range_source: str
 
-    def _configure(self, lo: Any, hi: Any, prefer: Any, vllm_config: Any) -> None:
+    def __init__(
+        self,
+        vllm_config: Any = None,
+        *,
+        min_n: Any = None,
+        max_n: Any = None,
+        prefer: Any = None,
+        num_speculative_tokens: Any = None,
+        max_model_len: Any = None,
+        verify: Any = None,
+    ) -> None:
+        super().__init__(
+            vllm_config,
+            num_speculative_tokens=num_speculative_tokens,
+            max_model_len=max_model_len,
+            verify=verify,
+        )
+        sources = list(zip(range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
+        lo, hi, self.range_source = self._range_of(sources)
         prefer = prefer_setting(prefer, type(self), vllm_config)
         probe = self._new_index_of(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
         self._log()
 
+    def _range_of(self, sources: list) -> tuple[Any, Any, str]:
+        """``(min_n, max_n, where they came from)`` out of ``sources``, the
+        ``((min_n, max_n), source name)`` pairs in priority order."""
+        raise NotImplementedError
+
     def _new_index_of(self, lo: Any, hi: Any, prefer: Any) -> Any:
-        return getattr(self._index_module, self._INDEX)(lo, hi, prefer)
+        """An empty index of the proposer's kind over ``lo..hi`` preferring ``prefer``
+        (refusing settings the index refuses)."""
+        raise NotImplementedError
 
     def settings(self) -> dict:
         return {**super().settings(), "min_n": self.min_n, "max_n": self.max_n, "prefer": self.prefer,
@@ -48,15 +73,13 @@ class _IndexProposer(RowTrackingProposer):
     def _new_index(self) -> Any:
         return self._new_index_of(self.min_n, self.max_n, self.prefer)
 
-    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
-                       ks: Any) -> list[list[int]]:
-        # (vLLM does not say which of the last drafts it accepted: nothing to record)
-        b = len(indexes)
+    def _no_counts(self, b: int) -> np.ndarray:
+        """``b`` read-only zeros: the drafted and accepted counts of a serving step that
+        records nothing (vLLM does not say which of the last drafts it accepted)."""
         if self._nothing.shape[0] < b:
             self._nothing = np.zeros(max(b, 2 * self._nothing.shape[0]), dtype=np.int64)
             self._nothing.flags.writeable = False
-        none = self._nothing[:b]
-        return self._index_module.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
+        return self._nothing[:b]
 
     def __repr__(self) -> str:
         return (
@@ -92,38 +115,28 @@ class SpecfsmNgramProposer(_IndexProposer):
     prefer: str = "earliest"
     #: vLLM's own default range when none is configured
     DEFAULT_N = 5
-    #: where the index class and its batch calls come from (the public module, so the
-    #: active implementation's; a test subclass names one implementation's kernel module)
-    _index_module: ModuleType = ngram_index
-    _INDEX = "NgramIndex"
     _NAME = "SpecfsmNgramProposer"
 
-    def __init__(
-        self,
-        vllm_config: Any = None,
-        *,
-        min_n: Any = None,
-        max_n: Any = None,
-        prefer: Any = None,
-        num_speculative_tokens: Any = None,
-        max_model_len: Any = None,
-        verify: Any = None,
-    ) -> None:
-        super().__init__(
-            vllm_config,
-            num_speculative_tokens=num_speculative_tokens,
-            max_model_len=max_model_len,
-            verify=verify,
-        )
-        # the first source that sets either end sets the range (one end sets the other)
-        lo, hi, self.range_source = next(
-            ((a, b, name) for (a, b), name in zip(range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES)
-             if a is not None or b is not None),
+    def _range_of(self, sources: list) -> tuple[Any, Any, str]:
+        """The first source that sets either end sets the range (one end sets the
+        other); none: vLLM's default ``DEFAULT_N..DEFAULT_N``."""
+        lo, hi, source = next(
+            ((a, b, name) for (a, b), name in sources if a is not None or b is not None),
             (self.DEFAULT_N, self.DEFAULT_N, "vLLM's ngram default"),
         )
         lo = hi if lo is None else lo
         hi = lo if hi is None else hi
-        self._configure(lo, hi, prefer, vllm_config)
+        return lo, hi, source
+
+    def _new_index_of(self, lo: Any, hi: Any, prefer: Any) -> Any:
+        """An empty ``NgramIndex`` (the active implementation's)."""
+        return ngram_index.NgramIndex(lo, hi, prefer)
+
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
+                       ks: Any) -> list[list[int]]:
+        """One serving step of ``indexes`` (``ngram_index.serve_batch_lists``), nothing recorded."""
+        none = self._no_counts(len(indexes))
+        return ngram_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
 
 
 class SpecfsmSuffixProposer(_IndexProposer):
@@ -145,32 +158,20 @@ class SpecfsmSuffixProposer(_IndexProposer):
     min_n: int = 1
     max_n: int | None = None
     prefer: str = "earliest"
-    #: where the index class and its batch calls come from (the public module, so the
-    #: active implementation's; a test subclass names one implementation's kernel module)
-    _index_module: ModuleType = suffix_index
-    _INDEX = "SuffixIndex"
     _NAME = "SpecfsmSuffixProposer"
 
-    def __init__(
-        self,
-        vllm_config: Any = None,
-        *,
-        min_n: Any = None,
-        max_n: Any = None,
-        prefer: Any = None,
-        num_speculative_tokens: Any = None,
-        max_model_len: Any = None,
-        verify: Any = None,
-    ) -> None:
-        super().__init__(
-            vllm_config,
-            num_speculative_tokens=num_speculative_tokens,
-            max_model_len=max_model_len,
-            verify=verify,
-        )
-        # each end from the first source that sets it (max_n None: unbounded)
-        sources = list(zip(range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
+    def _range_of(self, sources: list) -> tuple[Any, Any, str]:
+        """Each end from the first source that sets it (``max_n`` None: unbounded)."""
         lo, lo_from = next(((a, name) for (a, _), name in sources if a is not None), (None, "default"))
         hi, hi_from = next(((b, name) for (_, b), name in sources if b is not None), (None, "default"))
-        self.range_source = lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
-        self._configure(lo, hi, prefer, vllm_config)
+        return lo, hi, lo_from if lo_from == hi_from else f"min_n: {lo_from}, max_n: {hi_from}"
+
+    def _new_index_of(self, lo: Any, hi: Any, prefer: Any) -> Any:
+        """An empty ``SuffixIndex`` (the active implementation's)."""
+        return suffix_index.SuffixIndex(lo, hi, prefer)
+
+    def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
+                       ks: Any) -> list[list[int]]:
+        """One serving step of ``indexes`` (``suffix_index.serve_batch_lists``), nothing recorded."""
+        none = self._no_counts(len(indexes))
+        return suffix_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)

@@ -27,7 +27,6 @@ import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -40,6 +39,8 @@ from .settings import log_settings, verify_setting
 __all__ = ["RowTrackingProposer"]
 
 _NO_CAP = 2**62
+#: the steady step's kernel (``steady_rows``), the active implementation's
+_steady_rows = _impl.load("rows").steady_rows
 
 
 class RowTrackingProposer:
@@ -76,9 +77,6 @@ class RowTrackingProposer:
     POOL_TOKENS = 1 << 20
     #: default ``verify`` mode (overridden by ``SPECFSM_VLLM_VERIFY`` and the keyword)
     verify_default = "sparse"
-    #: the steady step's kernel module (the active implementation's; a test subclass
-    #: names one implementation's)
-    _rows_module: ModuleType = _impl.load("rows")
 
     def __init__(
         self,
@@ -405,7 +403,7 @@ class RowTrackingProposer:
             return None
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         step = self.stats["steps"]
-        got = self._rows_module.steady_rows(
+        got = _steady_rows(
             sampled, num_tokens, tok, self._len, self._seen, self._tail.T, self._spos.T, self._spread.T,
             self._anc, (-step) % self.DEEP, self.DEEP, self.SHORT, cap, self._pool_f, self._FILTER_MUL)
         if got is None:
@@ -441,6 +439,15 @@ class RowTrackingProposer:
         self._general_ids = ids  # (what the call went by, for the stats)
         self._reserve(b)
         out = self._general_step(sampled, b, counts, L, tok, ids)
+        # a row that sampled nothing (a request prefilling: new in the row, perhaps as long
+        # as the last one and ending alike, or resumed) or is now shorter than its index
+        # (cut back) may no longer hold what its index does: the index goes to the pool,
+        # where only a comparison of every token gives it back to a row
+        shrunk = np.flatnonzero(((counts == 0) | (L < self._len[:b])) & (self._len[:b] >= 0))
+        if shrunk.size:
+            for r in shrunk.tolist():
+                self._release(r)
+            self._trim_pool()
         # every row's length at this call, for the next call's row rule
         self._seen[:b] = L
         self._seen[b:] = -1
@@ -449,6 +456,9 @@ class RowTrackingProposer:
 
     def _general_step(self, sampled: Any, b: int, counts: np.ndarray, L: np.ndarray,
                       tok: np.ndarray, ids: list | None) -> list[list[int]]:
+        """One draft per row of a checked call: the rows that draft (all, or those vLLM
+        drafts for), each confirmed by the row rule or given an index, then one serving
+        step for them all and their state written; ``[]`` for every other row."""
         K = self.num_speculative_tokens
         cap = _NO_CAP if self.max_model_len is None else self.max_model_len
         if b == 0 or K == 0:
@@ -478,11 +488,35 @@ class RowTrackingProposer:
             Lr = L[rows]
             lmax = int(Lr.max())
         n_old = self._len[sel].copy()
+        got = self._row_tails(tok, rows, n_old, Lr, lmin)
+        grown = counts[sel]
+        ok, deep = self._row_rule(tok, rows, sel, every, step, b, got, n_old, Lr, grown, ids)
+        fresh = None
+        if ok.all():
+            start = n_old
+        else:
+            start = np.where(ok, n_old, 0)
+            fresh = self._relocate(tok, rows, Lr, grown, np.flatnonzero(~ok), start)
+        ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
+        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
+        tail_new = got[:, self.TAIL:]
+        drafts = self._serve_rows(ixs, tok, rows, Lr, start, tail_new, ks)
+        self._commit_rows(tok, rows, sel, every, b, Lr, tail_new, ids, fresh, deep)
+        if every:
+            return drafts
+        out: list[list[int]] = [[] for _ in range(b)]
+        for j, r in enumerate(rows.tolist()):
+            out[r] = drafts[j]
+        return out
+
+    def _row_tails(self, tok: np.ndarray, rows: np.ndarray, n_old: np.ndarray, Lr: np.ndarray,
+                   lmin: int) -> np.ndarray:
+        """The last ``TAIL`` tokens of each drafting row at its indexed length (columns
+        ``:TAIL``) and at its new length (``TAIL:``), int64, in one gather. A row cut back
+        below its index (``n_old > Lr``) fails the row rule whatever it reads, so it
+        reads at ``Lr``: the row may now be narrower than its index (vLLM handing a
+        ``token_ids_cpu`` cut to fewer columns)."""
         T = self.TAIL
-        # the last TAIL tokens at each row's indexed length and at its new length: one
-        # gather. A row cut back below its index (n_old > Lr) fails the check below
-        # whatever it reads, so it reads at Lr: the row may now be narrower than its
-        # index (vLLM handing a token_ids_cpu cut to fewer columns)
         n_at = np.minimum(n_old, Lr)
         if tok.flags.c_contiguous and int(n_at.min()) >= T and lmin >= T:
             # no clamping needed: flat positions straight from the row starts
@@ -490,27 +524,36 @@ class RowTrackingProposer:
             flat = np.empty((rows.size, 2 * T), dtype=np.int64)
             np.add((n_at + base).reshape(-1, 1), self._tail_off, out=flat[:, :T])
             np.add((Lr + base).reshape(-1, 1), self._tail_off, out=flat[:, T:])
-            got = tok.reshape(-1).take(flat).astype(np.int64, copy=False)
-        else:
-            got = self._gather(tok, rows, np.concatenate([self._tail_pos(n_at), self._tail_pos(Lr)], axis=1))
-        tail_new = got[:, T:]
+            return tok.reshape(-1).take(flat).astype(np.int64, copy=False)
+        return self._gather(tok, rows, np.concatenate([self._tail_pos(n_at), self._tail_pos(Lr)], axis=1))
 
-        # 1. rows whose index still describes the row's prefix (the common case). The row
-        # rule: a row kept its request only if its index covered the row at the last
-        # call and the row grew by exactly its sampled tokens since; anything else (a
-        # new or resumed request, a move, a cut back, a call vLLM skipped) is a movement,
-        # settled below by exact comparisons
+    def _row_rule(self, tok: np.ndarray, rows: np.ndarray, sel: Any, every: bool, step: int, b: int,
+                  got: np.ndarray, n_old: np.ndarray, Lr: np.ndarray, grown: np.ndarray,
+                  ids: list | None) -> tuple[np.ndarray, Any]:
+        """Which drafting rows kept their request, by the row rule: a row kept it only
+        if its index covered the row at the last call (its tail tokens ``got[:, :TAIL]``
+        unchanged), the row grew by exactly its sampled tokens (``grown``) since, and it
+        holds the request its index was built for (by ``ids``, when there are ids);
+        with ``verify="sparse"`` the rows whose turn it is (one in ``DEEP``, rotating
+        with ``step``) also pass the spread check, and without ids short rows and twins
+        are compared in full; with ``"full"`` every row is. Anything else (a new or
+        resumed request, a move, a cut back, a call vLLM skipped) is a movement, which
+        ``_relocate`` settles by exact comparisons. Returns ``(ok, deep)``: one bool per
+        drafting row, and the positions (into ``rows``) spread-checked this step (None
+        with ``"full"``)."""
+        T = self.TAIL
         seen = self._seen[sel]
         twin = self._twin[sel].copy()  # (before _relocate rewrites the rows' state)
         ok = (got[:, :T] == self._tail[sel]).all(axis=1)
         ok &= n_old >= 0
         ok &= n_old == seen
-        ok &= Lr == seen + counts[sel]
+        ok &= Lr == seen + grown
         if ids is not None:  # and it holds the request its index was built for (exact)
             pick = rows.tolist()
             now = ids if every else [ids[r] for r in pick]
             had = self._rid[:b] if every else [self._rid[r] for r in pick]
             ok &= np.fromiter(map(operator.eq, had, now), dtype=bool, count=rows.size)
+        deep: Any = None
         if self.verify == "full":
             exact = np.flatnonzero(ok).tolist()
         else:
@@ -528,31 +571,37 @@ class RowTrackingProposer:
         for j in exact:
             r = int(rows[j])
             ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
-        fresh = None
-        if ok.all():
-            start = n_old
-        else:
-            start = np.where(ok, n_old, 0)
-            fresh = self._relocate(tok, rows, Lr, counts[sel], np.flatnonzero(~ok), start)
-        ixs = self._ix[:b] if every else [self._ix[r] for r in rows.tolist()]
+        return ok, deep
 
-        # 2. one serving step for every drafting row: append each row's new tokens, then
-        # propose (one batched call, all or nothing, before the rows' state is written)
-        ks = K if cap - lmax >= K else np.minimum(K, cap - Lr)
-        counts = Lr - start
-        cmin, cmax = int(counts.min()), int(counts.max())
+    def _serve_rows(self, ixs: list, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, start: np.ndarray,
+                    tail_new: np.ndarray, ks: Any) -> list[list[int]]:
+        """One serving step for every drafting row (one batched call, all or nothing,
+        before the rows' state is written): ``ixs[j]`` gets row ``rows[j]``'s tokens
+        ``start[j]:Lr[j]``, then proposes up to ``ks`` tokens. ``tail_new``: each row's
+        last ``TAIL`` tokens (its newest last)."""
+        grow = Lr - start
+        cmin, cmax = int(grow.min()), int(grow.max())
         if cmin == 1 and cmax == 1:  # one token per row (a step without accepted drafts)
-            drafts = self._serve_indexes(ixs, np.ascontiguousarray(tail_new[:, T - 1]),
+            drafts = self._serve_indexes(ixs, np.ascontiguousarray(tail_new[:, self.TAIL - 1]),
                                          self._arange[: rows.size + 1], ks)
             self.stats["extended"] += rows.size
-        else:
-            offsets = np.zeros(rows.size + 1, dtype=np.int64)
-            np.cumsum(counts, out=offsets[1:])
-            total = int(offsets[-1])
-            row_of = np.repeat(rows, counts)
-            col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, counts)
-            drafts = self._serve_indexes(ixs, tok[row_of, col], offsets, ks)
-            self.stats["extended"] += total
+            return drafts
+        offsets = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(grow, out=offsets[1:])
+        total = int(offsets[-1])
+        row_of = np.repeat(rows, grow)
+        col = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, grow)
+        drafts = self._serve_indexes(ixs, tok[row_of, col], offsets, ks)
+        self.stats["extended"] += total
+        return drafts
+
+    def _commit_rows(self, tok: np.ndarray, rows: np.ndarray, sel: Any, every: bool, b: int, Lr: np.ndarray,
+                     tail_new: np.ndarray, ids: list | None, fresh: Any, deep: Any) -> None:
+        """Write the drafting rows' state after their serving step: indexed length and
+        tail, the request each index now belongs to, and the spread anchors of new
+        indexes (``fresh``, positions into ``rows``) and of histories that doubled since
+        their anchor (checked for the rows spread-checked this step, ``deep``, or every
+        row with ``verify="full"``)."""
         self._len[sel] = Lr
         self._tail[sel] = tail_new
         # the requests the drafting rows' indexes now belong to
@@ -580,13 +629,6 @@ class RowTrackingProposer:
             self._anc[rn] = Lr[renew]
             self._spos[rn] = at = self._spread_pos(Lr[renew])
             self._spread[rn] = self._gather(tok, rn, at)
-
-        if every:
-            return drafts
-        out: list[list[int]] = [[] for _ in range(b)]
-        for j, r in enumerate(rows.tolist()):
-            out[r] = drafts[j]
-        return out
 
     def _relocate(self, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, grown: np.ndarray,
                   bad: np.ndarray, start: np.ndarray) -> np.ndarray:

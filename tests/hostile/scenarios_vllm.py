@@ -49,12 +49,12 @@ def _proposer(impl, rng, verify=None):
     verify = verify or rng.choice(["sparse", "full"])
     if rng.random() < 0.5:
         lo = rng.randrange(1, 4)
-        cls = type("P", (sv.SpecfsmNgramProposer,), {"_index_module": impl["ngram_index"], "_rows_module": impl["rows"]})  # impl's kernels
-        return cls(min_n=lo, max_n=lo + rng.randrange(3), prefer=rng.choice(["earliest", "latest"]),
-                   num_speculative_tokens=k, max_model_len=cap, verify=verify)
-    cls = type("P", (sv.SpecfsmSuffixProposer,), {"_index_module": impl["suffix_index"], "_rows_module": impl["rows"]})
-    return cls(min_n=rng.randrange(1, 3), max_n=rng.choice([None, 4]), prefer=rng.choice(["earliest", "latest"]),
-               num_speculative_tokens=k, max_model_len=cap, verify=verify)
+        # (the active implementation's kernels: impl's, as the python case runs with SPECFSM_NO_EXTENSIONS=1)
+        return sv.SpecfsmNgramProposer(min_n=lo, max_n=lo + rng.randrange(3), prefer=rng.choice(["earliest", "latest"]),
+                                       num_speculative_tokens=k, max_model_len=cap, verify=verify)
+    return sv.SpecfsmSuffixProposer(min_n=rng.randrange(1, 3), max_n=rng.choice([None, 4]),
+                                    prefer=rng.choice(["earliest", "latest"]),
+                                    num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
 
 class _Batch:
