@@ -149,9 +149,7 @@ class PerRequestHarness(Harness):
     def __init__(self, b, k, length, drafter="ngram"):
         super().__init__(b, k, length, drafter)
         _, ni = _need_compiled()
-        from specfsm._core.prefix import common_prefix
-
-        self.common_prefix = common_prefix
+        self.common_prefix = _impl.kernels("compiled", "prefix").common_prefix
         self.ixs = build_indexes(ni, [s[:length] for s in self.seq], drafter)
         sfx = _suffix_module()
         self.records = [isinstance(ix, sfx.SuffixIndex) for ix in self.ixs]

@@ -18,6 +18,7 @@ from ..drafting.lookup import PromptLookupDrafter
 from ..serving.loop import (
     Request,
     RequestResult,
+    RequestStats,
     SpeculativeLoop,
     batchable_drafter,
     compare_outputs,
@@ -287,10 +288,24 @@ def replay(
     if recorded:  # the teacher-forced target is a greedy model of the recording
         raise RuntimeError(f"plain greedy replay departs from the recording: {recorded[:5]}")
 
+    settings: dict[str, Any] = dict(drafter=drafter, ngram=ngram, k=k, rule=rule, batch=batch, repeat=repeat, bonus=bonus)
+    runs, control, runs_done = _speculative_by_kind(workload, kinds, settings, bar, len(requests))
+    for kind in skipped:
+        control[kind] = None
+    bar.close()
+    return _replay_summary(workload, requests, settings, greedy, runs, kinds[0], control, runs_done, skipped)
+
+
+def _speculative_by_kind(
+    workload: Workload, kinds: Sequence[str], settings: dict[str, Any], bar: Progress, n_requests: int
+) -> tuple[dict[str, list[RequestResult]], dict[str, float | None], dict[str, int]]:
+    """The speculative replays under each implementation in ``kinds`` (``settings``:
+    ``speculative_runs``' keywords): the active one in this process, the twin in a
+    child process. Returns per kind its results, its best control-plane µs per token
+    and the runs it made."""
     runs: dict[str, list[RequestResult]] = {}
     control: dict[str, float | None] = {}
     runs_done: dict[str, int] = {}
-    settings: dict[str, Any] = dict(drafter=drafter, ngram=ngram, k=k, rule=rule, batch=batch, repeat=repeat, bonus=bonus)
     for kind in kinds:
         bar.phase(f"speculative, {LABELS[kind]}")
         if kind == active_kind():
@@ -299,12 +314,26 @@ def replay(
             from .twin import run_twin
 
             control[kind], runs[kind], runs_done[kind] = run_twin(workload, settings)
-            bar.skip(repeat * len(requests))
-    for kind in skipped:
-        control[kind] = None
-    bar.close()
+            bar.skip(settings["repeat"] * n_requests)
+    return runs, control, runs_done
 
-    first = runs[kinds[0]]
+
+def _replay_summary(
+    workload: Workload,
+    requests: list[Request],
+    settings: dict[str, Any],
+    greedy: list[RequestResult],
+    runs: dict[str, list[RequestResult]],
+    first_kind: str,
+    control: dict[str, float | None],
+    runs_done: dict[str, int],
+    skipped: dict[str, str],
+) -> dict[str, Any]:
+    """``replay``'s summary: the settings, the speculative run's counts (those of
+    ``first_kind``'s run) against plain greedy's, acceptance by draft position, each
+    implementation's control-plane time, identity with greedy and between the
+    implementations, and the same per request."""
+    first = runs[first_kind]
     mismatches = {kind: compare_outputs(res, greedy) for kind, res in runs.items()}
     counts_agree = all(
         [r.stats.counts() for r in res] == [r.stats.counts() for r in first] for res in runs.values()
@@ -323,13 +352,13 @@ def replay(
     return {
         "workload": {"source": workload.source, **workload.details},
         "settings": {
-            "drafter": drafter,
-            "ngram": list(ngram),
-            "k": k,
-            "rule": rule_text(rule),
-            "batch": batch,
-            "repeat": repeat,
-            "bonus": bonus,
+            "drafter": settings["drafter"],
+            "ngram": list(settings["ngram"]),
+            "k": settings["k"],
+            "rule": rule_text(settings["rule"]),
+            "batch": settings["batch"],
+            "repeat": settings["repeat"],
+            "bonus": settings["bonus"],
         },
         "runs": runs_done,
         "requests": len(requests),
@@ -353,21 +382,30 @@ def replay(
         "identical": identical,
         "implementations_agree": counts_agree,
         "mismatches": {kind: [list(m) for m in bad] for kind, bad in mismatches.items()},
-        "per_request": [
-            {
-                "name": req.name,
-                "prompt_tokens": s.prompt_tokens,
-                "output_tokens": s.output_tokens,
-                "evaluations_greedy": g.stats.evaluations,
-                "evaluations_speculative": s.evaluations,
-                "tokens_per_evaluation": s.tokens_per_evaluation if s.evaluations else None,
-                "mean_accepted_length": s.mean_accepted if s.verifies else None,
-                "control_us_per_token": {kind: _per_token(runs[kind][i]) for kind in runs},
-                "identical": all(runs[kind][i].output == g.output for kind in runs),
-            }
-            for i, (req, s, g) in enumerate(zip(requests, stats, greedy))
-        ],
+        "per_request": _per_request(requests, stats, greedy, runs),
     }
+
+
+def _per_request(
+    requests: list[Request], stats: list[RequestStats], greedy: list[RequestResult], runs: dict[str, list[RequestResult]]
+) -> list[dict[str, Any]]:
+    """``replay``'s summary per request: its tokens, greedy's and the speculative run's
+    (``stats``: each request's) evaluations, each implementation's control-plane time,
+    and identity with greedy under every implementation."""
+    return [
+        {
+            "name": req.name,
+            "prompt_tokens": s.prompt_tokens,
+            "output_tokens": s.output_tokens,
+            "evaluations_greedy": g.stats.evaluations,
+            "evaluations_speculative": s.evaluations,
+            "tokens_per_evaluation": s.tokens_per_evaluation if s.evaluations else None,
+            "mean_accepted_length": s.mean_accepted if s.verifies else None,
+            "control_us_per_token": {kind: _per_token(runs[kind][i]) for kind in runs},
+            "identical": all(runs[kind][i].output == g.output for kind in runs),
+        }
+        for i, (req, s, g) in enumerate(zip(requests, stats, greedy))
+    ]
 
 
 def _per_token(result: RequestResult) -> float | None:

@@ -11,6 +11,7 @@ as the JSONL that ``specfsm replay --workload`` reads.
 Wiring (in ``specfsm/cli.py``): ``add_parsers(sub)`` adds both subcommands to the
 ``specfsm`` parser; ``main(args)`` runs the parsed one and returns the exit status
 (0 fine, 1 identity failed, 2 a usage error, a bad prompts file or a missing model).
+``--compare`` and the measuring under every method are in ``specfsm.hf.compare``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ from .._cli_args import (
     plural,
 )
 from . import DRAFTERS
+# the measuring under every method, and ``--compare`` (``specfsm.hf.compare``)
+from .compare import (
+    ForwardMeter,
+    _calibration_lines,
+    _eos_set,
+    _hf_generate,
+    _Progress,
+    _ratios,
+    compare,
+    format_compare,
+)
 from .prompts import PromptSpec, embedded_prompts, load_prompts, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
@@ -167,128 +179,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"messages": [{"role": ..., "content": ...}, ...]} (chat messages: the model\'s chat template is applied, with the reply\'s opening), {"text": "..."} (raw text, tokenized as it is: NO chat template, so write the template yourself for an instruction-tuned model) or {"prompt": [ids]}; text and messages need the model\'s tokenizer; optional "name" and "kind". An empty prompt, text or message list is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
     p.add_argument("--requests", type=_count, default=None, metavar="N", help=f"how many prompts, 1..{COUNT_MAX}: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
     p.add_argument("--max-new-tokens", type=_new_tokens, default=256, help=f"most tokens generated per request, 1..{MAX_NEW_TOKENS} (the most a request's suffix index holds; default 256)")
-
-
-# --------------------------------------------------------------------------------------
-# measuring
-# --------------------------------------------------------------------------------------
-class ForwardMeter:
-    """Counts a model's forwards and the time spent inside them (forward hooks), for
-    ``generate`` and specfsm alike."""
-
-    def __init__(self, model: Any) -> None:
-        self.forwards = 0
-        self.seconds = 0.0
-        self._t0 = 0.0
-        self._handles = [
-            model.register_forward_pre_hook(self._pre),
-            model.register_forward_hook(self._post),
-        ]
-
-    def _pre(self, *_: Any) -> None:
-        self._t0 = time.perf_counter()
-
-    def _post(self, *_: Any) -> None:
-        self.seconds += time.perf_counter() - self._t0
-        self.forwards += 1
-
-    def reset(self) -> None:
-        self.forwards, self.seconds = 0, 0.0
-
-    def close(self) -> None:
-        for h in self._handles:
-            h.remove()
-
-
-class _Progress:
-    """Progress on stderr: a bar redrawn in place on a terminal (or with ``--progress``),
-    else one line per finished request or batch and per method (``lines=True``), so a
-    run with stderr in a file or a pipe still shows where it is."""
-
-    def __init__(self, total: int, stream: TextIO, enabled: bool, lines: bool = False, command: str = "generate") -> None:
-        self.total, self.done, self.stream, self.enabled, self.label = max(total, 1), 0, stream, enabled, ""
-        self.lines = lines and not enabled
-        self.command = command
-        self._phase_done = 0
-        self._phase_total = 0
-        self._t0 = time.perf_counter()
-
-    def phase(self, label: str, requests: int = 0) -> None:
-        self.label = label
-        self._phase_done, self._phase_total = 0, requests
-        self._t0 = time.perf_counter()
-        if self.lines:
-            self._line(f"{label}: started")
-        self._draw()
-
-    def step(self, n: int = 1) -> None:
-        self.done += n
-        self._phase_done += n
-        if self.lines:
-            of = f" of {self._phase_total}" if self._phase_total else ""
-            self._line(f"{self.label}: {self._phase_done}{of} done, {time.perf_counter() - self._t0:.1f} s")
-        self._draw()
-
-    def _line(self, text: str) -> None:
-        self.stream.write(f"specfsm {self.command}: {text}\n")
-        self.stream.flush()
-
-    def _draw(self) -> None:
-        if self.enabled:
-            fill = 30 * min(self.done, self.total) // self.total
-            self.stream.write(f"\r[{'#' * fill}{'-' * (30 - fill)}] {self.done}/{self.total} {self.label:<28}")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\r" + " " * 80 + "\r")
-            self.stream.flush()
-
-
-def _left_pad(batch: list[list[int]], pad: int) -> tuple[Any, Any]:
-    import torch
-
-    t = max(len(p) for p in batch)
-    ids = torch.full((len(batch), t), pad, dtype=torch.long)
-    mask = torch.zeros((len(batch), t), dtype=torch.long)
-    for i, p in enumerate(batch):
-        ids[i, t - len(p):] = torch.tensor(p)
-        mask[i, t - len(p):] = 1
-    return ids, mask
-
-
-def _cut(tokens: list[int], eos: set[int], pad: int | None) -> list[int]:
-    for i, t in enumerate(tokens):
-        if t in eos:
-            return tokens[: i + 1]
-    return tokens
-
-
-def _eos_set(model: Any) -> set[int]:
-    e = getattr(model.generation_config, "eos_token_id", None)
-    if e is None:
-        return set()
-    return {e} if isinstance(e, int) else set(e)
-
-
-def _hf_generate(model: Any, prompts: list[list[int]], n: int, batch: int, pld: int | None, bar: _Progress) -> list[list[int]]:
-    import torch
-
-    eos = _eos_set(model)
-    pad = model.generation_config.pad_token_id
-    pad = pad if pad is not None else (min(eos) if eos else 0)
-    outs = []
-    step = 1 if pld else batch
-    for i in range(0, len(prompts), step):
-        group = prompts[i:i + step]
-        ids, mask = _left_pad(group, pad)
-        kw = {"prompt_lookup_num_tokens": pld} if pld else {}
-        with torch.inference_mode():
-            res = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad, **kw)
-        for row in res[:, ids.shape[1]:].tolist():
-            outs.append(_cut(row, eos, pad))
-        bar.step(len(group))
-    return outs
 
 
 def _methods(value: Any) -> list[str]:
@@ -427,9 +317,7 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
                     gap = first_mismatch(model, prompts[i], a, b)
                     bad.append({"request": i, **(gap or {})})
             identity[m] = {"identical": not bad, "mismatches": bad}
-    base = results.get("greedy", {}).get("tokens_per_s")
-    for m, r in results.items():
-        r["speedup_vs_greedy"] = r["tokens_per_s"] / base if base else None
+    _ratios(results, results, results.get("greedy", {}).get("tokens_per_s"), "speedup_vs_greedy")
     return {
         "model": info,
         "threads": torch.get_num_threads(),
@@ -478,13 +366,6 @@ def format_generate(s: dict[str, Any]) -> str:
                     f"(top-two logit gap there {bad.get('top2_gap')})"
                 )
     return "\n".join(lines) + "\n"
-
-
-def _calibration_lines(s: dict[str, Any]) -> list[str]:
-    """Each specfsm generator's one-time calibration (at construction), apart from the figures."""
-    cal = s.get("calibration_s") or {}
-    return [f"  one-time calibration as each generator was built, before any request and not in the figures above: "
-            + ", ".join(f"{m} {t:.2f} s" for m, t in cal.items())] if cal else []
 
 
 def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], names: list[str]) -> int:
@@ -604,191 +485,3 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-# --------------------------------------------------------------------------------------
-# --compare: every method on every prompt, the order rotated per prompt
-# --------------------------------------------------------------------------------------
-def _loadavg() -> list[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
-
-
-def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_ks: list[int],
-            spec: dict[str, dict[str, Any]], *, kinds: list[str | None] | None = None, batch: int = 1,
-            bar: _Progress | None = None, log: TextIO | None = None, batch_rounds: int = 1) -> dict[str, Any]:
-    """Every method on every prompt, one request at a time, the methods taking turns on
-    each prompt in an order rotated from prompt to prompt (so a change in the machine's
-    load falls on all alike): plain greedy ``generate``, transformers' prompt lookup at
-    each K of ``pld_ks``, and one ``SpeculativeGenerator`` per entry of ``spec`` (name:
-    constructor keywords; each generator serves every prompt in turn, as a server
-    would). With ``batch`` > 1, then the prompts in consecutive groups of ``batch``:
-    batched greedy ``generate`` against each ``spec`` generator's batched decoding, the
-    order alternated per group; ``batch_rounds`` > 1 runs each group that many times, the
-    order alternated each round, and the round of median time stands for the method
-    (``rounds_seconds`` keeps every round's; a batch is one measurement where a prompt
-    kind is three, so it is the one a burst of load moves most). Returns per-prompt, per-kind and total tokens per second,
-    forwards and identity with plain greedy (batched outputs against single greedy's),
-    and the load averages before and after. ``log``: a stream for one line per prompt
-    and per batch as they finish."""
-    from .generate import SpeculativeGenerator
-
-    if type(batch_rounds) is not int or batch_rounds < 1:
-        raise ValueError(f"batch_rounds must be a positive integer, got {batch_rounds!r}")
-    kinds = list(kinds) if kinds is not None else [None] * len(prompts)
-    bar = bar if bar is not None else _Progress(1, sys.stderr, False)
-    methods = ["greedy"] + [f"pld_k{k}" for k in pld_ks] + list(spec)
-    gens = {m: SpeculativeGenerator(model, **kw) for m, kw in spec.items()}
-    meter = ForwardMeter(model)
-    loads = [_loadavg()]
-    per: list[dict[str, Any]] = []
-    outs: dict[str, list[list[int]]] = {m: [] for m in methods}
-    try:
-        for i, p in enumerate(prompts):
-            order = methods[i % len(methods):] + methods[: i % len(methods)]
-            row: dict[str, Any] = {"name": names[i], "kind": kinds[i], "prompt_tokens": len(p), "order": order,
-                                   "methods": {}}
-            for m in order:
-                meter.reset()
-                t0 = time.perf_counter()
-                if m == "greedy":
-                    o = _hf_generate(model, [p], n, 1, None, bar)[0]
-                elif m.startswith("pld_k") and m not in gens:
-                    o = _hf_generate(model, [p], n, 1, int(m[5:]), bar)[0]
-                else:
-                    r = gens[m].generate([p], n)[0]
-                    o = r.tokens
-                    bar.step(1)
-                dt = time.perf_counter() - t0
-                outs[m].append(o)
-                row["methods"][m] = {"seconds": dt, "tokens": len(o), "forwards": meter.forwards,
-                                     "model_s": meter.seconds}
-            for m in methods:
-                rm = row["methods"][m]
-                rm["tokens_per_s"] = rm["tokens"] / rm["seconds"] if rm["seconds"] else 0.0
-                rm["identical"] = outs[m][i] == outs["greedy"][i]
-            g = row["methods"]["greedy"]["tokens_per_s"]
-            for m in methods:
-                row["methods"][m]["vs_greedy"] = row["methods"][m]["tokens_per_s"] / g if g else None
-            row["load"] = _loadavg()
-            per.append(row)
-            if log is not None:
-                log.write(f"compare: prompt {i + 1}/{len(prompts)} {names[i]}: " + ", ".join(
-                    f"{m} {row['methods'][m]['tokens_per_s']:.1f}" for m in methods) + f" tokens/s (load {row['load']})\n")
-                log.flush()
-        batches: list[dict[str, Any]] = []
-        if batch > 1:
-            bmethods = ["greedy_batched"] + [f"{m}_batched" for m in spec]
-            for gi, i in enumerate(range(0, len(prompts), batch)):
-                group = prompts[i:i + batch]
-                orders = [bmethods if (gi + r) % 2 == 0 else bmethods[::-1] for r in range(batch_rounds)]
-                brow: dict[str, Any] = {"prompts": names[i:i + batch], "kinds": kinds[i:i + batch], "order": orders[0],
-                                        "methods": {}}
-                if batch_rounds > 1:
-                    brow["orders"] = orders
-                runs: dict[str, list[dict[str, Any]]] = {m: [] for m in bmethods}
-                for order in orders:
-                    for m in order:
-                        meter.reset()
-                        t0 = time.perf_counter()
-                        if m == "greedy_batched":
-                            res = _hf_generate(model, group, n, len(group), None, bar)
-                            extra: dict[str, Any] = {}
-                        else:
-                            gen = gens[m[: -len("_batched")]]
-                            res = [r.tokens for r in gen.generate(group, n)]
-                            extra = {"compactions": gen.last_run.compactions,
-                                     "widths_max": max(gen.last_run.widths, default=0)}
-                            bar.step(len(group))
-                        dt = time.perf_counter() - t0
-                        runs[m].append({"seconds": dt, "tokens": sum(len(o) for o in res), "forwards": meter.forwards,
-                                        "model_s": meter.seconds,
-                                        "identical_to_single_greedy": res == outs["greedy"][i:i + batch], **extra})
-                for m in bmethods:
-                    # the round of median time stands for the batch (every round's identity must hold)
-                    rs = sorted(runs[m], key=lambda x: x["seconds"])
-                    mid = dict(rs[(len(rs) - 1) // 2])
-                    mid["identical_to_single_greedy"] = all(x["identical_to_single_greedy"] for x in rs)
-                    mid["tokens_per_s"] = mid["tokens"] / mid["seconds"] if mid["seconds"] else 0.0
-                    if batch_rounds > 1:
-                        mid["rounds_seconds"] = [x["seconds"] for x in runs[m]]
-                    brow["methods"][m] = mid
-                g = brow["methods"]["greedy_batched"]["tokens_per_s"]
-                for m in bmethods:
-                    brow["methods"][m]["vs_greedy_batched"] = brow["methods"][m]["tokens_per_s"] / g if g else None
-                brow["load"] = _loadavg()
-                batches.append(brow)
-                if log is not None:
-                    log.write(f"compare: batch {gi + 1}: " + ", ".join(
-                        f"{m} {brow['methods'][m]['tokens_per_s']:.1f}" for m in bmethods) + " tokens/s\n")
-                    log.flush()
-    finally:
-        meter.close()
-    loads.append(_loadavg())
-
-    def total(rows: list[dict[str, Any]], ms: list[str]) -> dict[str, Any]:
-        out = {}
-        for m in ms:
-            sec = sum(r["methods"][m]["seconds"] for r in rows)
-            toks = sum(r["methods"][m]["tokens"] for r in rows)
-            ident = all(r["methods"][m].get("identical", r["methods"][m].get("identical_to_single_greedy")) for r in rows)
-            out[m] = {"seconds": sec, "tokens": toks, "tokens_per_s": toks / sec if sec else 0.0,
-                      "forwards": sum(r["methods"][m]["forwards"] for r in rows), "identical": ident}
-        base = out.get("greedy", out.get("greedy_batched", {})).get("tokens_per_s")
-        for m in ms:
-            out[m]["vs_greedy"] = out[m]["tokens_per_s"] / base if base else None
-        return out
-
-    by_kind = {}
-    for kd in dict.fromkeys(kinds):
-        by_kind[str(kd)] = total([r for r in per if r["kind"] == kd], methods)
-    summary: dict[str, Any] = {"max_new_tokens": n, "pld_ks": list(pld_ks), "spec": spec, "methods": methods,
-                               "calibration_s": {m: g.calibration_s for m, g in gens.items()},
-                               "per_prompt": per, "by_kind": by_kind, "total": total(per, methods), "load": loads,
-                               "identical": all(all(r["methods"][m]["identical"] for m in methods) for r in per)}
-    if batches:
-        bm = list(batches[0]["methods"])
-        summary["batches"] = batches
-        summary["batch_total"] = total(batches, bm)
-        summary["identical"] = summary["identical"] and all(
-            b["methods"][m]["identical_to_single_greedy"] for b in batches for m in bm)
-    return summary
-
-
-def format_compare(s: dict[str, Any]) -> str:
-    """``compare``'s summary as tables: per prompt, per kind and in total (tokens/s, the
-    ratio to plain greedy, forwards, identity), then the batches."""
-    ms = s["methods"]
-    w = max(12, *(len(m) for m in ms))
-    lines = [f"compare: {len(s['per_prompt'])} prompts, up to {s['max_new_tokens']} new tokens, methods rotated per prompt; "
-             f"load averages {s['load'][0]} -> {s['load'][-1]}", ""]
-    head = f"  {'prompt':<24} " + " ".join(f"{m:>{w}}" for m in ms)
-    lines += ["tokens/s (x greedy) [forwards] per prompt:", head]
-    for r in s["per_prompt"]:
-        cells = []
-        for m in ms:
-            x = r["methods"][m]
-            mark = "" if x["identical"] else "!"
-            cells.append(f"{x['tokens_per_s']:.1f} ({x['vs_greedy']:.2f}) [{x['forwards']}]{mark}".rjust(w))
-        lines.append(f"  {r['name'][:24]:<24} " + " ".join(cells))
-    lines += ["", "per kind and in total:", head]
-    for label, t in [*s["by_kind"].items(), ("TOTAL", s["total"])]:
-        cells = [f"{t[m]['tokens_per_s']:.1f} ({t[m]['vs_greedy']:.2f}) [{t[m]['forwards']}]{'' if t[m]['identical'] else '!'}".rjust(w)
-                 for m in ms]
-        lines.append(f"  {label[:24]:<24} " + " ".join(cells))
-    if "batches" in s:
-        bm = list(s["batches"][0]["methods"])
-        lines += ["", "batches: tokens/s (x batched greedy) [forwards]:", f"  {'batch':<24} " + " ".join(f"{m:>{w}}" for m in bm)]
-        for b in s["batches"]:
-            label = ",".join(sorted({str(k) for k in b["kinds"]})) + f" x{len(b['prompts'])}"
-            cells = [f"{b['methods'][m]['tokens_per_s']:.1f} ({b['methods'][m]['vs_greedy_batched']:.2f}) [{b['methods'][m]['forwards']}]"
-                     f"{'' if b['methods'][m]['identical_to_single_greedy'] else '!'}".rjust(w) for m in bm]
-            lines.append(f"  {label[:24]:<24} " + " ".join(cells))
-        t = s["batch_total"]
-        lines.append(f"  {'TOTAL':<24} " + " ".join(
-            f"{t[m]['tokens_per_s']:.1f} ({t[m]['vs_greedy']:.2f}) [{t[m]['forwards']}]{'' if t[m]['identical'] else '!'}".rjust(w) for m in bm))
-    cal = _calibration_lines(s)
-    lines += ["", *[c.strip() for c in cal], "identity with plain greedy: " + ("every output equal" if s["identical"] else "MISMATCH (marked !)")]
-    return "\n".join(lines) + "\n"

@@ -250,12 +250,39 @@ class SpeculativeGenerator:
         except (TypeError, ValueError):
             params = {}
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._init_drafter(drafter, min_n, max_n, prefer)
+        self._vocab = int(model.config.vocab_size)
+        self._init_steps(periodic, probe_every, backoff, objective, bonus, k, k_max)
+        self._init_sampling(do_sample, temperature, top_k, top_p, rule, seed)
+        self.eos: frozenset[int] = eos_ids(eos_token_id, model, self._vocab)
+        self._init_costs(cost, calibrate, compact_fraction, prefill)
+        self.global_stats = AcceptanceStats()
+        #: acceptance by position for each class of match length (the index drafters)
+        self.by_match = AcceptanceByMatch()
+        self.last_run = RunStats()
+        #: pad the output projection's rows to the cheapest count (``HeadRows``); the
+        #: one-time measurement runs now, after every argument is checked
+        self.pad_head = _flag(pad_head, "pad_head")
+        t0 = time.perf_counter()
+        self._head: HeadRows | None = HeadRows.for_model(model) if self.pad_head else None
+        if self._head is not None:
+            # the padded row counts cost what their padding does (before any table is learnt)
+            self.online.prior = padded_prior(self.online.prior, self._head.pad)
+        #: seconds construction spent on one-time measurement (``HeadRows``), apart from
+        #: every run's time
+        self.calibration_s = time.perf_counter() - t0
+
+    def _init_drafter(self, drafter: str | Callable[[list[int], int], Sequence[int]], min_n: int,
+                      max_n: int | None, prefer: str | None) -> None:
+        """Check and set the drafter (``tree`` for ``"suffix-tree"``, whose attention is
+        checked), its n-gram range and ``prefer``, and the index class of an index
+        drafter, probed with those settings so that the index refuses them here."""
         if not (callable(drafter) or (isinstance(drafter, str) and drafter in DRAFTERS)):
             raise ValueError(f"drafter must be 'suffix', 'suffix-tree', 'ngram', 'prompt' or a callable, got {drafter!r}")
         #: ``"suffix-tree"``: the suffix index's tree drafts, verified as trees (greedy)
         self.tree = drafter == "suffix-tree"
         if self.tree:
-            check_tree_attention(model)
+            check_tree_attention(self.model)
             drafter = "suffix"
         self.drafter = drafter
         if max_n is None and drafter != "suffix":
@@ -283,7 +310,12 @@ class SpeculativeGenerator:
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"{self._index_cls.__name__} refuses (min_n={min_n}, max_n={max_n}, "
                                 f"prefer={prefer!r}): {exc}") from None
-        self._vocab = int(model.config.vocab_size)
+
+    def _init_steps(self, periodic: bool, probe_every: int, backoff: bool, objective: str, bonus: bool,
+                    k: int | str, k_max: int) -> None:
+        """Check and set how each step drafts: periodic continuation, probing and
+        backoff, the width's objective, the bonus row, and the draft width (fixed ``k``
+        or adaptive up to ``k_max``)."""
         self.periodic = _flag(periodic, "periodic")
         self.probe_every = _count(probe_every, "probe_every", least=1)
         self.backoff = _flag(backoff, "backoff")
@@ -300,6 +332,12 @@ class SpeculativeGenerator:
         else:
             raise ValueError(f"k must be a non-negative integer or 'adaptive', got {k!r}")
         self.k_max = _count(k_max, "k_max")
+
+    def _init_sampling(self, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
+                       rule: Any, seed: int | None) -> None:
+        """Check and set greedy decoding or sampling (temperature, top-k, top-p, the
+        seeded generator and the logits warpers) and the acceptance rule (``Exact``
+        for greedy and trees, ``SpeculativeSampling`` by default when sampling)."""
         self.do_sample = _flag(do_sample, "do_sample")
         temperature = _real(temperature, "temperature")
         if not (temperature >= 0 and temperature < float("inf")) or (self.do_sample and temperature == 0):
@@ -328,7 +366,10 @@ class SpeculativeGenerator:
         self.rule = rule
         self.rng = np.random.default_rng(seed)
         self._warpers = self._make_warpers(temperature, top_k, top_p) if self.do_sample else []
-        self.eos: frozenset[int] = eos_ids(eos_token_id, model, self._vocab)
+
+    def _init_costs(self, cost: CostModel | None, calibrate: str, compact_fraction: float, prefill: str) -> None:
+        """Check and set the forward's cost model (fixed, or learnt online or up front),
+        when the ragged batch cache is compacted, and how prompts are prefilled."""
         if cost is not None and not isinstance(cost, CostModel):
             raise TypeError(f"cost must be a CostModel or None, got {type(cost).__name__}")
         self.cost = cost
@@ -349,21 +390,6 @@ class SpeculativeGenerator:
         if prefill not in ("each", "padded"):
             raise ValueError(f"prefill must be 'each' or 'padded', got {prefill!r}")
         self.prefill = prefill
-        self.global_stats = AcceptanceStats()
-        #: acceptance by position for each class of match length (the index drafters)
-        self.by_match = AcceptanceByMatch()
-        self.last_run = RunStats()
-        #: pad the output projection's rows to the cheapest count (``HeadRows``); the
-        #: one-time measurement runs now, after every argument is checked
-        self.pad_head = _flag(pad_head, "pad_head")
-        t0 = time.perf_counter()
-        self._head: HeadRows | None = HeadRows.for_model(model) if self.pad_head else None
-        if self._head is not None:
-            # the padded row counts cost what their padding does (before any table is learnt)
-            self.online.prior = padded_prior(self.online.prior, self._head.pad)
-        #: seconds construction spent on one-time measurement (``HeadRows``), apart from
-        #: every run's time
-        self.calibration_s = time.perf_counter() - t0
 
     # -- sampling ---------------------------------------------------------------------
     @staticmethod
