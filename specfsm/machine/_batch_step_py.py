@@ -11,7 +11,7 @@ compiled step with the same behaviour.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -153,7 +153,9 @@ def _result_self(obj: Any) -> None:
 
 def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs: Any) -> StepResult:
     """``b.step(row_tokens, probs=..., rule=..., draft_probs=...)`` with ``b``'s writer
-    guard held by the caller."""
+    guard held by the caller: the accepted counts, then each slot's emission and next
+    state, then the indexes' update and next drafts, all computed aside; the batch is
+    changed only once nothing can refuse any more."""
     kind, m = rule_kind(rule)
     act, off = b._layout()
     trees = b._tree[act] & (b._state[act] == VERIFY)
@@ -163,61 +165,92 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
     total = int(off[-1])
     if rows.shape[0] != total:
         raise ValueError(f"row_tokens holds {rows.shape[0]} rows; this step evaluates {total}")
-    a = act.shape[0]
     codes = b._state[act].copy()
     vj = np.flatnonzero(codes == VERIFY)
-    bonus = 1 if b._bonus else 0
-    # pass 1: accepted counts (and sampled replacement tokens), nothing changed yet
-    acc = np.zeros(a, dtype=np.int64)
-    repl = None
     if kind in (R_SPEC, R_TYPICAL) and vj.shape[0]:
-        p = step_probs(probs, total)
-        ks = b._dlen[act[vj]]
-        doff = np.zeros(vj.shape[0] + 1, dtype=np.int64)
-        np.cumsum(ks, out=doff[1:])
-        dflat = np.concatenate([b._draft[int(act[j]), : int(k)] for j, k in zip(vj, ks)])
-        ridx = np.concatenate([np.arange(int(off[j]), int(off[j]) + int(k)) for j, k in zip(vj, ks)])
-        # the draft rows are every row (all verifying, K rows each): no copy of them
-        vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
-        if kind == R_SPEC:
-            out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)  # type: ignore[union-attr]
-        else:
-            out, an = rule.accept_batch(dflat, doff, vrows)  # type: ignore[union-attr]
-        an = np.asarray(an, dtype=np.int64)
-        if an.shape != ks.shape or (an < 0).any() or (an > ks).any():
-            raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
-        acc[vj] = an
-        repl = np.full(a, 0, dtype=np.int64)
-        repl[vj] = np.asarray(out)[np.arange(vj.shape[0]), np.minimum(an, ks)]
+        acc, repl = _sampled_counts(b, act, off, vj, kind, rule, step_probs(probs, total), draft_probs)
     else:
-        for j in vj.tolist():
-            if trees[j]:
-                continue                  # settled in pass 2
-            i = int(act[j])
-            k = int(b._dlen[i])
-            d = b._draft[i, :k]
-            r = rows[int(off[j]) : int(off[j]) + k]
-            if kind == R_OTHER:
-                n = check_count(rule.accepted_rows(d.tolist(), r.tolist()), "accepted")  # type: ignore[union-attr]
-                if n > k:
-                    raise illegal("accept_rows", [i], [VERIFY], [settle_reason(k, n, k, k) or ""])
-            else:
-                neq = np.flatnonzero(d != r)
-                n = int(neq[0]) if neq.shape[0] else k
-                if kind == R_MINRUN and n < m:
-                    n = 0
-            acc[j] = n
-    # pass 2: emission, budgets and the next state of each slot, computed aside (the
-    # batch is changed only once the index update below has succeeded)
+        acc, repl = _matched_counts(b, act, off, vj, trees, rows, kind, m, rule), None
+    e = _emit(b, act, off, codes, trees, rows, acc, repl)
+    by_j = _next_drafts(b, act, trees, e)
+    return _commit(b, act, codes, acc, e, by_j)
+
+
+def _sampled_counts(b: BatchState, act: np.ndarray, off: np.ndarray, vj: np.ndarray, kind: int, rule: Any,
+                    p: np.ndarray, draft_probs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A sampling rule's accepted count and replacement token for every verifying slot
+    (positions ``vj`` of the step's slots), from its batched kernel."""
+    a = act.shape[0]
+    ks = b._dlen[act[vj]]
+    doff = np.zeros(vj.shape[0] + 1, dtype=np.int64)
+    np.cumsum(ks, out=doff[1:])
+    dflat = np.concatenate([b._draft[int(act[j]), : int(k)] for j, k in zip(vj, ks)])
+    ridx = np.concatenate([np.arange(int(off[j]), int(off[j]) + int(k)) for j, k in zip(vj, ks)])
+    # the draft rows are every row (all verifying, K rows each): no copy of them
+    vrows = p if ridx.shape[0] == p.shape[0] else p[ridx]
+    if kind == R_SPEC:
+        out, an = rule.sample_batch(dflat, doff, vrows, draft_probs)
+    else:
+        out, an = rule.accept_batch(dflat, doff, vrows)
+    an = np.asarray(an, dtype=np.int64)
+    if an.shape != ks.shape or (an < 0).any() or (an > ks).any():
+        raise RuntimeError("the acceptance kernel returned counts outside [0, K]")
+    acc = np.zeros(a, dtype=np.int64)
+    acc[vj] = an
+    repl = np.full(a, 0, dtype=np.int64)
+    repl[vj] = np.asarray(out)[np.arange(vj.shape[0]), np.minimum(an, ks)]
+    return acc, repl
+
+
+def _matched_counts(b: BatchState, act: np.ndarray, off: np.ndarray, vj: np.ndarray, trees: np.ndarray,
+                    rows: np.ndarray, kind: int, m: int, rule: Any) -> np.ndarray:
+    """Every chain verify's accepted count by a rule that compares tokens (greedy exact,
+    ``MinRun``, a caller's ``accepted_rows``); a tree verify is settled by ``_emit``."""
+    acc = np.zeros(act.shape[0], dtype=np.int64)
+    for j in vj.tolist():
+        if trees[j]:
+            continue
+        i = int(act[j])
+        k = int(b._dlen[i])
+        d = b._draft[i, :k]
+        r = rows[int(off[j]) : int(off[j]) + k]
+        if kind == R_OTHER:
+            n = check_count(rule.accepted_rows(d.tolist(), r.tolist()), "accepted")
+            if n > k:
+                raise illegal("accept_rows", [i], [VERIFY], [settle_reason(k, n, k, k) or ""])
+        else:
+            neq = np.flatnonzero(d != r)
+            n = int(neq[0]) if neq.shape[0] else k
+            if kind == R_MINRUN and n < m:
+                n = 0
+        acc[j] = n
+    return acc
+
+
+class _Emission(NamedTuple):
+    """What the step's slots emit and become, computed before anything changes."""
+
+    emitted: np.ndarray       # every slot's emitted tokens, back to back
+    offsets: np.ndarray       # slot j's are emitted[offsets[j]:offsets[j + 1]]
+    drafted: np.ndarray
+    resume: np.ndarray
+    rolled: np.ndarray
+    state: np.ndarray         # the next state of each slot (DECODE or DONE)
+    token: np.ndarray         # the token a live slot resumes from
+    budget: np.ndarray        # what each slot may still emit
+    finished: list[int]
+
+
+def _emit(b: BatchState, act: np.ndarray, off: np.ndarray, codes: np.ndarray, trees: np.ndarray,
+          rows: np.ndarray, acc: np.ndarray, repl: np.ndarray | None) -> _Emission:
+    """Each slot's emission (cut at its budget and after its eos), resume row, rollback
+    and next state; a tree verify settles here (its path's length into ``acc``)."""
+    a = act.shape[0]
+    bonus = 1 if b._bonus else 0
     emitted: list[int] = []
-    eoff = np.zeros(a + 1, dtype=np.int64)
-    drafted = np.zeros(a, dtype=np.int64)
-    resume = np.zeros(a, dtype=np.int64)
-    rolled = np.zeros(a, dtype=np.bool_)
-    new_state = np.zeros(a, dtype=np.int8)
-    new_token = np.zeros(a, dtype=np.int64)
-    new_budget = np.zeros(a, dtype=np.int64)
-    finished: list[int] = []
+    e = _Emission(np.empty(0, dtype=np.int64), np.zeros(a + 1, dtype=np.int64), np.zeros(a, dtype=np.int64),
+                  np.zeros(a, dtype=np.int64), np.zeros(a, dtype=np.bool_), np.zeros(a, dtype=np.int8),
+                  np.zeros(a, dtype=np.int64), np.zeros(a, dtype=np.int64), [])
     for j in range(a):
         i = int(act[j])
         code = int(codes[j])
@@ -230,51 +263,62 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             out = [tl[c] for c in path] + [int(rows[r0 + row])]
             rowof = [-1] * len(path) + [row]     # the path's tokens are the tree's
             acc[j] = len(path)
-            resume[j] = row
-            rolled[j] = more              # the path stopped short of a leaf
-            drafted[j] = k
+            e.resume[j] = row
+            e.rolled[j] = more              # the path stopped short of a leaf
+            e.drafted[j] = k
         elif code == VERIFY:
             k = int(b._dlen[i])
             n = int(acc[j])
             d = b._draft[i, :k].tolist()
             if n == k:
                 out = d + [int(rows[r0 + k])] if bonus else d
-                resume[j] = k - 1 + bonus
+                e.resume[j] = k - 1 + bonus
             else:
                 t = int(repl[j]) if repl is not None else int(rows[r0 + n])
                 out = d[:n] + [t]
-                resume[j] = n
-                rolled[j] = True          # settled through Rollback
+                e.resume[j] = n
+                e.rolled[j] = True          # settled through Rollback
             # the accepted tokens are the draft's; a target row gives the replaced or bonus one
             rowof = [-1] * n + ([] if repl is not None and n < k else [n])
-            drafted[j] = k
+            e.drafted[j] = k
         else:
             out = [int(rows[r1 - 1])]
             rowof = [r1 - 1 - r0]
-            resume[j] = r1 - 1 - r0      # a prefill's last prompt row, a decode's row 0
-        room = int(b._budget[i])
-        stop = len(out) >= room
-        out = out[:room]
-        if b._has_eos[i]:
-            e = int(b._eos[i])
-            if e in out:
-                out = out[: out.index(e) + 1]
-                stop = True
+            e.resume[j] = r1 - 1 - r0      # a prefill's last prompt row, a decode's row 0
+        out, stop = _cut(b, i, out)
         bad = [rowof[q] for q in range(len(out)) if q < len(rowof) and rowof[q] >= 0 and out[q] < 0]
         if bad:
             raise negative_row(rows, r0 + bad[0], act, off)   # a negative token it would emit
-        new_budget[j] = room - len(out)
+        e.budget[j] = int(b._budget[i]) - len(out)
         # a live slot resumes from its last emitted token (a cut emission stops it)
-        new_token[j] = 0 if stop else out[-1]
-        new_state[j] = DONE if stop else DECODE
+        e.token[j] = 0 if stop else out[-1]
+        e.state[j] = DONE if stop else DECODE
         if stop:
-            finished.append(i)
+            e.finished.append(i)
         emitted += out
-        eoff[j + 1] = len(emitted)
-    em = np.asarray(emitted, dtype=np.int64)
-    live = [j for j in range(a) if new_state[j] == DECODE]
-    # index update and next drafts: every refusal comes before any index changes
-    # (each module's batch calls are all or nothing), and the batch is changed after
+        e.offsets[j + 1] = len(emitted)
+    return e._replace(emitted=np.asarray(emitted, dtype=np.int64))
+
+
+def _cut(b: BatchState, i: int, out: list[int]) -> tuple[list[int], bool]:
+    """Slot ``i``'s emission cut at its budget and after its end token, and whether
+    that ends the slot."""
+    room = int(b._budget[i])
+    stop = len(out) >= room
+    out = out[:room]
+    if b._has_eos[i]:
+        e = int(b._eos[i])
+        if e in out:
+            out = out[: out.index(e) + 1]
+            stop = True
+    return out, stop
+
+
+def _next_drafts(b: BatchState, act: np.ndarray, trees: np.ndarray, e: _Emission) -> dict[int, np.ndarray]:
+    """The indexes of the slots that stay live, extended by what they emitted, and their
+    next drafts (by position in the step); every refusal comes before any index
+    changes (each module's batch calls are all or nothing)."""
+    live = [j for j in range(act.shape[0]) if e.state[j] == DECODE]
     with_ix = [j for j in live if b._index[int(act[j])] is not None]
     groups = [g for g in ([j for j in with_ix if isinstance(b._index[int(act[j])], _ni.NgramIndex)],
                           [j for j in with_ix if not isinstance(b._index[int(act[j])], _ni.NgramIndex)])
@@ -284,32 +328,39 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
         later = [b._index[int(act[j])] for j in groups[1]]
         _check_distinct(later)
         _si.propose_batch(later, 0)       # refuses an index in use, changes nothing
+    em, eoff = e.emitted, e.offsets
     by_j: dict[int, np.ndarray] = {}
     for group in groups:
         index_list = [b._index[int(act[j])] for j in group]
         toks = np.concatenate([em[int(eoff[j]) : int(eoff[j + 1])] for j in group])
         loff = np.zeros(len(group) + 1, dtype=np.int64)
         np.cumsum([int(eoff[j + 1] - eoff[j]) for j in group], out=loff[1:])
-        limits = np.minimum(new_budget[group], b._k_max)
+        limits = np.minimum(e.budget[group], b._k_max)
         # a tree slot verified no chain: its index records nothing for it (drafted 0)
-        verified = np.where(trees[group], 0, drafted[group])
+        verified = np.where(trees[group], 0, e.drafted[group])
         dflat, doff, dlens = _serve(index_list, toks, loff, verified, limits,
                                     b._draft[act[group]], em, eoff[group], eoff[[j + 1 for j in group]])
         dflat = np.asarray(dflat, dtype=np.int64)
         for q, j in enumerate(group):
             d = dflat[int(doff[q]) : int(doff[q]) + int(dlens[q])]
-            if d.shape[0] > min(b._k_max, int(new_budget[j])):
+            if d.shape[0] > min(b._k_max, int(e.budget[j])):
                 raise RuntimeError(
                     f"the index module returned a draft of {d.shape[0]} tokens for "
                     f"k_max={b._k_max}")
             by_j[j] = d
+    return by_j
+
+
+def _commit(b: BatchState, act: np.ndarray, codes: np.ndarray, acc: np.ndarray, e: _Emission,
+            by_j: dict[int, np.ndarray]) -> StepResult:
+    """The step written into the batch (nothing here can refuse) and its result."""
+    a = act.shape[0]
     dr_off = np.zeros(a + 1, dtype=np.int64)
     lens = np.zeros(a, dtype=np.int64)
     for j, d in by_j.items():
         lens[j] = d.shape[0]
     np.cumsum(lens, out=dr_off[1:])
     drafts = np.zeros(int(dr_off[a]), dtype=np.int64)
-    # commit: nothing below can refuse
     for j in range(a):
         i = int(act[j])
         if codes[j] == VERIFY:
@@ -318,9 +369,9 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             b._tree[i] = False
         elif codes[j] == PREFILL:
             b._positions[i] = None
-    b._budget[act] = new_budget
-    b._token[act] = new_token
-    b._state[act] = new_state
+    b._budget[act] = e.budget
+    b._token[act] = e.token
+    b._state[act] = e.state
     for j, d in by_j.items():
         ln = d.shape[0]
         if ln:
@@ -330,10 +381,8 @@ def run_step(b: BatchState, row_tokens: Any, probs: Any, rule: Any, draft_probs:
             b._dlen[i] = ln
             b._state[i] = VERIFY
             b._snap[i] = b._cache[i]
-    return StepResult(act, em, eoff, acc, drafted, resume,
-                      np.asarray(finished, dtype=np.int64), drafts, dr_off, rolled)
-
-
+    return StepResult(act, e.emitted, e.offsets, acc, e.drafted, e.resume,
+                      np.asarray(e.finished, dtype=np.int64), drafts, dr_off, e.rolled)
 
 
 def _check_distinct(index_list: list[Any]) -> None:
