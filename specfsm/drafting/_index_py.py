@@ -15,6 +15,9 @@ functions take the class as their first argument; each index module binds it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 
 from .._guard import Guard, guard_of
@@ -32,8 +35,7 @@ from ._checks import (
     index_offsets,
 )
 
-__all__ = ["IndexBase", "index_guard", "check_self", "index_list", "propose_batch", "record_batch",
-           "extend_batch", "serve_batch"]
+__all__ = ["IndexBase", "index_guard", "check_self", "index_list", "BatchCalls", "batch_calls"]
 
 
 def check_self(obj: object, cls: type) -> None:
@@ -301,7 +303,7 @@ def _pack(pieces: list, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return np.asarray(pieces, dtype=np.int64), off, lengths
 
 
-def propose_batch(cls: type, indexes: object, max_k: object = None):
+def _propose_batch(cls: type, indexes: object, max_k: object = None):
     """``propose`` for B indexes: every index counted as read before any is looked at
     (its ``draft_len``, the limit for ``max_k=None``, read then)."""
     ixs = index_list(cls, indexes)
@@ -325,7 +327,7 @@ def propose_batch(cls: type, indexes: object, max_k: object = None):
     return _pack(pieces, lengths)
 
 
-def record_batch(cls: type, indexes: object, proposed: object, accepted: object) -> np.ndarray:
+def _record_batch(cls: type, indexes: object, proposed: object, accepted: object) -> np.ndarray:
     """``record`` for B indexes, all or nothing: every index's guard and drafted-token
     total (an index listed twice adds up) checked before any changes."""
     ixs = index_list(cls, indexes)
@@ -388,7 +390,7 @@ def _write_all(cls: type, ixs: list) -> list:
     return marked
 
 
-def extend_batch(cls: type, indexes: object, tokens: object, offsets: object) -> None:
+def _extend_batch(cls: type, indexes: object, tokens: object, offsets: object) -> None:
     """``extend`` for B indexes, all or nothing (see the index modules)."""
     ixs = index_list(cls, indexes)
     b = len(ixs)
@@ -405,7 +407,7 @@ def extend_batch(cls: type, indexes: object, tokens: object, offsets: object) ->
             g.done_write()
 
 
-def serve_batch(cls: type, indexes: object, tokens: object, offsets: object, drafted: object,
+def _serve_batch(cls: type, indexes: object, tokens: object, offsets: object, drafted: object,
                 accepted: object, max_k: object = None):
     """``serve`` for B distinct indexes in one call, all or nothing: index ``i`` records
     ``(drafted[i], accepted[i])`` when ``drafted[i] > 0``, is extended by
@@ -445,10 +447,75 @@ def serve_batch(cls: type, indexes: object, tokens: object, offsets: object, dra
     return _pack(pieces, lengths)
 
 
-def serve_batch_lists(cls: type, indexes: object, tokens: object, offsets: object, drafted: object,
+def _serve_batch_lists(cls: type, indexes: object, tokens: object, offsets: object, drafted: object,
                       accepted: object, max_k: object = None) -> list[list[int]]:
     """``serve_batch``, each index's draft as a list of ints (one list per index)."""
-    drafts, off, _ = serve_batch(cls, indexes, tokens, offsets, drafted, accepted, max_k)
+    drafts, off, _ = _serve_batch(cls, indexes, tokens, offsets, drafted, accepted, max_k)
     flat = drafts.tolist()
     o = off.tolist()
     return [flat[o[i] : o[i + 1]] for i in range(len(o) - 1)]
+
+
+class BatchCalls(NamedTuple):
+    """One index kind's five batch calls, as ``batch_calls`` binds them."""
+
+    propose_batch: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
+    record_batch: Callable[..., np.ndarray]
+    extend_batch: Callable[..., None]
+    serve_batch: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
+    serve_batch_lists: Callable[..., list[list[int]]]
+
+
+def batch_calls(cls: type) -> BatchCalls:
+    """The batch calls of the index class ``cls``, each documented once, here, for both
+    index kinds (and, through ``specfsm._impl``, for the compiled ones)."""
+
+    def propose_batch(indexes: object, max_k: object = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``propose`` for B indexes in one call (the compiled core copies the drafts
+        without the GIL). ``max_k`` is one count, one per index, or None for each
+        index's own ``draft_len``. Returns ``(drafts, offsets, lengths)``: draft ``i`` is
+        ``drafts[offsets[i]:offsets[i + 1]]`` (int64) and holds ``lengths[i]`` tokens.
+        Every index is counted as read before any is looked at; refuses anything but a
+        sequence of this implementation's indexes of this kind."""
+        return _propose_batch(cls, indexes, max_k)
+
+    def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:
+        """``record`` for B indexes: ``proposed[i]`` drafted tokens of which
+        ``accepted[i]`` were accepted. Returns each index's next ``draft_len`` (int64).
+        All or nothing: every index's guard and drafted-token total (an index listed
+        twice adds up) is checked before any changes; refuses ``accepted[i] >
+        proposed[i]`` and counts or totals beyond int64 (OverflowError)."""
+        return _record_batch(cls, indexes, proposed, accepted)
+
+    def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
+        """``extend`` for B indexes in one call: index ``i`` gets
+        ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
+        boundaries, ``tokens`` one flat list or 1-D integer array). The compiled core
+        indexes the whole batch without the GIL, overlapping the memory misses of
+        different indexes. All or nothing: an index that appears twice (ValueError), is
+        in use by another call (RuntimeError) or would exceed its capacity
+        (OverflowError) refuses the whole batch and changes no index."""
+        _extend_batch(cls, indexes, tokens, offsets)
+
+    def serve_batch(indexes: object, tokens: object, offsets: object, drafted: object,
+                    accepted: object, max_k: object = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``serve`` for B distinct indexes in one call (one serving step of B requests):
+        index ``i`` records ``(drafted[i], accepted[i])`` when ``drafted[i] > 0``, is
+        extended by ``tokens[offsets[i]:offsets[i + 1]]`` and proposes its next draft
+        (``max_k``: one count, one per index, or None, limited as ``serve`` limits it).
+        Returns ``propose_batch``'s ``(drafts, offsets, lengths)``. All or nothing: an
+        index listed twice (ValueError), in use (RuntimeError), full, or whose drafted
+        total or step count would pass int64 (OverflowError) refuses the whole batch."""
+        return _serve_batch(cls, indexes, tokens, offsets, drafted, accepted, max_k)
+
+    def serve_batch_lists(indexes: object, tokens: object, offsets: object, drafted: object,
+                          accepted: object, max_k: object = None) -> list[list[int]]:
+        """``serve_batch`` with each index's draft as a list of ints, one list per index
+        (what vLLM's proposer interface returns; the compiled core builds the lists
+        straight from its drafts). Refuses what ``serve_batch`` refuses."""
+        return _serve_batch_lists(cls, indexes, tokens, offsets, drafted, accepted, max_k)
+
+    calls = BatchCalls(propose_batch, record_batch, extend_batch, serve_batch, serve_batch_lists)
+    for f in calls:  # named as the kind's module's own functions
+        f.__module__, f.__qualname__ = cls.__module__, f.__name__
+    return calls

@@ -280,43 +280,4 @@ def _rebuild(cls, lo, hi, prefer, k, adaptive, kmin, kmax, tokens, stats):
     return ix
 
 
-def propose_batch(indexes: object, max_k: object = None):
-    """``propose`` for B indexes in one call.
-
-    ``max_k`` is one count, one count per index, or None for each index's
-    ``draft_len``. Returns ``(drafts, offsets, lengths)`` as ``longest_match_batch``
-    does, ``drafts`` being int64. Every index is counted as read before any is looked at.
-    """
-    return _common.propose_batch(NgramIndex, indexes, max_k)
-
-
-def record_batch(indexes: object, proposed: object, accepted: object) -> np.ndarray:
-    """``record`` for B indexes: ``proposed`` and ``accepted`` hold one count per index.
-    Returns the next draft lengths (int64). All or nothing: every index's guard and
-    drafted-token total (an index listed twice adds up) is checked before any changes."""
-    return _common.record_batch(NgramIndex, indexes, proposed, accepted)
-
-
-def extend_batch(indexes: object, tokens: object, offsets: object) -> None:
-    """``extend`` for B indexes in one call: index ``i`` gets
-    ``tokens[offsets[i]:offsets[i + 1]]`` (``offsets``: B + 1 nondecreasing
-    boundaries). All or nothing: refuses the whole batch, changing no index, when an
-    index appears twice (ValueError) or is in use by another call (RuntimeError), or
-    when one would exceed its capacity (OverflowError).
-    """
-    _common.extend_batch(NgramIndex, indexes, tokens, offsets)
-
-
-def serve_batch(indexes: object, tokens: object, offsets: object, drafted: object,
-                accepted: object, max_k: object = None):
-    """``serve`` for B distinct indexes in one call (one serving step of B requests):
-    record, extend, propose; all or nothing. Returns ``propose_batch``'s
-    ``(drafts, offsets, lengths)``."""
-    return _common.serve_batch(NgramIndex, indexes, tokens, offsets, drafted, accepted, max_k)
-
-
-def serve_batch_lists(indexes: object, tokens: object, offsets: object, drafted: object,
-                      accepted: object, max_k: object = None) -> list[list[int]]:
-    """``serve_batch``, each index's draft returned as a list of ints (one list per
-    index, what vLLM's proposer interface returns)."""
-    return _common.serve_batch_lists(NgramIndex, indexes, tokens, offsets, drafted, accepted, max_k)
+propose_batch, record_batch, extend_batch, serve_batch, serve_batch_lists = _common.batch_calls(NgramIndex)
