@@ -47,8 +47,9 @@ else:  # the active implementation's objects themselves (docstrings: the twin's)
     globals().update(_impl.exports("ngram_index"))
 
 
-class _NgramSession:
-    """One request's index, served through ``NgramIndex.serve`` (the one step policy):
+class IndexSession:
+    """One request's index (an ``NgramIndex``, or a ``SuffixIndex`` through its own
+    session class), served through the index's ``serve`` (the one step policy):
     ``extend`` records the last draft's agreement with the tokens (``common_prefix``:
     the accepted part comes first) and extends, ``propose`` drafts at most ``max_k`` tokens."""
 
@@ -85,8 +86,8 @@ class NgramDrafter:
         self.prefer = prefer
         NgramIndex(self.min_n, self.max_n, prefer)  # validate the arguments now
 
-    def session(self, prompt: Sequence[Any]) -> _NgramSession:
-        return _NgramSession(NgramIndex(self.min_n, self.max_n, self.prefer), prompt)
+    def session(self, prompt: Sequence[Any]) -> IndexSession:
+        return IndexSession(NgramIndex(self.min_n, self.max_n, self.prefer), prompt)
 
     def __repr__(self) -> str:
         return f"NgramDrafter(min_n={self.min_n}, max_n={self.max_n}, prefer={self.prefer!r})"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _impl
+from .ngram_index import IndexSession
 from .._checks import check_count, token_ids
 
 __all__ = [
@@ -190,28 +191,22 @@ class SharedSuffixCache:
         return f"SharedSuffixCache(max_tokens={self.max_tokens}, generations={self.generations}, min_n={self.min_n})"
 
 
-class _SuffixSession:
-    """One request's index, served through ``SuffixIndex.serve`` (the one step policy):
-    ``extend`` records the last draft's agreement with the tokens and extends,
-    ``propose`` drafts within the adaptive limit. With a shared cache, the request's
-    output goes into it on ``close()`` (or when the session is dropped)."""
+class _SuffixSession(IndexSession):
+    """One request's ``SuffixIndex`` session: ``IndexSession``'s, drafting from a shared
+    cache of earlier outputs where the request's own match is short; the request's
+    output goes into that cache on ``close()`` (or when the session is dropped)."""
 
-    __slots__ = ("index", "draft", "shared", "output", "below", "window", "__weakref__")
+    __slots__ = ("shared", "output", "below", "window", "__weakref__")
 
     def __init__(self, index: Any, prompt: Sequence[Any], shared: Any = None, below: int = 8, window: int = 64) -> None:
-        self.index = index
-        self.draft: list[Any] = []
+        super().__init__(index, prompt)
         self.shared = shared
         self.output: list[Any] | None = [] if shared is not None else None
         self.below = below
         self.window = window
-        if len(prompt):
-            index.extend(prompt)
 
     def extend(self, tokens: Sequence[Any]) -> None:
-        d = self.draft
-        self.index.serve(tokens, len(d), _impl.common_prefix(d, tokens) if d else 0, 0)
-        self.draft = []
+        super().extend(tokens)
         if self.output is not None:
             self.output.extend(tokens)
 

@@ -12,7 +12,6 @@ n-gram drafting is for.
 from __future__ import annotations
 
 import ast
-import json
 import os
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..serving.workload import (
     WorkloadError,
     candidate_files,
     defined_names,
+    read_jsonl,
     rename_edit,
     stdlib_dir,
     tokenize,
@@ -147,71 +147,34 @@ def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
     line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned. An empty
     prompt (or text) is such a bad line: the state machine accepts an empty prompt, as the
     original design does; the CLI refuses it as bad input."""
+    return read_jsonl(path, "prompts", _prompt_from, max_errors)
 
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read prompts {path!r}: {exc.strerror or exc}") from None
-    out: list[PromptSpec] = []
-    errors: list[str] = []
-    with f:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    errors.append(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
-                    continue
-                if not isinstance(obj, dict):
-                    errors.append(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                    continue
-                name = obj.get("name", f"line {lineno}")
-                if not isinstance(name, str):
-                    errors.append(f"{path}:{lineno}: 'name' must be a string, got {type(name).__name__}")
-                    continue
-                kind = obj.get("kind")
-                if kind is not None and not isinstance(kind, str):
-                    errors.append(f"{path}:{lineno}: 'kind' must be a string, got {type(kind).__name__}")
-                    continue
-                if sum(key in obj for key in ("prompt", "text", "messages")) != 1:
-                    errors.append(f"{path}:{lineno}: expected exactly one of 'prompt' (token ids), 'text' (raw text) "
-                                  "and 'messages' (chat messages)")
-                    continue
-                if "messages" in obj:
-                    msgs, err = _messages(obj["messages"])
-                    if err:
-                        errors.append(f"{path}:{lineno}: {err}")
-                        continue
-                    out.append(PromptSpec(name, messages=msgs, lineno=lineno, kind=kind))
-                elif "prompt" in obj:
-                    ids, err = trace_ids(obj["prompt"], "prompt")
-                    if err is None and not ids:
-                        err = "'prompt' is empty (prefill needs at least one token)"
-                    if err:
-                        errors.append(f"{path}:{lineno}: {err}")
-                        continue
-                    out.append(PromptSpec(name, ids=ids, lineno=lineno, kind=kind))
-                else:
-                    text = obj["text"]
-                    if not isinstance(text, str) or not text:
-                        errors.append(f"{path}:{lineno}: 'text' must be a non-empty string")
-                        continue
-                    out.append(PromptSpec(name, text=text, lineno=lineno, kind=kind))
-        except UnicodeDecodeError as exc:
-            errors.append(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})")
-    if errors:
-        shown = errors[:max_errors]
-        more = f"\n... and {len(errors) - len(shown)} more bad lines" if len(errors) > len(shown) else ""
-        raise WorkloadError(
-            f"prompts {path!r} have {len(errors)} bad line{'s' if len(errors) != 1 else ''}:\n"
-            + "\n".join(shown) + more
-        )
-    if not out:
-        raise WorkloadError(f"prompts {path!r} hold no requests (every line is blank)")
-    return out
+
+def _prompt_from(obj: Any, lineno: int) -> tuple[PromptSpec | None, str | None]:
+    """One line's prompt, or why the line is bad."""
+    if not isinstance(obj, dict):
+        return None, f"expected a JSON object, got {type(obj).__name__}"
+    name = obj.get("name", f"line {lineno}")
+    if not isinstance(name, str):
+        return None, f"'name' must be a string, got {type(name).__name__}"
+    kind = obj.get("kind")
+    if kind is not None and not isinstance(kind, str):
+        return None, f"'kind' must be a string, got {type(kind).__name__}"
+    if sum(key in obj for key in ("prompt", "text", "messages")) != 1:
+        return None, ("expected exactly one of 'prompt' (token ids), 'text' (raw text) "
+                      "and 'messages' (chat messages)")
+    if "messages" in obj:
+        msgs, err = _messages(obj["messages"])
+        return (None, err) if err else (PromptSpec(name, messages=msgs, lineno=lineno, kind=kind), None)
+    if "prompt" in obj:
+        ids, err = trace_ids(obj["prompt"], "prompt")
+        if err is None and not ids:
+            err = "'prompt' is empty (prefill needs at least one token)"
+        return (None, err) if err else (PromptSpec(name, ids=ids, lineno=lineno, kind=kind), None)
+    text = obj["text"]
+    if not isinstance(text, str) or not text:
+        return None, "'text' must be a non-empty string"
+    return PromptSpec(name, text=text, lineno=lineno, kind=kind), None
 
 
 def embedded_prompts(count: int) -> list[PromptSpec]:

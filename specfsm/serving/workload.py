@@ -14,7 +14,7 @@ import os
 import re
 import sysconfig
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "rename_edit",
     "stdlib_workload",
     "load_jsonl",
+    "read_jsonl",
     "DEFAULT_REQUESTS",
     "MAX_LINE_BYTES",
     "stdlib_dir",
@@ -278,6 +279,70 @@ def _lines(f: Any, max_line_bytes: int) -> Iterator[tuple[int, bytes | None]]:
             yield lineno, line
 
 
+def read_jsonl(path: str, what: str, parse: Callable[[Any, int], tuple[Any, str | None]],
+               max_errors: int = 20, max_line_bytes: int = MAX_LINE_BYTES) -> list[Any]:
+    """Every line of the JSON-lines file ``path`` (``what`` it holds: ``"workload"``,
+    ``"prompts"``) parsed by ``parse(obj, lineno) -> (item, error)``; blank lines skipped.
+    All or nothing: a file with bad lines (not UTF-8, not readable JSON, longer than
+    ``max_line_bytes`` bytes, or refused by ``parse``) raises ``WorkloadError`` naming
+    each as ``file:line`` (up to ``max_errors``, then a count); so does a file that
+    holds no item."""
+    if type(max_line_bytes) is not int or max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be a positive integer, got {max_line_bytes!r}")
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
+    items: list[Any] = []
+    errors: list[str] = []
+    with f:
+        lineno = 0
+        try:
+            for lineno, raw in _lines(f, max_line_bytes):
+                obj, err = _json_line(raw, max_line_bytes)
+                if err is None and obj is not None:
+                    item, err = parse(obj, lineno)
+                    if err is None:
+                        items.append(item)
+                if err is not None:
+                    errors.append(f"{path}:{lineno}: {err}")
+        except OSError as exc:
+            errors.append(f"{path}:{lineno + 1}: cannot read ({exc.strerror or exc})")
+    verb = "have" if what == "prompts" else "has"
+    if errors:
+        shown = errors[:max_errors]
+        more = len(errors) - len(shown)
+        tail = f"\n... and {more} more bad lines" if more else ""
+        note = " (nothing was replayed)" if what == "workload" else ""
+        raise WorkloadError(
+            f"{what} {path!r} {verb} {len(errors)} bad line{'s' if len(errors) != 1 else ''}{note}:\n"
+            + "\n".join(shown) + tail
+        )
+    if not items:
+        raise WorkloadError(f"{what} {path!r} {'hold' if what == 'prompts' else 'holds'} no requests (every line is blank)")
+    return items
+
+
+def _json_line(raw: bytes | None, max_line_bytes: int) -> tuple[Any, str | None]:
+    """One line as a JSON value, ``(None, None)`` for a blank line, or ``(None, why not)``."""
+    if raw is None:
+        return None, f"line longer than {max_line_bytes} bytes (the limit on one request's line; not read)"
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text ({exc.reason} at byte {exc.start + 1})"
+    if not line.strip():
+        return None, None
+    try:
+        return json.loads(line), None
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at column {exc.colno})"
+    except RecursionError:
+        return None, "not readable JSON (nested too deeply)"
+    except ValueError as exc:  # e.g. an integer longer than int's digit limit
+        return None, f"not readable JSON ({exc})"
+
+
 def load_jsonl(
     path: str | os.PathLike[str], max_errors: int = 20, max_line_bytes: int = MAX_LINE_BYTES
 ) -> Workload:
@@ -296,59 +361,7 @@ def load_jsonl(
     skipped without ever being held in memory whole.
     """
     path = os.fspath(path)
-    if type(max_line_bytes) is not int or max_line_bytes < 1:
-        raise ValueError(f"max_line_bytes must be a positive integer, got {max_line_bytes!r}")
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read workload {path!r}: {exc.strerror or exc}") from None
-    traces: list[Trace] = []
-    errors: list[str] = []
-    with f:
-        lineno = 0
-        try:
-            for lineno, raw in _lines(f, max_line_bytes):
-                if raw is None:
-                    errors.append(
-                        f"{path}:{lineno}: line longer than {max_line_bytes} bytes "
-                        "(the limit on one request's line; not read)"
-                    )
-                    continue
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    errors.append(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start + 1})")
-                    continue
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    errors.append(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
-                    continue
-                except RecursionError:
-                    errors.append(f"{path}:{lineno}: not readable JSON (nested too deeply)")
-                    continue
-                except ValueError as exc:  # e.g. an integer longer than int's digit limit
-                    errors.append(f"{path}:{lineno}: not readable JSON ({exc})")
-                    continue
-                trace, err = _trace_from(obj, lineno)
-                if err:
-                    errors.append(f"{path}:{lineno}: {err}")
-                else:
-                    traces.append(trace)  # type: ignore[arg-type]
-        except OSError as exc:
-            errors.append(f"{path}:{lineno + 1}: cannot read ({exc.strerror or exc})")
-    if errors:
-        shown = errors[:max_errors]
-        more = len(errors) - len(shown)
-        tail = f"\n... and {more} more bad lines" if more else ""
-        raise WorkloadError(
-            f"workload {path!r} has {len(errors)} bad line{'s' if len(errors) != 1 else ''} "
-            "(nothing was replayed):\n" + "\n".join(shown) + tail
-        )
-    if not traces:
-        raise WorkloadError(f"workload {path!r} holds no requests (every line is blank)")
+    traces = read_jsonl(path, "workload", _trace_from, max_errors, max_line_bytes)
     return Workload(traces, source=f"file: {path} ({len(traces)} request{'' if len(traces) == 1 else 's'})", details={"path": path})
 
 
