@@ -21,7 +21,6 @@ import os
 
 import pytest
 
-from impls import over
 from specfsm import _impl
 
 IMPLEMENTATIONS = [
@@ -129,13 +128,15 @@ def pytest_collection_modifyitems(items):
 
 class BatchKernels:
     """One implementation's batch kernel module, with ``BatchState`` the public class
-    over its kernel class (``specfsm.machine.batch.over``: ``state_of`` builds state values);
+    over its kernel class (``tests/impls.py``'s ``over``: ``state_of`` builds state values);
     every other name is the module's (``kernels``: the module itself)."""
 
     def __init__(self, kernels) -> None:
         from specfsm.machine import batch
 
         self.kernels = kernels
+        from impls import over  # (here: a copied conftest runs without it)
+
         self.BatchState = over(kernels)
 
     def __getattr__(self, name: str):

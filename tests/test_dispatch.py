@@ -31,7 +31,7 @@ PROBE = (
     "'active': {n: i.load(n).__name__ for n in i.KERNEL_MODULES}, "
     "'bound': {'state.prefix': s._common_prefix.__module__, 'state.settle': s._settle.__module__, "
     "'accept_rule.prefix': a._common_prefix.__module__, 'accept_rule.accept': a._accept.__name__, "
-    "'drafting.ngram': d._prompt_lookup.__module__, 'drafting.prefix': d._common_prefix.__module__, "
+    "'drafting.ngram': d.prompt_lookup.__module__, 'drafting.prefix': d.common_prefix.__module__, "
     "'gpu.place': g._host.__name__, '_impl.prefix': i.common_prefix.__module__, "
     "'_impl.ngram': i.prompt_lookup.__module__, '_impl.settle': i.settle.__module__}, "
     "'classes': {c: issubclass(getattr(specfsm, c), i.load(m).__dict__[c]) for c, m in "

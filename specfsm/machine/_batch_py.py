@@ -107,6 +107,17 @@ def _settle_one(k: int, n: int, n_rows: int, n_caches: int) -> tuple[int, str | 
 _NAME = "BatchState"
 
 
+
+def _copy_of(field: str, doc: str) -> Any:
+    """A property that reads the per-slot array ``field`` as a fresh copy, under the
+    guard's check (``_checker``)."""
+
+    def read(self: Any) -> np.ndarray:
+        _checker(self)
+        return getattr(self, field).copy()
+
+    return property(read, doc=doc)
+
 class BatchState:
     """``capacity`` request slots, each at most ``k_max`` draft tokens, all starting FREE;
     ``bonus`` (default False): ``step`` verifies a K-token draft with K + 1 rows.
@@ -188,41 +199,18 @@ class BatchState:
         _checker(self)
         return self._bonus
 
-    @property
-    def remaining(self) -> np.ndarray:
-        """Tokens each slot may still emit in ``step`` (int64, a fresh copy)."""
-        _checker(self)
-        return self._budget.copy()
+    # per-slot arrays, each read as a fresh copy
+    remaining = _copy_of("_budget", "Tokens each slot may still emit in ``step`` (int64, a fresh copy).")
 
-    @property
-    def states(self) -> np.ndarray:
-        """State code per slot (int8, a fresh copy): FREE, PREFILL .. DONE."""
-        _checker(self)
-        return self._state.copy()
+    states = _copy_of("_state", "State code per slot (int8, a fresh copy): FREE, PREFILL .. DONE.")
 
-    @property
-    def tokens(self) -> np.ndarray:
-        """``last`` / ``next`` / ``to`` per slot (int64, a fresh copy)."""
-        _checker(self)
-        return self._token.copy()
+    tokens = _copy_of("_token", "``last`` / ``next`` / ``to`` per slot (int64, a fresh copy).")
 
-    @property
-    def caches(self) -> np.ndarray:
-        """Cache handle per slot (int64, a fresh copy; Rollback: its snapshot)."""
-        _checker(self)
-        return self._cache.copy()
+    caches = _copy_of("_cache", "Cache handle per slot (int64, a fresh copy; Rollback: its snapshot).")
 
-    @property
-    def accepted(self) -> np.ndarray:
-        """``Accept.n`` per slot (int64, a fresh copy; 0 elsewhere)."""
-        _checker(self)
-        return self._n.copy()
+    accepted = _copy_of("_n", "``Accept.n`` per slot (int64, a fresh copy; 0 elsewhere).")
 
-    @property
-    def draft_lens(self) -> np.ndarray:
-        """Draft length per slot in Verify (int64, a fresh copy; 0 elsewhere)."""
-        _checker(self)
-        return self._dlen.copy()
+    draft_lens = _copy_of("_dlen", "Draft length per slot in Verify (int64, a fresh copy; 0 elsewhere).")
 
     def slots_in(self, state: int) -> np.ndarray:
         """The slots (ascending, int64) whose state code is ``state`` (0..6)."""

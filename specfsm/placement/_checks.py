@@ -9,6 +9,8 @@ Nothing here imports CuPy: the functions only read ``shape``, ``dtype``, ``ndim`
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._checks import INT32_MAX, INT64_MAX
@@ -19,6 +21,7 @@ __all__ = [
     "host_index_array",
     "as_host_index",
     "overlap_message",
+    "check_host_overlap",
     "byte_bounds",
     "ranges_overlap",
     "count_array",
@@ -136,6 +139,15 @@ def as_host_index(index, B: int, K: int, check_range: bool = True) -> np.ndarray
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     return arr
+
+
+def check_host_overlap(src: Any, index: Any, dst: Any) -> None:
+    """Refuse host arrays that share memory with ``dst`` (``src``, or an ndarray
+    ``index``): a row could be overwritten before it is read."""
+    if np.may_share_memory(src, dst):
+        raise ValueError(overlap_message("src", "dst"))
+    if isinstance(index, np.ndarray) and np.may_share_memory(index, dst):
+        raise ValueError(overlap_message("index", "dst"))
 
 
 def overlap_message(a: str, b: str) -> str:

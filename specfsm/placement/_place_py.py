@@ -10,7 +10,7 @@ from ._checks import (
     as_settle_arrays,
     check_place_arrays,
     host_index_array,
-    overlap_message,
+    check_host_overlap,
     settle_index_reason,
 )
 
@@ -34,10 +34,7 @@ def place_rows(src: np.ndarray, index: object, dst: np.ndarray) -> np.ndarray:
     idx = host_index_array(index)  # converted (a private copy) before anything is checked
     B, K, row = check_place_arrays(src, dst)
     idx = as_host_index(idx, B, K)
-    if np.may_share_memory(src, dst):
-        raise ValueError(overlap_message("src", "dst"))
-    if isinstance(index, np.ndarray) and np.may_share_memory(index, dst):
-        raise ValueError(overlap_message("index", "dst"))
+    check_host_overlap(src, index, dst)
     if B == 0 or row == 0 or K == 0:  # nothing to copy (K == 0: every entry is negative)
         return dst
     s = src.reshape(-1).view(np.uint8).reshape(B, K, row)
