@@ -1,15 +1,17 @@
 """ARCHITECTURE.md and the shape of the tree, checked on the code.
 
-The import graph is read statically (``ast`` for the Python modules, the ``import``
-lines of the ``_core/**/*.pyx`` sources), every import counted wherever it sits (a
-function-local import is still an import) except those under ``if TYPE_CHECKING:``;
-``specfsm._impl`` imports every kernel module (it does so by name, at import time).
-On that graph: no cycles, and each layer imports only the layers below it; the layers
-are the one table ``LAYERS``. The doc's tables name every module of the tree and only
-modules that exist. No source file is over ``MAX_LINES`` lines, and each opens with a
-comment or docstring saying its concern. A few real imports, each in a fresh
-interpreter (in parallel: a child per module), check that every module imports on its
-own.
+The layers are ARCHITECTURE.md's layer table, read here: each module of the tree must be
+named by exactly one layer's patterns (a module no row names fails), and every pattern
+must name a module. The import graph is read statically (``ast`` for the Python modules,
+the ``import`` lines of the ``_core/**/*.pyx`` sources and the ``.pxi`` files they
+include), every import counted wherever it sits (a function-local import is still an
+import) except those under ``if TYPE_CHECKING:``; ``specfsm._impl`` imports every kernel
+module (by name). On that graph: no cycles, and each layer imports only the layers the
+table allows. Then the document's other checkable claims: no source file over
+``MAX_LINES`` lines and no function over ``MAX_FUNCTION_LINES``; each file opens with its
+concern; no public function only forwards to a kernel; nothing picks an implementation
+by a module's name; one C loop checks offsets. A few real imports, each in a fresh
+interpreter (a child per module), check that every module imports on its own.
 """
 
 from __future__ import annotations
@@ -37,46 +39,25 @@ PACKAGE = ROOT / "specfsm"
 SOURCES = ROOT / "_core"
 DOC = ROOT / "ARCHITECTURE.md"
 
-# -- the layers (ARCHITECTURE.md, "Which module may import which") ------------------------
-#: Each layer and the modules in it: a module belongs to the layer of the longest entry
-#: that is the module itself or a package above it (``specfsm.hf`` holds ``specfsm.hf.cli``).
-#: The twins named in ``specfsm._impl.TWINS`` and every ``specfsm._core.<name>`` are
-#: kernels wherever they sit. Moving modules into packages changes only this table.
-LAYERS: dict[str, tuple[str, ...]] = {
-    # the concept packages' __init__ files import nothing, so that importing one of their
-    # modules (a kernel importing its concept's _checks) runs nothing above it; their
-    # _checks modules are foundation with them
-    "foundation": ("specfsm.errors", "specfsm._values", "specfsm._checks", "specfsm.machine",
-                   "specfsm.accept", "specfsm.drafting", "specfsm.placement", "specfsm.tree"),
-    # the twins' own helpers (the twin of _core/common/_guard.pxd, the shared index
-    # machinery, the batch step) sit with the twins
-    "kernel": ("specfsm._core", "specfsm._guard", "specfsm.drafting._index_py",
-               "specfsm.machine._batch_step_py"),
-    "dispatch": ("specfsm._impl",),
-    "public": (
-        "specfsm.machine.state", "specfsm.machine.batch", "specfsm.accept.rules",
-        "specfsm.drafting.lookup", "specfsm.drafting.ngram_index", "specfsm.drafting.suffix_index",
-        "specfsm.drafting.batch", "specfsm.placement.place", "specfsm.placement._cupy", "specfsm.placement._geometry",
-        "specfsm.tree.tree", "specfsm.tree.sampling", "specfsm.machine.tree_state",
-    ),
-    "package": ("specfsm",),
-    "application": (
-        "specfsm.gpu", "specfsm.hf", "specfsm.cli", "specfsm._cli_args", "specfsm.vllm", "specfsm.serving",
-        "specfsm.__main__",
-    ),
-}
+# -- the layers: ARCHITECTURE.md's layer table ------------------------------------------
+def layer_table(text: str) -> tuple[dict[str, tuple[str, ...]], dict[str, set[str]]]:
+    """``({layer: module patterns}, {layer: the layers it may import})`` from the rows of
+    the document's table whose header is ``| layer | modules | may import |``."""
+    lines = text.splitlines()
+    at = next((k for k, line in enumerate(lines) if line.replace(" ", "") == "|layer|modules|mayimport|"), None)
+    assert at is not None, "ARCHITECTURE.md has no '| layer | modules | may import |' table"
+    layers: dict[str, tuple[str, ...]] = {}
+    allowed: dict[str, set[str]] = {}
+    for line in lines[at + 2:]:
+        if not line.startswith("|"):
+            break
+        name, modules, may = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        layers[name] = tuple(re.findall(r"`([^`]+)`", modules))
+        allowed[name] = {w.strip() for w in may.split(",") if w.strip()}
+    return layers, allowed
 
-#: which layers each layer may import
-ALLOWED = {
-    "foundation": {"foundation"},
-    "kernel": {"foundation", "kernel"},
-    "dispatch": {"foundation", "kernel"},
-    "public": {"foundation", "dispatch", "public"},
-    "package": {"foundation", "dispatch", "public"},
-    "application": {"foundation", "dispatch", "public", "application", "package"},
-}
 
-_OWNER = {entry: name for name, entries in LAYERS.items() for entry in entries}
+LAYERS, ALLOWED = layer_table(DOC.read_text())
 TWIN_MODULES = frozenset(_impl.TWINS.values())
 
 
@@ -88,15 +69,13 @@ def is_twin(module: str) -> bool:
     return module in TWIN_MODULES
 
 
-def layer(module: str) -> str:
-    if is_compiled(module) or is_twin(module):
-        return "kernel"
-    parts = module.split(".")
-    for i in range(len(parts), 0, -1):
-        found = _OWNER.get(".".join(parts[:i]))
-        if found is not None:
-            return found
-    raise AssertionError(f"{module} is in no layer: place it in ARCHITECTURE.md and in LAYERS")
+def layer(module: str, layers: dict[str, tuple[str, ...]] | None = None) -> str:
+    """The one layer whose patterns name ``module`` (AssertionError: none, or several)."""
+    found = {name for name, patterns in (layers or LAYERS).items()
+             if any(fnmatch.fnmatchcase(module, p) for p in patterns)}
+    assert found, f"{module} is in no layer: name it in ARCHITECTURE.md's layer table"
+    assert len(found) == 1, f"{module} is named by several layers: {sorted(found)}"
+    return found.pop()
 
 
 # -- reading the graph ------------------------------------------------------------------
@@ -159,20 +138,35 @@ _PYX_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+(?!.*\bcimport\b)(.
 
 
 def pyx_imports(path: Path, known: set[str]) -> set[str]:
-    """The Python imports of a .pyx file (``cimport`` lines are compile-time: skipped)."""
-    text = _DOCSTRING.sub("", path.read_text())  # docstrings and inline C blocks
+    """The Python imports of a .pyx file and of the .pxi files it includes (``cimport``
+    lines are compile-time: skipped)."""
     out: set[str] = set()
-    for m in _PYX_IMPORT.finditer(text):
-        if m.group(3):
-            out.add(m.group(3))
-            continue
-        base = m.group(1)
-        names = re.findall(r"\w+", m.group(2).split("#")[0])
-        out.add(base)
-        for name in names:
-            if f"{base}.{name}" in known:
-                out.add(f"{base}.{name}")
+    for text in _with_includes(path):
+        text = _DOCSTRING.sub("", text)  # docstrings and inline C blocks
+        for m in _PYX_IMPORT.finditer(text):
+            if m.group(3):
+                out.add(m.group(3))
+                continue
+            base = m.group(1)
+            names = re.findall(r"\w+", m.group(2).split("#")[0])
+            out.add(base)
+            for name in names:
+                if f"{base}.{name}" in known:
+                    out.add(f"{base}.{name}")
     return out
+
+
+def _with_includes(path: Path, seen: set[Path] | None = None) -> list[str]:
+    """``path``'s text and that of every file it ``include``s, recursively."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return []
+    seen.add(path)
+    text = path.read_text()
+    found = [text]
+    for name in re.findall(r'^\s*include\s+"([^"]+)"', text, re.M):
+        found += _with_includes(path.parent / name, seen)
+    return found
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -278,7 +272,6 @@ def test_the_rules_can_fail():
     assert seen == {"specfsm.errors"}
 
 
-@pytest.mark.skipif(not SOURCES.is_dir(), reason="the .pyx sources are not beside an installed package")
 def test_the_pyx_reader_sees_function_local_imports_and_skips_cimports():
     known = set(pyx_modules())
     graph = import_graph()
@@ -348,116 +341,155 @@ def _importable(name: str) -> bool:
     return True
 
 
-# -- ARCHITECTURE.md's tables against the tree ---------------------------------------------
-_TICKED = re.compile(r"`([^`]+)`")
+# -- ARCHITECTURE.md's layer table against the tree -----------------------------------------
+def test_every_layer_pattern_names_a_module():
+    modules = set(import_graph())
+    stale = [(name, p) for name, patterns in LAYERS.items() for p in patterns
+             if not any(fnmatch.fnmatchcase(m, p) for m in modules)]
+    assert not stale, f"ARCHITECTURE.md's layer table names modules the tree does not have: {stale}"
 
 
-def doc_module_entries(text: str) -> list[str]:
-    """The module references of the doc's tables: the backticked names in the first cell
-    of each row (header and separator rows skipped). A reference is a dotted module
-    (``specfsm.machine.state``, or ``state`` for ``specfsm.machine.state``), a path
-    (``specfsm/machine/state.py``, ``_core/drafting/ngram_index.pyx``, relative to the
-    repository root or to ``specfsm/``), or either ending in ``*`` for everything under it."""
-    entries = []
-    for block in re.split(r"\n(?!\|)", text):
-        rows = [line for line in block.splitlines() if line.startswith("|")]
-        for row in rows[2:] if len(rows) > 1 and set(rows[1]) <= set("|-: ") else []:
-            first = row.strip("|").split("|")[0]
-            entries.extend(_TICKED.findall(first))
-    return entries
-
-
-def _resolve(entry: str, tree: set[str], files: set[str]) -> set[str]:
-    """The tree's modules (dotted) or files (paths) one doc entry names; empty: none.
-    ``*`` matches anything, ``/`` and ``.`` included (``_core/*.pyx`` reaches subfolders)."""
-    entry = entry.strip()
-    if "/" in entry or entry.endswith((".py", ".pyx", ".pxd", ".h")):
-        for base in ("", "specfsm/"):
-            path = base + entry
-            if "*" in path:
-                hit = {f for f in files if fnmatch.fnmatchcase(f, path)}
-            else:
-                hit = {f for f in files if f == path or f.startswith(path.rstrip("/") + "/")}
-            if hit:
-                return hit
-        return set()
-    name = entry if entry == "specfsm" or entry.startswith("specfsm.") else f"specfsm.{entry}"
-    if "*" in name:
-        return {m for m in tree if fnmatch.fnmatchcase(m, name) or (name.endswith(".*") and m == name[:-2])}
-    return {m for m in tree if m == name or m.startswith(name + ".")}
-
-
-def _tree() -> tuple[set[str], set[str]]:
-    """The tree's modules (dotted: the package's Python modules, each compiled module) and
-    source files (paths relative to the repository root)."""
-    modules = set(python_modules()) | set(pyx_modules())
-    files = {str(p.relative_to(ROOT)) for p in source_files()}
-    return modules, files
-
-
-def _module_file(module: str) -> str:
-    path = python_modules().get(module) or pyx_modules().get(module)
-    return str(path.relative_to(ROOT)) if path else module
-
-
-@pytest.mark.skipif(not DOC.is_file(), reason="ARCHITECTURE.md is not beside an installed package")
-def test_the_docs_tables_name_every_module_and_only_modules_that_exist():
-    """Every module reference in ARCHITECTURE.md's tables exists in the tree, and every
-    module of the tree is named there (itself, a package above it, or a path or pattern
-    covering its file). ``__main__`` modules (the ``python -m`` entry) need no entry."""
-    modules, files = _tree()
-    entries = doc_module_entries(DOC.read_text())
-    assert entries, "ARCHITECTURE.md has no table naming modules"
-    missing = [e for e in entries if not _resolve(e, modules, files)]
-    assert not missing, "ARCHITECTURE.md names modules the tree does not have: " + ", ".join(missing)
-    covered: set[str] = set()
-    for e in entries:
-        covered |= _resolve(e, modules, files)
-    absent = sorted(
-        m for m in modules
-        if m not in covered and _module_file(m) not in covered and not m.endswith(".__main__")
-    )
-    assert not absent, "modules ARCHITECTURE.md's tables do not name: " + ", ".join(absent)
-
-
-def test_the_doc_table_reader_can_fail():
+def test_the_layer_table_reader_can_fail():
     text = (
-        "| layer | may import |\n| --- | --- |\n| foundation (`errors`, `nope`) | `state` |\n"
-        "\n| module | concern |\n|---|---|\n| `specfsm/_impl.py` | dispatch |\n| `_core/*.pyx` | kernels |\n"
+        "intro\n\n| layer | modules | may import |\n| --- | --- | --- |\n"
+        "| low | `specfsm.errors` `specfsm.x.*` | low |\n| high | `specfsm.hf` | low, high |\n\nafter\n"
     )
-    entries = doc_module_entries(text)
-    assert entries == ["errors", "nope", "specfsm/_impl.py", "_core/*.pyx"]  # first cells only
-    modules, files = _tree()
-    assert _resolve("errors", modules, files) == {"specfsm.errors"}
-    assert _resolve("nope", modules, files) == set()
-    assert _resolve("specfsm/_impl.py", modules, files) == {"specfsm/_impl.py"}
-    assert _resolve("hf", modules, files) >= {"specfsm.hf", "specfsm.hf.generate"}
-    if SOURCES.is_dir():
-        assert len(_resolve("_core/*.pyx", modules, files)) >= len(_impl.KERNEL_MODULES)
+    layers, allowed = layer_table(text)
+    assert layers == {"low": ("specfsm.errors", "specfsm.x.*"), "high": ("specfsm.hf",)}
+    assert allowed == {"low": {"low"}, "high": {"low", "high"}}
+    assert layer("specfsm.x.y", layers) == "low"
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer("specfsm.hf.new_module", layers)      # an unlisted module fails
+    with pytest.raises(AssertionError, match="several layers"):
+        layer("specfsm.x.y", {**layers, "other": ("specfsm.x.y",)})
+    with pytest.raises(AssertionError, match="has no"):
+        layer_table("no table here")
 
 
 # -- the size and the opening of every source file -----------------------------------------
 MAX_LINES = 800
-#: Files over MAX_LINES today, split on other branches of this issue. The lead empties
-#: this set: an entry that is no longer over the limit fails the test, so it cannot go stale.
-OVERSIZED: set[str] = set()
+MAX_FUNCTION_LINES = 100
 
 
 def source_files() -> list[Path]:
-    """``specfsm/**/*.py`` and, in a checkout, ``_core/**/*.pyx``, ``*.pxd`` and ``*.h``."""
-    found = sorted(PACKAGE.rglob("*.py"))
-    if SOURCES.is_dir():
-        found += sorted(p for p in SOURCES.rglob("*") if p.suffix in (".pyx", ".pxd", ".h"))
-    return found
+    """``specfsm/**/*.py`` and ``_core/**/*.pyx``, ``*.pxi``, ``*.pxd`` and ``*.h``."""
+    assert SOURCES.is_dir(), f"no _core/ beside {PACKAGE}"
+    return sorted(PACKAGE.rglob("*.py")) + sorted(
+        p for p in SOURCES.rglob("*") if p.suffix in (".pyx", ".pxi", ".pxd", ".h"))
 
 
 def test_no_source_file_is_over_the_limit():
     lengths = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in source_files()}
-    over = {f for f, n in lengths.items() if n > MAX_LINES}
-    new = sorted(over - OVERSIZED)
-    assert not new, f"over {MAX_LINES} lines (split by concern): " + ", ".join(f"{f} ({lengths[f]})" for f in new)
-    fixed = sorted(f for f in OVERSIZED - over if f in lengths or SOURCES.is_dir())
-    assert not fixed, "no longer over the limit (or gone): remove from OVERSIZED: " + ", ".join(fixed)
+    over = sorted(f for f, n in lengths.items() if n > MAX_LINES)
+    assert not over, f"over {MAX_LINES} lines (split by concern): " + ", ".join(f"{f} ({lengths[f]})" for f in over)
+
+
+_CY_DEF = re.compile(r"^(\s*)(?:cdef|cpdef|def)\s+(?:inline\s+)?(?:[\w\[\]:,\s\*\.]+?\s+)?(\w+)\s*\(")
+
+
+def function_lengths(path: Path) -> list[tuple[str, int]]:
+    """``(name, lines)`` for every function of a source file, from its ``def`` line to
+    its last line of code: ``ast`` for Python; for Cython, a ``def``/``cdef``/``cpdef``
+    whose signature ends in ``:`` up to the last non-blank, non-comment line indented
+    deeper than it (declarations without a body are not functions)."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        return [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(text, str(path)))
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    lines = text.split("\n")
+    found = []
+    for i, line in enumerate(lines):
+        m = _CY_DEF.match(line)
+        if not m:
+            continue
+        j = i
+        while j < len(lines) - 1 and not lines[j].rstrip().endswith(":") and not lines[j].rstrip().endswith(
+                ("nogil", "noexcept", "except -1", "except *", ")")):
+            j += 1
+        if not lines[j].rstrip().endswith(":"):
+            continue  # a declaration
+        depth, last = len(m.group(1)), j
+        for k in range(j + 1, len(lines)):
+            code = lines[k].strip()
+            if code and not code.startswith("#"):
+                if len(lines[k]) - len(lines[k].lstrip()) <= depth:
+                    break
+                last = k
+        found.append((m.group(2), last - i + 1))
+    return found
+
+
+def test_no_function_is_over_the_limit():
+    long = [f"{p.relative_to(ROOT)} {name} ({n})" for p in source_files() if p.suffix != ".h"
+            for name, n in function_lengths(p) if n > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split by concern): " + ", ".join(long)
+
+
+def test_the_function_reader_can_fail(tmp_path):
+    body = "".join(f"    x = {i}\n" for i in range(3))
+    (tmp_path / "a.pyx").write_text(
+        "cdef int f(int a) noexcept nogil\n"          # a declaration: no body
+        f"cdef inline int g(int a,\n                  int b) except -1:\n{body}    # note\n\nx = 1\n"
+        f"def h(a):\n{body}"
+    )
+    (tmp_path / "b.py").write_text(f"def k():\n{body}")
+    assert function_lengths(tmp_path / "a.pyx") == [("g", 5), ("h", 4)]
+    assert function_lengths(tmp_path / "b.py") == [("k", 4)]
+
+
+# -- no layer between the two implementations ----------------------------------------------
+def forwarding_functions(tree: ast.Module) -> list[str]:
+    """Top-level functions whose whole body (after a docstring) hands their own
+    parameters, in order, to one call of an attribute of another object: a public
+    function that only forwards to a kernel."""
+    found = []
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_"):
+            continue
+        body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body
+        if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Expr)):
+            continue
+        call = body[0].value
+        if not (isinstance(call, ast.Call) and isinstance(call.func, (ast.Attribute, ast.Name))):
+            continue
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+        passed = [a.id for a in call.args if isinstance(a, ast.Name)] + [
+            k.value.id for k in call.keywords if isinstance(k.value, ast.Name)]
+        if params and passed == params and len(call.args) + len(call.keywords) == len(params):
+            found.append(fn.name)
+    return found
+
+
+def test_no_public_function_only_forwards_to_a_kernel():
+    modules = python_modules()
+    found = [f"{m}.{name}" for m in sorted(modules) if layer(m) in ("public", "package")
+             for name in forwarding_functions(ast.parse(modules[m].read_text()))]
+    assert not found, "public functions that only forward (export the kernel's object instead): " + ", ".join(found)
+    planted = ast.parse('def f(a, b=1):\n    """Doc."""\n    return _k.f(a, b)\n\ndef g(a):\n    return a + 1\n')
+    assert forwarding_functions(planted) == ["f"]
+
+
+_BY_MODULE_NAME = re.compile(r"__module__\s*[!=]=\s*[\"']specfsm|[\"']specfsm[\w.]*[\"']\s*[!=]=\s*\w+[\w.()]*\.__module__")
+
+
+def test_nothing_picks_an_implementation_by_module_name():
+    found = [str(p.relative_to(ROOT)) for p in source_files() if _BY_MODULE_NAME.search(p.read_text())]
+    assert not found, "module-name checks: " + ", ".join(found)
+    assert _BY_MODULE_NAME.search('if type(rule).__module__ != "specfsm.accept.rules":')
+
+
+_NEIGHBOURS = re.compile(r"(\w+)\[(\w+)\]\s*>\s*\1\[\2 \+ 1\]")
+
+
+def test_one_c_loop_holds_offsets_to_their_contract():
+    """``longest_row`` (``_core/common/_offsets.pxd``) is the one place C compares
+    neighbouring offsets; the compiled modules that read offsets cimport it."""
+    c_files = [p for p in source_files() if p.suffix in (".pyx", ".pxi", ".pxd")]
+    compares = [str(p.relative_to(ROOT)) for p in c_files if _NEIGHBOURS.search(p.read_text())]
+    assert compares == ["_core/common/_offsets.pxd"], compares
+    users = [str(p.relative_to(ROOT)) for p in c_files if "longest_row(" in p.read_text()]
+    assert len(users) >= 6, users
+    assert _NEIGHBOURS.search("if o[k] > o[k + 1]:") and not _NEIGHBOURS.search("if a[k] > b[k + 1]:")
 
 
 def opening_comment(path: Path) -> str:
