@@ -328,15 +328,19 @@ class BatchState:
             self._budget[s] = budget
             self._eos[s] = eos_ids
             self._has_eos[s] = eos is not None
-            self._tree[s] = False
-            self._state[s] = PREFILL
             self._cache[s] = cc
-            self._token[s] = 0
-            self._snap[s] = 0
-            self._n[s] = 0
-            self._dlen[s] = 0
+            self._enter(s, PREFILL)
         finally:
             g.done_write()
+
+    def _enter(self, s: np.ndarray, state: int) -> None:
+        """Slots ``s`` into ``state`` with no token, snapshot, accepted count or draft."""
+        self._state[s] = state
+        self._tree[s] = False
+        self._token[s] = 0
+        self._snap[s] = 0
+        self._n[s] = 0
+        self._dlen[s] = 0
 
     def _advance(self, attempted: str, slots: Any, next_tokens: Any, caches: Any) -> None:
         g = _writer(self)
@@ -534,12 +538,7 @@ class BatchState:
             _check_from("finish", self._state, s)
             for i in s.tolist():
                 self._positions[i] = None
-            self._state[s] = DONE
-            self._tree[s] = False
-            self._token[s] = 0
-            self._snap[s] = 0
-            self._n[s] = 0
-            self._dlen[s] = 0
+            self._enter(s, DONE)
         finally:
             g.done_write()
 

@@ -15,14 +15,7 @@ from .._checks import INT64_MAX, INT64_MIN, check_count, int64_ids, ragged
 from ..errors import IllegalTransition, NegativeToken
 
 __all__ = [
-    "FREE",
-    "PREFILL",
-    "DECODE",
-    "VERIFY",
-    "ACCEPT",
-    "ROLLBACK",
-    "DONE",
-    "STATE_NAMES",
+    "FREE", "PREFILL", "DECODE", "VERIFY", "ACCEPT", "ROLLBACK", "DONE", "STATE_NAMES",
     "MAX_SLOTS",
     "negative_row",
     "MAX_DRAFT",
