@@ -297,10 +297,12 @@ def index_list(cls: type, indexes: object) -> list:
     return out
 
 
-def _pack(pieces: list, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    off = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+def _pack(drafts: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """B drafts as ``(flat int64 tokens, B + 1 offsets, B lengths)``."""
+    lengths = np.fromiter(map(len, drafts), dtype=np.int64, count=len(drafts))
+    off = np.zeros(len(drafts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=off[1:])
-    return np.asarray(pieces, dtype=np.int64), off, lengths
+    return np.asarray([t for d in drafts for t in d], dtype=np.int64), off, lengths
 
 
 def _propose_batch(cls: type, indexes: object, max_k: object = None):
@@ -309,22 +311,18 @@ def _propose_batch(cls: type, indexes: object, max_k: object = None):
     ixs = index_list(cls, indexes)
     b = len(ixs)
     ks = check_batch_limits(max_k, b)
-    pieces: list[int] = []
-    lengths = np.zeros(b, dtype=np.int64)
+    drafts: list[list[int]] = []
     marked: list = []
     try:
         for ix in ixs:
             g = guard_of(ix, cls._NAME)  # type: ignore[attr-defined]
             g.read()
             marked.append(g)
-        for i, ix in enumerate(ixs):
-            piece = ix._draft(ix._draft_len if ks is None else int(ks[i]))
-            pieces.extend(piece)
-            lengths[i] = len(piece)
+        drafts = [ix._draft(ix._draft_len if ks is None else int(ks[i])) for i, ix in enumerate(ixs)]
     finally:
         for g in marked:
             g.done_read()
-    return _pack(pieces, lengths)
+    return _pack(drafts)
 
 
 def _record_batch(cls: type, indexes: object, proposed: object, accepted: object) -> np.ndarray:
@@ -432,19 +430,16 @@ def _serve_batch(cls: type, indexes: object, tokens: object, offsets: object, dr
                 check_total(ix._drafted, int(d[i]), ix._steps if d[i] > 0 else None)
             except OverflowError as exc:
                 raise OverflowError(f"indexes[{i}]: {exc}") from None
-        pieces: list[int] = []
-        lengths = np.zeros(b, dtype=np.int64)
+        drafts: list[list[int]] = []
         for i, ix in enumerate(ixs):
             if d[i] > 0:
                 ix._record(int(d[i]), int(a[i]))
             ix._extend_list(src[off[i] : off[i + 1]].tolist())
-            piece = ix._draft(ix._limit(None if ks is None else int(ks[i])))
-            pieces.extend(piece)
-            lengths[i] = len(piece)
+            drafts.append(ix._draft(ix._limit(None if ks is None else int(ks[i]))))
     finally:
         for g in marked:
             g.done_write()
-    return _pack(pieces, lengths)
+    return _pack(drafts)
 
 
 def _serve_batch_lists(cls: type, indexes: object, tokens: object, offsets: object, drafted: object,
