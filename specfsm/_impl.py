@@ -102,17 +102,19 @@ _ACTIVE: dict[str, ModuleType] = {}
 _ERRORS: dict[str, ImportError] = {}
 
 
-def _choose(name: str) -> ModuleType:
-    """The rule, applied to one kernel module: compiled unless switched off or broken."""
+def _compiled(name: str) -> ModuleType | None:
+    """The compiled module of kernel module ``name``, or None where the rule gives the
+    twin: switched off, or the compiled module does not import (its error is kept)."""
     global IMPORT_ERROR
-    if not NO_EXTENSIONS:
-        try:
-            return _share_docs(kernels("compiled", name), kernels("python", name))
-        except ImportError as exc:  # a source tree that was never built, or a broken build
-            _ERRORS[name] = exc
-            if IMPORT_ERROR is None:
-                IMPORT_ERROR = exc
-    return kernels("python", name)
+    if NO_EXTENSIONS:
+        return None
+    try:
+        return kernels("compiled", name)
+    except ImportError as exc:  # a source tree that was never built, or a broken build
+        _ERRORS[name] = exc
+        if IMPORT_ERROR is None:
+            IMPORT_ERROR = exc
+        return None
 
 
 def _share_docs(compiled: ModuleType, twin: ModuleType) -> ModuleType:
@@ -149,15 +151,22 @@ def _give_doc(target: object, source: object) -> None:
 
 def load(name: str) -> ModuleType:
     """The active implementation of kernel module ``name``: the one the rule chose when
-    ``specfsm._impl`` was imported (KeyError for a name that is not a kernel module)."""
-    return _ACTIVE[name]
+    ``specfsm._impl`` was imported (KeyError for a name that is not a kernel module).
+    The twin is imported on the first call that needs it (for the docstrings it gives
+    the compiled module, or to run), never by this module's own import."""
+    active = _ACTIVE.get(name)
+    if active is None:
+        compiled = _COMPILED[name]
+        twin = kernels("python", name)
+        active = _ACTIVE[name] = twin if compiled is None else _share_docs(compiled, twin)
+    return active
 
 
 def exports(name: str) -> dict[str, object]:
     """The active implementation of kernel module ``name``, as the names it exports: what
     a concept's public module takes as its own (``globals().update(exports(name))``), so
     each public class and function is the implementation's object itself."""
-    module = _ACTIVE[name]
+    module = load(name)
     return {n: getattr(module, n) for n in module.__all__}
 
 
@@ -169,8 +178,9 @@ def extensions() -> dict[str, ModuleStatus]:
     (``SPECFSM_NO_EXTENSIONS`` or a non-CPython interpreter, see ``NO_EXTENSIONS``).
     """
     return {
-        name: ModuleStatus(name, active.__name__ == f"specfsm._core.{name}", active.__name__, _ERRORS.get(name))
-        for name, active in _ACTIVE.items()
+        name: ModuleStatus(name, compiled is not None, f"specfsm._core.{name}" if compiled is not None else TWINS[name],
+                           _ERRORS.get(name))
+        for name, compiled in _COMPILED.items()
     }
 
 
@@ -182,9 +192,9 @@ def _never_built_checkout() -> bool:
     return core.is_dir() and any(core.rglob("*.pyx")) and len(_ERRORS) == len(KERNEL_MODULES)
 
 
-for _name in KERNEL_MODULES:
-    _ACTIVE[_name] = _choose(_name)
-del _name
+# the rule, applied at import: which compiled modules are used (the kernel layer only;
+# the twins, inside the concept packages, are imported by ``load`` when asked for)
+_COMPILED: dict[str, ModuleType | None] = {name: _compiled(name) for name in KERNEL_MODULES}
 
 USE_EXTENSIONS: bool = all(s.compiled for s in extensions().values())
 #: True in a source checkout whose compiled core was never built (and not switched off):
@@ -210,12 +220,17 @@ elif NEVER_BUILT:
         stacklevel=1,
     )
 
-# The foundation kernels, for callers outside the public layer (the active ones).
+# The foundation kernels, for callers outside the public layer (the active ones), bound on
+# first use.
 if TYPE_CHECKING:  # type checkers read the twin: typed Python with the same names
     from .drafting._ngram_py import prompt_lookup
     from .accept._prefix_py import common_prefix
     from .machine._settle_py import settle
 else:
-    common_prefix = _ACTIVE["prefix"].common_prefix
-    prompt_lookup = _ACTIVE["ngram"].prompt_lookup
-    settle = _ACTIVE["settle"].settle
+    _FOUNDATION = {"common_prefix": "prefix", "prompt_lookup": "ngram", "settle": "settle"}
+
+    def __getattr__(name: str) -> object:
+        kernel = _FOUNDATION.get(name)
+        if kernel is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(load(kernel), name)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # type checkers read the twin
                                   propose_batch, record_batch, serve_batch, serve_batch_lists)
 else:  # the active implementation's objects themselves (docstrings: the twin's)
     globals().update(_impl.exports("ngram_index"))
+_common_prefix = _impl.load("prefix").common_prefix
 
 
 class IndexSession:
@@ -63,7 +64,7 @@ class IndexSession:
 
     def extend(self, tokens: Sequence[Any]) -> None:
         d = self.draft
-        self.index.serve(tokens, len(d), _impl.common_prefix(d, tokens) if d else 0, 0)
+        self.index.serve(tokens, len(d), _common_prefix(d, tokens) if d else 0, 0)
         self.draft = []
 
     def propose(self, max_k: int) -> Any:

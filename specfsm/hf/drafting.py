@@ -30,6 +30,8 @@ from .cost import AcceptanceStats, CostModel, RequestBackoff, choose_batch_width
 
 __all__ = ["StepDrafter", "checked_draft", "tree_budget"]
 
+_prompt_lookup = _impl.load("ngram").prompt_lookup  # the active implementation's
+
 #: a tree may add nodes beside the chain while the forward costs at most this much more
 TREE_SLACK = 1.05
 
@@ -129,7 +131,7 @@ class StepDrafter:
             d = []
             top = gen.max_n if gen.max_n is not None else 4  # set in __init__ for "prompt"
             for n in range(top, gen.min_n - 1, -1):
-                found = _impl.prompt_lookup(arr, n, k)
+                found = _prompt_lookup(arr, n, k)
                 if len(found):
                     d = found.tolist()
                     break
