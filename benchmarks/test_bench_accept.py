@@ -1,4 +1,4 @@
-"""Acceptance-rule benchmarks (issue 4): compiled kernels vs the pure-Python twin vs a
+"""Acceptance-rule benchmarks: compiled kernels vs the pure-Python twin vs a
 vectorised numpy implementation of the same contract, in one run.
 
 Run: pytest benchmarks/test_bench_accept.py --benchmark-group-by=group --benchmark-columns=median,iqr,rounds

@@ -1,4 +1,4 @@
-"""Tree slots of the batch machine (issue 22): one serving step's control plane for B
+"""Tree slots of the batch machine: one serving step's control plane for B
 requests each verifying a 32-node tree (``enter_verify_tree``, ``pending``, ``step``),
 compiled core beside the twin, with 32-token chains (``enter_verify``) in the same run
 as the reference.

@@ -1,4 +1,4 @@
-"""Every drafter on the same traces (issue 13): tokens per target evaluation on the
+"""Every drafter on the same traces: tokens per target evaluation on the
 default replay workload at K = 4, 8, 16; draft time per step, extend time per token and
 bytes per token at 1k, 32k and 128k tokens of history. Compiled core only (the twins
 draft the same tokens, measured by the tests).

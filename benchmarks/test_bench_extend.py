@@ -1,4 +1,4 @@
-"""The batched index update (issue 10): B = 256 indexes over 32k-token code-edit-like
+"""The batched index update: B = 256 indexes over 32k-token code-edit-like
 histories each get a step's accepted tokens (1 to 7, about 4 on average), with
 (2, 4)-grams. A loop of ``NgramIndex.extend`` calls against one ``extend_batch``; the
 figure of merit is ns per appended token (``extra_info["ns_per_token"]``, from the

@@ -1,4 +1,4 @@
-"""N-gram drafting at any context length (issue 3): the incremental ``NgramIndex``, the
+"""N-gram drafting at any context length: the incremental ``NgramIndex``, the
 stateless ``longest_match`` and their twins against plain rescans (numpy, and numba
 when installed), on the same streams in the same process.
 

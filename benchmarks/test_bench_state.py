@@ -1,7 +1,7 @@
 """Foundation benchmarks: state transitions and prompt lookup, compiled vs twin.
 
 Run: pytest benchmarks/test_bench_state.py --benchmark-group-by=group --benchmark-columns=median,iqr,rounds
-Targets (issue 2): verify cycle at K = 5 under 2 µs compiled; prompt_lookup at 128k
+Targets: verify cycle at K = 5 under 2 µs compiled; prompt_lookup at 128k
 tokens at least 100x faster than the twin and under 60 µs.
 """
 

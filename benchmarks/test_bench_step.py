@@ -1,4 +1,4 @@
-"""One serving step for B requests (issue 10): ``BatchState.step`` against the
+"""One serving step for B requests: ``BatchState.step`` against the
 per-request API (``ServingState`` + ``NgramIndex`` per request) and a vLLM-style baseline
 (a numba longest-match rescan per request + numpy cumprod acceptance), same streams,
 same run. Target rows are computed outside the timed call (teacher forcing on the

@@ -1,4 +1,4 @@
-"""The batched suffix-index update (issue 13): B = 256 ``SuffixIndex`` over 32k-token
+"""The batched suffix-index update: B = 256 ``SuffixIndex`` over 32k-token
 code-edit-like histories each get a step's accepted tokens (1 to 7, about 4 on
 average). A loop of ``SuffixIndex.extend`` calls against one
 ``suffix_index.extend_batch``; the figure of merit is ns per appended token
@@ -6,7 +6,7 @@ average). A loop of ``SuffixIndex.extend`` calls against one
 from their 32k-token histories in one ``extend_batch`` (the prefill).
 
 The last case times ``extend`` of one token (and ``append``) on one index of a
-128k-token history (issue 24's target: at most 150 ns per call).
+128k-token history (the target: at most 150 ns per call).
 
 Run: python -m pytest benchmarks/test_bench_suffix_extend.py -c benchmarks/pytest.ini
 

@@ -1,4 +1,4 @@
-"""Tree benchmarks (issue 22): building a 32-node tree from a suffix index, one request
+"""Tree benchmarks: building a 32-node tree from a suffix index, one request
 (``propose_tree``) and B = 256 (``propose_tree_batch``); accepting one, one request
 (``accept_tree``) and B = 256 (``accept_tree_batch``); and placing the accepted paths'
 cache rows for the batch (``place_path_batch``); compiled core beside the twin.

@@ -1,4 +1,4 @@
-"""specfsm inside vLLM (issue 14): one ``propose`` step of ``specfsm.vllm.SpecfsmNgramProposer``
+"""specfsm inside vLLM: one ``propose`` step of ``specfsm.vllm.SpecfsmNgramProposer``
 (and of ``SpecfsmSuffixProposer``, the unbounded longest-match drafter) through vLLM's
 exact call, against a re-implementation of vLLM's own n-gram proposer (its numba KMP
 rescan of every row, every step) on the same arrays.

@@ -1,4 +1,4 @@
-"""Teacher-forced tokens per evaluation of tree drafts against chains (issue 22).
+"""Teacher-forced tokens per evaluation of tree drafts against chains.
 
 Replays the default workload (``specfsm.serving.workload.stdlib_workload``, the traces
 ``specfsm replay`` uses) teacher-forced: per step the drafter proposes from the history

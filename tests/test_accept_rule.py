@@ -1,4 +1,4 @@
-"""Acceptance rules (issue 4): Exact / MinRun against the seed's policies, speculative
+"""Acceptance rules: Exact / MinRun against the seed's policies, speculative
 sampling's output distribution, typical acceptance, the batched kernels on both
 implementations, and bad input."""
 
@@ -671,7 +671,7 @@ def test_both_implementations_expose_the_same_kernels(compiled):
     assert kern.PROB_ATOL == twin.PROB_ATOL == accept_rule.PROB_ATOL
 
 
-# -- issue 9: the kernels never leave their buffers, whatever the caller does ------------------
+# -- the kernels never leave their buffers, whatever the caller does ------------------
 # Offsets that decrease through values near -2**63: their int64 differences wrap around to
 # small or positive steps, so a check by differences lets them through.
 WRAPPING_OFFSETS = [

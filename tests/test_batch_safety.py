@@ -502,7 +502,7 @@ def test_an_index_argument_that_reenters_a_transition_is_refused(bm):
 
 
 # --------------------------------------------------------------------------------------
-# placement rows (issue 18)
+# placement rows
 # --------------------------------------------------------------------------------------
 def test_resume_rows_count_within_each_slots_own_rows(bm):
     """A prefill resumes from its last prompt row, a decode from row 0, a verify from its
@@ -553,7 +553,7 @@ def test_when_every_slot_is_evaluated_the_two_orders_coincide(bm):
 
 
 # --------------------------------------------------------------------------------------
-# documentation and signatures (issue 18)
+# documentation and signatures
 # --------------------------------------------------------------------------------------
 def _twin_and_compiled():
     from specfsm import _impl

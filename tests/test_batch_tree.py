@@ -1,4 +1,4 @@
-"""Tree slots of ``BatchState`` (issue 22): ``enter_verify_tree``, ``pending_trees`` and the
+"""Tree slots of ``BatchState``: ``enter_verify_tree``, ``pending_trees`` and the
 step's greedy tree settle, against ``ServingState``'s ``VerifyTree`` (and ``Verify`` for the
 chain slots beside them) per request, the compiled batch against its twin, a chain as a
 tree against a chain with the bonus row, and every refusal leaving the batch intact."""

@@ -190,7 +190,7 @@ def test_replay_leaves_the_kernel_globals_alone(tmp_path, capsys, monkeypatch):
     assert not hasattr(cli, "routed")
 
 
-# -- issue 18: each sub-command's own usage, --methods before the model, counts ---------------
+# -- each sub-command's own usage, --methods before the model, counts ---------------
 @pytest.mark.parametrize("command", ["replay", "generate", "record"])
 def test_an_unknown_option_prints_the_sub_command_s_usage(capsys, command):
     """It printed the top level's usage (``usage: specfsm [-h] [--version] COMMAND``)."""

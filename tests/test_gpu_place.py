@@ -940,7 +940,7 @@ def test_gpu_snapshot_and_enter_verify(cp):
     assert float(s["ssm"][1, 2]) == 5.0 and float(s["conv"][0][0]) == 0.0
 
 
-# -- issue 9: caller-owned arrays rewritten by another thread during the call -----------------
+# -- caller-owned arrays rewritten by another thread during the call -----------------
 # place_rows and settle_index copy the index / counts into arrays the call owns before
 # checking them, and the copy loop re-checks each row index where it reads the row: a
 # thread that writes huge or negative values into the caller's index while calls run

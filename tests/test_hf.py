@@ -999,7 +999,7 @@ def test_a_padded_request_left_alone_after_prefill(model):
     assert len(want) > 1 and gen.last_run.compactions >= 1
 
 
-# -- constructor arguments of the wrong type (issue 19) ------------------------------------
+# -- constructor arguments of the wrong type ------------------------------------
 class _NoCalls(torch.nn.Module):
     """A model that fails the test if anything calls it: refusals come first."""
 
@@ -1100,7 +1100,7 @@ def test_a_drafter_returning_non_integers_is_refused(model, draft, words):
     assert len(ok.generate([[1, 2, 1, 2]], 6)[0].tokens) == 6
 
 
-# -- the command line's time estimate, progress lines and counts (issue 18) -----------------
+# -- the command line's time estimate, progress lines and counts -----------------
 def test_cli_generate_says_how_long_and_shows_progress_lines_off_a_terminal(checkpoint, tmp_path, capsys):
     """stderr is not a terminal here: one line per method and per finished request (it
     printed nothing until the end), after an up-front estimate of the run's length."""
@@ -1133,7 +1133,7 @@ def test_estimate_seconds_scales_with_the_run(model):
     assert total == pytest.approx(sum(len(p) * per_token + 50 * decode for p in _prompts()[:2]))
 
 
-# -- per-request back-off (issue 25) ---------------------------------------------------------
+# -- per-request back-off ---------------------------------------------------------
 BACKOFF_COST = hfcost.CostModel({1: 1.0, 2: 1.65, 4: 1.52, 8: 1.83, 16: 2.35, 32: 3.2, 48: 4.3}, monotone="cap")
 
 
@@ -1311,7 +1311,7 @@ def test_backoff_flag_is_checked(model):
     assert SpeculativeGenerator(model, backoff=False).backoff is False
 
 
-# -- prompts as users write them, and --compare (issue 25) ---------------------------------
+# -- prompts as users write them, and --compare ---------------------------------
 def test_load_prompts_takes_chat_messages_and_kinds(tmp_path):
     import json
 

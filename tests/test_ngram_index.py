@@ -1,4 +1,4 @@
-"""Longest-match drafting and the incremental n-gram index (issue 3), both implementations.
+"""Longest-match drafting and the incremental n-gram index, both implementations.
 
 Every result is checked against ``reference`` below, a plain transcription of the
 issue's definition.

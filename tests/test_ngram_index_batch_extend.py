@@ -1,4 +1,4 @@
-"""``extend_batch`` (issue 10): B indexes extended from one flat token array in one
+"""``extend_batch``: B indexes extended from one flat token array in one
 call, equal to one ``extend`` per index on both implementations, all or nothing."""
 
 from __future__ import annotations

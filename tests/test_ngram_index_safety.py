@@ -1,4 +1,4 @@
-"""The n-gram index and the longest-match kernels never crash (issue 9), both
+"""The n-gram index and the longest-match kernels never crash, both
 implementations.
 
 Calls that crashed the old compiled core run in a child process, so a segfault is

@@ -1,4 +1,4 @@
-"""Trees on recorded traces (issue 22): ``TeacherForcedTarget.evaluate_tree``, the shared
+"""Trees on recorded traces: ``TeacherForcedTarget.evaluate_tree``, the shared
 ``TeacherForcedBatch``, ``specfsm.serving.trees.SuffixTreeDrafter`` in ``serve``, and
 ``specfsm replay --drafter suffix-tree``. The target is checked against a brute-force
 reading of the recording (a row answers when its whole root-to-node path is the

@@ -1,4 +1,4 @@
-"""The suffix drafter in the serving loop and the shared cross-request cache (issue 13):
+"""The suffix drafter in the serving loop and the shared cross-request cache:
 ``SuffixDrafter`` sessions, ``SharedSuffixCache`` (bounded generations, one lock, outputs
 handed over by dropped sessions without waiting for it) and the optional Arctic
 comparison drafter, on the active implementation (the drafters' indexes are its).

@@ -1,4 +1,4 @@
-"""The suffix-automaton drafter (issue 13), both implementations.
+"""The suffix-automaton drafter, both implementations.
 
 Every draft is checked against ``reference`` below: a plain brute-force transcription
 of the rule in ``specfsm.drafting.suffix_index``'s docstring, and ``anchored`` for the anchor.
@@ -669,7 +669,7 @@ def test_last_tokens(sfx):
 
 
 # ---------------------------------------------------------------------------------------
-# safety (issue 19): lists changed under extend, guarded reads, counts, the shared cache
+# safety: lists changed under extend, guarded reads, counts, the shared cache
 # ---------------------------------------------------------------------------------------
 WIDEN_RACE = """
 import gc

@@ -1,4 +1,4 @@
-"""Tree drafts from the suffix index (issue 22): ``SuffixIndex.propose_tree``.
+"""Tree drafts from the suffix index: ``SuffixIndex.propose_tree``.
 
 Both implementations against ``reference`` below, a brute-force transcription over the
 token history of the rule in ``specfsm.drafting._suffix_tree_py``'s docstring (its own

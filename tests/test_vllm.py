@@ -1,4 +1,4 @@
-"""specfsm.vllm: the proposers vLLM loads through ``method="custom_class"`` (issue 14).
+"""specfsm.vllm: the proposers vLLM loads through ``method="custom_class"``.
 
 vLLM itself is not needed: the tests call ``propose`` with the arguments vLLM's runner
 passes (``sampled_token_ids``, ``num_tokens_no_spec``, ``token_ids_cpu``) and replay
@@ -501,7 +501,7 @@ def test_refuses_arguments_that_do_not_fit(impl, args, exc, words):
     assert p.propose([[5]], np.array([3]), np.array([[5, 6, 5, 0]], np.int32)) == [[6, 5]]
 
 
-# -- every shape vLLM can hand over (issue 19) ---------------------------------------------
+# -- every shape vLLM can hand over ---------------------------------------------
 def _both(impl, **kw):
     return [make(impl, **kw), make_suffix(impl, **kw)]
 

@@ -170,7 +170,7 @@ class SpeculativeGenerator:
     in a batch of B live requests the gaps are B times as long (a probe widens every
     row of the padded forward), and a due probe takes along every request at least
     half-way to its own, so they share one wide forward.
-    ``backoff=False`` keeps the shared estimate alone (the chooser before issue 25).
+    ``backoff=False`` keeps the shared estimate alone (no per-request back-off).
     ``objective``: what a batch's width serves. ``"makespan"`` (the default): the
     ``generate`` call returns when its last request ends, so the width is the one that
     ends the batch soonest (``cost.choose_batch_width``); ``"throughput"``: the most

@@ -52,7 +52,7 @@ from ..machine import batch as _batch
 from ..machine import state as _state
 
 # the drafters live with their kernels and the teacher-forced target with the replay
-# workload; re-exported here for old imports
+# workload; the loop names them among its own (what a loop is driven with)
 from ..drafting.lookup import PromptLookupDrafter
 from ..drafting.ngram_index import NgramDrafter
 from ..errors import NegativeToken

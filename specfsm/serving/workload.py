@@ -370,7 +370,7 @@ def _tokens(n: int) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# the teacher-forced target (moved here from specfsm.serving.loop, which re-exports it)
+# the teacher-forced target (specfsm.serving.loop names it among its own)
 # --------------------------------------------------------------------------------------
 __all__ += ["TeacherForcedTarget", "TeacherForcedBatch", "TraceError"]
 
