@@ -344,84 +344,28 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
     ``draft_len`` when adaptive and ``drafted`` is not NULL) goes to
     ``drafts[i * kmax:]`` and its length to ``lengths[i]``."""
     global _batch_stamp
-    cdef int64_t i, j, marked = 0, m, total, base
-    cdef NgramIndex ix
-    cdef int64_t stamp
+    cdef int64_t i, marked = 0, total
     cdef job_t* jobs = NULL
     cdef int32_t* job_of = NULL
     cdef tags_t* ring = NULL
     cdef int64_t* lim = NULL
     _batch_stamp += 1
-    stamp = _batch_stamp
     try:
-        # the write guard on every index, all or nothing; no Python code runs in this loop
-        for i in range(b):
-            ix = <NgramIndex>index_list[i]
-            _take_write(&ix._g, &ix._write_stamp, stamp, i)
-            marked += 1
-            # start loading what the next passes read
-            NGI_PREFETCH(ix._levels)
-            NGI_PREFETCH(ix._answers)
-            if ix._len > 0:
-                NGI_PREFETCH(&ix._tok[ix._len - 1])
+        _hold_writes(index_list, b, _batch_stamp, &marked)
         total = off[b] - off[0]
-        base = off[0]
         jobs = <job_t*>malloc((b if b else 1) * sizeof(job_t))
         job_of = <int32_t*>malloc((total if total else 1) * sizeof(int32_t))
         ring = <tags_t*>malloc(PIPE_RING * sizeof(tags_t))
         if jobs == NULL or job_of == NULL or ring == NULL:
             raise MemoryError()
-        # capacities checked and made (no index's content changes before the nogil pass,
-        # so a refusal here leaves every index as it was)
-        for i in range(b):
-            ix = <NgramIndex>index_list[i]
-            m = off[i + 1] - off[i]
-            if m > MAX_TOKENS_C - ix._len:
-                raise OverflowError(
-                    f"an NgramIndex holds at most {MAX_TOKENS_C} tokens; "
-                    f"indexes[{i}] has {ix._len} + {m}, too many"
-                )
-            if ix._len + m > ix._cap:
-                ix._grow_buffer(ix._len + m)
-            for j in range(ix._n_levels):
-                if (ix._levels[j].count + m) * 3 > ix._levels[j].cap * 2:
-                    if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
-                        raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
-            jobs[i].tok = ix._tok
-            jobs[i].levels = ix._levels
-            jobs[i].answers = ix._answers
-            jobs[i].n_levels = ix._n_levels
-            jobs[i].start = ix._len
-            jobs[i].first = off[i] - base
-            jobs[i].stop = ix._len + m
-            jobs[i].lo = ix._lo
-            jobs[i].hi = ix._hi
-            jobs[i].roll = &ix._roll
-            jobs[i].work = &ix._work
-            jobs[i].bpow = ix._bpow
-            jobs[i].earliest = ix._earliest
-            jobs[i].rolling = ix._rolling
-            jobs[i].piped = not ix._rolling and ix._n_levels <= PIPE_LEVELS
-            for j in range(off[i] - base, off[i + 1] - base):
-                job_of[j] = <int32_t>i
+        _make_jobs(index_list, b, off, jobs, job_of)
         if drafted != NULL:
-            # every total checked before the first record (an index is listed once)
-            for i in range(b):
-                ix = <NgramIndex>index_list[i]
-                if not stats_fits(&ix._st, drafted[i], 0, drafted[i] > 0):
-                    _refuse_total(&ix._st, drafted[i], i)
+            _check_totals(index_list, b, drafted)
         if drafts != NULL:
             lim = <int64_t*>malloc((b if b else 1) * sizeof(int64_t))
             if lim == NULL:
                 raise MemoryError()
-            # nothing below refuses: the verified drafts recorded, the limits set
-            for i in range(b):
-                lim[i] = limits[i]
-                if drafted != NULL:
-                    ix = <NgramIndex>index_list[i]
-                    if drafted[i] > 0:
-                        stats_record(&ix._st, drafted[i], accepted[i], GROW_C, SHRINK_C)
-                    lim[i] = stats_limit(&ix._st, lim[i])
+            _record_limits(index_list, b, drafted, accepted, limits, lim)
         with nogil:
             _extend_jobs(jobs, b, src, job_of, total, ring)
             if drafts != NULL:
@@ -435,6 +379,98 @@ cdef int _extend_core(list index_list, int64_t b, const int64_t* src, const int6
         free(job_of)
         free(ring)
         free(lim)
+    return 0
+
+
+cdef int _hold_writes(list index_list, int64_t b, int64_t stamp, int64_t* marked) except -1:
+    """The write guard on every index, all or nothing (``marked[0]`` counts the ones held,
+    for the caller to let go); no Python code runs unless one refuses. Each index's
+    tables, answers and last token start loading for the passes that follow."""
+    cdef int64_t i
+    cdef NgramIndex ix
+    for i in range(b):
+        ix = <NgramIndex>index_list[i]
+        _take_write(&ix._g, &ix._write_stamp, stamp, i)
+        marked[0] += 1
+        NGI_PREFETCH(ix._levels)
+        NGI_PREFETCH(ix._answers)
+        if ix._len > 0:
+            NGI_PREFETCH(&ix._tok[ix._len - 1])
+    return 0
+
+
+cdef int _make_jobs(list index_list, int64_t b, const int64_t* off, job_t* jobs,
+                    int32_t* job_of) except -1:
+    """Each index's capacities checked and made for its ``off[i + 1] - off[i]`` new
+    tokens (OverflowError past MAX_TOKENS_C, MemoryError where a table cannot grow), its
+    job filled (``jobs[i]``) and each of its new tokens' positions mapped to it
+    (``job_of``). No index's content changes before the nogil pass, so a refusal here
+    leaves every index as it was."""
+    cdef int64_t i, j, m, base = off[0]
+    cdef NgramIndex ix
+    cdef job_t* jb
+    for i in range(b):
+        ix = <NgramIndex>index_list[i]
+        m = off[i + 1] - off[i]
+        if m > MAX_TOKENS_C - ix._len:
+            raise OverflowError(
+                f"an NgramIndex holds at most {MAX_TOKENS_C} tokens; "
+                f"indexes[{i}] has {ix._len} + {m}, too many"
+            )
+        if ix._len + m > ix._cap:
+            ix._grow_buffer(ix._len + m)
+        for j in range(ix._n_levels):
+            if (ix._levels[j].count + m) * 3 > ix._levels[j].cap * 2:
+                if _reserve(&ix._levels[j], ix._levels[j].count + m) < 0:
+                    raise MemoryError(f"indexes[{i}]: NgramIndex could not grow its tables")
+        jb = &jobs[i]
+        jb.tok = ix._tok
+        jb.levels = ix._levels
+        jb.answers = ix._answers
+        jb.n_levels = ix._n_levels
+        jb.start = ix._len
+        jb.first = off[i] - base
+        jb.stop = ix._len + m
+        jb.lo = ix._lo
+        jb.hi = ix._hi
+        jb.roll = &ix._roll
+        jb.work = &ix._work
+        jb.bpow = ix._bpow
+        jb.earliest = ix._earliest
+        jb.rolling = ix._rolling
+        jb.piped = not ix._rolling and ix._n_levels <= PIPE_LEVELS
+        for j in range(off[i] - base, off[i + 1] - base):
+            job_of[j] = <int32_t>i
+    return 0
+
+
+cdef int _check_totals(list index_list, int64_t b, const int64_t* drafted) except -1:
+    """Every index's record of ``drafted[i]`` tokens checked before the first is made
+    (an index is listed once): OverflowError naming the index where one does not fit."""
+    cdef int64_t i
+    cdef NgramIndex ix
+    for i in range(b):
+        ix = <NgramIndex>index_list[i]
+        if not stats_fits(&ix._st, drafted[i], 0, drafted[i] > 0):
+            _refuse_total(&ix._st, drafted[i], i)
+    return 0
+
+
+cdef int _record_limits(list index_list, int64_t b, const int64_t* drafted,
+                        const int64_t* accepted, const int64_t* limits,
+                        int64_t* lim) except -1:
+    """The serving step's bookkeeping, which nothing refuses (``_check_totals`` ran):
+    each verified draft recorded (``drafted`` not NULL), each index's draft limit
+    (``limits[i]``, within its ``draft_len`` where adaptive) into ``lim``."""
+    cdef int64_t i
+    cdef NgramIndex ix
+    for i in range(b):
+        lim[i] = limits[i]
+        if drafted != NULL:
+            ix = <NgramIndex>index_list[i]
+            if drafted[i] > 0:
+                stats_record(&ix._st, drafted[i], accepted[i], GROW_C, SHRINK_C)
+            lim[i] = stats_limit(&ix._st, lim[i])
     return 0
 
 

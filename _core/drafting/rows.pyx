@@ -196,56 +196,63 @@ cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, c
                               int64_t deep_first, int64_t deep_every, int64_t short,
                               int64_t cap, object lengths, object offsets, object tails,
                               object new):
-    """The checks and copies, in C from start to end (no Python code runs). Caller
-    values (lengths, positions, anchors, the deep rows' start and step) are compared with
-    bounds before any arithmetic on them, so nothing wraps around int64."""
-    cdef int64_t* counts = sc.counts
-    cdef int64_t* starts = sc.starts
-    cdef int64_t* renew = sc.renew
-    cdef uint64_t* keys = sc.keys
-    cdef uint64_t* table = sc.table
-    cdef unsigned char* used = sc.used
-    cdef Py_ssize_t m = sc.m
-    cdef const void* lens = v.lens
-    cdef const void* tokp = v.tok
-    cdef int w = v.w, tw = v.tw
-    cdef Py_ssize_t width = v.width, T = v.T, tstride = v.tstride, S = v.S, sstride = v.sstride
-    cdef Py_ssize_t npool = v.npool
-    cdef const int64_t* n_old = v.n_old
-    cdef const int64_t* seen = v.seen
-    cdef const int64_t* anc = v.anc
-    cdef const int64_t* tail = v.tail
-    cdef const int64_t* spos = v.spos
-    cdef const int64_t* spread = v.spread
-    cdef const uint64_t* pool_f = v.pool
-    cdef const uint64_t* mul = v.mul
+    """The checks and copies, in C from start to end (no Python code runs): every row's
+    (``_check_rows``), the deep rows' (``_check_deep``), the filter keys' twins
+    (``_has_twin``), then the new tokens (``_copy_new``); None where a check declines.
+    Caller values (lengths, positions, anchors, the deep rows' start and step) are
+    compared with bounds before any arithmetic on them, so nothing wraps around int64."""
     cdef int64_t* Lv = <int64_t*>array_data(lengths)
     cdef int64_t* ov = <int64_t*>array_data(offsets)
-    cdef int64_t* tv = <int64_t*>array_data(tails)
-    cdef int64_t* nv = <int64_t*>array_data(new)
-    cdef const int32_t* t32 = <const int32_t*>tokp
-    cdef const int64_t* t64 = <const int64_t*>tokp
-    cdef Py_ssize_t j, slot, mask, nrenew = 0
-    cdef int64_t r, n0, n, ns, lmax = 0, lo, hi, mid, p, row
-    cdef uint64_t key
-    cdef bint twins = False
-    ov[0] = 0
+    cdef int64_t lmax = _check_rows(sampled, b, sc, v, short, cap, Lv, ov,
+                                    <int64_t*>array_data(tails))
+    if lmax < 0:
+        return None
+    cdef Py_ssize_t j, nrenew = _check_deep(b, sc, v, deep_first, deep_every, Lv)
+    if nrenew < 0:
+        return None
+    cdef bint twins = _has_twin(b, sc, v)
+    _copy_new(b, sc, v, ov, <int64_t*>array_data(new))
+    return lengths, new, offsets, tails, lmax, twins, [sc.renew[j] for j in range(nrenew)]
+
+
+cdef int64_t _check_rows(list sampled, Py_ssize_t b, const scratch_t* sc, const views_t* v,
+                         int64_t short, int64_t cap, int64_t* Lv, int64_t* ov,
+                         int64_t* tv) noexcept:
+    """Every row's checks: its sampled list still of the length counted, its lengths (both within [0,
+    width] before their difference is taken, so nothing wraps around int64), its old
+    tail still at its old end. Fills each row's length (``Lv``), sampled offset (``ov``,
+    b + 1), new tail (``tv``, T x b), start and filter key (``sc``). Returns the longest
+    length, or -1 where a row declines."""
+    cdef const int64_t* counts = sc.counts
+    cdef int64_t* starts = sc.starts
+    cdef uint64_t* keys = sc.keys
+    cdef const void* lens = v.lens
+    cdef int w = v.w, tw = v.tw
+    cdef Py_ssize_t width = v.width, T = v.T, tstride = v.tstride
+    cdef const int64_t* n_old = v.n_old
+    cdef const int64_t* seen = v.seen
+    cdef const int64_t* tail = v.tail
+    cdef const uint64_t* mul = v.mul
+    cdef const int32_t* t32 = <const int32_t*>v.tok
+    cdef const int64_t* t64 = <const int64_t*>v.tok
+    cdef Py_ssize_t j
+    cdef int64_t r, n0, n, ns, lmax = 0, row
     cdef object item
+    ov[0] = 0
     for r in range(b):
         ns = counts[r]
         item = <object>PyList_GET_ITEM(sampled, r)
         if type(item) is not list or PyList_GET_SIZE(item) != ns:
-            return None
+            return -1
         n0 = n_old[r]
         n = (<const int32_t*>lens)[r] if w == 4 else (<const int64_t*>lens)[r]
-        # both lengths within [0, width] before their difference is taken
         if (ns < 1 or n0 != seen[r] or n0 <= short or n0 < T or n0 > width or n < 0 or n > width
                 or n - n0 != ns or n >= cap):
-            return None
+            return -1
         row = <int64_t>r * width
         for j in range(T):
             if (t32[row + n0 - T + j] if tw == 4 else t64[row + n0 - T + j]) != tail[j * tstride + r]:
-                return None
+                return -1
         for j in range(T):
             tv[j * b + r] = t32[row + n - T + j] if tw == 4 else t64[row + n - T + j]
         Lv[r] = n
@@ -254,13 +261,31 @@ cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, c
         keys[r] = <uint64_t>n * mul[0] + <uint64_t>tv[(T - 2) * b + r] * mul[1] + <uint64_t>tv[(T - 1) * b + r] * mul[2]
         if n > lmax:
             lmax = n
-    r = deep_first
+    return lmax
+
+
+cdef Py_ssize_t _check_deep(Py_ssize_t b, const scratch_t* sc, const views_t* v,
+                            int64_t deep_first, int64_t deep_every,
+                            const int64_t* Lv) noexcept nogil:
+    """The deep rows' checks (rows ``deep_first``, then every ``deep_every``-th): each
+    spread position in the row and its token as recorded. The rows whose anchor is due
+    for renewal go to ``sc.renew``; returns their count, or -1 where a row declines."""
+    cdef Py_ssize_t j, nrenew = 0
+    cdef Py_ssize_t width = v.width, S = v.S, sstride = v.sstride
+    cdef int tw = v.tw
+    cdef const int32_t* t32 = <const int32_t*>v.tok
+    cdef const int64_t* t64 = <const int64_t*>v.tok
+    cdef const int64_t* spos = v.spos
+    cdef const int64_t* spread = v.spread
+    cdef const int64_t* anc = v.anc
+    cdef int64_t* renew = sc.renew
+    cdef int64_t r = deep_first, p, row
     while r < b:
         row = <int64_t>r * width
         for j in range(S):
             p = spos[j * sstride + r]
             if p < 0 or p >= width or (t32[row + p] if tw == 4 else t64[row + p]) != spread[j * sstride + r]:
-                return None
+                return -1
         # length >= 2 * anchor, exactly: anchor <= floor(length / 2) (length >= 0)
         if anc[r] <= (Lv[r] >> 1):
             renew[nrenew] = r
@@ -268,16 +293,26 @@ cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, c
         if deep_every >= b - r:  # the next row is past the batch (and r never wraps)
             break
         r += deep_every
-    # a twin: a filter key another row or the pool shares
-    mask = m - 1
+    return nrenew
+
+
+cdef bint _has_twin(Py_ssize_t b, const scratch_t* sc, const views_t* v) noexcept nogil:
+    """A twin: a filter key another row or the pool (sorted) shares. The keys go into
+    the open-addressing table of ``sc`` (``m`` slots, a power of two, at least 2 b)."""
+    cdef const uint64_t* keys = sc.keys
+    cdef uint64_t* table = sc.table
+    cdef unsigned char* used = sc.used
+    cdef const uint64_t* pool_f = v.pool
+    cdef Py_ssize_t r, slot, mask = sc.m - 1, npool = v.npool
+    cdef int64_t lo, hi, mid
+    cdef uint64_t key
     for r in range(b):
         key = keys[r]
         slot = <Py_ssize_t>(key & <uint64_t>mask)
         while used[slot] and table[slot] != key:
             slot = (slot + 1) & mask
         if used[slot]:
-            twins = True
-            break
+            return True
         used[slot] = 1
         table[slot] = key
         lo = 0
@@ -289,11 +324,22 @@ cdef object _check_and_gather(list sampled, Py_ssize_t b, const scratch_t* sc, c
             else:
                 hi = mid
         if lo < npool and pool_f[lo] == key:
-            twins = True
-            break
-    # the new tokens
+            return True
+    return False
+
+
+cdef void _copy_new(Py_ssize_t b, const scratch_t* sc, const views_t* v, const int64_t* ov,
+                    int64_t* nv) noexcept nogil:
+    """Each row's sampled tokens, read from its buffer from its old end, into ``nv`` at
+    the offsets ``ov``."""
+    cdef Py_ssize_t j
+    cdef int64_t r, row
+    cdef Py_ssize_t width = v.width
+    cdef const int64_t* starts = sc.starts
+    cdef int tw = v.tw
+    cdef const int32_t* t32 = <const int32_t*>v.tok
+    cdef const int64_t* t64 = <const int64_t*>v.tok
     for r in range(b):
         row = <int64_t>r * width + starts[r]
         for j in range(ov[r + 1] - ov[r]):
             nv[ov[r] + j] = t32[row + j] if tw == 4 else t64[row + j]
-    return lengths, new, offsets, tails, lmax, twins, [renew[j] for j in range(nrenew)]

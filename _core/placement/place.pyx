@@ -24,7 +24,7 @@ from specfsm.placement._checks import (
     check_place_arrays,
     host_index_array,
     index_reason,
-    overlap_message,
+    check_host_overlap,
     settle_index_reason,
 )
 
@@ -96,10 +96,7 @@ def place_rows(src, index, dst):
         if bad >= 0:
             raise IndexError(index_reason(
                 bad, (<const int32_t*>ip)[bad] if w == 4 else (<const int64_t*>ip)[bad], K))
-        if np.may_share_memory(src, dst):
-            raise ValueError(overlap_message("src", "dst"))
-        if isinstance(index, np.ndarray) and np.may_share_memory(index, dst):
-            raise ValueError(overlap_message("index", "dst"))
+        check_host_overlap(src, index, dst)
         if B == 0 or row == 0 or K == 0:   # nothing to copy (K == 0: every entry is negative)
             return dst
         s_arr = src
