@@ -190,8 +190,7 @@ def serve(
     if len(requests) == 0:
         return []
     run = _Serving(requests, target, drafter, k, rule, clone, bonus, on_done)
-    while run.step():
-        pass
+    run.run()
     out = [r for r in run.results if r is not None]
     if len(out) != len(requests):  # pragma: no cover - every slot ends in Done
         raise RuntimeError("a request did not finish")
@@ -200,10 +199,11 @@ def serve(
 
 class _Serving:
     """One ``serve`` call's state: the batch, what the loop keeps beside it (each slot's
-    cache object, outputs and statistics) and the step, split by concern: admission
-    (``__init__``, ``_admit``), the target call and its answers (``_evaluate``), the
-    batch's step (``_settle``), the statistics (``_count``, ``_finish``) and what each
-    slot does next (``_follow``, ``_enter_drafts``)."""
+    cache object, outputs and statistics) and the steps, split by concern: admission
+    (``__init__``, ``_admit``), the steps (``run``), the target call and its answers
+    (``_evaluate``), the batch's step on probability rows (``_settle``), the statistics
+    (``_count``, ``_finish``) and what each slot does next (``_follow``,
+    ``_enter_drafts``)."""
 
     def __init__(self, requests: Sequence[Request], target: Any, drafter: Any, k: int, rule: Any,
                  clone: Any, bonus: bool, on_done: Callable[[int, RequestResult], None] | None) -> None:
@@ -250,6 +250,9 @@ class _Serving:
         self.results: list[RequestResult | None] = [None] * n
         self._bind_target()
         self.trees_next = False  # tree slots wait in the batch (TreeDraft)
+        # what _follow reads every step, in one tuple (the lists are the ones above)
+        self.kept = (self.caches, self.outputs, self.eos_sets, clone, self.sessions, requests, k, self.spare,
+                     self.sessions_drafting, self.propose_step)
 
     def _admit(self) -> None:
         """Every request into its slot: those with one end token (or none) in one
@@ -287,26 +290,40 @@ class _Serving:
                 )
             raise TypeError(f"the target must have evaluate(inputs, cache) -> (row_tokens, row_caches), got {bad}")
 
-    def step(self) -> bool:
-        """One serving step of every live slot; False when none is left."""
-        t0 = perf_counter_ns()
-        slots, inputs, offs = self.bs.pending()
-        sl = slots.tolist()
-        if not sl:
-            return False
-        self.steps += 1
-        in_all, in_off = inputs.tolist(), offs.tolist()
-        if self.vocab is not None:
-            in_all = self.vocab.decode(in_all)
-        feeds = [in_all[in_off[j] : in_off[j + 1]] for j in range(len(sl))]
-        rows_arr, probs_all, row_caches, in_target = self._evaluate(slots, sl, feeds)
-        res = self._settle(rows_arr, probs_all, sl, in_off)
-        self._count(res, sl)
-        finished = self._follow(res, sl, row_caches)
-        self.control_total += (perf_counter_ns() - t0 - in_target) // len(sl)
-        if finished:
-            self._finish(finished)
-        return True
+    def run(self) -> None:
+        """Serving steps until no slot is live: each step evaluates every live slot's
+        rows, settles them in one batch step, and follows each slot (its cache, output
+        and next draft)."""
+        clock = perf_counter_ns
+        pending, step = self.bs.pending, self.bs.step
+        vocab, needs, step_rule = self.vocab, self.needs, self.step_rule
+        evaluate, follow = self._evaluate, self._follow
+        while True:
+            t0 = clock()
+            slots, inputs, offs = pending()
+            sl = slots.tolist()
+            if not sl:
+                return
+            self.steps += 1
+            in_all, in_off = inputs.tolist(), offs.tolist()
+            if vocab is not None:
+                in_all = vocab.decode(in_all)
+            feeds = [in_all[in_off[j] : in_off[j + 1]] for j in range(len(sl))]
+            rows_arr, probs_all, row_caches, in_target = evaluate(slots, sl, feeds)
+            if needs:
+                res = self._settle(rows_arr, probs_all, sl, in_off)
+            else:
+                try:
+                    res = step(rows_arr, rule=step_rule)
+                except NegativeToken as exc:
+                    raise self._off_trace(exc, sl) from None
+            dr = res.drafted.tolist()
+            if any(dr):
+                self._count(res, sl, dr)
+            finished = follow(res, sl, row_caches)
+            self.control_total += (clock() - t0 - in_target) // len(sl)
+            if finished:
+                self._finish(finished)
 
     def _evaluate(self, slots: np.ndarray, sl: list[int], feeds: list[list[Any]]
                   ) -> tuple[np.ndarray, list[Any], list[Any], int]:
@@ -339,61 +356,61 @@ class _Serving:
             else:
                 for i in sl:
                     self.target_ns[i] += share
-        else:
-            answers, in_target = self._evaluate_each(sl, feeds)
-            if usual:
-                usual = usual_rows(answers, feeds, rows_all, row_caches)
+        else:  # each slot's own target, one call per slot (each slot's own time counted)
+            own, target_ns = self.own, self.target_ns
+            answers = []
+            in_target = 0
+            for f, i in zip(feeds, sl):
+                a = clock()
+                answer = own[i](f, caches[i])  # type: ignore[misc]
+                a = clock() - a
+                target_ns[i] += a
+                in_target += a
+                if needs:
+                    answers.append(answer)
+                    continue
+                rows, rc = answer
+                answers.append((rows, None, rc))
+                if usual:
+                    m = len(f)
+                    if len(rows) == m and len(rc) == m:
+                        rows_all += rows
+                        row_caches.append(rc)
+                    else:
+                        usual = False
         if not usual:
             rows_all, probs_all, row_caches = gather(self.bs, slots, feeds, answers, self.rule)
         if self.vocab is not None:
             rows_all = self.vocab.encode(rows_all)
         return np.array(rows_all, dtype=np.int64), probs_all, row_caches, in_target
 
-    def _evaluate_each(self, sl: list[int], feeds: list[list[Any]]) -> tuple[list[Any], int]:
-        """Each slot's own target, one call per slot: the answers as ``(rows, probs or
-        None, row caches)`` and the ns spent in them (each slot's own time counted)."""
-        clock, own, caches, target_ns, needs = perf_counter_ns, self.own, self.caches, self.target_ns, self.needs
-        answers = []
-        in_target = 0
-        for f, i in zip(feeds, sl):
-            a = clock()
-            answer = own[i](f, caches[i])  # type: ignore[misc]
-            a = clock() - a
-            target_ns[i] += a
-            in_target += a
-            if needs:
-                answers.append(answer)
-            else:
-                rows, rc = answer
-                answers.append((rows, None, rc))
-        return answers, in_target
-
     def _settle(self, rows_arr: np.ndarray, probs_all: list[Any], sl: list[int], in_off: list[int]) -> Any:
-        """The batch's step on the target's rows (a ``select`` rule settled first); a
-        teacher-forced target's row kept past a rejected draft token is a TraceError."""
+        """The batch's step on the target's rows and probability rows (a ``select``
+        rule settled first)."""
         step = self.bs.step
         try:
-            if not self.needs:
-                return step(rows_arr, rule=self.step_rule)
             allp = stack(probs_all)
             if self.select_rule:
                 return step(rows_arr, rule=settle_selects(self.bs, sl, in_off, rows_arr, allp, self.rule))
             return step(rows_arr, rule=self.step_rule, probs=allp)
         except NegativeToken as exc:
-            forced = (TeacherForcedTarget, TeacherForcedBatch)
-            if isinstance(self.target, forced) or any(isinstance(self.targets[i], forced) for i in sl):
-                raise TraceError(
-                    f"the rule kept a row past a rejected draft token, which the recording "
-                    f"answers off trace ({exc})"
-                ) from None
-            raise
+            raise self._off_trace(exc, sl) from None
 
-    def _count(self, res: Any, sl: list[int]) -> None:
-        """Each verify's drafted and accepted counts and how it settled, from the step
-        (and told to a session that asks for them)."""
-        dr = res.drafted.tolist()
-        if not any(dr):
-            return
+    def _off_trace(self, exc: NegativeToken, sl: list[int]) -> Exception:
+        """What a negative token the step would emit means: a TraceError for a
+        teacher-forced target (a row kept past a rejected draft token, which the
+        recording answers off trace), else the refusal itself."""
+        forced = (TeacherForcedTarget, TeacherForcedBatch)
+        if isinstance(self.target, forced) or any(isinstance(self.targets[i], forced) for i in sl):
+            return TraceError(
+                f"the rule kept a row past a rejected draft token, which the recording "
+                f"answers off trace ({exc})"
+            )
+        return exc
+
+    def _count(self, res: Any, sl: list[int], dr: list[int]) -> None:
+        """Each verify's drafted (``dr``) and accepted counts and how it settled, from
+        the step (and told to a session that asks for them)."""
         acc = res.accepted.tolist()
         back = res.rolled_back.tolist()
         width, verified = self.width, self.verified
@@ -423,9 +440,7 @@ class _Serving:
         done = res.finished.tolist()
         finished = set(done) if done else set()
         dro = res.draft_offsets.tolist() if self.by_index else None
-        caches, outputs, eos_sets, clone = self.caches, self.outputs, self.eos_sets, self.clone
-        sessions, requests, k, spare = self.sessions, self.requests, self.k, self.spare
-        drafting, propose_step = self.sessions_drafting, self.propose_step
+        caches, outputs, eos_sets, clone, sessions, requests, k, spare, drafting, propose_step = self.kept
         cut: list[int] = []
         asking: list[tuple[int, int]] = []
         drafts: list[tuple[int, int, Any]] = []
@@ -460,7 +475,10 @@ class _Serving:
             assert propose_step is not None  # asking is only filled for a propose_step drafter
             proposed = propose_step([sessions[i] for i, _ in asking], [limit for _, limit in asking])
             drafts += [(i, limit, d) for (i, limit), d in zip(asking, proposed)]
-        self._enter_drafts(drafts)
+        if drafts:
+            self._enter_drafts(drafts)
+        else:
+            self.trees_next = False
         return finished
 
     def _enter_drafts(self, drafts: list[tuple[int, int, Any]]) -> None:
