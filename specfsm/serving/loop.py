@@ -242,11 +242,7 @@ class _Serving:
         self.dpos = [[0] * width for _ in requests]
         self.apos = [[0] * width for _ in requests]
         self.target_ns = [0] * n
-        # every live slot is in every step, so a slot's share of the steps' control time is
-        # the running total at its finish (all slots start together)
-        self.control_total = 0
         self.target_total = 0  # the shared target's time, split evenly among a step's slots
-        self.steps = 0
         self.results: list[RequestResult | None] = [None] * n
         self._bind_target()
         self.trees_next = False  # tree slots wait in the batch (TreeDraft)
@@ -298,13 +294,14 @@ class _Serving:
         pending, step = self.bs.pending, self.bs.step
         vocab, needs, step_rule = self.vocab, self.needs, self.step_rule
         evaluate, follow = self._evaluate, self._follow
+        steps = control_total = 0
         while True:
             t0 = clock()
             slots, inputs, offs = pending()
             sl = slots.tolist()
             if not sl:
                 return
-            self.steps += 1
+            steps += 1
             in_all, in_off = inputs.tolist(), offs.tolist()
             if vocab is not None:
                 in_all = vocab.decode(in_all)
@@ -321,9 +318,11 @@ class _Serving:
             if any(dr):
                 self._count(res, sl, dr)
             finished = follow(res, sl, row_caches)
-            self.control_total += (clock() - t0 - in_target) // len(sl)
+            # every live slot is in every step, so a slot's share of the steps' control
+            # time is the running total at its finish (all slots start together)
+            control_total += (clock() - t0 - in_target) // len(sl)
             if finished:
-                self._finish(finished)
+                self._finish(finished, steps, control_total)
 
     def _evaluate(self, slots: np.ndarray, sl: list[int], feeds: list[list[Any]]
                   ) -> tuple[np.ndarray, list[Any], list[Any], int]:
@@ -507,9 +506,10 @@ class _Serving:
                 for i, _d in new_trees:
                     caches[i] = _snapshot(caches[i], clone)
 
-    def _finish(self, finished: set[int]) -> None:
-        """The finished slots' results and statistics (``on_done`` told of each)."""
-        k, steps = self.k, self.steps
+    def _finish(self, finished: set[int], steps: int, control_total: int) -> None:
+        """The finished slots' results and statistics after ``steps`` steps whose
+        control time per slot adds up to ``control_total`` ns (``on_done`` told of each)."""
+        k = self.k
         for i in sorted(finished):
             v = self.ver[i]
             st = RequestStats(
@@ -518,7 +518,7 @@ class _Serving:
                 accepted=self.accepted_n[i], rollbacks=self.rolled[i],
                 drafted_by_position=at_least(self.dpos[i]) if k else [],
                 accepted_by_position=at_least(self.apos[i]) if k else [],
-                control_ns=self.control_total, target_ns=self.target_ns[i] + self.target_total,
+                control_ns=control_total, target_ns=self.target_ns[i] + self.target_total,
             )
             result = RequestResult(self.outputs[i], st, _state.Done(self.caches[i]))
             self.results[i] = result
