@@ -35,10 +35,17 @@ def impl(impl):
     return impl
 
 
+#: the suffix proposer's drafting policy off (no length cap, no cross-request cache): its
+#: drafts are then a fresh index's over the row's history, which the row-tracking tests
+#: compare with (the policy has tests of its own)
+PLAIN_SUFFIX = {"spec_factor": 0.0, "shared_tokens": 0, "prefer": "earliest", "REPEAT": False}
+
+
 def on(impl, cls=sv.SpecfsmNgramProposer):
     """``cls`` for a test on ``impl`` (the active implementation: the ``impl`` fixture),
-    as a subclass of the same name, so a test's changes to it stay its own."""
-    return type(cls.__name__, (cls,), {})
+    as a subclass of the same name, so a test's changes to it stay its own (the suffix
+    proposer's with its drafting policy off: ``PLAIN_SUFFIX``)."""
+    return type(cls.__name__, (cls,), PLAIN_SUFFIX if issubclass(cls, sv.SpecfsmSuffixProposer) else {})
 
 
 def test_the_public_proposers_draw_from_the_active_implementation():
@@ -46,7 +53,8 @@ def test_the_public_proposers_draw_from_the_active_implementation():
 
     tok = np.array([[5, 6, 5, 6], [1, 1, 7, 0]], np.int32)
     for cls, index_type in ((sv.SpecfsmNgramProposer, specfsm.NgramIndex), (sv.SpecfsmSuffixProposer, specfsm.SuffixIndex)):
-        p = cls(num_speculative_tokens=2, min_n=1, max_n=1)
+        plain = type(cls.__name__, (cls,), PLAIN_SUFFIX) if cls is sv.SpecfsmSuffixProposer else cls
+        p = plain(num_speculative_tokens=2, min_n=1, max_n=1)
         assert type(p._new_index()) is index_type
         assert p.propose([[5], [1]], np.array([3, 2]), tok) == [[6, 5], [1]]
         assert p.propose([[6], [7]], np.array([4, 3]), tok) == [[5, 6], []]

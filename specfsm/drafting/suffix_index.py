@@ -61,10 +61,10 @@ class SharedSuffixCache:
     from what earlier requests produced.
 
     Outputs are kept in ``generations`` suffix indexes of up to
-    ``max_tokens // generations`` tokens each; when the total would pass ``max_tokens``
-    the least recently used generation (the one whose last hit, or creation, is oldest;
-    never the one being filled) is dropped whole. An output longer than a generation
-    keeps its last tokens. Every method takes one lock, so any number of threads may
+    ``max_tokens // generations`` tokens each; when the total would pass ``max_tokens``,
+    or the outputs kept would pass ``max_requests`` (None: no bound), the least recently
+    used generation (the one whose last hit, or creation, is oldest; never the one being
+    filled) is dropped whole. An output longer than a generation keeps its last tokens. Every method takes one lock, so any number of threads may
     add and look up at once. ``lookup(context, max_k)`` returns ``(n, draft)``: the
     longest suffix of ``context`` (at least ``min_n`` tokens) found in any kept output
     and the tokens that followed its first occurrence there, within that output.
@@ -75,9 +75,13 @@ class SharedSuffixCache:
     that holds it): the output is queued and indexed by the next call.
     """
 
-    def __init__(self, max_tokens: int = 1 << 20, generations: int = 4, min_n: int = 1) -> None:
+    def __init__(self, max_tokens: int = 1 << 20, generations: int = 4, min_n: int = 1,
+                 max_requests: int | None = None) -> None:
         self.max_tokens = check_count(max_tokens, "max_tokens")
         self.generations = check_count(generations, "generations")
+        self.max_requests = None if max_requests is None else check_count(max_requests, "max_requests")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError(f"max_requests must be at least 1 (or None: no bound), got {self.max_requests}")
         if self.generations < 1:
             raise ValueError(f"generations must be at least 1, got {self.generations}")
         if self.max_tokens < 2 * self.generations:
@@ -85,7 +89,10 @@ class SharedSuffixCache:
         self.min_n = min_n
         SuffixIndex(min_n)  # validate min_n now
         self._per = self.max_tokens // self.generations
-        self._gens: list[list[Any]] = []   # [index, last use], oldest first
+        # outputs per generation (a generation is full at this many, or at _per tokens)
+        self._per_req = -(-self.max_requests // self.generations) if self.max_requests else 1 << 62
+        self._gens: list[list[Any]] = []   # [index, last use, outputs], oldest first
+        self._outputs = 0  # outputs the kept generations hold
         self._clock = 0
         self._seq = 0
         self._lock = threading.Lock()
@@ -143,14 +150,24 @@ class SharedSuffixCache:
         self._clock += 1
         self._seq += 1
         g = self._gens[-1] if self._gens else None
-        if g is None or len(g[0]) + len(toks) + 1 > self._per:
+        if g is None or len(g[0]) + len(toks) + 1 > self._per or g[2] >= self._per_req:
             while self._gens and (len(self._gens) + 1) * self._per > self.max_tokens:
-                old = min(range(len(self._gens)), key=lambda i: self._gens[i][1])
-                del self._gens[old]
-            g = [SuffixIndex(self.min_n, None, "earliest"), self._clock]
+                self._drop(range(len(self._gens)))
+            g = [SuffixIndex(self.min_n, None, "earliest"), self._clock, 0]
             self._gens.append(g)
         g[0].extend(toks + [-(2**63) + (self._seq % 2**47)])
         g[1] = self._clock
+        g[2] += 1
+        self._outputs += 1
+        if self.max_requests is not None:
+            while self._outputs > self.max_requests and len(self._gens) > 1:
+                self._drop(range(len(self._gens) - 1))  # (never the one being filled)
+
+    def _drop(self, among: range) -> None:
+        """Drop the least recently used generation of ``among`` (the caller holds the lock)."""
+        old = min(among, key=lambda i: self._gens[i][1])
+        self._outputs -= self._gens[old][2]
+        del self._gens[old]
 
     def lookup(self, context: Any, max_k: int) -> tuple[int, list[Any]]:
         """``(n, draft)`` for the longest suffix of ``context`` in any kept output;
@@ -188,7 +205,8 @@ class SharedSuffixCache:
             return sum(g[0].nbytes for g in self._gens)
 
     def __repr__(self) -> str:
-        return f"SharedSuffixCache(max_tokens={self.max_tokens}, generations={self.generations}, min_n={self.min_n})"
+        return (f"SharedSuffixCache(max_tokens={self.max_tokens}, generations={self.generations}, "
+                f"min_n={self.min_n}, max_requests={self.max_requests})")
 
 
 class _SuffixSession(IndexSession):

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..drafting import ngram_index, suffix_index
 from .rows import RowTrackingProposer
-from .settings import RANGE_SOURCES, prefer_setting, range_sources
+from .settings import RANGE_SOURCES, SETTINGS, additional_settings, prefer_setting, range_sources, setting
 
 __all__ = ["SpecfsmNgramProposer", "SpecfsmSuffixProposer"]
 
@@ -27,6 +27,8 @@ class _IndexProposer(RowTrackingProposer):
 
     #: the proposer's public name (its repr)
     _NAME = ""
+    #: the settings it takes from ``additional_config["specfsm"]``
+    _SETTINGS: tuple = SETTINGS[:4]
     #: zeros for the drafted and accepted counts (read-only; grown as batches grow)
     _nothing = np.zeros(0, dtype=np.int64)
     #: where the range came from (``settings`` says it)
@@ -49,6 +51,10 @@ class _IndexProposer(RowTrackingProposer):
             max_model_len=max_model_len,
             verify=verify,
         )
+        unused = sorted(set(additional_settings(vllm_config)) - set(self._SETTINGS))
+        if unused:
+            raise ValueError(f'additional_config["specfsm"] has settings {self._NAME} does not take: {unused}; '
+                             f"it takes {', '.join(self._SETTINGS)}")
         sources = list(zip(range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
         lo, hi, self.range_source = self._range_of(sources)
         prefer = prefer_setting(prefer, type(self), vllm_config)
@@ -139,26 +145,87 @@ class SpecfsmNgramProposer(_IndexProposer):
         return ngram_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
 
 
+def _number(value: Any, name: str, kind: type, least: float) -> Any:
+    """A setting read as ``kind`` (int or float; a string from the environment is
+    parsed), at least ``least``; refuses anything else with a ValueError naming it."""
+    try:
+        if isinstance(value, bool) or (kind is int and isinstance(value, float)):
+            raise ValueError
+        v = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a {'number' if kind is float else 'whole number'} "
+                         f"of at least {least}, got {value!r}") from None
+    if not v >= least or v != v or v == float("inf"):
+        raise ValueError(f"{name} must be a finite number of at least {least}, got {value!r}")
+    return v
+
+
 class SpecfsmSuffixProposer(_IndexProposer):
-    """vLLM proposer over ``specfsm.SuffixIndex``: unbounded longest-match drafts (the
-    longest earlier occurrence of the row's current suffix, of any length) at amortised
-    O(1) per token, with the same row tracking as ``SpecfsmNgramProposer``.
+    """vLLM proposer over ``specfsm.SuffixIndex``: longest-match drafts (the latest
+    earlier occurrence of the row's current suffix, of any length) at amortised O(1) per
+    token, from the request's own history and from the histories of the requests that
+    went before it on this worker, with the same row tracking as
+    ``SpecfsmNgramProposer``.
+
+    Each draft comes from the longer of two matches: the row's own (its ``SuffixIndex``;
+    an occurrence that ends where the history does, a repeating suffix, goes on
+    repeating) and the longest suffix of the row's last ``WINDOW`` tokens found in the
+    worker's cache of earlier requests' histories (a ``SharedSuffixCache`` of prompt and
+    output, filled as requests leave the batch; taken when longer than the row's own and
+    at least ``SHARED_MIN`` tokens). Its length is what the match supports: at most
+    ``spec_factor`` times the match length (a one-token match drafts one token; 0: no
+    cap), and at most K.
 
     Settings: ``min_n`` (shortest suffix worth drafting from, default 1), ``max_n``
-    (longest suffix looked at; default None, unbounded) and ``prefer`` (``"earliest"``,
-    the default, or ``"latest"`` occurrence of that suffix); draft length K is
-    ``num_speculative_tokens``, capped at ``max_model_len - length``. Each comes from, in
-    order: the keyword; ``prompt_lookup_min`` / ``prompt_lookup_max`` of the
-    ``speculative_config`` when positive; ``additional_config["specfsm"]``; the
-    environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``,
-    ``SPECFSM_VLLM_PREFER``); the class attributes. The indexes are the active
-    implementation's.
+    (longest suffix looked at; default None, unbounded) and ``prefer`` (``"latest"``,
+    the default, or ``"earliest"`` occurrence of that suffix), by the range rule of
+    ``SpecfsmNgramProposer``'s sources (keyword, ``speculative_config``,
+    ``additional_config["specfsm"]``, ``SPECFSM_VLLM_MIN_N`` / ``MAX_N`` / ``PREFER``, class
+    attributes); ``spec_factor`` (default 1.0), ``shared_tokens`` (tokens the cache keeps
+    per worker, default 2**20; 0: no cache) and ``shared_requests`` (requests it keeps,
+    default 10000), each from the keyword, ``additional_config["specfsm"]``,
+    ``SPECFSM_VLLM_SPEC_FACTOR`` / ``SHARED_TOKENS`` / ``SHARED_REQUESTS`` or the class
+    attribute. The cache drops its least recently used quarter when it passes either
+    bound; it learns a request's history when the request leaves the batch, which the
+    proposer knows by request id (inside vLLM always; outside, with ``req_ids=``). Draft
+    length K is ``num_speculative_tokens``, capped at ``max_model_len - length``. The
+    indexes are the active implementation's.
     """
 
     min_n: int = 1
     max_n: int | None = None
-    prefer: str = "earliest"
+    prefer: str = "latest"
+    spec_factor: float = 1.0
+    shared_tokens: int = 1 << 20
+    shared_requests: int = 10000
+    #: a draft cut short by the end of the history goes on repeating (False: as the index gives it)
+    REPEAT = True
+    #: the shortest shared match a draft is taken from
+    SHARED_MIN = 2
+    #: tokens of the row's history matched against the shared cache
+    WINDOW = 256
     _NAME = "SpecfsmSuffixProposer"
+    _SETTINGS = SETTINGS
+
+    def __init__(self, vllm_config: Any = None, *, spec_factor: Any = None, shared_tokens: Any = None,
+                 shared_requests: Any = None, **kw: Any) -> None:
+        cls = type(self)
+        self.spec_factor = _number(setting("spec_factor", spec_factor, vllm_config, cls.spec_factor),
+                                   "spec_factor", float, 0.0)
+        self.shared_tokens = _number(setting("shared_tokens", shared_tokens, vllm_config, cls.shared_tokens),
+                                     "shared_tokens", int, 0)
+        self.shared_requests = _number(
+            setting("shared_requests", shared_requests, vllm_config, cls.shared_requests), "shared_requests", int, 1)
+        self._shared = None
+        if self.shared_tokens:
+            self._shared = suffix_index.SharedSuffixCache(
+                max(self.shared_tokens, 8), generations=4, min_n=1, max_requests=self.shared_requests)
+        self._shared_used = False  # (the cache holds something)
+        super().__init__(vllm_config, **kw)
+
+    def settings(self) -> dict:
+        return {**super().settings(), "spec_factor": self.spec_factor, "shared_tokens": self.shared_tokens,
+                "shared_requests": self.shared_requests}
 
     def _range_of(self, sources: list) -> tuple[Any, Any, str]:
         """Each end from the first source that sets it (``max_n`` None: unbounded)."""
@@ -170,8 +237,45 @@ class SpecfsmSuffixProposer(_IndexProposer):
         """An empty ``SuffixIndex`` (the active implementation's)."""
         return suffix_index.SuffixIndex(lo, hi, prefer)
 
+    def _retire(self, index: Any) -> None:
+        """Keep the history of a request that left the batch, for the requests after it."""
+        if self._shared is not None and len(index):
+            self._shared.add(index.tokens)
+            self._shared_used = True
+
+    def _shared_drafts(self, indexes: list, drafts: list, ns: list, kk: list) -> None:
+        """Each row's draft from the shared cache where its match there is longer than
+        the row's own (``ns``) and at least ``SHARED_MIN``: ``drafts`` and ``ns``
+        rewritten in place."""
+        lookup, window, least = self._shared.lookup, self.WINDOW, self.SHARED_MIN
+        for j, ix in enumerate(indexes):
+            if kk[j]:
+                sn, sd = lookup(ix.last_tokens(window), kk[j])
+                if sn > ns[j] and sn >= least and sd:
+                    drafts[j], ns[j] = sd, sn
+
     def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> list[list[int]]:
-        """One serving step of ``indexes`` (``suffix_index.serve_batch_lists``), nothing recorded."""
-        none = self._no_counts(len(indexes))
-        return suffix_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
+        """One serving step of ``indexes`` (``suffix_index.serve_batch_lists``, nothing
+        recorded), then each draft taken from the longer of the row's own match and the
+        shared cache's, and cut to what that match supports."""
+        b = len(indexes)
+        none = self._no_counts(b)
+        drafts = suffix_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
+        ns = list(map(suffix_index.SuffixIndex.match_length, indexes))
+        kk = [ks] * b if not isinstance(ks, np.ndarray) else ks.tolist()
+        if self._shared_used:
+            self._shared_drafts(indexes, drafts, ns, kk)
+        f, repeat = self.spec_factor, self.REPEAT
+        for j, d in enumerate(drafts):
+            n = len(d)
+            if not n:
+                continue
+            if repeat and n < kk[j] and n == len(indexes[j]) - indexes[j].match_end():
+                # the occurrence ends where the history does (a repeating suffix whose
+                # period is n): the draft goes on repeating it
+                d = drafts[j] = (d * (kk[j] // n + 1))[: kk[j]]
+                n = len(d)
+            if f and n > ns[j] * f:
+                drafts[j] = d[: int(ns[j] * f)]
+        return drafts

@@ -157,10 +157,12 @@ class RowTrackingProposer:
         self._rid: list = []
         self._has_ids = False  # some row's entry in _rid is not None
         self._general_ids: list | None = None  # the ids the last general step went by
+        self._live: set | None = None  # the same as a set (made on demand)
         # rows whose (length, tail) at the last call another row or a pooled index shared:
         # a move between such twins passes the row rule, so they are compared in full
         self._twin = np.zeros(0, dtype=bool)
         self._any_twin = False
+        self._twins_stale = False  # calls with ids left the twins unmarked
         self._pool_h = np.zeros(0, dtype=np.uint64)  # the pooled indexes' key hashes
         self._pool_f = np.zeros(0, dtype=np.uint64)  # their (length, last two tokens) filter, sorted
         self._pool_lens: set = set()  # the pooled indexes' lengths
@@ -187,6 +189,11 @@ class RowTrackingProposer:
     def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> list[list[int]]:
         raise NotImplementedError
+
+    def _retire(self, index: Any) -> None:
+        """A request left the batch (finished, aborted or preempted) with ``index``, its
+        history's index: nothing to do here (the suffix proposer keeps its history for
+        other requests to draft from)."""
 
     def rescan(self, history: Any, max_k: int) -> list:
         """The draft a fresh index over ``history`` would give (for tests and checks)."""
@@ -318,11 +325,25 @@ class RowTrackingProposer:
             self._twin[twins] = True
             self._any_twin = True
 
+    def _short(self, ids: list | None) -> int:
+        """Rows up to this long are compared in full every step, not spread-checked:
+        ``SHORT`` without request ids; with ids (which tell requests apart) only rows
+        shorter than the tail (``TAIL - 1``), so every step of a batch of short
+        histories can be the steady one."""
+        return self.SHORT if ids is None else self.TAIL - 1
+
     def _release(self, r: int) -> None:
-        """Move row ``r``'s index into the pool of indexes no row holds."""
+        """Move row ``r``'s index into the pool of indexes no row holds; when its request
+        has left the batch (its id is not among this call's), hand it to ``_retire``."""
         ix = self._ix[r]
         if ix is None:
             return
+        rid = self._rid[r]
+        if rid is not None and self._general_ids is not None:
+            if self._live is None:
+                self._live = set(self._general_ids)
+            if rid not in self._live:
+                self._retire(ix)
         key = (int(self._len[r]), self._tail[r].tobytes())
         if key not in self._pool:
             self._pool_tokens += key[0]
@@ -405,7 +426,7 @@ class RowTrackingProposer:
         step = self.stats["steps"]
         got = _steady_rows(
             sampled, num_tokens, tok, self._len, self._seen, self._tail.T, self._spos.T, self._spread.T,
-            self._anc, (-step) % self.DEEP, self.DEEP, self.SHORT, cap, self._pool_f, self._FILTER_MUL)
+            self._anc, (-step) % self.DEEP, self.DEEP, self._short(ids), cap, self._pool_f, self._FILTER_MUL)
         if got is None:
             return None
         L, new, offsets, tails, lmax, twins, renew = got
@@ -419,7 +440,9 @@ class RowTrackingProposer:
         self._tail.T[:, :b] = tails
         self._len[:b] = L
         self._seen[:b] = L
-        if twins:  # some row may share its key: the whole check
+        if ids is not None:
+            self._twins_stale = True
+        elif twins:  # some row may share its key: the whole check
             self._mark_twins(b, False)
         elif self._any_twin:
             self._twin[:] = False
@@ -436,7 +459,11 @@ class RowTrackingProposer:
         b, counts, L, tok = check_call(sampled, num_tokens, token_ids)
         if ids is not None and None in ids:  # (a row without an id: the call goes without)
             ids = None
-        self._general_ids = ids  # (what the call went by, for the stats)
+        if ids is None and self._twins_stale:  # the twins of the last call's rows and pool
+            self._mark_twins(self._used, True)
+            self._twins_stale = False
+        self._general_ids = ids  # (what the call went by, for the stats and _release)
+        self._live = None  # (its ids as a set, made when _release first needs it)
         self._reserve(b)
         out = self._general_step(sampled, b, counts, L, tok, ids)
         # a row that sampled nothing (a request prefilling: new in the row, perhaps as long
@@ -451,7 +478,10 @@ class RowTrackingProposer:
         # every row's length at this call, for the next call's row rule
         self._seen[:b] = L
         self._seen[b:] = -1
-        self._mark_twins(b, True)
+        if ids is None:
+            self._mark_twins(b, True)
+        else:  # (the ids tell twins apart: marked only when a call comes without them)
+            self._twins_stale = True
         return out
 
     def _general_step(self, sampled: Any, b: int, counts: np.ndarray, L: np.ndarray,
@@ -562,7 +592,7 @@ class RowTrackingProposer:
                 deep = self._arange[(-step) % self.DEEP : b : self.DEEP]
             else:
                 deep = np.flatnonzero((rows + step) % self.DEEP == 0)
-            deep = deep[ok[deep] & (n_old[deep] > self.SHORT)]
+            deep = deep[ok[deep] & (n_old[deep] > self._short(ids))]
             if deep.size:
                 rd = rows[deep]
                 ok[deep] = (self._gather(tok, rd, self._spread_pos(self._anc[rd])) == self._spread[rd]).all(axis=1)

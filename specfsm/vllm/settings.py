@@ -26,6 +26,7 @@ from .._checks import check_count
 
 __all__ = [
     "RANGE_SOURCES",
+    "SETTINGS",
     "VERIFY_MODES",
     "ProposerConfig",
     "additional_settings",
@@ -33,6 +34,7 @@ __all__ = [
     "log_settings",
     "prefer_setting",
     "range_sources",
+    "setting",
     "verify_setting",
 ]
 
@@ -111,12 +113,16 @@ def additional_settings(vllm_config: Any) -> dict:
     mine = extra["specfsm"]
     if not isinstance(mine, dict):
         raise TypeError(f'additional_config["specfsm"] must be a dict of proposer settings, got {mine!r}')
-    unknown = sorted(set(mine) - {"min_n", "max_n", "prefer", "verify"})
+    unknown = sorted(set(mine) - set(SETTINGS))
     if unknown:
         raise ValueError(f'additional_config["specfsm"] has unknown settings {unknown}; '
-                         "known: min_n, max_n, prefer, verify")
+                         f"known: {', '.join(SETTINGS)}")
     return mine
 
+
+#: every setting ``additional_config["specfsm"]`` may hold (the n-gram proposer reads
+#: the first four; the suffix proposer all of them)
+SETTINGS = ("min_n", "max_n", "prefer", "verify", "spec_factor", "shared_tokens", "shared_requests")
 
 #: where each settings source is named in the settings log
 RANGE_SOURCES = ("keyword", "speculative_config", "additional_config", "environment", "class")
@@ -140,22 +146,27 @@ def range_sources(vllm_config: Any, min_n: Any, max_n: Any, cls: type) -> list[t
     ]
 
 
-def prefer_setting(prefer: Any, cls: type, vllm_config: Any = None) -> Any:
-    """``prefer`` from the keyword, else ``additional_config["specfsm"]``, else
-    ``SPECFSM_VLLM_PREFER``, else the class attribute."""
-    if prefer is not None:
-        return prefer
+def setting(name: str, value: Any, vllm_config: Any, default: Any) -> Any:
+    """Setting ``name``: ``value`` (the keyword) when not None, else
+    ``additional_config["specfsm"][name]``, else the environment variable
+    ``SPECFSM_VLLM_<NAME>`` (a string, for the caller to parse), else ``default`` (the
+    class attribute)."""
+    if value is not None:
+        return value
     extra = additional_settings(vllm_config)
-    if extra.get("prefer") is not None:
-        return extra["prefer"]
-    return env_setting("SPECFSM_VLLM_PREFER") or cls.prefer  # type: ignore[attr-defined]
+    if extra.get(name) is not None:
+        return extra[name]
+    return env_setting("SPECFSM_VLLM_" + name.upper()) or default
+
+
+def prefer_setting(prefer: Any, cls: type, vllm_config: Any = None) -> Any:
+    """``prefer`` by ``setting``'s order (the class attribute last)."""
+    return setting("prefer", prefer, vllm_config, cls.prefer)  # type: ignore[attr-defined]
 
 
 def verify_setting(verify: Any, vllm_config: Any, default: str) -> str:
-    """``verify`` from the keyword, else ``additional_config["specfsm"]``, else
-    ``SPECFSM_VLLM_VERIFY``, else ``default``; refuses a mode not in ``VERIFY_MODES``."""
-    if verify is None:
-        verify = additional_settings(vllm_config).get("verify") or env_setting("SPECFSM_VLLM_VERIFY") or default
+    """``verify`` by ``setting``'s order; refuses a mode not in ``VERIFY_MODES``."""
+    verify = setting("verify", verify, vllm_config, default)
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
     return verify
