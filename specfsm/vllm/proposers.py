@@ -243,11 +243,11 @@ class SpecfsmSuffixProposer(_IndexProposer):
             self._shared.add(index.tokens)
             self._shared_used = True
 
-    def _shared_drafts(self, indexes: list, drafts: list, ns: list, kk: list) -> None:
-        """Each row's draft from the shared cache where its match there is longer than
-        the row's own (``ns``) and at least ``SHARED_MIN``: ``drafts`` and ``ns``
+    def _shared_drafts(self, shared: Any, indexes: list, drafts: list, ns: list, kk: list) -> None:
+        """Each row's draft from ``shared`` (the cache) where its match there is longer
+        than the row's own (``ns``) and at least ``SHARED_MIN``: ``drafts`` and ``ns``
         rewritten in place."""
-        lookup, window, least = self._shared.lookup, self.WINDOW, self.SHARED_MIN
+        lookup, window, least = shared.lookup, self.WINDOW, self.SHARED_MIN
         for j, ix in enumerate(indexes):
             if kk[j]:
                 sn, sd = lookup(ix.last_tokens(window), kk[j])
@@ -264,8 +264,8 @@ class SpecfsmSuffixProposer(_IndexProposer):
         drafts = suffix_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
         ns = list(map(suffix_index.SuffixIndex.match_length, indexes))
         kk = [ks] * b if not isinstance(ks, np.ndarray) else ks.tolist()
-        if self._shared_used:
-            self._shared_drafts(indexes, drafts, ns, kk)
+        if self._shared_used and self._shared is not None:
+            self._shared_drafts(self._shared, indexes, drafts, ns, kk)
         f, repeat = self.spec_factor, self.REPEAT
         for j, d in enumerate(drafts):
             n = len(d)
