@@ -33,7 +33,10 @@ in ``min_n..max_n``, up to K tokens, none when nothing matches). On a GPU with T
 vLLM runs its ``ngram`` method on Model Runner V2 with its own speculator instead
 (longest n, rightmost position, drafts padded to K); those drafts can differ, and
 ``prefer="latest"`` is the nearer setting. ``SpecfsmSuffixProposer`` is specfsm's own
-(longest earlier occurrence of any length); it is not Arctic's ``suffix`` method.
+answer to vLLM's ``suffix`` method (Arctic's suffix decoding): the longest earlier
+occurrence of any length, in the request's own history and in the histories of the
+requests that left the batch before it on this worker (a ``SharedSuffixCache``), each
+draft no longer than its match supports (``spec_factor``).
 
 What ``custom_class`` gives up (vLLM 0.32's config and runner, read): Model Runner V2
 refuses it (vLLM falls back to V1 with a warning); vLLM turns asynchronous scheduling
@@ -48,7 +51,8 @@ to ``num_speculative_tokens`` every step.
 (unless given as a keyword): vLLM's auto-fit (``max_model_len=-1``) writes the fitted
 value into that same object in each worker after the proposer is built.
 
-Settings (the n-gram range, ``prefer``, ``verify``) come from constructor keywords,
+Settings (the n-gram range, ``prefer``, ``verify``; the suffix proposer's
+``spec_factor``, ``shared_tokens`` and ``shared_requests``) come from constructor keywords,
 ``additional_config={"specfsm": {...}}``, the ``SPECFSM_VLLM_*`` environment variables
 (set in every worker process) or class attributes (a subclass), in that order (vLLM
 zeroes ``prompt_lookup_min``/``max`` for ``custom_class``; ``specfsm.vllm.settings``

@@ -9,7 +9,10 @@ version that keeps them); ``additional_config={"specfsm": {"min_n": .., "max_n":
 environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREFER``,
 ``SPECFSM_VLLM_VERIFY``, which must be set in every worker process); class attributes
 (subclass to change them); else vLLM's n-gram defaults (``5..5``,
-``prefer="earliest"``). Each proposer logs the settings it runs with and where the range
+``prefer="earliest"``). Every other setting (``prefer``, ``verify``, the suffix
+proposer's ``spec_factor``, ``shared_tokens`` and ``shared_requests``) comes from the
+keyword, ``additional_config["specfsm"]``, ``SPECFSM_VLLM_<NAME>`` or the class attribute
+(``setting``). Each proposer logs the settings it runs with and where the range
 came from once per worker process (logger ``specfsm.vllm``; inside vLLM, unless
 something handles that logger, ``vllm.specfsm``, which vLLM's handlers print).
 ``ProposerConfig`` stands in for a ``VllmConfig`` outside vLLM.
