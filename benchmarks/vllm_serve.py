@@ -296,6 +296,7 @@ def run_rounds(engines: dict, methods: list, inputs: list, sp, rounds: int) -> d
     outputs: dict = {m: None for m in methods}
     unstable = {m: False for m in methods}
     last = {m: engines[m].collective_rpc(_read_timer)[0] or _ZERO for m in methods}
+    start = dict(last)
     for rnd in range(rounds):
         order = methods[rnd % len(methods):] + methods[: rnd % len(methods)]
         for m in order:
@@ -311,20 +312,17 @@ def run_rounds(engines: dict, methods: list, inputs: list, sp, rounds: int) -> d
             elif outputs[m] != ids:
                 unstable[m] = True
             print(f"# round {rnd} {m}: {dt:.1f} s", file=sys.stderr, flush=True)
-    return {"rounds": per, "outputs": outputs, "unstable": unstable, "timers": last}
+    return {"rounds": per, "outputs": outputs, "unstable": unstable, "timers": last, "start": start}
 
 
-def summarise(m: str, rounds: list, outputs: list, ref: list, timer: dict) -> dict:
+def summarise(m: str, rounds: list, outputs: list, ref: list, timer: dict, start: dict) -> dict:
     """One method's row: tokens per second is the median of the rounds after the first
-    (the first round's alone when there is one); the counts are over every round."""
+    (the first round's alone when there is one); the counts are over every round (the
+    timer's figures since ``start``, its reading before the first round)."""
     import statistics
 
     later = rounds[1:] or rounds
-    total = {"time": sum(r["propose_ms_per_step"] * r["calls"] / 1e3 for r in rounds if r["calls"]),
-             "calls": sum(r["calls"] for r in rounds),
-             "counts": {k: sum(r[k] for r in rounds) for k in ("drafts", "draft_tokens", "verified")},
-             "id_calls": sum(r["id_calls"] or 0 for r in rounds)}
-    total["counts"]["accepted"] = sum(r["accepted_tokens"] for r in rounds)
+    total = _since(timer, start)
     row = {"method": m, **_figures(sum(r["wall_s"] for r in rounds), sum(r["tokens"] for r in rounds), total)}
     row["tok_per_s"] = statistics.median(r["tok_per_s"] for r in later)
     row["tok_per_s_rounds"] = "after the first" if len(rounds) > 1 else "the only round"
@@ -470,14 +468,14 @@ def _run(args, methods: list, tmp: str) -> int:
             engines[m].collective_rpc(_install_timer)  # (after the warm-up: it counts the timed runs only)
             print(f"# {m}: engine up in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         got = run_rounds(engines, methods, inputs, sp, args.rounds)
-        timers = {m: engines[m].collective_rpc(_read_timer)[0] or {} for m in methods}
     finally:
         for e in engines.values():  # (the engine processes go before the model directory)
             shutdown = getattr(getattr(e, "llm_engine", None), "engine_core", None)
             if shutdown is not None and hasattr(shutdown, "shutdown"):
                 shutdown.shutdown()
     ref = got["outputs"]["none"]
-    rows = [summarise(m, got["rounds"][m], got["outputs"][m], ref, timers[m]) for m in methods]
+    rows = [summarise(m, got["rounds"][m], got["outputs"][m], ref, got["timers"][m], got["start"][m])
+            for m in methods]
     for row in rows:
         row["unstable"] = got["unstable"][row["method"]]
     _print_table(rows, args, model_dir, len(prompts))

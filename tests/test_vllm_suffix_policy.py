@@ -100,9 +100,12 @@ def test_the_settings_and_their_sources(impl, monkeypatch):
     p = make(impl)
     assert (p.spec_factor, p.shared_tokens, p._shared) == (1.5, 0, None)
     assert make(impl, spec_factor=3).spec_factor == 3.0  # the keyword first
-    for bad in ({"spec_factor": -1}, {"spec_factor": "x"}, {"spec_factor": float("nan")},
-                {"shared_tokens": -5}, {"shared_tokens": 2.5}, {"shared_requests": 0}, {"shared_tokens": True}):
-        with pytest.raises(ValueError, match=next(iter(bad))):
+    # (the project's checkers: a bad value is a ValueError, a wrong type a TypeError)
+    for error, bad in ((ValueError, {"spec_factor": -1}), (TypeError, {"spec_factor": "x"}),
+                       (ValueError, {"spec_factor": float("nan")}), (ValueError, {"shared_tokens": -5}),
+                       (TypeError, {"shared_tokens": 2.5}), (ValueError, {"shared_requests": 0}),
+                       (TypeError, {"shared_tokens": True})):
+        with pytest.raises(error, match=next(iter(bad))):
             make(impl, **bad)
     monkeypatch.setenv("SPECFSM_VLLM_SHARED_TOKENS", "many")
     with pytest.raises(ValueError, match="shared_tokens"):

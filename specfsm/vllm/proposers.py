@@ -12,7 +12,8 @@ import numpy as np
 
 from ..drafting import ngram_index, suffix_index
 from .rows import RowTrackingProposer
-from .settings import RANGE_SOURCES, SETTINGS, additional_settings, prefer_setting, range_sources, setting
+from .._checks import check_count, nonnegative_real
+from .settings import INDEX_SETTINGS, RANGE_SOURCES, SETTINGS, additional_settings, range_sources, setting
 
 __all__ = ["SpecfsmNgramProposer", "SpecfsmSuffixProposer"]
 
@@ -28,11 +29,13 @@ class _IndexProposer(RowTrackingProposer):
     #: the proposer's public name (its repr)
     _NAME = ""
     #: the settings it takes from ``additional_config["specfsm"]``
-    _SETTINGS: tuple = SETTINGS[:4]
+    _SETTINGS: tuple = INDEX_SETTINGS
     #: zeros for the drafted and accepted counts (read-only; grown as batches grow)
     _nothing = np.zeros(0, dtype=np.int64)
     #: where the range came from (``settings`` says it)
     range_source: str
+    #: the occurrence a draft follows (each proposer's class attribute is its default)
+    prefer: str
 
     def __init__(
         self,
@@ -57,7 +60,7 @@ class _IndexProposer(RowTrackingProposer):
                              f"it takes {', '.join(self._SETTINGS)}")
         sources = list(zip(range_sources(vllm_config, min_n, max_n, type(self)), RANGE_SOURCES))
         lo, hi, self.range_source = self._range_of(sources)
-        prefer = prefer_setting(prefer, type(self), vllm_config)
+        prefer = setting("prefer", prefer, vllm_config, type(self).prefer)
         probe = self._new_index_of(lo, hi, prefer)  # validates min_n, max_n, prefer
         self.min_n, self.max_n, self.prefer = probe.min_n, probe.max_n, probe.prefer
         self._log()
@@ -145,21 +148,6 @@ class SpecfsmNgramProposer(_IndexProposer):
         return ngram_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
 
 
-def _number(value: Any, name: str, kind: type, least: float) -> Any:
-    """A setting read as ``kind`` (int or float; a string from the environment is
-    parsed), at least ``least``; refuses anything else with a ValueError naming it."""
-    try:
-        if isinstance(value, bool) or (kind is int and isinstance(value, float)):
-            raise ValueError
-        v = kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a {'number' if kind is float else 'whole number'} "
-                         f"of at least {least}, got {value!r}") from None
-    if not v >= least or v != v or v == float("inf"):
-        raise ValueError(f"{name} must be a finite number of at least {least}, got {value!r}")
-    return v
-
-
 class SpecfsmSuffixProposer(_IndexProposer):
     """vLLM proposer over ``specfsm.SuffixIndex``: longest-match drafts (the latest
     earlier occurrence of the row's current suffix, of any length) at amortised O(1) per
@@ -210,12 +198,14 @@ class SpecfsmSuffixProposer(_IndexProposer):
     def __init__(self, vllm_config: Any = None, *, spec_factor: Any = None, shared_tokens: Any = None,
                  shared_requests: Any = None, **kw: Any) -> None:
         cls = type(self)
-        self.spec_factor = _number(setting("spec_factor", spec_factor, vllm_config, cls.spec_factor),
-                                   "spec_factor", float, 0.0)
-        self.shared_tokens = _number(setting("shared_tokens", shared_tokens, vllm_config, cls.shared_tokens),
-                                     "shared_tokens", int, 0)
-        self.shared_requests = _number(
-            setting("shared_requests", shared_requests, vllm_config, cls.shared_requests), "shared_requests", int, 1)
+        self.spec_factor = nonnegative_real(
+            setting("spec_factor", spec_factor, vllm_config, cls.spec_factor, float), "spec_factor")
+        self.shared_tokens = check_count(
+            setting("shared_tokens", shared_tokens, vllm_config, cls.shared_tokens, int), "shared_tokens")
+        self.shared_requests = check_count(
+            setting("shared_requests", shared_requests, vllm_config, cls.shared_requests, int), "shared_requests")
+        if self.shared_requests < 1:
+            raise ValueError(f"shared_requests must be at least 1, got {self.shared_requests}")
         self._shared = None
         if self.shared_tokens:
             self._shared = suffix_index.SharedSuffixCache(

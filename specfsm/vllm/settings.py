@@ -28,14 +28,15 @@ from typing import Any
 from .._checks import check_count
 
 __all__ = [
+    "INDEX_SETTINGS",
     "RANGE_SOURCES",
     "SETTINGS",
+    "SUFFIX_SETTINGS",
     "VERIFY_MODES",
     "ProposerConfig",
     "additional_settings",
     "env_setting",
     "log_settings",
-    "prefer_setting",
     "range_sources",
     "setting",
     "verify_setting",
@@ -123,9 +124,11 @@ def additional_settings(vllm_config: Any) -> dict:
     return mine
 
 
-#: every setting ``additional_config["specfsm"]`` may hold (the n-gram proposer reads
-#: the first four; the suffix proposer all of them)
-SETTINGS = ("min_n", "max_n", "prefer", "verify", "spec_factor", "shared_tokens", "shared_requests")
+#: the settings ``additional_config["specfsm"]`` may hold for every proposer, and those
+#: only the suffix proposer takes
+INDEX_SETTINGS = ("min_n", "max_n", "prefer", "verify")
+SUFFIX_SETTINGS = ("spec_factor", "shared_tokens", "shared_requests")
+SETTINGS = INDEX_SETTINGS + SUFFIX_SETTINGS
 
 #: where each settings source is named in the settings log
 RANGE_SOURCES = ("keyword", "speculative_config", "additional_config", "environment", "class")
@@ -149,22 +152,26 @@ def range_sources(vllm_config: Any, min_n: Any, max_n: Any, cls: type) -> list[t
     ]
 
 
-def setting(name: str, value: Any, vllm_config: Any, default: Any) -> Any:
+def setting(name: str, value: Any, vllm_config: Any, default: Any, parse: Any = None) -> Any:
     """Setting ``name``: ``value`` (the keyword) when not None, else
     ``additional_config["specfsm"][name]``, else the environment variable
-    ``SPECFSM_VLLM_<NAME>`` (a string, for the caller to parse), else ``default`` (the
-    class attribute)."""
+    ``SPECFSM_VLLM_<NAME>`` (its string, read by ``parse`` when given: a ValueError names
+    the variable), else ``default`` (the class attribute). The caller checks the value."""
     if value is not None:
         return value
     extra = additional_settings(vllm_config)
     if extra.get(name) is not None:
         return extra[name]
-    return env_setting("SPECFSM_VLLM_" + name.upper()) or default
-
-
-def prefer_setting(prefer: Any, cls: type, vllm_config: Any = None) -> Any:
-    """``prefer`` by ``setting``'s order (the class attribute last)."""
-    return setting("prefer", prefer, vllm_config, cls.prefer)  # type: ignore[attr-defined]
+    env = "SPECFSM_VLLM_" + name.upper()
+    text = env_setting(env)
+    if text is None:
+        return default
+    if parse is None:
+        return text
+    try:
+        return parse(text)
+    except ValueError:
+        raise ValueError(f"environment variable {env} is not a valid {name} ({parse.__name__}), got {text!r}") from None
 
 
 def verify_setting(verify: Any, vllm_config: Any, default: str) -> str:
