@@ -132,14 +132,14 @@ OTHER_PROMPTS = [
 def smollm2_prompts(model_dir: str, edits: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from specfsm.hf.prompts import EditPrompt, chat_ids, edit_prompts
+    from specfsm.hf.prompts import chat_ids, edit_prompts
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    out = [chat_ids(tok, p) for p in edit_prompts(edits)]
+    out = [chat_ids(tok, p.messages) for p in edit_prompts(edits)]
     system = "You are a careful assistant. Answer exactly what is asked, in plain text."
     for text in OTHER_PROMPTS:  # these share a system prompt and the template
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-        out.append(chat_ids(tok, EditPrompt("other", {}, msgs)))
+        out.append(chat_ids(tok, msgs))
     return out
 
 
@@ -164,26 +164,14 @@ def tiny_prompts(vocab: int, count: int, seed: int = 1) -> list[list[int]]:
 
 def spec_bench_prompts(model_dir: str, path: str, per_category: int) -> list[list[int]]:
     """The first turn of the first ``per_category`` questions of each Spec-Bench category
-    (``question.jsonl``: ``{"question_id", "category", "turns": [...]}`` per line), as
-    chat-templated token ids: prompts the drafters have not seen."""
+    (``question.jsonl``, read by ``specfsm.hf.prompts.load_prompts``), as chat-templated
+    token ids: prompts the drafters have not seen."""
     from transformers import AutoTokenizer
 
-    from specfsm.hf.prompts import EditPrompt, chat_ids
+    from specfsm.hf.prompts import chat_ids, load_prompts, per_category as first_of_each
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    taken: dict[str, int] = {}
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            q = json.loads(line)
-            cat = q.get("category", "?")
-            if taken.get(cat, 0) >= per_category:
-                continue
-            taken[cat] = taken.get(cat, 0) + 1
-            out.append(chat_ids(tok, EditPrompt(cat, {}, [{"role": "user", "content": q["turns"][0]}])))
-    return out
+    return [chat_ids(tok, s.messages) for s in first_of_each(load_prompts(path), per_category)]
 
 
 # -- measuring inside the worker --------------------------------------------------------------

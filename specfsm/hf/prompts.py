@@ -27,7 +27,8 @@ from ..serving.workload import (
     trace_ids,
 )
 
-__all__ = ["EditPrompt", "edit_prompts", "chat_ids", "PromptSpec", "load_prompts", "embedded_prompts", "token_ids"]
+__all__ = ["EditPrompt", "edit_prompts", "chat_ids", "PromptSpec", "load_prompts", "embedded_prompts", "token_ids",
+           "per_category", "spec_bench_group", "SPEC_BENCH_GROUPS", "NextTurn", "next_turns"]
 
 DEFAULT_PROMPTS = 8
 _MAX_CHARS = 2_400  # about 700 SmolLM2 tokens of source per prompt
@@ -95,15 +96,16 @@ def edit_prompts(count: int = DEFAULT_PROMPTS, root: str | None = None, max_char
     return out
 
 
-def chat_ids(tokenizer: Any, prompt: EditPrompt) -> list[int]:
-    """The prompt's token ids under ``tokenizer``'s chat template (plain text with the
-    reply's opening when it has none)."""
+def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Chat ``messages``' token ids under ``tokenizer``'s chat template, with the reply's
+    opening (without a template: the last message's text and the opening of a code
+    block, as the embedded edit prompts want)."""
     if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return [int(t) for t in ids]
-    text = prompt.messages[-1]["content"] + "\n\n```python\n"
+    text = messages[-1]["content"] + "\n\n```python\n"
     return [int(t) for t in tokenizer(text)["input_ids"]]
 
 
@@ -111,14 +113,17 @@ def chat_ids(tokenizer: Any, prompt: EditPrompt) -> list[int]:
 # the prompts of one run: a --prompts file, or the embedded edits, as token ids
 # --------------------------------------------------------------------------------------
 class PromptSpec:
-    """One prompt: token ids, or text to tokenize, and a name."""
+    """One prompt: token ids, or text to tokenize, or chat messages, and a name; a
+    multi-turn request keeps its user ``turns`` (its ``messages`` are the first turn's)."""
 
-    __slots__ = ("name", "ids", "text", "messages", "lineno", "kind")
+    __slots__ = ("name", "ids", "text", "messages", "lineno", "kind", "turns")
 
     def __init__(self, name: str, ids: list[int] | None = None, text: str | None = None,
-                 messages: list[dict[str, str]] | None = None, lineno: int = 0, kind: str | None = None) -> None:
+                 messages: list[dict[str, str]] | None = None, lineno: int = 0, kind: str | None = None,
+                 turns: list[str] | None = None) -> None:
         self.name, self.ids, self.text, self.messages, self.lineno = name, ids, text, messages, lineno
         self.kind = kind
+        self.turns = turns
 
 
 def _messages(value: Any) -> tuple[list[dict[str, str]] | None, str | None]:
@@ -142,11 +147,15 @@ def _messages(value: Any) -> tuple[list[dict[str, str]] | None, str | None]:
 
 
 def load_prompts(path: str, max_errors: int = 20) -> list[PromptSpec]:
-    """Read ``{"prompt": [ids]}``, ``{"text": "..."}`` (raw text, no chat template) or
-    ``{"messages": [...]}`` (chat messages, templated) objects, one per line; every bad
-    line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing returned. An empty
-    prompt (or text) is such a bad line: the state machine accepts an empty prompt, as the
-    original design does; the CLI refuses it as bad input."""
+    """Read ``{"prompt": [ids]}``, ``{"text": "..."}`` (raw text, no chat template),
+    ``{"messages": [...]}`` (chat messages, templated) or ``{"turns": ["...", ...]}``
+    (user turns, each answered after the model's own answer to the one before) objects,
+    one per line; Spec-Bench's ``question.jsonl`` lines (``question_id``, ``category``,
+    ``turns``) are turns lines named ``<category>-<question_id>``, of kind ``category``.
+    Every bad line is reported as ``FILE:LINE: why`` (``WorkloadError``), nothing
+    returned. An empty prompt (or text, or turn) is such a bad line: the state machine
+    accepts an empty prompt, as the original design does; the CLI refuses it as bad
+    input."""
     return read_jsonl(path, "prompts", _prompt_from, max_errors)
 
 
@@ -154,15 +163,25 @@ def _prompt_from(obj: Any, lineno: int) -> tuple[PromptSpec | None, str | None]:
     """One line's prompt, or why the line is bad."""
     if not isinstance(obj, dict):
         return None, f"expected a JSON object, got {type(obj).__name__}"
-    name = obj.get("name", f"line {lineno}")
+    category = obj.get("category")
+    if category is not None and not isinstance(category, str):
+        return None, f"'category' must be a string, got {type(category).__name__}"
+    qid = obj.get("question_id")
+    name = obj.get("name", f"line {lineno}" if qid is None else f"{category or 'question'}-{qid}")
     if not isinstance(name, str):
         return None, f"'name' must be a string, got {type(name).__name__}"
-    kind = obj.get("kind")
+    kind = obj.get("kind", category)
     if kind is not None and not isinstance(kind, str):
         return None, f"'kind' must be a string, got {type(kind).__name__}"
-    if sum(key in obj for key in ("prompt", "text", "messages")) != 1:
-        return None, ("expected exactly one of 'prompt' (token ids), 'text' (raw text) "
-                      "and 'messages' (chat messages)")
+    if sum(key in obj for key in ("prompt", "text", "messages", "turns")) != 1:
+        return None, ("expected exactly one of 'prompt' (token ids), 'text' (raw text), "
+                      "'messages' (chat messages) and 'turns' (user turns)")
+    if "turns" in obj:
+        turns = obj["turns"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+            return None, "'turns' must be a non-empty list of non-empty strings (the user's turns)"
+        first = [{"role": "user", "content": turns[0]}]
+        return PromptSpec(name, messages=first, lineno=lineno, kind=kind, turns=list(turns)), None
     if "messages" in obj:
         msgs, err = _messages(obj["messages"])
         return (None, err) if err else (PromptSpec(name, messages=msgs, lineno=lineno, kind=kind), None)
@@ -175,6 +194,65 @@ def _prompt_from(obj: Any, lineno: int) -> tuple[PromptSpec | None, str | None]:
     if not isinstance(text, str) or not text:
         return None, "'text' must be a non-empty string"
     return PromptSpec(name, text=text, lineno=lineno, kind=kind), None
+
+
+def per_category(specs: list[PromptSpec], n: int) -> list[PromptSpec]:
+    """The first ``n`` prompts of each kind (Spec-Bench's category), in file order."""
+    taken: dict[str | None, int] = {}
+    out = []
+    for s in specs:
+        if taken.get(s.kind, 0) < n:
+            taken[s.kind] = taken.get(s.kind, 0) + 1
+            out.append(s)
+    return out
+
+
+#: Spec-Bench's groups of categories, as its leaderboard reports them: MT-bench's eight
+#: categories are "multi-turn conversation", the other five each a group of their own
+SPEC_BENCH_GROUPS: dict[str, tuple[str, ...]] = {
+    "multi-turn": ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"),
+    "translation": ("translation",),
+    "summarization": ("summarization",),
+    "qa": ("qa",),
+    "math_reasoning": ("math_reasoning",),
+    "rag": ("rag",),
+}
+
+
+def spec_bench_group(category: str | None) -> str | None:
+    """The Spec-Bench group of ``category`` (``SPEC_BENCH_GROUPS``), None when it is not one of its 13."""
+    for group, cats in SPEC_BENCH_GROUPS.items():
+        if category in cats:
+            return group
+    return None
+
+
+class NextTurn:
+    """The prompts of a multi-turn request's later turns, as Spec-Bench builds them: turn
+    ``t``'s prompt is the chat template over the user turns up to ``t`` and the model's
+    own answers to the ones before (decoded to text without special tokens, stripped).
+    Called with the answers so far (token ids, one list per turn), it returns the next
+    turn's prompt ids, or None when every turn is answered."""
+
+    __slots__ = ("turns", "tokenizer")
+
+    def __init__(self, turns: list[str], tokenizer: Any) -> None:
+        self.turns, self.tokenizer = turns, tokenizer
+
+    def __call__(self, answers: list[list[int]]) -> list[int] | None:
+        if len(answers) >= len(self.turns):
+            return None
+        msgs: list[dict[str, str]] = []
+        for user, ids in zip(self.turns, answers):
+            reply = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+            msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+        msgs.append({"role": "user", "content": self.turns[len(answers)]})
+        return chat_ids(self.tokenizer, msgs)
+
+
+def next_turns(specs: list[PromptSpec], tokenizer: Any) -> list[NextTurn | None]:
+    """Per prompt, its ``NextTurn`` when it has more than one turn, else None."""
+    return [NextTurn(s.turns, tokenizer) if s.turns is not None and len(s.turns) > 1 else None for s in specs]
 
 
 def embedded_prompts(count: int) -> list[PromptSpec]:
@@ -193,7 +271,7 @@ def token_ids(specs: list[PromptSpec], tokenizer: Any, vocab: int, source: str) 
             errors.append(f"{where}: a text prompt needs the model's tokenizer, and this model has none; give token ids")
             continue
         elif s.messages is not None:
-            ids = chat_ids(tokenizer, EditPrompt(s.name, {}, s.messages))
+            ids = chat_ids(tokenizer, s.messages)
         else:
             ids = [int(t) for t in tokenizer(s.text)["input_ids"]]
         bad = [t for t in ids if t >= vocab]
