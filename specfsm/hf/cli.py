@@ -148,7 +148,7 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--pld-k", type=_draft, default=10, help=f"transformers' prompt_lookup_num_tokens, 1..{MAX_K} (default 10)")
     g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")
     g.add_argument("--threads", type=_threads, default=1, help=f"torch threads, pinned so figures compare, 1..{MAX_THREADS} (default 1)")
-    g.add_argument("--compare", action="store_true", help="fair comparison on every prompt: plain greedy, prompt lookup at each K of --pld-ks and specfsm take turns on each prompt, the order rotated per prompt; per-prompt, per-kind and total tokens/s, forwards and identity; with --batch > 1 then batched greedy against batched specfsm on consecutive groups (--methods and --pld-k are ignored)")
+    g.add_argument("--compare", action="store_true", help="fair comparison on every prompt: plain greedy, prompt lookup at each K of --pld-ks and specfsm take turns on each prompt, the order rotated per prompt; per-prompt, per-kind and total tokens/s, forwards and identity (and Spec-Bench's per-group table when every kind is one of its categories; a line per prompt on stderr where no progress bar shows); with --batch > 1 then batched greedy against batched specfsm on consecutive groups (--methods and --pld-k are ignored)")
     g.add_argument("--pld-ks", type=_ks, default=[10, 16, 24], metavar="K,K,...", help=f"--compare: prompt lookup's Ks, each 1..{MAX_K} (default 10,16,24)")
     g.add_argument("--compare-drafters", type=_drafters, default=None, metavar="D,D,...",
                    help="--compare: specfsm's drafters, each a method (specfsm for suffix, specfsm_<drafter> for the "
@@ -503,7 +503,7 @@ def main(args: argparse.Namespace) -> int:
                 bar = _Progress(per + (rounds * turns * (1 + len(spec)) if args.batch > 1 else 0), sys.stderr, show)
                 summary = compare(model, prompts, names, args.max_new_tokens, ks, spec,
                                   kinds=[sp.kind for sp in specs], batch=args.batch, bar=bar,
-                                  batch_rounds=rounds, follows=follows)
+                                  batch_rounds=rounds, follows=follows, log=None if show else sys.stderr)
                 bar.close()
                 summary["model"] = info
                 summary["threads"] = torch.get_num_threads()
