@@ -6,8 +6,9 @@ summary and table of what each achieved against greedy.
 prompts), and ``format_compare`` prints its summary. The measuring it is built from is
 here too, and ``specfsm.hf.cli`` imports it for ``specfsm generate`` and ``specfsm
 record``: ``ForwardMeter`` (a model's forwards and the time inside them), ``_Progress``
-(progress on stderr) and ``_hf_generate`` (greedy or prompt-lookup ``generate`` on
-token-id prompts).
+(progress on stderr), ``_hf_generate`` (greedy or prompt-lookup ``generate`` on
+token-id prompts) and ``converse`` (a multi-turn request's turns, each after the method's
+own answers, as Spec-Bench runs them).
 """
 
 from __future__ import annotations
