@@ -23,6 +23,10 @@ from specfsm.hf.generate import (  # noqa: E402
     first_mismatch,
 )
 
+from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
+from hf_helpers import reference as _reference  # noqa: E402
+from hf_helpers import run_cli as _run_cli  # noqa: E402
+
 VOCAB = 64
 
 
@@ -48,15 +52,6 @@ def _llama(vocab=VOCAB):
 MODELS = {"gpt2": _gpt2, "llama": _llama}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: the tiny models gain nothing from more, and CI cores are shared."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def model(request):
     return MODELS[request.param]()
@@ -70,13 +65,6 @@ def _prompts(seed=1):
         base = [rnd.randrange(VOCAB) for _ in range(rnd.randrange(3, 8))]
         out.append((base * 20)[:length])
     return out
-
-
-def _reference(model, prompt, n, eos=None):
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                         eos_token_id=eos, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 NEW = 16
@@ -858,18 +846,6 @@ def test_processed_probabilities_match_transformers_warpers(small_model):
 
 
 # -- the command line -----------------------------------------------------------------------
-def _run_cli(argv):
-    import argparse
-
-    from specfsm.hf import cli
-
-    p = argparse.ArgumentParser(prog="specfsm")
-    sub = p.add_subparsers(dest="command")
-    cli.add_parsers(sub)
-    args = p.parse_args(argv)
-    return args.hf_main(args)
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny Llama saved as a local checkpoint (no tokenizer: prompts are token ids)."""

@@ -142,13 +142,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
+from hf_helpers import reference as _greedy  # noqa: E402
+from hf_helpers import run_cli as _run  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -189,28 +185,9 @@ def _questions(tmp_path):
     return _file(tmp_path, lines)
 
 
-def _run(argv):
-    import argparse
-
-    from specfsm.hf import cli
-
-    p = argparse.ArgumentParser(prog="specfsm")
-    sub = p.add_subparsers(dest="command")
-    cli.add_parsers(sub)
-    args = p.parse_args(argv)
-    return args.hf_main(args)
-
-
 def _template(tok, msgs):
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-
-
-def _greedy(model, ids, n):
-    with torch.inference_mode():
-        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             max_new_tokens=n, do_sample=False, pad_token_id=0)
-    return out[0, len(ids):].tolist()
 
 
 def test_generate_answers_every_turn_after_its_own_answer(chat_checkpoint, tmp_path, capsys):

@@ -17,6 +17,8 @@ pytest.importorskip("transformers")
 
 from specfsm.hf.evaluate import RaggedBatch, UnsupportedModel, prefill  # noqa: E402
 from specfsm.hf.tree import check_tree_attention, feed_tree, keep_paths, tree_ancestors, tree_depths  # noqa: E402
+from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
+from hf_helpers import reference as _reference  # noqa: E402
 
 VOCAB = 61
 
@@ -38,14 +40,6 @@ def _gpt2(impl):
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=256, n_embd=32, n_layer=2, n_head=2,
                      bos_token_id=None, eos_token_id=None, attn_implementation=impl)
     return GPT2LMHeadModel(cfg).eval()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="module", params=[("llama", "eager"), ("llama", "sdpa"), ("gpt2", "sdpa")],
@@ -160,13 +154,6 @@ def test_a_path_that_is_not_one_is_refused(model):
 
 
 # -- decoding with trees through the one loop (SpeculativeGenerator(drafter="suffix-tree"))
-def _reference(model, prompt, n):
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                         eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
 def _repetitive(seed, lengths):
     rnd = random.Random(seed)
     out = []

@@ -41,7 +41,6 @@ from .compare import (
     ForwardMeter,
     _calibration_lines,
     _eos_set,
-    Follow,
     _hf_generate,
     _Progress,
     _ratios,
@@ -49,7 +48,7 @@ from .compare import (
     converse,
     format_compare,
 )
-from .prompts import PromptSpec, embedded_prompts, load_prompts, next_turns, per_category, token_ids
+from .prompts import NextTurn, PromptSpec, embedded_prompts, load_prompts, next_turns, per_category, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
 
@@ -256,7 +255,7 @@ def _duration(seconds: float) -> str:
 
 
 def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: dict[str, Any], prompts: list[list[int]],
-                  names: list[str], follows: list[Follow | None]) -> dict[str, Any]:
+                  names: list[str], follows: list[NextTurn | None]) -> dict[str, Any]:
     """Run the chosen methods (every turn of a multi-turn prompt, ``follows``) and build
     the summary ``--json`` prints."""
     import torch
@@ -266,7 +265,7 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
     methods = _methods(args.methods)
     n = args.max_new_tokens
     show = args.progress or _isatty(sys.stderr)
-    turns = len(prompts) + sum(f is not None for f in follows)  # the bar's total: a third turn and more go uncounted
+    turns = _turns(follows)
     bar = _Progress(turns * len(methods), sys.stderr, show, lines=True)
     _say_estimate(model, prompts, n, methods, args.batch)
     # the generator's one-time calibration runs here, before any request (calibration_s)
@@ -330,6 +329,11 @@ def generate_main(args: argparse.Namespace, model: Any, tokenizer: Any, info: di
     }
 
 
+def _turns(follows: list[NextTurn | None]) -> int:
+    """The turns of the requests whose later turns ``follows`` builds (1 for a request without)."""
+    return sum(len(f.turns) if f is not None else 1 for f in follows)
+
+
 def _output(name: str, answers: list[list[int]]) -> dict[str, Any]:
     """One request's entry of ``--json``'s outputs: its tokens (every turn's, in order),
     and each turn's apart when it has several."""
@@ -339,7 +343,7 @@ def _output(name: str, answers: list[list[int]]) -> dict[str, Any]:
     return out
 
 
-def _identity(model: Any, prompts: list[list[int]], follows: list[Follow | None],
+def _identity(model: Any, prompts: list[list[int]], follows: list[NextTurn | None],
               outputs: dict[str, list[list[list[int]]]]) -> dict[str, Any]:
     """Per method but greedy, whether every answer equals plain greedy's, and where each
     request first differs (its turn, token and the top-two logit gap there, the turn's
@@ -402,11 +406,11 @@ def format_generate(s: dict[str, Any]) -> str:
 
 
 def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], names: list[str],
-                follows: list[Follow | None]) -> int:
+                follows: list[NextTurn | None]) -> int:
     """Decode ``prompts`` greedily (every turn of a multi-turn one, each a line of its own
     named ``<name> turn <t>``) and write them as a replay workload."""
     show = args.progress or _isatty(sys.stderr)
-    turns = len(prompts) + sum(f is not None for f in follows)  # the bar's total: a third turn and more go uncounted
+    turns = _turns(follows)
     bar = _Progress(turns, sys.stderr, show, lines=True, command="record")
     bar.phase("plain greedy", turns)
     eos = _eos_set(model)
@@ -489,7 +493,7 @@ def main(args: argparse.Namespace) -> int:
             model, tokenizer, info = load_model(args.model)
             prompts = token_ids(specs, tokenizer, int(model.config.vocab_size), args.prompts or "embedded")
             names = [s.name for s in specs]
-            follows: list[Follow | None] = list(next_turns(specs, tokenizer))
+            follows = next_turns(specs, tokenizer)
             if cmd == "record":
                 return record_main(args, model, prompts, names, follows)
             if getattr(args, "compare", False):
@@ -497,7 +501,7 @@ def main(args: argparse.Namespace) -> int:
                 ks = getattr(args, "pld_ks", [10, 16, 24])
                 drafters = getattr(args, "compare_drafters", None) or [getattr(args, "drafter", "suffix")]
                 spec = compare_methods(drafters, args.k)
-                turns = sum(len(sp.turns or [None]) for sp in specs)
+                turns = _turns(follows)
                 per = turns * (1 + len(ks) + len(spec))
                 rounds = getattr(args, "batch_rounds", 1)
                 bar = _Progress(per + (rounds * turns * (1 + len(spec)) if args.batch > 1 else 0), sys.stderr, show)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
 from .prompts import SPEC_BENCH_GROUPS, spec_bench_group
 
@@ -162,7 +163,7 @@ def _ratios(methods: dict[str, dict[str, Any]], names: Any, base: Any, key: str)
 def compare(model: Any, prompts: list[list[int]], names: list[str], n: int, pld_ks: list[int],
             spec: dict[str, dict[str, Any]], *, kinds: list[str | None] | None = None, batch: int = 1,
             bar: _Progress | None = None, log: TextIO | None = None, batch_rounds: int = 1,
-            follows: list[Follow | None] | None = None) -> dict[str, Any]:
+            follows: Sequence[Follow | None] | None = None) -> dict[str, Any]:
     """Every method on every prompt, one request at a time, the methods taking turns on
     each prompt in an order rotated from prompt to prompt (so a change in the machine's
     load falls on all alike): plain greedy ``generate``, transformers' prompt lookup at
@@ -233,7 +234,7 @@ Follow = Callable[[list[list[int]]], list[int] | None]
 
 
 def converse(decode: Callable[[list[list[int]]], list[list[int]]], firsts: list[list[int]],
-             follows: list[Follow | None]) -> tuple[list[list[list[int]]], float]:
+             follows: Sequence[Follow | None]) -> tuple[list[list[list[int]]], float]:
     """Every request's answers, turn by turn: ``decode`` (prompts to their outputs, token
     ids) on the first turns (``firsts``) together, then on the next turn of each request
     whose ``follows`` entry builds one from its answers so far, until none does. Returns

@@ -1,0 +1,39 @@
+"""What the tests of ``specfsm.hf`` share: one torch thread while a module runs, plain
+greedy ``generate`` as the reference output, and ``specfsm generate`` / ``record`` run
+in-process. Import after ``pytest.importorskip("torch")``; the ``one_thread`` fixture
+applies to a module that imports it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: the tiny models gain nothing from more, and CI cores are shared."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def reference(model, prompt, n, eos=None):
+    """Plain greedy ``model.generate``'s ``n`` new tokens after ``prompt`` (token ids)."""
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                         eos_token_id=eos, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def run_cli(argv):
+    """``specfsm`` with ``argv`` (a ``generate`` or ``record`` command line); its exit status."""
+    from specfsm.hf import cli
+
+    p = argparse.ArgumentParser(prog="specfsm")
+    sub = p.add_subparsers(dest="command")
+    cli.add_parsers(sub)
+    args = p.parse_args(argv)
+    return args.hf_main(args)
