@@ -23,6 +23,7 @@ from .drafting.batch import extend_batch, propose_batch, record_batch, serve_bat
 from .drafting.ngram_index import NgramIndex, longest_match, longest_match_batch
 from .machine.state import Accept, Decode, Done, Prefill, Rollback, ServingState, Verify, VerifyTree
 from .drafting.suffix_index import SharedSuffixCache, SuffixDrafter, SuffixIndex
+from .drafting.recycling import RecyclingTable, merge_trees
 from .placement.place import place_rows, snapshot
 from .tree.tree import accept_tree, accept_tree_batch, check_tree, place_path, place_path_batch
 
@@ -54,6 +55,8 @@ __all__ = [
     "SuffixIndex",
     "SuffixDrafter",
     "SharedSuffixCache",
+    "RecyclingTable",
+    "merge_trees",
     "BatchState",
     "StepResult",
     "AcceptRule", "Exact", "MinRun", "SpeculativeSampling", "TypicalAcceptance", "accept_with",

@@ -57,6 +57,7 @@ TWINS: dict[str, str] = {
     "ngram_index": "specfsm.drafting._ngram_index_py",
     "place": "specfsm.placement._place_py",
     "prefix": "specfsm.accept._prefix_py",
+    "recycling": "specfsm.drafting._recycling_py",
     "rows": "specfsm.drafting._rows_py",
     "settle": "specfsm.machine._settle_py",
     "suffix_index": "specfsm.drafting._suffix_index_py",

@@ -35,7 +35,8 @@ PROBE = (
     "'gpu.place': g._host.__name__, '_impl.prefix': i.common_prefix.__module__, "
     "'_impl.ngram': i.prompt_lookup.__module__, '_impl.settle': i.settle.__module__}, "
     "'classes': {c: issubclass(getattr(specfsm, c), i.load(m).__dict__[c]) for c, m in "
-    "[('BatchState', 'batch'), ('NgramIndex', 'ngram_index'), ('SuffixIndex', 'suffix_index')]}}))"
+    "[('BatchState', 'batch'), ('NgramIndex', 'ngram_index'), ('SuffixIndex', 'suffix_index'), "
+    "('RecyclingTable', 'recycling')]}}))"
 )
 # which kernel module each bound name must come from
 BOUND = {
@@ -72,7 +73,7 @@ def _expect(found: dict, family) -> None:
     """Every kernel module, every bound kernel and every public class is ``family(name)``'s."""
     assert found["active"] == {n: family(n) for n in specfsm._impl.KERNEL_MODULES}
     assert found["bound"] == {key: family(name) for key, name in BOUND.items()}
-    assert found["classes"] == {"BatchState": True, "NgramIndex": True, "SuffixIndex": True}
+    assert found["classes"] == {"BatchState": True, "NgramIndex": True, "SuffixIndex": True, "RecyclingTable": True}
 
 
 def test_compiled_core_is_the_default():
@@ -174,7 +175,7 @@ def test_kernel_modules_are_every_compiled_source():
         assert path.is_file(), f"the twin of {name}, {twin}, is not at {path}"
 
 
-@pytest.mark.parametrize("blocked", ["accept", "ngram_index", "suffix_index", "settle"])
+@pytest.mark.parametrize("blocked", ["accept", "ngram_index", "suffix_index", "settle", "recycling"])
 def test_one_module_failing_to_import_is_a_partial_fallback(blocked):
     """One compiled module that does not import: USE_EXTENSIONS is False, extensions()
     names it with its import error, the others stay compiled, and one RuntimeWarning says

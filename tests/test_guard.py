@@ -42,6 +42,9 @@ ARGS: dict[str, tuple] = {
     "serve_batch": ([1], [0, 1], [0], [0]),
     "serve_batch_lists": ([1], [0, 1], [0], [0]),
     "propose_tree_batch": (4,),
+    "update": ([1], [[2, 3]]),
+    "row": (1,),
+    "propose_trees": ([1, 2], 4),
 }
 
 
@@ -49,7 +52,8 @@ ARGS: dict[str, tuple] = {
 class Guarded:
     """One guarded class: its kernel module, its name, how to build a ready instance
     (given the class), the arguments of a second ``__init__`` and of one that fails,
-    and sample arguments for its methods beyond ``ARGS``."""
+    sample arguments for its methods beyond ``ARGS``, what a snapshot reads beyond the
+    properties and a call that changes a ready instance."""
 
     module: str
     name: str
@@ -57,12 +61,24 @@ class Guarded:
     reinit: tuple = ()
     bad_init: tuple = ()
     args: dict[str, tuple] = field(default_factory=dict)
+    reads: Callable[[Any], list] = lambda ix: [("len", len(ix)), ("propose", ix.propose(4))]
+    change: Callable[[Any], Any] = lambda ix: ix.extend([5])
 
 
 GUARDED = [
     Guarded("suffix_index", "SuffixIndex", lambda cls: _filled(cls(1, None, "latest")), (2, 4), (0,)),
     Guarded("ngram_index", "NgramIndex", lambda cls: _filled(cls(1, 3)), (2, 4), (0,)),
+    Guarded("recycling", "RecyclingTable", lambda cls: _recycled(cls(8, 2)), (4, 2), (0,),
+            args={"propose_tree": (1, 4)},
+            reads=lambda t: [("rows", [t.row(i).tolist() for i in range(8)]), ("filled", t.filled()),
+                             ("tree", [a.tolist() for a in t.propose_trees([1, 2, 3], 6)])],
+            change=lambda t: t.update([5], [[1]])),
 ]
+
+
+def _recycled(t):
+    t.update([1, 2, 3], [[2, 3], [3, 1], [5, 5]])
+    return t
 
 
 def _filled(ix):
@@ -134,7 +150,7 @@ def _snapshot(row: Guarded, ix) -> list:
     """Everything a caller can read off ``ix`` (its properties, its length, a draft)."""
     members, _ = _surface(row.module, row.name)
     snap = [(name, _plain(getattr(ix, name))) for name, prop, _ in members if prop]
-    return snap + [("len", len(ix)), ("propose", ix.propose(4))]
+    return snap + row.reads(ix)
 
 
 ROWS = [pytest.param(r, id=r.name) for r in GUARDED]
@@ -167,7 +183,7 @@ def test_every_name_refuses_while_a_writer_holds_the_guard(impl, row):
                 allowed.append(name)
         assert not allowed, f"allowed while a writer holds the guard: {allowed}"
         with pytest.raises(RuntimeError):
-            ix._hold_guard(True)         # a second writer is refused like any other
+            ix._hold_guard(True)              # a second writer is refused like any other
     finally:
         ix._hold_guard(False)
     assert _snapshot(row, ix) == before  # nothing refused changed anything
@@ -204,7 +220,7 @@ def test_second_init_is_refused_and_changes_nothing(impl, row):
     with pytest.raises(RuntimeError, match="only once"):
         ix.__init__(*row.bad_init)       # refused before its arguments are even checked
     assert _snapshot(row, ix) == before
-    ix.extend([5])                        # and the instance is still usable
+    row.change(ix)                        # and the instance is still usable
 
 
 @pytest.mark.parametrize("row", ROWS)

@@ -1,6 +1,7 @@
 """help() where it matters: the public classes show their real constructor signatures
-and the same docstring text on both implementations, with no pointer to the other
-implementation and none of Cython's pickling helpers."""
+and the same docstring text on both implementations (the class, its properties and its
+methods), with no pointer to the other implementation and none of Cython's pickling
+helpers."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ CLASSES = {
     "NgramIndex": ("ngram_index", ["min_n", "max_n", "prefer", "draft_len", "adaptive", "min_draft", "max_draft"]),
     "SuffixIndex": ("suffix_index", ["min_n", "max_n", "prefer", "draft_len", "adaptive", "min_draft",
                                      "max_draft", "anchor_n", "anchor_span", "anchor_misses"]),
+    "RecyclingTable": ("recycling", ["vocab_size", "k"]),
 }
+#: properties whose text says how each implementation holds its data, so differs
+OWN_PROPERTY_DOCS = {"SuffixIndex": {"n_states", "nbytes", "tokens"}, "NgramIndex": {"nbytes", "tokens"}}
 KINDS = ["python"] + ([] if _impl.NO_EXTENSIONS else ["compiled"])
 
 
@@ -52,3 +56,22 @@ def test_both_implementations_show_the_same_text_and_signature(name):
         return [(p.name, p.kind, p.default) for p in inspect.signature(cls).parameters.values()]
 
     assert plain(twin) == plain(comp)
+
+
+@pytest.mark.parametrize("name", sorted(set(CLASSES) - {"BatchState"}))  # BatchState's: test_batch_safety
+def test_both_implementations_document_each_property_and_method_alike(name):
+    if _impl.NO_EXTENSIONS:
+        pytest.skip("SPECFSM_NO_EXTENSIONS is set: no compiled core to compare the twin with")
+    _impl.load(CLASSES[name][0])   # gives the compiled functions the twin's docstrings
+    twin, comp = _cls("python", name), _cls("compiled", name)
+    members = {k: v for c in reversed(twin.__mro__[:-1]) for k, v in vars(c).items()}
+    checked = 0
+    for attr, value in members.items():
+        if isinstance(value, property):
+            if attr not in OWN_PROPERTY_DOCS.get(name, ()):
+                assert inspect.getdoc(getattr(comp, attr)) == inspect.getdoc(value), attr
+                checked += 1
+        elif callable(value) and not attr.startswith("_") and inspect.getdoc(value):
+            assert (inspect.getdoc(getattr(comp, attr)) or "").endswith(inspect.getdoc(value)), attr
+            checked += 1
+    assert checked

@@ -36,6 +36,7 @@ SCENARIOS = [
     "vllm_rows", "vllm_threads",  # tests/hostile/scenarios_vllm.py
     "batch",  # tests/hostile/scenarios_batch.py
     "tree_inputs", "tree_threads",  # tests/hostile/scenarios_tree.py
+    "recycling_inputs", "recycling_threads",  # tests/hostile/scenarios_recycling.py
     "index_reentry",
     "index_threads",
 ]

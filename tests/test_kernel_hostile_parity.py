@@ -1,5 +1,6 @@
-"""The kernels of ``accept``, ``prefix``, ``settle``, ``place``, ``tree`` and ``ngram``
-under hostile arguments: the compiled module and its twin, side by side in one process
+"""The kernels of ``accept``, ``prefix``, ``settle``, ``place``, ``tree``, ``ngram`` and
+``recycling`` (``tree_shape`` and every method of ``RecyclingTable``, the tables left
+after each call compared too) under hostile arguments: the compiled module and its twin, side by side in one process
 (``specfsm._impl.kernels``), must return equal results (values, shapes, dtypes and the
 caller's arrays after the call) or raise the same exception type, which must be a clean
 one (TypeError, ValueError, IndexError, OverflowError, RuntimeError, IllegalTransition).
@@ -45,6 +46,7 @@ FUNCTIONS = {
     "place": {"place_rows", "settle_index"},
     "tree": {"check_tree", "accept_tree", "accept_tree_batch", "place_path", "place_path_batch"},
     "ngram": {"prompt_lookup"},
+    "recycling": {"tree_shape", "RecyclingTable"},
 }
 
 
@@ -405,6 +407,94 @@ def test_prompt_lookup(data):
     f = [data.draw(int_seq(h)), data.draw(scalar_arg(data.draw(st.integers(0, 3)))),
          data.draw(scalar_arg(data.draw(st.integers(0, 5))))]
     same("ngram", "prompt_lookup", maker(f, data.draw(hooks(3, [1, 2], [0]))))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_tree_shape(data):
+    f = [data.draw(scalar_arg(data.draw(st.integers(1, 40)))) for _ in range(2)]
+    f.append(data.draw(scalar_arg(data.draw(st.integers(1, 8)))))
+    same("recycling", "tree_shape", maker(f, data.draw(hooks(3, [0, 1, 2], []))))
+
+
+def _table_rows(t):
+    return norm((t.__reduce__()[1][3], t.updates))
+
+
+def same_table(setup, method, make, watch=()):
+    """``method`` of a table of each implementation made by ``setup(module)``, on fresh
+    arguments from ``make()``: equal outcomes and equal tables after (the twin alone when
+    there is no compiled core)."""
+    compiled, twin = pair("recycling")
+    outs = []
+    for mod in (twin, compiled):
+        if mod is not None:
+            t = setup(mod)
+            outs.append(outcome(getattr(t, method), make(), watch) + (_table_rows(t),))
+    assert all(o == outs[0] for o in outs), (f"recycling.{method}: compiled {outs[-1]!r}\n twin {outs[0]!r}\n"
+                                             f"arguments {_show(make())}")
+    return outs[0]
+
+
+@st.composite
+def topk_arg(draw, rows, m):
+    """A factory for ``update``'s rows: valid (a list of rows, or a 2-D array in some
+    layout), one id per row (any 1-D layout), or broken."""
+    how = draw(st.sampled_from(["list", "tuple", "int64", "int32", "uint8", "be", "F", "strided", "float",
+                                "bool", "object", "3d", "ragged", "1d", "empty"]))
+    if how == "1d":
+        return draw(int_seq([r[0] for r in rows]))
+    conv = {"int64": np.int64, "int32": np.int32, "uint8": np.uint8, "be": ">i8", "float": np.float64,
+            "bool": np.bool_, "object": object}
+
+    def make():
+        if how in ("list", "ragged"):
+            out = [list(r) for r in rows]
+            if how == "ragged" and out:
+                out[-1].append(0)
+            return out
+        if how == "tuple":
+            return tuple(tuple(r) for r in rows)
+        a = np.array(rows, dtype=np.int64).reshape(len(rows), m)
+        if how in conv:
+            return a.astype(conv[how])
+        if how == "F":
+            return np.asfortranarray(a)
+        if how == "strided":
+            return np.repeat(a, 2, axis=1)[:, ::2]
+        if how == "3d":
+            return a[None]
+        return a[:, :0]
+
+    return make
+
+
+@SETTINGS
+@given(data=st.data())
+def test_recycling_table(data):
+    vocab, k = data.draw(st.sampled_from([1, 3, 12])), data.draw(st.sampled_from([1, 2, 8]))
+    ids = st.integers(0, vocab - 1)
+    seed_rows = data.draw(st.lists(st.lists(ids, min_size=k + 1, max_size=k + 1), max_size=4))
+
+    def setup(mod):
+        t = mod.RecyclingTable(vocab, k)
+        t.update(list(range(len(seed_rows))) if vocab >= len(seed_rows) else [0] * len(seed_rows), seed_rows)
+        return t
+
+    n, m = data.draw(st.integers(0, 4)), data.draw(st.integers(1, 4))
+    tokens = data.draw(st.lists(ids, min_size=n, max_size=n))
+    rows = data.draw(st.lists(st.lists(ids, min_size=m, max_size=m), min_size=n, max_size=n))
+    f = [data.draw(int_seq(tokens)), data.draw(topk_arg(rows, m))]
+    same_table(setup, "update", maker(f, data.draw(hooks(2, [], [0]))))
+    root = data.draw(st.one_of(ids, st.sampled_from(EXTREME)))
+    limits = [data.draw(scalar_arg(data.draw(st.integers(1, 30))))]
+    limits += [data.draw(scalar_arg(data.draw(st.one_of(st.none(), st.integers(1, 6))))) for _ in range(2)]
+    same_table(setup, "propose_tree", maker([data.draw(scalar_arg(root))] + limits,
+                                           data.draw(hooks(4, [0, 1, 2, 3], []))))
+    roots = data.draw(st.lists(ids, max_size=5))
+    same_table(setup, "propose_trees", maker([data.draw(int_seq(roots))] + limits,
+                                            data.draw(hooks(4, [1, 2, 3], [0]))))
+    same_table(setup, "row", maker([data.draw(scalar_arg(root))]))
 
 
 # --------------------------------------------------------------------------------------

@@ -78,5 +78,15 @@ cdef inline void guard_done_read(guard_t* g) noexcept:
     g.readers -= 1
 
 
+cdef inline int guard_hold(guard_t* g, str name, object on) except -1:
+    # a class's ``_hold_guard(on)`` test hook: take the writer flag as a writer would
+    # (refusing like one), or, with ``on`` false, release it
+    if on:
+        guard_write(g, name)
+    else:
+        guard_done_write(g)
+    return 0
+
+
 cdef inline void guard_break(guard_t* g) noexcept:
     g.phase = GUARD_BROKEN

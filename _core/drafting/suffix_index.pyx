@@ -81,6 +81,7 @@ from _guard cimport (
     guard_done_read,
     guard_done_write,
     guard_end_init,
+    guard_hold,
     guard_read,
     guard_t,
     guard_write,
@@ -217,10 +218,7 @@ cdef class SuffixIndex:
         """Tests only: take the writer flag as a writer would (refusing like one), or,
         with ``on`` false, release it."""
         _check_self(self)
-        if on:
-            guard_write(&self._g, NAME)
-        else:
-            guard_done_write(&self._g)
+        guard_hold(&self._g, NAME, on)
 
     # -- configuration ------------------------------------------------------------
     @property

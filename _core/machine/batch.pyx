@@ -77,7 +77,7 @@ from specfsm._core.suffix_index cimport suffix_serve
 from _arrays cimport plain_int_width, array_data, array_len
 from _offsets cimport longest_row
 from _guard cimport (guard_t, GUARD_READY, guard_begin_init, guard_end_init, guard_check,
-                     guard_write, guard_done_write, guard_read, guard_done_read)
+                     guard_write, guard_done_write, guard_hold, guard_read, guard_done_read)
 
 cnp.import_array()
 
@@ -225,10 +225,7 @@ cdef class BatchState:          # form CPython reads as __text_signature__ (help
         """Tests only: ``on=True`` takes the writer flag as a transition would (refusing
         like one), ``on=False`` releases it."""
         _batch_self(self)
-        if on:
-            guard_write(&self._g, _NAME)
-        else:
-            guard_done_write(&self._g)
+        guard_hold(&self._g, _NAME, on)
 
     @property
     def busy(self):
