@@ -12,10 +12,13 @@ from typing import Any
 
 #: the drafters ``SpeculativeGenerator`` names (a callable is the other choice); here, so
 #: that ``specfsm.hf.cli`` offers them without importing the generator
-DRAFTERS = ("suffix", "suffix-tree", "ngram", "prompt")
+DRAFTERS = ("suffix", "suffix-tree", "recycle", "suffix-recycle", "ngram", "prompt")
+#: the drafters whose drafts are trees (``--k`` is then at most the largest tree)
+TREE_DRAFTERS = ("suffix-tree", "recycle", "suffix-recycle")
 
 __all__ = [
     "DRAFTERS",
+    "TREE_DRAFTERS",
     "SpeculativeGenerator",
     "RequestOutput",
     "RunStats",

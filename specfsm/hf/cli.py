@@ -35,7 +35,7 @@ from .._cli_args import (
     int_range,
     plural,
 )
-from . import DRAFTERS
+from . import DRAFTERS, TREE_DRAFTERS
 # the measuring under every method, and ``--compare`` (``specfsm.hf.compare``)
 from .compare import (
     ForwardMeter,
@@ -141,9 +141,9 @@ def add_parsers(sub: Any) -> None:
     )
     _common(g)
     g.add_argument("--batch", type=_batch, default=1, help=f"requests decoded together by plain greedy and specfsm, 1..{MAX_BATCH} (default 1; transformers' prompt lookup runs them one by one)")
-    g.add_argument("--k", type=_k, default="adaptive", help=f"specfsm draft length: 'adaptive' (default) or a fixed K, 0..{MAX_K} (the batch's limit; with the suffix-tree drafter at most {MAX_TREE_K}, the largest tree)")
+    g.add_argument("--k", type=_k, default="adaptive", help=f"specfsm draft length: 'adaptive' (default) or a fixed K, 0..{MAX_K} (the batch's limit; with a tree drafter, suffix-tree, recycle or suffix-recycle, at most {MAX_TREE_K}: the largest tree, and for the recycling drafters the fixed tree budget in nodes)")
     g.add_argument("--drafter", choices=DRAFTERS, default="suffix",
-                   help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), suffix-tree (the same index's tree drafts around that chain, verified as trees), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
+                   help="specfsm's drafter: suffix (default: the longest earlier match, SuffixIndex), suffix-tree (the same index's tree drafts around that chain, verified as trees), recycle (trees from the target's own earlier top-k predictions, RecyclingTable), suffix-recycle (the suffix index's and the table's trees merged), ngram (NgramIndex 1..4) or prompt (prompt lookup)")
     g.add_argument("--pld-k", type=_draft, default=10, help=f"transformers' prompt_lookup_num_tokens, 1..{MAX_K} (default 10)")
     g.add_argument("--methods", type=parse_methods, default="greedy,pld,specfsm", help="comma-separated subset of greedy,pld,specfsm (default all three); an unknown name is refused before the model loads")
     g.add_argument("--threads", type=_threads, default=1, help=f"torch threads, pinned so figures compare, 1..{MAX_THREADS} (default 1)")
@@ -439,7 +439,7 @@ def record_main(args: argparse.Namespace, model: Any, prompts: list[list[int]], 
 
 
 def _check_tree_k(args: argparse.Namespace) -> None:
-    """``generate``'s fixed ``--k`` with the suffix-tree drafter (``--drafter``, or one of
+    """``generate``'s fixed ``--k`` with a tree drafter (``--drafter``, or one of
     ``--compare-drafters`` under ``--compare``): at most ``MAX_TREE_K``, the largest tree
     budget and depth, refused before the model loads (the batch itself takes ``MAX_K``)."""
     k = getattr(args, "k", "adaptive")
@@ -448,8 +448,9 @@ def _check_tree_k(args: argparse.Namespace) -> None:
     drafters = [getattr(args, "drafter", "suffix")]
     if getattr(args, "compare", False):
         drafters = getattr(args, "compare_drafters", None) or drafters
-    if "suffix-tree" in drafters:
-        raise UsageError(f"--k must be between 0 and {MAX_TREE_K} with the suffix-tree drafter "
+    trees = [d for d in drafters if d in TREE_DRAFTERS]
+    if trees:
+        raise UsageError(f"--k must be between 0 and {MAX_TREE_K} with the {trees[0]} drafter "
                          f"(its largest tree), got {k}")
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from .. import _impl
 from ..serving.loop import TreeDraft
 from .cost import AcceptanceStats, CostModel, RequestBackoff, choose_batch_width, choose_width, expected_tokens
+from .recycle import merged_trees, recycle_step, settle_tree
 
 __all__ = ["StepDrafter", "checked_draft", "tree_budget"]
 
@@ -75,7 +76,7 @@ class _Session:
     """One request's drafting: its index (or its history), and what its drafts achieved."""
 
     __slots__ = ("owner", "history", "prompt_len", "index", "stats", "idle", "match", "recent", "predicted", "probing",
-                 "depth", "natural")
+                 "depth", "natural", "pending", "accepted")
 
     def __init__(self, owner: StepDrafter, prompt: list[int], index: Any) -> None:
         self.owner = owner
@@ -92,13 +93,20 @@ class _Session:
         self.probing = False  # the current draft is a probe (the request had stopped drafting)
         self.depth = 0  # the current tree draft's depth (0: a chain)
         self.natural = 0  # the current draft's tokens from the index itself (past them: periodic)
+        self.pending: Any = None  # the current draft when it is the recycling table's tree alone
+        self.accepted = 0  # its verify's accepted draft tokens, until the emitted tokens come
 
     def extend(self, tokens: Sequence[int]) -> None:
+        if self.pending is not None:
+            settle_tree(self.owner.gen, self, self.accepted, tokens)
         self.history += tokens
         if self.index is not None:
             self.index.extend(tokens)
 
     def verified(self, drafted: int, accepted: int) -> None:
+        if self.pending is not None:
+            self.accepted = accepted
+            return
         self.owner.verified(self, drafted, accepted)
 
 
@@ -152,20 +160,14 @@ class StepDrafter:
         cut to the step's width (with ``gen.tree``, trees around them: ``_trees``)."""
         gen = self.gen
         cost: CostModel | None = None
-        cost_for: Any = None
+        if gen.drafter == "recycle":  # the table alone
+            return recycle_step(self, sessions, limits, self._cost_for(len(sessions))(len(sessions))
+                                if gen.adaptive else None)
         bonus = gen.bonus
         least = 2 - bonus
         drafts = [self._propose(s, lim, least) for s, lim in zip(sessions, limits)]
         if gen.adaptive and any(drafts):
-            if gen.cost is not None:
-                fixed = gen.cost
-            elif gen.calibration == "online":
-                fixed = None
-                cost_for = gen.online.model
-            else:
-                fixed = gen.calibrate(batch=min(len(sessions), 8))
-            if cost_for is None:
-                cost_for = lambda n: fixed  # noqa: E731 - one table for every batch size
+            cost_for = self._cost_for(len(sessions))
             cost = cost_for(len(sessions))
             kk = gen.k_max + bonus
             prior = gen.global_stats.conditional(kk, prior=0.8, weight=2.0)
@@ -205,12 +207,27 @@ class StepDrafter:
             for s, d, c in zip(sessions, drafts, shared):
                 # what the shared estimate expects this draft to have accepted
                 s.predicted = expected_tokens(c, len(d) + 1) - 1 if d and c is not None else 0.0
-        gen.last_run.widths.append(max((len(d) for d in drafts), default=0))
         for s, d in zip(sessions, drafts):
             s.idle = 0 if d else s.idle + 1
+        if gen.recycling is not None and not any(drafts):  # no chain anywhere: the table's trees alone
+            return recycle_step(self, sessions, limits, self._cost_for(len(sessions))(len(sessions))
+                                if gen.adaptive else None)
+        gen.last_run.widths.append(max((len(d) for d in drafts), default=0))
         if gen.tree:
             return self._trees(sessions, drafts, limits, cost if gen.adaptive and any(drafts) else None)
         return drafts
+
+    def _cost_for(self, batch: int) -> Any:
+        """The forward's cost by rows for each batch size: the generator's fixed table,
+        the online one, or one calibrated now (``calibrate="upfront"``)."""
+        gen = self.gen
+        if gen.cost is not None:
+            fixed = gen.cost
+        elif gen.calibration == "online":
+            return gen.online.model
+        else:
+            fixed = gen.calibrate(batch=min(batch, 8))
+        return lambda n: fixed
 
     def _trees(self, sessions: Sequence[_Session], drafts: list[list[int]], limits: Sequence[int],
                cost: CostModel | None) -> list[Any]:
@@ -219,6 +236,8 @@ class StepDrafter:
         in the copying regime)."""
         w = max((len(d) for d in drafts), default=0)
         budget = tree_budget(cost, len(sessions), w, max(limits, default=0))
+        if self.gen.recycling is not None:
+            return merged_trees(self, sessions, drafts, limits, budget)
         out: list[Any] = []
         for s, d, lim in zip(sessions, drafts, limits):
             s.depth = 0

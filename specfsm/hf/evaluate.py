@@ -136,12 +136,15 @@ def check_model(model: Any, cache: Any = None) -> None:
         )
 
 
-def prefill(model: Any, forward: Callable[..., Any], prompts: list[np.ndarray], each: bool) -> tuple[Any, Any, Any]:
+def prefill(model: Any, forward: Callable[..., Any], prompts: list[np.ndarray], each: bool,
+            keep: int = 1) -> tuple[Any, Any, Any]:
     """The prompts (int64 arrays) into a left-padded batch cache (holes masked, positions
-    from 0 at each request's first token); returns ``(cache, mask, logits of the last
-    column)``. ``each``: one forward per prompt, the caches gathered; else one forward
-    over the left-padded prompts. ``forward(ids, pos, mask, cache, keep=None)`` runs the
-    model and returns its logits."""
+    from 0 at each request's first token); returns ``(cache, mask, logits)``, the logits
+    of the last ``keep`` columns ``(B, keep, vocab)`` (row ``j``'s last ``min(keep,
+    len(prompts[j]))`` real, the rest zeros with ``each`` and padding's otherwise).
+    ``each``: one forward per prompt, the caches gathered; else one forward over the
+    left-padded prompts. ``forward(ids, pos, mask, cache, keep=None)`` runs the model and
+    returns its logits."""
     import torch
 
     b = len(prompts)
@@ -154,7 +157,10 @@ def prefill(model: Any, forward: Callable[..., Any], prompts: list[np.ndarray], 
         for r in prompts:
             c = new_cache(model)
             ids = torch.from_numpy(r)[None]
-            logits.append(forward(ids, None, None, c, keep=1)[:, -1, :])
+            out = forward(ids, None, None, c, keep=min(keep, len(r)))
+            if out.shape[1] < keep:
+                out = torch.cat([out.new_zeros((1, keep - out.shape[1], out.shape[2])), out], dim=1)
+            logits.append(out)
             caches.append(c)
         cache = caches[0]
         for li, layer in enumerate(cache.layers):
@@ -176,7 +182,7 @@ def prefill(model: Any, forward: Callable[..., Any], prompts: list[np.ndarray], 
         ids[i, t - n :] = torch.from_numpy(r)
         pos[i, t - n :] = torch.arange(n)
     cache = new_cache(model)
-    logits = forward(ids, pos, mask if b > 1 else None, cache, keep=1)[:, -1, :]
+    logits = forward(ids, pos, mask if b > 1 else None, cache, keep=keep)
     return cache, mask, logits
 
 

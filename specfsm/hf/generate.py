@@ -42,7 +42,7 @@ import numpy as np
 
 from ..accept.rules import Exact, SpeculativeSampling
 from ..serving.loop import Request, needs_probs, serve
-from . import DRAFTERS
+from . import DRAFTERS, TREE_DRAFTERS
 from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCostByBatch, padded_prior
 from .drafting import StepDrafter
 from .evaluate import (
@@ -55,6 +55,7 @@ from .evaluate import (
     first_mismatch,
     measure_costs,
 )
+from .recycle import TREE_CAP, BudgetStats
 from .target import ModelTarget
 from .tree import check_tree_attention
 
@@ -100,7 +101,7 @@ class RunStats:
     calibrate_s: float = 0.0  # calibrate="upfront": measuring forward cost by rows before the first step
     compactions: int = 0
     widths: list[int] = field(default_factory=list)
-    trees: int = 0  # tree drafts verified (drafter "suffix-tree")
+    trees: int = 0  # tree drafts verified (the tree drafters: suffix-tree, recycle, suffix-recycle)
 
     @property
     def outside_s(self) -> float:
@@ -149,6 +150,14 @@ class SpeculativeGenerator:
     request, ``specfsm.hf.tree``; eager or sdpa attention; with ``do_sample`` one token is
     drawn at every row and the tree walked with them, which keeps the target's
     distribution exactly for these deterministic drafts, ``specfsm.tree.sampling``),
+    ``"recycle"`` (trees from the target's own earlier predictions: one
+    ``specfsm.RecyclingTable`` per generator, ``self.recycling``, kept across runs and fed
+    the top-k ids of every row the target evaluates, the prompt's last ``PROMPT_ROWS``
+    included; ``"suffix-recycle"``: the suffix index's tree and the table's merged into one,
+    the one that leads chosen by the match's length and by what each accepted for the
+    request; ``specfsm.hf.recycle``; the node budget is ``k`` when fixed, else the one that
+    maximises expected tokens per unit of forward cost from what cuts of such trees
+    accepted in the run; eager or sdpa attention),
     ``"ngram"`` (``specfsm.NgramIndex(min_n, max_n, prefer)``, ``max_n`` default 4),
     ``"prompt"`` (``specfsm.prompt_lookup`` with ``max_n``-grams, default 4, over the
     history) or a callable ``(history list, k) -> draft``; proposals from either index
@@ -278,11 +287,20 @@ class SpeculativeGenerator:
         checked), its n-gram range and ``prefer``, and the index class of an index
         drafter, probed with those settings so that the index refuses them here."""
         if not (callable(drafter) or (isinstance(drafter, str) and drafter in DRAFTERS)):
-            raise ValueError(f"drafter must be 'suffix', 'suffix-tree', 'ngram', 'prompt' or a callable, got {drafter!r}")
-        #: ``"suffix-tree"``: the suffix index's tree drafts, verified as trees (greedy)
-        self.tree = drafter == "suffix-tree"
+            raise ValueError(f"drafter must be one of {', '.join(map(repr, DRAFTERS))} or a callable, got {drafter!r}")
+        #: ``"suffix-tree"`` and the recycling drafters: tree drafts, verified as trees (greedy)
+        self.tree = drafter in TREE_DRAFTERS
         if self.tree:
             check_tree_attention(self.model)
+        #: the recycling drafters' table (one per generator, kept across runs; None: none)
+        self.recycling: Any = None
+        #: what the recycling table's trees accepted by cut (``specfsm.hf.recycle``)
+        self.tree_stats = BudgetStats()
+        if drafter in ("recycle", "suffix-recycle"):
+            from ..drafting.recycling import RecyclingTable
+
+            self.recycling = RecyclingTable(int(self.model.config.vocab_size))
+        if drafter in ("suffix-tree", "suffix-recycle"):
             drafter = "suffix"
         self.drafter = drafter
         if max_n is None and drafter != "suffix":
@@ -507,6 +525,8 @@ class SpeculativeGenerator:
             eos = self.eos
         requests = [Request(a.tolist(), max_new_tokens, eos=eos, cache=(i, 0)) for i, a in enumerate(arrays)]
         kcap = self.k_max if self.adaptive else self.k
+        if self.recycling is not None and self.adaptive:
+            kcap = max(kcap, TREE_CAP)  # a recycling tree's nodes live in the slot's draft buffer
         drafter = StepDrafter(self, max_new_tokens)
         results = serve(requests, target, drafter, kcap, rule, clone=False, bonus=bool(self.bonus))
         run.wall_s = time.perf_counter() - t_start

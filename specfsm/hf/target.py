@@ -29,7 +29,11 @@ import numpy as np
 from .evaluate import RaggedBatch, prefill
 from .tree import feed_tree, keep_paths, tree_depths
 
-__all__ = ["ModelTarget"]
+__all__ = ["ModelTarget", "PROMPT_ROWS"]
+
+#: with a recycling table, the prefill computes the logits of each prompt's last this
+#: many rows (at most), and the table learns from them
+PROMPT_ROWS = 64
 
 
 class ModelTarget:
@@ -96,6 +100,19 @@ class ModelTarget:
         keep_paths(self.rb, paths)
         self.treed = None
 
+    def _recycle(self, inputs: list[list[int]], logits: Any, right: bool = False) -> None:
+        """Every evaluated row's top-k ids (``logits``: ``(B, W, vocab)``, row ``j``'s
+        first ``len(inputs[j])`` columns real, or its last ones when ``right``) into the
+        generator's recycling table, each under the token that row fed (nothing without
+        a table)."""
+        table = self.gen.recycling
+        if table is None:
+            return
+        top = logits.topk(table.k, dim=-1).indices.numpy()
+        w = top.shape[1]
+        table.update(np.concatenate([np.asarray(r, dtype=np.int64) for r in inputs]),
+                     np.concatenate([top[j, w - len(r):] if right else top[j, :len(r)] for j, r in enumerate(inputs)]))
+
     def _answer(self, feeds: Sequence[Sequence[int]], caches: Sequence[tuple[int, ...]], want_probs: bool,
                 trees: Sequence[Any] | None = None) -> list[tuple[list[int], Any, list[tuple[int, ...]]]]:
         import torch
@@ -105,7 +122,11 @@ class ModelTarget:
         cols = [int(c[1]) for c in caches]
         if self.rb is None:
             prompts = [np.asarray(f, dtype=np.int64) for f in feeds]
-            cache, mask, logits = prefill(gen.model, gen._forward, prompts, gen.prefill == "each")
+            keep = min(max(len(p) for p in prompts), PROMPT_ROWS) if gen.recycling is not None else 1
+            cache, mask, tail = prefill(gen.model, gen._forward, prompts, gen.prefill == "each", keep)
+            # the recycling table learns from the prompt's last rows (each prompt's own)
+            self._recycle([p[-min(len(p), keep):].tolist() for p in prompts], tail, right=True)
+            logits = tail[:, -1]
             self.rb = RaggedBatch(cache, mask, list(range(len(slots))), gen._forward)
             self.live = slots
             lens = [len(p) for p in prompts]
@@ -146,6 +167,7 @@ class ModelTarget:
             gen.online.record(len(feeds), len(feeds) * w, spent)
             gen.compaction.record_forward(len(feeds) * w, rb.width, spent)
             self.steps += 1
+            self._recycle([list(f) for f in feeds], logits)
             self.fed = {s: c for s, c in zip(slots, cols)}
             if depths is None:
                 handles = [[(s, c + i) for i in range(1, n + 1)] for s, c, n in zip(slots, cols, counts)]
