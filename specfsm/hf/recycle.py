@@ -9,13 +9,13 @@ evaluated row, ``ModelTarget``). Each step:
 * ``"suffix-recycle"`` first runs the suffix drafter's own choice (``StepDrafter``: the
   chain's width from the acceptance by match length and the forward's cost, and the
   tree's node budget around it, ``tree_budget``). Each request with a chain drafts the
-  suffix index's tree (as deep as its chain) and the table's tree as one tree of that
-  budget (``specfsm.merge_trees``): the suffix index's nodes first (the chain is what the
-  budget was chosen for), the table's in the nodes left; a request without a chain
+  chain and the table's tree as one tree of that budget (``specfsm.merge_trees``): the
+  chain first (it is what the budget was chosen for), the table's nodes in the nodes
+  left (none left: the chain alone, verified as a chain); a request without a chain
   drafts the table's tree in the rows the step's widest draft pays for anyway
   (``merged_trees``). With a fixed ``k`` the budget is ``k`` nodes, and the table's nodes
   come first unless the suffix match is at least ``LONG_MATCH`` tokens (a copy), a
-  quarter of the budget then kept for the suffix index's.
+  quarter of the budget then kept for the chain.
 * When no request has a chain (and always for ``"recycle"``), each request drafts the
   table's tree after its last token (``recycle_step``), of the node budget ``n`` (0, a
   plain decode, included; at most ``TREE_CAP``) that maximises the step's expected
@@ -126,8 +126,8 @@ def merged_trees(drafter: Any, sessions: Sequence[Any], drafts: Sequence[list[in
                  budget: int) -> list[Any]:
     """``"suffix-recycle"``'s step after the suffix drafter's choice (``drafts``, each
     request's chain, and the tree ``budget`` around the widest): a request with a chain
-    drafts its suffix tree and the table's after it in one tree of ``budget`` nodes; one
-    without drafts the table's tree in the widest chain's rows."""
+    drafts it and the table's tree in one tree of ``budget`` nodes; one without drafts the
+    table's tree in the widest chain's rows."""
     gen = drafter.gen
     if not gen.adaptive:
         budget = gen.k
@@ -140,15 +140,13 @@ def merged_trees(drafter: Any, sessions: Sequence[Any], drafts: Sequence[list[in
             out.append(_table_tree(gen, s, min(w, budget), lim))
             continue
         n = min(budget, lim)
-        if len(d) > s.natural:  # a chain continued periodically: no tree of the index holds it
-            first: Any = (np.asarray(d, dtype=np.int64), np.arange(-1, len(d) - 1, dtype=np.int64))
-        else:
-            first = s.index.propose_tree(n, max_depth=len(d))
+        lead = gen.adaptive or (s.match or 0) >= LONG_MATCH   # the chain chosen to pay, or a copy
+        if lead and n <= len(d):  # no room beside the chain
+            out.append(d)
+            continue
+        chain = (np.asarray(d, dtype=np.int64), np.arange(-1, len(d) - 1, dtype=np.int64))
         table = gen.recycling.propose_tree(s.history[-1], n, max_depth=lim)
-        if gen.adaptive or (s.match or 0) >= LONG_MATCH:  # the chain chosen to pay, or a copy: the suffix index's first
-            tok, par, _ = merge_trees(first, table, n)
-        else:  # the table's first, a quarter of the nodes kept for the suffix index's
-            tok, par, _ = merge_trees(table, first, n, n // 4)
+        tok, par, _ = merge_trees(chain, table, n) if lead else merge_trees(table, chain, n, n // 4)
         if bool((par == np.arange(-1, len(par) - 1)).all()):
             out.append(tok.tolist())
             continue
