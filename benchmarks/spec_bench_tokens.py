@@ -22,13 +22,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main() -> int:
-    import torch
-
-    from specfsm.hf.generate import SpeculativeGenerator
-    from specfsm.hf.compare import converse
-    from specfsm.hf.loading import load_model
-    from specfsm.hf.prompts import chat_ids, load_prompts, next_turns, per_category, spec_bench_group
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--drafters", default="suffix-tree,recycle,suffix-recycle")
     p.add_argument("--k", type=int, default=64, help="the fixed draft budget (tree nodes)")
@@ -37,6 +30,13 @@ def main() -> int:
     p.add_argument("--questions", default=os.path.join(HERE, "..", "..", "shared", "spec_bench", "question.jsonl"))
     p.add_argument("--json", help="write every question's counts here")
     args = p.parse_args()
+    import torch
+
+    from specfsm.hf.compare import converse
+    from specfsm.hf.generate import SpeculativeGenerator
+    from specfsm.hf.loading import load_model
+    from specfsm.hf.prompts import chat_ids, load_prompts, next_turns, per_category, spec_bench_group
+
     torch.set_num_threads(1)
     model, tok, _ = load_model(None)
     specs = per_category(load_prompts(args.questions), args.per_category)
