@@ -17,7 +17,7 @@ from .._checks import check_count, host_array, token_id, token_ids
 __all__ = ["MAX_TREE_NODES", "TREE_OCCURRENCES", "TREE_WINDOW", "TREE_CONTEXTS", "DEFAULT_TREE_WIDTH",
            "TREE_AGREE_SPAN", "TREE_AGREE_MIN", "check_tree_args", "MAX_RECYCLE_K", "DEFAULT_RECYCLE_K",
            "MAX_VOCAB", "RANK_WEIGHTS", "check_table_args", "check_shape_args", "check_update", "check_last", "check_lasts",
-           "check_rows"]
+           "check_rows", "check_updates"]
 
 MAX_TREE_NODES = 1024     # the largest budget (and depth, and width) a tree may ask for
 TREE_OCCURRENCES = 32     # per context: the latest earlier occurrences a tree counts
@@ -51,11 +51,14 @@ MAX_RECYCLE_K = 32        # the most ids a table keeps per token
 DEFAULT_RECYCLE_K = 8     # the table's k when none is given
 MAX_VOCAB = 2**31 - 1     # token ids are stored as int32
 
-#: The tree shape's weight of a child by its rank in its parent's row: about how often
-#: the target's next token is the row's rank-r id (measured on SmolLM2's greedy outputs,
-#: docs/drafting.md). A node's score is the product of its path's weights; the shape takes
-#: the highest scores (``specfsm.drafting._recycling_py``). Strictly decreasing, so a
-#: node's lower ranks are always in the shape before it.
+#: The tree shape's weight of a child by its rank in its parent's row, a profile of how
+#: often the target's next token is the row's rank-r id. A node's score is the product of
+#: its path's weights; the shape takes the highest scores (``specfsm.drafting._recycling_py``).
+#: Strictly decreasing, so a node's lower ranks are always in the shape before it. On
+#: SmolLM2's greedy outputs for 13 Spec-Bench questions, the next token was the row's
+#: rank 0..7 id 25%, 7.6%, 5.1%, 3.6%, 1.7%, 1.7%, 1.0% and 1.3% of the time; trees shaped
+#: by those rates and by these weights accepted the same (1.69 tokens per evaluation,
+#: teacher-forced, 64 nodes), so the weights were left as they are.
 RANK_WEIGHTS = (0.45, 0.12, 0.06, 0.04, 0.03, 0.022, 0.017, 0.014) + tuple(
     0.012 * 0.875 ** i for i in range(MAX_RECYCLE_K - 8))
 
