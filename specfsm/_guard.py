@@ -76,6 +76,14 @@ class Guard:
         with self._lock:
             self.readers -= 1
 
+    def hold(self, on: object) -> None:
+        """The ``_hold_guard(on)`` test hook: take the writer flag as a writer would
+        (refusing like one), or, with ``on`` false, release it (``guard_hold``)."""
+        if on:
+            self.write()
+        else:
+            self.done_write()
+
     def broken(self) -> None:
         self.phase = BROKEN
 

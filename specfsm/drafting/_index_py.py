@@ -83,11 +83,7 @@ class IndexBase:
     def _hold_guard(self, on: object) -> None:
         """Tests only: take the writer flag as a writer would (refusing like one), or,
         with ``on`` false, release it."""
-        g = index_guard(self)
-        if on:
-            g.write()
-        else:
-            g.done_write()
+        index_guard(self).hold(on)
 
     # -- settings and contents --------------------------------------------------------
     @property

@@ -137,11 +137,7 @@ class RecyclingTable:
     def _hold_guard(self, on: object) -> None:
         """Tests only: take the writer flag as a writer would (refusing like one), or,
         with ``on`` false, release it."""
-        g = _guard(self)
-        if on:
-            g.write()
-        else:
-            g.done_write()
+        _guard(self).hold(on)
 
     @property
     def vocab_size(self) -> int:

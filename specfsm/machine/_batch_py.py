@@ -165,11 +165,7 @@ class BatchState:
     def _hold_guard(self, on: bool) -> None:
         """Tests only: ``on=True`` takes the writer flag as a transition would (refusing
         like one), ``on=False`` releases it."""
-        g = _guard.guard_of(_own(self), _NAME)
-        if on:
-            g.write()
-        else:
-            g.done_write()
+        _guard.guard_of(_own(self), _NAME).hold(on)
 
     @property
     def busy(self) -> bool:
