@@ -19,7 +19,10 @@
 #                  or run Python code, and cleared last.
 #   broken         guard_break(&g) after a failure that left the buffers inconsistent
 #                  (out of memory part way): every later call is refused.
-# Every refusal is a RuntimeError naming the class, raised before anything changed.
+#   self           guard_self(self, cls, name, what) first in a method that Cython
+#                  does not check ``self`` for (a ``def`` method called unbound gets
+#                  any object): a TypeError for anything but a ``cls``.
+# Every other refusal is a RuntimeError naming the class, raised before anything changed.
 
 cdef enum:
     GUARD_UNINIT = 0
@@ -90,3 +93,13 @@ cdef inline int guard_hold(guard_t* g, str name, object on) except -1:
 
 cdef inline void guard_break(guard_t* g) noexcept:
     g.phase = GUARD_BROKEN
+
+
+cdef inline int guard_self(object o, type cls, str name, str what) except -1:
+    # a method's ``self``, refused (TypeError) unless it is a ``cls`` (``what``: "a
+    # RecyclingTable"): a method called unbound gets any object, which Cython does not
+    # check, and every method reads its fields as the class's
+    if not isinstance(o, cls):
+        raise TypeError(f"a method of {name} needs {what} of the same implementation, got "
+                        f"{type(o).__module__}.{type(o).__name__}")
+    return 0

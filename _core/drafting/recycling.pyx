@@ -45,13 +45,14 @@ from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
 from _guard cimport (guard_t, GUARD_READY, guard_begin_init, guard_end_init, guard_check, guard_hold,
-                     guard_read, guard_done_read, guard_write, guard_done_write)
+                     guard_self, guard_read, guard_done_read, guard_write, guard_done_write)
 
 cnp.import_array()  # the result arrays are made with the C API
 
 __all__ = ["RecyclingTable", "tree_shape"]
 
 NAME = "RecyclingTable"   # the guard's refusals name the class
+WHAT = "a RecyclingTable"   # ... and a method called unbound names an instance
 
 cdef enum:
     MAX_K = 32            # = _tree_checks.MAX_RECYCLE_K
@@ -247,12 +248,7 @@ cdef inline bint _plain_limit(object x):
 
 
 cdef inline int _check_self(object o) except -1:
-    """A method's ``self``, refused (TypeError) unless it is a RecyclingTable of this
-    module: a method called unbound gets any object, which Cython does not check."""
-    if not isinstance(o, RecyclingTable):
-        raise TypeError(f"a method of {NAME} needs a {NAME} of the same implementation, got "
-                        f"{type(o).__module__}.{type(o).__name__}")
-    return 0
+    return guard_self(o, RecyclingTable, NAME, WHAT)
 
 
 # ------------------------------------------------------------------------------------

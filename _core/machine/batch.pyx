@@ -66,15 +66,13 @@ cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, int64_t
 from libc.string cimport memcpy, memset
-from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from cpython.long cimport PyLong_CheckExact, PyLong_AsLongLongAndOverflow
-from cpython.ref cimport Py_INCREF, PyObject
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF
 # the index modules' serving-step policy (their .pxd declarations)
 from specfsm._core.ngram_index cimport ngram_serve
 from specfsm._core.suffix_index cimport suffix_serve
 
-from _arrays cimport plain_int_width, array_data, array_len
+from _arrays cimport plain_int_width, array_data, array_len, fast_len, fast_read
 from _offsets cimport longest_row
 from _guard cimport (guard_t, GUARD_READY, guard_begin_init, guard_end_init, guard_check,
                      guard_write, guard_done_write, guard_hold, guard_read, guard_done_read)

@@ -1,53 +1,11 @@
 # The transitions' fast path for their usual calls (included by batch.pyx): arguments that
 # are 1-D C-contiguous native int32/int64 arrays, or lists or tuples of plain ints, are
-# copied into the batch's scratch (the writer guard makes the call its only user) and
-# checked there in C. Whatever a reader does not take, or any value a check would
-# refuse, makes it decline with nothing changed; the call then takes the general path
-# (specfsm._checks and specfsm.machine._checks), which raises the one message. So the
-# fast path changes which code runs, never a result or an error.
-
-
-cdef inline Py_ssize_t _fast_len(object x) noexcept:
-    """The entry count of an argument the fast readers take, or -1."""
-    if type(x) is list:
-        return PyList_GET_SIZE(x)
-    if type(x) is tuple:
-        return PyTuple_GET_SIZE(x)
-    if plain_int_width(x):
-        return array_len(x)
-    return -1
-
-
-cdef int _fast_read(object x, Py_ssize_t n, int64_t* dst) noexcept:
-    """Copy the ``n`` entries of ``x`` (``_fast_len(x) == n``, checked again: the
-    scratch's growth may have run a finaliser) into ``dst``; 0 when every entry is a
-    plain int within int64, else -1. Runs no Python code."""
-    cdef Py_ssize_t q
-    cdef PyObject* v
-    cdef int ovf = 0
-    cdef const int32_t* p32
-    cdef bint listed = type(x) is list
-    if listed or type(x) is tuple:
-        if (PyList_GET_SIZE(x) if listed else PyTuple_GET_SIZE(x)) != n:
-            return -1
-        for q in range(n):
-            v = PyList_GET_ITEM(x, q) if listed else PyTuple_GET_ITEM(x, q)
-            if not PyLong_CheckExact(<object>v):
-                return -1
-            dst[q] = PyLong_AsLongLongAndOverflow(<object>v, &ovf)
-            if ovf:
-                return -1
-        return 0
-    cdef int width = plain_int_width(x)
-    if width == 0 or array_len(x) != n:
-        return -1
-    if width == 8:
-        memcpy(dst, array_data(x), n * sizeof(int64_t))
-    else:
-        p32 = <const int32_t*>array_data(x)
-        for q in range(n):
-            dst[q] = p32[q]
-    return 0
+# copied into the batch's scratch (the writer guard makes the call its only user) by
+# ``fast_len``/``fast_read`` (``_core/common/_arrays.pxd``) and checked there in C.
+# Whatever a reader does not take, or any value a check would refuse, makes it decline
+# with nothing changed; the call then takes the general path (specfsm._checks and
+# specfsm.machine._checks), which raises the one message. So the fast path changes which
+# code runs, never a result or an error.
 
 
 cdef bint _fast_slots(BatchState self, const int64_t* s, Py_ssize_t b, int mask) noexcept:
@@ -69,13 +27,13 @@ cdef bint _fast_slots(BatchState self, const int64_t* s, Py_ssize_t b, int mask)
 
 cdef int _fast_enter_verify(BatchState self, slots, tokens, offsets) except -1:
     """``enter_verify``'s usual call applied (1), or declined with nothing changed (0)."""
-    cdef Py_ssize_t b = _fast_len(slots), nt = _fast_len(tokens), no = _fast_len(offsets)
+    cdef Py_ssize_t b = fast_len(slots), nt = fast_len(tokens), no = fast_len(offsets)
     if b <= 0 or b > self._c or nt < 0 or no != b + 1:
         return 0
     cdef int64_t* s = _grow(self, b + nt + no, 0)
     cdef int64_t* tk = s + b
     cdef int64_t* o = tk + nt
-    if _fast_read(slots, b, s) or _fast_read(tokens, nt, tk) or _fast_read(offsets, no, o):
+    if fast_read(slots, b, s) or fast_read(tokens, nt, tk) or fast_read(offsets, no, o):
         return 0
     # the offsets contract with a non-empty draft of at most k_max per slot
     cdef int64_t m = longest_row(o, no, nt, 1)

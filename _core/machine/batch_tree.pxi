@@ -81,8 +81,8 @@ cdef int _fast_enter_verify_tree(BatchState self, slots, tokens, parents, offset
     """``enter_verify_tree``'s usual call (``batch_fast.pxi``'s readers: plain int32/int64
     arrays or lists of ints) applied (1), or declined with nothing changed (0): anything
     the general path would refuse declines, and that path raises the one message."""
-    cdef Py_ssize_t b = _fast_len(slots), nt = _fast_len(tokens), no = _fast_len(offsets)
-    if b <= 0 or b > self._c or nt < 0 or no != b + 1 or _fast_len(parents) != nt:
+    cdef Py_ssize_t b = fast_len(slots), nt = fast_len(tokens), no = fast_len(offsets)
+    if b <= 0 or b > self._c or nt < 0 or no != b + 1 or fast_len(parents) != nt:
         return 0
     cdef Py_ssize_t kmax = self._k_max
     cdef int64_t* s = _grow(self, b + 2 * nt + no + 2 * kmax + 1, 0)
@@ -91,8 +91,8 @@ cdef int _fast_enter_verify_tree(BatchState self, slots, tokens, parents, offset
     cdef int64_t* o = pr + nt
     cdef int64_t* first = o + no
     cdef int64_t* nxt = first + kmax + 1
-    if (_fast_read(slots, b, s) or _fast_read(tokens, nt, tk) or _fast_read(parents, nt, pr)
-            or _fast_read(offsets, no, o)):
+    if (fast_read(slots, b, s) or fast_read(tokens, nt, tk) or fast_read(parents, nt, pr)
+            or fast_read(offsets, no, o)):
         return 0
     cdef int64_t n = longest_row(o, no, nt, 1), lo
     if n < 0 or n > kmax:
