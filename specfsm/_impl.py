@@ -61,6 +61,7 @@ TWINS: dict[str, str] = {
     "rows": "specfsm.drafting._rows_py",
     "settle": "specfsm.machine._settle_py",
     "suffix_index": "specfsm.drafting._suffix_index_py",
+    "suffix_trie": "specfsm.drafting._suffix_trie_py",
     "tree": "specfsm.tree._tree_py",
 }
 KERNEL_MODULES: tuple[str, ...] = tuple(TWINS)

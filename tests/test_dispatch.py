@@ -26,7 +26,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(specfsm.__file__)
 # whether each public class is (or derives from) the active kernel module's class.
 PROBE = (
     "import json, specfsm, specfsm._impl as i, specfsm.machine.state as s, specfsm.accept.rules as a, "
-    "specfsm.drafting.lookup as d, specfsm.placement.place as g; "
+    "specfsm.drafting.lookup as d, specfsm.placement.place as g, specfsm.drafting.suffix_index as si; "
     "print(json.dumps({'use': specfsm.USE_EXTENSIONS, 'error': repr(i.IMPORT_ERROR), "
     "'active': {n: i.load(n).__name__ for n in i.KERNEL_MODULES}, "
     "'bound': {'state.prefix': s._common_prefix.__module__, 'state.settle': s._settle.__module__, "
@@ -36,7 +36,9 @@ PROBE = (
     "'_impl.ngram': i.prompt_lookup.__module__, '_impl.settle': i.settle.__module__}, "
     "'classes': {c: issubclass(getattr(specfsm, c), i.load(m).__dict__[c]) for c, m in "
     "[('BatchState', 'batch'), ('NgramIndex', 'ngram_index'), ('SuffixIndex', 'suffix_index'), "
-    "('RecyclingTable', 'recycling')]}}))"
+    "('RecyclingTable', 'recycling')]}, "
+    "'trie': all(getattr(si, n) is getattr(i.load('suffix_trie'), n) "
+    "for n in ('SuffixTrie', 'extend_tries', 'speculate_tries'))}))"
 )
 # which kernel module each bound name must come from
 BOUND = {
@@ -74,6 +76,7 @@ def _expect(found: dict, family) -> None:
     assert found["active"] == {n: family(n) for n in specfsm._impl.KERNEL_MODULES}
     assert found["bound"] == {key: family(name) for key, name in BOUND.items()}
     assert found["classes"] == {"BatchState": True, "NgramIndex": True, "SuffixIndex": True, "RecyclingTable": True}
+    assert found["trie"] is True  # SuffixTrie and its batches, exported by specfsm.drafting.suffix_index
 
 
 def test_compiled_core_is_the_default():
@@ -175,7 +178,7 @@ def test_kernel_modules_are_every_compiled_source():
         assert path.is_file(), f"the twin of {name}, {twin}, is not at {path}"
 
 
-@pytest.mark.parametrize("blocked", ["accept", "ngram_index", "suffix_index", "settle", "recycling"])
+@pytest.mark.parametrize("blocked", ["accept", "ngram_index", "suffix_index", "settle", "recycling", "suffix_trie"])
 def test_one_module_failing_to_import_is_a_partial_fallback(blocked):
     """One compiled module that does not import: USE_EXTENSIONS is False, extensions()
     names it with its import error, the others stay compiled, and one RuntimeWarning says

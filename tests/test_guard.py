@@ -53,7 +53,8 @@ class Guarded:
     """One guarded class: its kernel module, its name, how to build a ready instance
     (given the class), the arguments of a second ``__init__`` and of one that fails,
     sample arguments for its methods beyond ``ARGS``, what a snapshot reads beyond the
-    properties and a call that changes a ready instance."""
+    properties, a call that changes a ready instance, and whether it pickles (one that
+    does not refuses pickling and copying with TypeError once the guard lets it through)."""
 
     module: str
     name: str
@@ -63,6 +64,7 @@ class Guarded:
     args: dict[str, tuple] = field(default_factory=dict)
     reads: Callable[[Any], list] = lambda ix: [("len", len(ix)), ("propose", ix.propose(4))]
     change: Callable[[Any], Any] = lambda ix: ix.extend([5])
+    pickles: bool = True
 
 
 GUARDED = [
@@ -73,11 +75,24 @@ GUARDED = [
             reads=lambda t: [("rows", [t.row(i).tolist() for i in range(8)]), ("filled", t.filled()),
                              ("tree", [a.tolist() for a in t.propose_trees([1, 2, 3], 6)])],
             change=lambda t: t.update([5], [[1]])),
+    Guarded("suffix_trie", "SuffixTrie", lambda cls: _counted(cls(4)), (3,), (1,),
+            args={"extend": (1, [1, 2]), "close": (1,), "speculate": ([1, 2], 4)},
+            reads=lambda t: [("drafts", [t.speculate(c, 4, 0, 0.0) for c in ([1], [2], [1, 2], [3])])],
+            change=lambda t: t.extend(2, [5]), pickles=False),
 ]
+
+#: the calls that pickle or copy (``_uses``)
+PICKLING = ("pickle", "copy.copy", "copy.deepcopy")
 
 
 def _recycled(t):
     t.update([1, 2, 3], [[2, 3], [3, 1], [5, 5]])
+    return t
+
+
+def _counted(t):
+    t.extend(0, [1, 2, 1, 2, 3])
+    t.extend(1, [2, 1])
     return t
 
 
@@ -188,7 +203,11 @@ def test_every_name_refuses_while_a_writer_holds_the_guard(impl, row):
         ix._hold_guard(False)
     assert _snapshot(row, ix) == before  # nothing refused changed anything
     for name, use in uses.items():       # released: every call works again
-        use()
+        if name in PICKLING and not row.pickles:
+            with pytest.raises(TypeError, match="cannot be pickled"):
+                use()
+        else:
+            use()
 
 
 @pytest.mark.parametrize("row", ROWS)

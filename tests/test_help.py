@@ -1,7 +1,8 @@
 """help() where it matters: the public classes show their real constructor signatures
 and the same docstring text on both implementations (the class, its properties and its
 methods), with no pointer to the other implementation and none of Cython's pickling
-helpers."""
+helpers; the module-level functions of ``FUNCTIONS`` show their signature and the same
+text on both."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ CLASSES = {
     "SuffixIndex": ("suffix_index", ["min_n", "max_n", "prefer", "draft_len", "adaptive", "min_draft",
                                      "max_draft", "anchor_n", "anchor_span", "anchor_misses"]),
     "RecyclingTable": ("recycling", ["vocab_size", "k"]),
+    "SuffixTrie": ("suffix_trie", ["depth", "ties"]),
+}
+#: module-level functions: name -> (kernel module, parameter names)
+FUNCTIONS = {
+    "extend_tries": ("suffix_trie", ["tries", "seqs", "tokens", "offsets"]),
+    "speculate_tries": ("suffix_trie", ["tries", "seqs", "max_k", "others", "factor", "min_prob"]),
 }
 #: properties whose text says how each implementation holds its data, so differs
 OWN_PROPERTY_DOCS = {"SuffixIndex": {"n_states", "nbytes", "tokens"}, "NgramIndex": {"nbytes", "tokens"}}
@@ -75,3 +82,21 @@ def test_both_implementations_document_each_property_and_method_alike(name):
             assert (inspect.getdoc(getattr(comp, attr)) or "").endswith(inspect.getdoc(value)), attr
             checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_functions_show_their_signature_and_the_same_text(name):
+    module, params = FUNCTIONS[name]
+    _impl.load(module)   # gives the compiled functions the twin's docstrings
+    docs, sigs = [], []
+    for kind in KINDS:
+        fn = getattr(_impl.kernels(kind, module), name)
+        sig = inspect.signature(fn)
+        assert list(sig.parameters) == params
+        sigs.append([(p.name, p.kind, p.default) for p in sig.parameters.values()])
+        text = pydoc.render_doc(fn, renderer=pydoc.plaintext)
+        assert f"{name}(" in text and all(p in text for p in params), text[:400]
+        doc = inspect.getdoc(fn) or ""
+        assert len(doc.splitlines()) > 1, doc   # more than the signature line
+        docs.append(doc[doc.index("\n\n") + 2:] if doc.startswith(f"{name}(") else doc)
+    assert all(d == docs[0] for d in docs) and all(s == sigs[0] for s in sigs)

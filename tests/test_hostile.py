@@ -37,6 +37,7 @@ SCENARIOS = [
     "batch",  # tests/hostile/scenarios_batch.py
     "tree_inputs", "tree_threads",  # tests/hostile/scenarios_tree.py
     "recycling_inputs", "recycling_threads",  # tests/hostile/scenarios_recycling.py
+    "trie_inputs", "trie_threads",  # tests/hostile/scenarios_suffix_trie.py
     "index_reentry",
     "index_threads",
 ]

@@ -1,6 +1,8 @@
-"""The kernels of ``accept``, ``prefix``, ``settle``, ``place``, ``tree``, ``ngram`` and
+"""The kernels of ``accept``, ``prefix``, ``settle``, ``place``, ``tree``, ``ngram``,
 ``recycling`` (``tree_shape`` and every method of ``RecyclingTable``, the tables left
-after each call compared too) under hostile arguments: the compiled module and its twin, side by side in one process
+after each call compared too) and ``suffix_trie`` (every method of ``SuffixTrie`` and
+the batches ``extend_tries`` and ``speculate_tries``, the tries left after each call
+compared too) under hostile arguments: the compiled module and its twin, side by side in one process
 (``specfsm._impl.kernels``), must return equal results (values, shapes, dtypes and the
 caller's arrays after the call) or raise the same exception type, which must be a clean
 one (TypeError, ValueError, IndexError, OverflowError, RuntimeError, IllegalTransition).
@@ -34,6 +36,7 @@ from specfsm.errors import IllegalTransition
 
 import hostile_values as hv
 from hostile_values import EXTREME, I64, Sub, offsets, pair
+from test_suffix_trie import liar
 
 ALLOWED = hv.CLEAN + (IllegalTransition,)
 SETTINGS = hv.hostile_settings(120)
@@ -47,6 +50,7 @@ FUNCTIONS = {
     "tree": {"check_tree", "accept_tree", "accept_tree_batch", "place_path", "place_path_batch"},
     "ngram": {"prompt_lookup"},
     "recycling": {"tree_shape", "RecyclingTable"},
+    "suffix_trie": {"SuffixTrie", "extend_tries", "speculate_tries"},
 }
 
 
@@ -421,17 +425,18 @@ def _table_rows(t):
     return norm((t.__reduce__()[1][3], t.updates))
 
 
-def same_table(setup, method, make, watch=()):
-    """``method`` of a table of each implementation made by ``setup(module)``, on fresh
-    arguments from ``make()``: equal outcomes and equal tables after (the twin alone when
-    there is no compiled core)."""
-    compiled, twin = pair("recycling")
+def same_table(setup, method, make, watch=(), module="recycling", after=_table_rows):
+    """``method`` of an object of each implementation of ``module`` made by
+    ``setup(module)``, on fresh arguments from ``make()``: equal outcomes and equal
+    objects after, as ``after`` reads them (the twin alone when there is no compiled
+    core)."""
+    compiled, twin = pair(module)
     outs = []
     for mod in (twin, compiled):
         if mod is not None:
             t = setup(mod)
-            outs.append(outcome(getattr(t, method), make(), watch) + (_table_rows(t),))
-    assert all(o == outs[0] for o in outs), (f"recycling.{method}: compiled {outs[-1]!r}\n twin {outs[0]!r}\n"
+            outs.append(outcome(getattr(t, method), make(), watch) + (after(t),))
+    assert all(o == outs[0] for o in outs), (f"{module}.{method}: compiled {outs[-1]!r}\n twin {outs[0]!r}\n"
                                              f"arguments {_show(make())}")
     return outs[0]
 
@@ -495,6 +500,103 @@ def test_recycling_table(data):
     same_table(setup, "propose_trees", maker([data.draw(int_seq(roots))] + limits,
                                             data.draw(hooks(4, [1, 2, 3], [0]))))
     same_table(setup, "row", maker([data.draw(scalar_arg(root))]))
+
+
+def _trie_state(t):
+    """What a caller can read off a trie: its counts and the drafts of a few contexts."""
+    drafts = [t.speculate(c, t.depth, f, 0.0) for c in ([0], [1], [0, 1], [2, 1, 0]) for f in (0, 1.5)]
+    return norm((len(t), t.n_nodes, t.open_sequences, t.nbytes, repr(t), drafts))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_suffix_trie(data):
+    depth, ties = data.draw(st.sampled_from([2, 3, 8])), data.draw(st.sampled_from(["first", "last"]))
+    toks = st.lists(st.integers(0, 3), max_size=8)
+    fed = data.draw(st.lists(toks, max_size=3))
+
+    def setup(mod):
+        t = mod.SuffixTrie(depth, ties)
+        for i, s in enumerate(fed):
+            t.extend(i, s)
+        return t
+
+    def trie_call(method, factories, armed):
+        same_table(setup, method, maker(factories, armed), module="suffix_trie", after=_trie_state)
+
+    seq = data.draw(scalar_arg(data.draw(st.integers(-1, 3))))
+    trie_call("extend", [seq, data.draw(int_seq(data.draw(toks)))], data.draw(hooks(2, [0], [1])))
+    trie_call("close", [seq], data.draw(hooks(1, [0], [])))
+    f = [data.draw(int_seq(data.draw(toks))), data.draw(scalar_arg(data.draw(st.integers(0, 10)))),
+         data.draw(scalar_arg(data.draw(st.sampled_from([0, 0.0, 0.5, 1, 1.5, 2.5])))),
+         data.draw(scalar_arg(data.draw(st.sampled_from([0, 0.0, 0.1, 0.5, 1.0]))))]
+    trie_call("speculate", f, data.draw(hooks(4, [1, 2, 3], [0])))
+
+
+@st.composite
+def tries_arg(draw, pool, n):
+    """A factory for a batch's ``tries`` (or ``others``) over the tries of ``pool`` (a
+    list that ``same_tries`` fills with one implementation's tries before each call),
+    valid (repeats included) or broken, and the count of valid rows."""
+    idx = draw(st.lists(st.integers(0, n - 1), max_size=5))
+    how = draw(st.sampled_from(["list"] * 6 + ["tuple", "entry", "liar", "raw", "one", "gen", "none"]))
+
+    def make():
+        rows = [pool[i] for i in idx]
+        cls = type(pool[0])
+        broken = {"tuple": lambda: tuple(rows), "entry": lambda: rows[1:] + [5], "liar": lambda: [liar(cls)] + rows[1:],
+                  "raw": lambda: rows[:-1] + [cls.__new__(cls)], "one": lambda: pool[0], "gen": lambda: iter(rows),
+                  "none": lambda: None}
+        return broken[how]() if how in broken else rows
+
+    return make, len(idx)
+
+
+def same_tries(setup, pool, fn_name, make, watch=()):
+    """``fn_name`` of each implementation of ``suffix_trie`` on the tries ``setup(module)``
+    makes (put in ``pool``, which ``make``'s factories read) and fresh arguments from
+    ``make()``: equal outcomes and equal tries after."""
+    compiled, twin = pair("suffix_trie")
+    outs = []
+    for mod in (twin, compiled):
+        if mod is not None:
+            pool[:] = setup(mod)
+            tries = list(pool)
+            outs.append(outcome(getattr(mod, fn_name), make(), watch) + (tuple(_trie_state(t) for t in tries),))
+    assert all(o == outs[0] for o in outs), (f"suffix_trie.{fn_name}: compiled {outs[-1]!r}\n twin {outs[0]!r}\n"
+                                             f"arguments {_show(make())}")
+    return outs[0]
+
+
+@SETTINGS
+@given(data=st.data())
+def test_suffix_trie_batches(data):
+    settings = data.draw(st.lists(st.tuples(st.sampled_from([2, 3, 8]), st.sampled_from(["first", "last"])),
+                                  min_size=1, max_size=3))
+    toks = st.lists(st.integers(0, 3), max_size=6)
+    fed = data.draw(st.lists(toks, max_size=3))
+    pool: list = []
+
+    def setup(mod):
+        out = [mod.SuffixTrie(d, ties) for d, ties in settings]
+        for j, t in enumerate(out):
+            for i, s in enumerate(fed[j:]):
+                t.extend(i, s)
+        return out
+
+    tries, b = data.draw(tries_arg(pool, len(settings)))
+    seqs = [data.draw(st.integers(-1, 3)) for _ in range(b)]
+    rows = [data.draw(toks) for _ in range(b)]
+    off = offsets(len(r) for r in rows)
+    f = [tries, data.draw(int_seq(seqs)), data.draw(int_seq([t for r in rows for t in r])), data.draw(int_seq(off))]
+    same_tries(setup, pool, "extend_tries", maker(f, data.draw(hooks(4, [], [1, 2, 3]))))
+    others, _ = data.draw(tries_arg(pool, len(settings)))
+    ks = [data.draw(st.integers(0, 10)) for _ in range(b)]
+    max_k = data.draw(st.one_of(scalar_arg(data.draw(st.integers(0, 10))), int_seq(ks)))
+    f = [tries, data.draw(int_seq(seqs)), max_k, others,
+         data.draw(scalar_arg(data.draw(st.sampled_from([0, 0.0, 0.5, 1, 1.5, 2.5])))),
+         data.draw(scalar_arg(data.draw(st.sampled_from([0, 0.0, 0.1, 0.5, 1.0]))))]
+    same_tries(setup, pool, "speculate_tries", maker(f, data.draw(hooks(6, [2, 4, 5], [1, 2]))))
 
 
 # --------------------------------------------------------------------------------------

@@ -1,20 +1,22 @@
-"""Argument checks of drafting: the n-gram and suffix indexes and their batch calls.
+"""Argument checks of drafting: the n-gram and suffix indexes and their batch calls, and
+the suffix trie (its settings, sequence keys, room, speculation and batches).
 
 Match-length ranges, the suffix index's anchor, draft-length limits, ``record``'s counts,
 pickled statistics (one checker, one rule, for both index kinds), ``prefer``, per-index
 counts of a batch call, and the tokens and offsets of ``extend_batch`` and
 ``longest_match_batch`` (through the one (tokens, offsets) contract in
 ``specfsm._checks``). Shared by the compiled ``specfsm._core.ngram_index``/
-``suffix_index`` and their twins, so both raise the same errors.
+``suffix_index``/``suffix_trie`` and their twins, so both raise the same errors.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Literal, overload
 
 import numpy as np
 
-from .._checks import INT64_MAX, check_count, check_offsets, int64_ids, ragged
+from .._checks import INT64_MAX, as_real, check_count, check_offsets, int64_ids, nonnegative_real, ragged
 
 __all__ = [
     "MAX_INDEX_TOKENS",
@@ -39,6 +41,16 @@ __all__ = [
     "index_offsets",
     "batch_tokens",
     "checked_offsets",
+    "MAX_TRIE_DEPTH",
+    "MAX_TRIE_NODES",
+    "TRIE_NODE_BYTES",
+    "check_trie_args",
+    "check_trie_seq",
+    "check_trie_room",
+    "check_trie_speculate",
+    "check_trie_draft",
+    "check_trie_list",
+    "check_trie_rows",
 ]
 
 #: the n-gram index stores positions as 32-bit ints: at most this many tokens per index
@@ -54,6 +66,12 @@ GROW_STEP = 2
 SHRINK_STEP = 1
 #: the pickled statistics, in order
 STAT_NAMES = ("steps", "drafted", "accepted", "full_accepts")
+#: the suffix trie: its deepest setting, its most nodes (32-bit node numbers), and the
+#: bytes of one node's storage (``nbytes``: token 8, count 8, parent 4, best child 4, and
+#: two 4-byte hash slots)
+MAX_TRIE_DEPTH = 64
+MAX_TRIE_NODES = 2**31 - 2
+TRIE_NODE_BYTES = 32
 
 
 # --- ranges and limits ----------------------------------------------------------------
@@ -257,3 +275,79 @@ def checked_offsets(offsets: object, n_tokens: int) -> np.ndarray:
     off = batch_offsets(offsets)
     index_offsets(off, n_tokens)
     return off
+
+
+# --- the suffix trie ------------------------------------------------------------------
+def check_trie_args(depth: object, ties: object) -> tuple[int, bool]:
+    """``(depth, ties == "last")``, or raise: ``depth`` an integer in
+    ``2..MAX_TRIE_DEPTH``, ``ties`` ``"first"`` or ``"last"``."""
+    d = check_count(depth, "depth")
+    if not 2 <= d <= MAX_TRIE_DEPTH:
+        raise ValueError(f"depth must be in 2..{MAX_TRIE_DEPTH}, got {d}")
+    if type(ties) is not str or ties not in ("first", "last"):
+        raise ValueError(f"ties must be 'first' or 'last', got {ties!r}")
+    return d, ties == "last"
+
+
+def check_trie_seq(seq: object) -> int:
+    """A sequence key: an integer within int64 (TypeError for anything else, bools
+    included; OverflowError beyond int64)."""
+    if isinstance(seq, (bool, np.bool_)):
+        raise TypeError(f"seq must be an integer, got bool {seq!r}")
+    try:
+        v = operator.index(seq)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"seq must be an integer, got {type(seq).__name__} {seq!r}") from None
+    if not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise OverflowError(f"seq={v} is beyond int64")
+    return v
+
+
+def check_trie_room(nodes: int, tokens: int, depth: int) -> None:
+    """Refuse (ValueError) an ``extend`` of ``tokens`` tokens that could take the trie of
+    ``nodes`` nodes past ``MAX_TRIE_NODES`` (each token makes at most ``depth``)."""
+    if tokens and nodes + tokens * depth > MAX_TRIE_NODES:
+        raise ValueError(f"tokens: {tokens} more tokens could take the trie past its {MAX_TRIE_NODES} nodes "
+                         f"(it has {nodes}); start another trie")
+
+
+def check_trie_speculate(max_k: object, factor: object, min_prob: object, depth: int) -> tuple[int, float, float]:
+    """``(max_k capped at depth, factor, min_prob)``, or raise: ``max_k`` a non-negative
+    integer, and ``check_trie_draft``'s."""
+    k = min(check_count(max_k, "max_k"), depth)
+    return (k, *check_trie_draft(factor, min_prob))
+
+
+def check_trie_draft(factor: object, min_prob: object) -> tuple[float, float]:
+    """``(factor, min_prob)``, or raise: ``factor`` a finite real >= 0, ``min_prob`` a
+    real in [0, 1]."""
+    f = nonnegative_real(factor, "factor")
+    p = as_real(min_prob, "min_prob")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"min_prob must be in [0, 1], got {p!r}")
+    return f, p
+
+
+def check_trie_list(tries: object, kind: type, name: str) -> list:
+    """``tries`` as a new list, or TypeError: a list or tuple of ``kind`` (the first
+    entry that is not one named; an entry's real type is what counts, not the
+    ``__class__`` it claims, which ``isinstance`` would believe)."""
+    if type(tries) not in (list, tuple):
+        raise TypeError(f"{name} must be a list or tuple of {kind.__name__}, got {type(tries).__name__}")
+    rows = list(tries)  # type: ignore[call-overload]
+    for i, t in enumerate(rows):
+        if not issubclass(type(t), kind):
+            raise TypeError(f"{name}[{i}] must be a {kind.__name__} of the same implementation, got "
+                            f"{type(t).__module__}.{type(t).__name__}")
+    return rows
+
+
+def check_trie_rows(tries: object, seqs: object, kind: type) -> tuple[list, np.ndarray]:
+    """``(tries as a list, seqs as a fresh int64 array of as many keys)``, or raise:
+    ``check_trie_list``'s refusals, and one int64 key per trie (``int64_ids``'s
+    refusals; ValueError for a count that differs)."""
+    rows = check_trie_list(tries, kind, "tries")
+    keys = int64_ids(seqs, "seqs")
+    if keys.shape[0] != len(rows):
+        raise ValueError(f"seqs holds {keys.shape[0]} keys for {len(rows)} tries")
+    return rows, keys

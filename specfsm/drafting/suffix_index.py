@@ -6,7 +6,10 @@ every token, at amortised O(1) cost per token; ``propose`` copies the tokens tha
 followed it, and ``serve`` is one serving step (record the verified draft, extend,
 propose within the adaptive limit). ``extend_batch``, ``propose_batch``,
 ``record_batch`` and ``serve_batch`` serve B indexes per call. ``SuffixDrafter`` plugs
-the index into ``specfsm.serving.loop.SpeculativeLoop`` (its sessions call ``serve``). Every
+the index into ``specfsm.serving.loop.SpeculativeLoop`` (its sessions call ``serve``).
+``SuffixTrie`` counts every suffix of bounded length of several sequences and drafts the
+most frequent continuation (the vLLM suffix proposer's counted drafts; ``extend_tries``
+and ``speculate_tries`` serve B tries per call). Every
 class and function runs on the compiled core, or on its pure-Python twin where that is
 not built (``specfsm._impl``, chosen once at import).
 
@@ -36,6 +39,9 @@ __all__ = [
     "SuffixIndex",
     "SuffixDrafter",
     "SharedSuffixCache",
+    "SuffixTrie",
+    "extend_tries",
+    "speculate_tries",
     "ArcticDrafter",
     "arctic_available",
     "extend_batch",
@@ -49,8 +55,10 @@ __all__ = [
 if TYPE_CHECKING:  # type checkers read the twin
     from ._suffix_index_py import (SuffixIndex, extend_batch, propose_batch, propose_tree_batch,
                                    record_batch, serve_batch, serve_batch_lists)
+    from ._suffix_trie_py import SuffixTrie, extend_tries, speculate_tries
 else:  # the active implementation's objects themselves (docstrings: the twin's)
     globals().update(_impl.exports("suffix_index"))
+    globals().update(_impl.exports("suffix_trie"))
 
 _SEPARATOR_LIMIT = -(2**63) + 2**48
 

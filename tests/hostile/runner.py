@@ -863,6 +863,7 @@ SCENARIOS = {
 SCENARIOS.update(__import__("scenarios_vllm").scenarios(sys.modules[__name__]))  # the vLLM proposers
 SCENARIOS.update(__import__("scenarios_tree").scenarios(sys.modules[__name__]))  # the tree kernels
 SCENARIOS.update(__import__("scenarios_recycling").scenarios(sys.modules[__name__]))  # the recycling table
+SCENARIOS.update(__import__("scenarios_suffix_trie").scenarios(sys.modules[__name__]))  # the suffix trie
 
 
 def main(argv):
