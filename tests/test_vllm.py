@@ -35,10 +35,13 @@ def impl(impl):
     return impl
 
 
-#: the suffix proposer's drafting policy off (no length cap, no cross-request cache): its
-#: drafts are then a fresh index's over the row's history, which the row-tracking tests
-#: compare with (the policy has tests of its own)
-PLAIN_SUFFIX = {"spec_factor": 0.0, "shared_tokens": 0, "prefer": "earliest", "REPEAT": False}
+#: the suffix proposer's drafting policy off (no length cap, no cross-request cache, no
+#: counted drafts): its drafts are then a fresh index's over the row's history, which the
+#: row-tracking tests compare with (the policy has tests of its own)
+PLAIN_SUFFIX = {"spec_factor": 0.0, "shared_tokens": 0, "prefer": "earliest", "REPEAT": False, "LONG": 0}
+#: the same with the row's own counted drafts on (still nothing across requests): a
+#: short match's draft is then a fresh trie's over the row's history
+COUNTED_SUFFIX = {**PLAIN_SUFFIX, "LONG": sv.SpecfsmSuffixProposer.LONG, "trie_tokens": 0}
 
 
 def on(impl, cls=sv.SpecfsmNgramProposer):
@@ -434,16 +437,17 @@ def test_a_reused_row_never_keeps_the_previous_requests_index(impl, proposer):
     lo=st.integers(1, 3),
     calm=st.sampled_from([0.0, 0.5]),
 )
-@pytest.mark.parametrize("proposer", ["ngram", "suffix"])
+@pytest.mark.parametrize("proposer", ["ngram", "suffix", "counted"])
 def test_shared_prompts_templates_and_equal_lengths_under_row_reuse(impl, proposer, seed, rows, cap, k, lo, calm):
     """Chat turns with one system prompt, one template, equally long questions and one
     first answer token, in few rows (so rows are reused at once): every draft equals a
-    fresh rescan of the row."""
+    fresh rescan of the row (``counted``: the suffix proposer with its own counted drafts,
+    each row's trie following its request)."""
     if proposer == "ngram":
         eng, _ = _engine(impl, seed, vocab=1000, rows=rows, cap=cap, k=k, lo=lo, hi=lo + 2, calm=calm, templated=0.9)
     else:
         eng, _ = _suffix_engine(impl, seed, vocab=1000, rows=rows, cap=cap, k=k, lo=lo, hi=None, prefer="earliest",
-                                calm=calm, templated=0.9)
+                                calm=calm, templated=0.9, counted=proposer == "counted")
     for _ in range(40):
         eng.step()
 
@@ -852,10 +856,12 @@ def test_suffix_proposer_drafts_the_longest_match(impl):
 
 
 def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="sparse", long=False, calm=0.0,
-                   narrow=False, templated=0.0, **more):
+                   narrow=False, templated=0.0, counted=False, **more):
     sk = impl.module("suffix_index")
     nk = impl.module("ngram_index")
-    p = make_suffix(impl, min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
+    cls = type("SpecfsmSuffixProposer", (sv.SpecfsmSuffixProposer,), COUNTED_SUFFIX) if counted else \
+        on(impl, sv.SpecfsmSuffixProposer)
+    p = cls(min_n=lo, max_n=hi, prefer=prefer, num_speculative_tokens=k, max_model_len=cap, verify=verify)
 
     def rescan(history, kk):
         fresh = sk.SuffixIndex(lo, hi, prefer)
@@ -863,6 +869,10 @@ def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="s
         got = fresh.propose(kk)
         if len(history) <= 200:  # and a brute-force scan agrees
             assert got == nk.longest_match(history.astype(np.int64), lo, hi or max(len(history), lo), kk, prefer).tolist()
+        if counted and fresh.match_length() < p.LONG:  # a fresh trie over the history
+            trie = impl.module("suffix_trie").SuffixTrie(p.trie_depth)
+            trie.extend(0, history)
+            got = trie.speculate(history[-p.trie_depth:], kk, 0.0, p.min_prob)[0] if kk else []
         return got
 
     return Engine(p, random.Random(seed), max_num_reqs=rows, max_model_len=cap, vocab=vocab, k=k,
@@ -880,16 +890,23 @@ def _suffix_engine(impl, seed, *, vocab, rows, cap, k, lo, hi, prefer, verify="s
     hi=st.sampled_from([None, 4]),
     prefer=st.sampled_from(["earliest", "latest"]),
     verify=st.sampled_from(["sparse", "full"]),
+    counted=st.booleans(),
 )
-def test_suffix_proposals_equal_a_fresh_index_after_any_row_movements(impl, seed, vocab, rows, cap, k, lo, hi, prefer, verify):
-    eng, _ = _suffix_engine(impl, seed, vocab=vocab, rows=rows, cap=cap, k=k, lo=lo, hi=hi, prefer=prefer, verify=verify)
+def test_suffix_proposals_equal_a_fresh_index_after_any_row_movements(impl, seed, vocab, rows, cap, k, lo, hi, prefer, verify,
+                                                                     counted):
+    """Every draft equals a fresh index's (``counted``: a fresh trie's where the match is
+    short) over the row's history, whatever vLLM did to the rows."""
+    eng, _ = _suffix_engine(impl, seed, vocab=vocab, rows=rows, cap=cap, k=k, lo=lo, hi=hi, prefer=prefer, verify=verify,
+                            counted=counted)
     for _ in range(30):
         eng.step()
 
 
 @pytest.mark.parametrize("rows, seed", [(3, 0), (20, 1), (20, 2)])
-def test_suffix_long_histories_and_steady_steps(impl, rows, seed):
-    eng, p = _suffix_engine(impl, seed, vocab=50, rows=rows, cap=900, k=4, lo=1, hi=None, prefer="earliest", long=True, calm=0.8)
+@pytest.mark.parametrize("counted", [False, True])
+def test_suffix_long_histories_and_steady_steps(impl, rows, seed, counted):
+    eng, p = _suffix_engine(impl, seed, vocab=50, rows=rows, cap=900, k=4, lo=1, hi=None, prefer="earliest", long=True, calm=0.8,
+                            counted=counted)
     for _ in range(60):
         eng.step()
     assert eng.checked_rows > 60

@@ -33,10 +33,12 @@ in ``min_n..max_n``, up to K tokens, none when nothing matches). On a GPU with T
 vLLM runs its ``ngram`` method on Model Runner V2 with its own speculator instead
 (longest n, rightmost position, drafts padded to K); those drafts can differ, and
 ``prefer="latest"`` is the nearer setting. ``SpecfsmSuffixProposer`` is specfsm's own
-answer to vLLM's ``suffix`` method (Arctic's suffix decoding): the longest earlier
-occurrence of any length, in the request's own history and in the histories of the
-requests that left the batch before it on this worker (a ``SharedSuffixCache``), each
-draft no longer than its match supports (``spec_factor``).
+answer to vLLM's ``suffix`` method (Arctic's suffix decoding): a long match (the longest
+earlier occurrence of any length, in the request's own history and in the histories of
+the requests that left the batch before it on this worker, a ``SharedSuffixCache``)
+copies what followed it; a short one drafts the most frequent continuation counted in
+the request's own ``SuffixTrie`` and in the worker's tries of every request's output;
+each draft no longer than its match supports (``spec_factor``).
 
 What ``custom_class`` gives up (vLLM 0.32's config and runner, read): Model Runner V2
 refuses it (vLLM falls back to V1 with a warning); vLLM turns asynchronous scheduling
@@ -52,7 +54,8 @@ to ``num_speculative_tokens`` every step.
 value into that same object in each worker after the proposer is built.
 
 Settings (the n-gram range, ``prefer``, ``verify``; the suffix proposer's
-``spec_factor``, ``shared_tokens`` and ``shared_requests``) come from constructor keywords,
+``spec_factor``, ``shared_tokens``, ``shared_requests``, ``trie_depth``, ``trie_tokens``,
+``trie_window`` and ``min_prob``) come from constructor keywords,
 ``additional_config={"specfsm": {...}}``, the ``SPECFSM_VLLM_*`` environment variables
 (set in every worker process) or class attributes (a subclass), in that order (vLLM
 zeroes ``prompt_lookup_min``/``max`` for ``custom_class``; ``specfsm.vllm.settings``

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..drafting import ngram_index, suffix_index
+from ..drafting._checks import MAX_TRIE_DEPTH
 from .rows import RowTrackingProposer
 from .._checks import check_count, nonnegative_real
 from .settings import INDEX_SETTINGS, RANGE_SOURCES, SETTINGS, additional_settings, range_sources, setting
@@ -149,18 +150,24 @@ class SpecfsmNgramProposer(_IndexProposer):
 
 
 class SpecfsmSuffixProposer(_IndexProposer):
-    """vLLM proposer over ``specfsm.SuffixIndex``: longest-match drafts (the latest
-    earlier occurrence of the row's current suffix, of any length) at amortised O(1) per
-    token, from the request's own history and from the histories of the requests that
-    went before it on this worker, with the same row tracking as
-    ``SpecfsmNgramProposer``.
+    """vLLM proposer over ``specfsm.SuffixIndex`` and ``SuffixTrie``: long matches copy
+    (the latest earlier occurrence of the row's current suffix, of any length, at
+    amortised O(1) per token, from the request's own history and from the histories of
+    the requests that went before it on this worker), short ones draft the most frequent
+    continuation; with the same row tracking as ``SpecfsmNgramProposer``.
 
-    Each draft comes from the longer of two matches: the row's own (its ``SuffixIndex``;
-    an occurrence that ends where the history does, a repeating suffix, goes on
-    repeating) and the longest suffix of the row's last ``WINDOW`` tokens found in the
-    worker's cache of earlier requests' histories (a ``SharedSuffixCache`` of prompt and
-    output, filled as requests leave the batch; taken when longer than the row's own and
-    at least ``SHARED_MIN`` tokens). Its length is what the match supports: at most
+    The match is the longer of two: the row's own (its ``SuffixIndex``; an occurrence
+    that ends where the history does, a repeating suffix, goes on repeating) and the
+    longest suffix of the row's last ``WINDOW`` tokens found in the worker's cache of
+    earlier requests' histories (a ``SharedSuffixCache`` of prompt and output, filled as
+    requests leave the batch; taken when longer than the row's own and at least
+    ``SHARED_MIN`` tokens). At least ``LONG`` tokens: the draft copies what followed it.
+    Shorter: the counted draft of highest score (Arctic's rule, ``SuffixTrie.speculate``
+    with ``min_prob``) from the row's own trie (prompt and output, rebuilt from the last
+    ``trie_window`` tokens when it holds twice that; 0: never; it wins ties) or the
+    worker's tries of every request's output, running ones included (``trie_tokens`` in
+    ``GENERATIONS`` generations, the oldest dropped whole; 0: none), each of depth
+    ``trie_depth`` (0: no tries, no counted drafts). Either way the draft is at most
     ``spec_factor`` times the match length (a one-token match drafts one token; 0: no
     cap), and at most K.
 
@@ -170,10 +177,11 @@ class SpecfsmSuffixProposer(_IndexProposer):
     ``SpecfsmNgramProposer``'s sources (keyword, ``speculative_config``,
     ``additional_config["specfsm"]``, ``SPECFSM_VLLM_MIN_N`` / ``MAX_N`` / ``PREFER``, class
     attributes); ``spec_factor`` (default 1.0), ``shared_tokens`` (tokens the cache keeps
-    per worker, default 2**20; 0: no cache) and ``shared_requests`` (requests it keeps,
-    default 10000), each from the keyword, ``additional_config["specfsm"]``,
-    ``SPECFSM_VLLM_SPEC_FACTOR`` / ``SHARED_TOKENS`` / ``SHARED_REQUESTS`` or the class
-    attribute. The cache drops its least recently used quarter when it passes either
+    per worker, default 2**20; 0: no cache), ``shared_requests`` (requests it keeps,
+    default 10000), ``trie_depth`` (8), ``trie_tokens`` (2**18), ``trie_window`` (2048)
+    and ``min_prob`` (0.16),
+    each from the keyword, ``additional_config["specfsm"]``, ``SPECFSM_VLLM_<NAME>`` or the
+    class attribute. The cache drops its least recently used quarter when it passes either
     bound; it learns a request's history when the request leaves the batch, which the
     proposer knows by request id (inside vLLM always; outside, with ``req_ids=``). Draft
     length K is ``num_speculative_tokens``, capped at ``max_model_len - length``. The
@@ -192,30 +200,58 @@ class SpecfsmSuffixProposer(_IndexProposer):
     SHARED_MIN = 2
     #: tokens of the row's history matched against the shared cache
     WINDOW = 256
+    trie_depth: int = 8
+    trie_tokens: int = 1 << 18
+    trie_window: int = 2048
+    min_prob: float = 0.16
+    #: a match (own or shared) at least this long drafts from it; a shorter one, from the counts
+    LONG = 12
+    #: the worker's counted tries: trie_tokens split over this many, the oldest dropped whole
+    GENERATIONS = 4
     _NAME = "SpecfsmSuffixProposer"
     _SETTINGS = SETTINGS
 
     def __init__(self, vllm_config: Any = None, *, spec_factor: Any = None, shared_tokens: Any = None,
-                 shared_requests: Any = None, **kw: Any) -> None:
+                 shared_requests: Any = None, trie_depth: Any = None, trie_tokens: Any = None,
+                 trie_window: Any = None, min_prob: Any = None, **kw: Any) -> None:
         cls = type(self)
         self.spec_factor = nonnegative_real(
             setting("spec_factor", spec_factor, vllm_config, cls.spec_factor, float), "spec_factor")
-        self.shared_tokens = check_count(
-            setting("shared_tokens", shared_tokens, vllm_config, cls.shared_tokens, int), "shared_tokens")
-        self.shared_requests = check_count(
-            setting("shared_requests", shared_requests, vllm_config, cls.shared_requests, int), "shared_requests")
+        counts = {"shared_tokens": shared_tokens, "shared_requests": shared_requests, "trie_depth": trie_depth,
+                  "trie_tokens": trie_tokens, "trie_window": trie_window}
+        for name, value in counts.items():  # each a count, from the keyword or the sources
+            setattr(self, name, check_count(setting(name, value, vllm_config, getattr(cls, name), int), name))
         if self.shared_requests < 1:
             raise ValueError(f"shared_requests must be at least 1, got {self.shared_requests}")
+        if self.trie_depth and not 2 <= self.trie_depth <= MAX_TRIE_DEPTH:
+            raise ValueError(f"trie_depth must be 0 (no counted drafts) or in 2..{MAX_TRIE_DEPTH}, "
+                             f"got {self.trie_depth}")
+        self.min_prob = nonnegative_real(setting("min_prob", min_prob, vllm_config, cls.min_prob, float), "min_prob")
+        if self.min_prob > 1.0:
+            raise ValueError(f"min_prob must be in [0, 1], got {self.min_prob!r}")
         self._shared = None
         if self.shared_tokens:
             self._shared = suffix_index.SharedSuffixCache(
                 max(self.shared_tokens, 8), generations=4, min_n=1, max_requests=self.shared_requests)
         self._shared_used = False  # (the cache holds something)
+        self._gens: list[Any] = []  # the worker's counted tries of outputs, oldest first
+        self._gen_base = 0          # the generation number of _gens[0]
+        self._seqs = 0              # sequence keys handed out
+        self._feeding = True        # the step's tokens go into the tries (False: a rescan)
         super().__init__(vllm_config, **kw)
 
     def settings(self) -> dict:
         return {**super().settings(), "spec_factor": self.spec_factor, "shared_tokens": self.shared_tokens,
-                "shared_requests": self.shared_requests}
+                "shared_requests": self.shared_requests, "trie_depth": self.trie_depth,
+                "trie_tokens": self.trie_tokens, "trie_window": self.trie_window, "min_prob": self.min_prob}
+
+    def _clear(self) -> None:
+        super()._clear()
+        for e in getattr(self, "_tries", {}).values():
+            self._close(e)
+        # per index (by identity): [the index, its counted trie, its sequence key in the
+        # worker's tries, that sequence's generation]
+        self._tries: dict[int, list] = {}
 
     def _range_of(self, sources: list) -> tuple[Any, Any, str]:
         """Each end from the first source that sets it (``max_n`` None: unbounded)."""
@@ -228,10 +264,106 @@ class SpecfsmSuffixProposer(_IndexProposer):
         return suffix_index.SuffixIndex(lo, hi, prefer)
 
     def _retire(self, index: Any) -> None:
-        """Keep the history of a request that left the batch, for the requests after it."""
+        """Keep the history of a request that left the batch, for the requests after it
+        (its output stays counted in the worker's tries; its own trie goes)."""
         if self._shared is not None and len(index):
             self._shared.add(index.tokens)
             self._shared_used = True
+        e = self._tries.pop(id(index), None)
+        if e is not None:
+            self._close(e)
+
+    def _gen_of(self, e: list) -> Any:
+        """The worker's trie that ``e``'s output goes into (None: dropped, or none kept)."""
+        i = e[3] - self._gen_base
+        return self._gens[i] if 0 <= i < len(self._gens) else None
+
+    def _close(self, e: list) -> None:
+        g = self._gen_of(e)
+        if g is not None:
+            g.close(e[2])
+
+    def _count(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray) -> list:
+        """Each index's own trie, after counting the step's tokens: all of them in the
+        index's own trie, its output's in the worker's (a fresh index's first tokens are
+        its prompt and one sampled token: only that token is output), two batched calls
+        (``extend_tries``). The worker's tries roll over: a new one when the newest holds
+        ``trie_tokens / GENERATIONS`` tokens, the oldest dropped when together they hold
+        more than ``trie_tokens``."""
+        tries, cuts = self._tries, offsets.tolist()
+        ents, own, gt, gk, gcut = [], [], [], [], []   # the rows' entries and tries; the worker's: tries, keys, ranges
+        whole = True  # the worker's rows are every row, with all its tokens
+        for j, ix in enumerate(indexes):
+            e = tries.get(id(ix))
+            start = cuts[j]
+            if e is None:
+                e = self._entry(ix, cuts[j + 1] - start)
+                if len(ix) == cuts[j + 1] - start:  # fresh: the last token is the output's first
+                    start, whole = cuts[j + 1] - 1, False
+            ents.append(e)
+            own.append(e[1])
+            g = self._gen_of(e) if self._feeding else None
+            if g is not None:
+                gt.append(g)
+                gk.append(e[2])
+                gcut.append((start, cuts[j + 1]))
+            else:
+                whole = False
+        b = len(indexes)
+        suffix_index.extend_tries(own, self._no_counts(b), tokens, offsets)  # (zeros: their one key)
+        w = self.trie_window
+        if w:  # a row's trie past twice its window: rebuilt from the last trie_window tokens
+            for j in [j for j, t in enumerate(own) if len(t) > 2 * w]:
+                own[j] = ents[j][1] = suffix_index.SuffixTrie(self.trie_depth, "first")
+                own[j].extend(0, indexes[j].last_tokens(w))
+        if gt:
+            if whole:
+                suffix_index.extend_tries(gt, gk, tokens, offsets)
+            else:
+                part = [tokens[a:z] for a, z in gcut]
+                suffix_index.extend_tries(gt, gk, np.concatenate(part),
+                                          np.cumsum([0] + [len(x) for x in part]))
+        if self._gens and len(self._gens[-1]) * self.GENERATIONS >= max(self.trie_tokens, 1):
+            self._gens.append(suffix_index.SuffixTrie(self.trie_depth, "last"))
+            while len(self._gens) > 1 and sum(map(len, self._gens)) > self.trie_tokens:
+                del self._gens[0]
+                self._gen_base += 1
+        if len(tries) > 2 * (b + self.POOL) + 64:
+            self._sweep()
+        return own
+
+    def _entry(self, ix: Any, new: int) -> list:
+        """A new entry of ``_tries`` for ``ix``, to which this step appended ``new``
+        tokens: its own trie (holding the tokens before those) and a sequence key in the
+        newest of the worker's tries."""
+        if not self._gens and self.trie_tokens:
+            self._gens.append(suffix_index.SuffixTrie(self.trie_depth, "last"))
+        own = suffix_index.SuffixTrie(self.trie_depth, "first")
+        held = len(ix) - new
+        if held > 0:  # an index no entry followed (a kept one): its history so far (its window's)
+            own.extend(0, ix.tokens[max(0, held - self.trie_window) if self.trie_window else 0: held])
+        e = [ix, own, self._seqs, self._gen_base + len(self._gens) - 1]
+        if self._feeding:
+            self._tries[id(ix)] = e
+            self._seqs += 1
+        return e
+
+    def rescan(self, history: Any, max_k: int) -> list:
+        """The draft a fresh index over ``history`` would give here (for tests and
+        checks): with a fresh trie of its own, the worker's tries and cache read but not
+        fed."""
+        self._feeding = False
+        try:
+            return super().rescan(history, max_k)
+        finally:
+            self._feeding = True
+
+    def _sweep(self) -> None:
+        """Drop the tries of indexes that neither a row nor the pool holds any more."""
+        live = {id(ix) for ix in self._ix if ix is not None}
+        live.update(id(v[0]) for v in self._pool.values())
+        for key in [k for k in self._tries if k not in live]:
+            self._close(self._tries.pop(key))
 
     def _shared_drafts(self, shared: Any, indexes: list, drafts: list, ns: list, kk: list) -> None:
         """Each row's draft from ``shared`` (the cache) where its match there is longer
@@ -247,17 +379,26 @@ class SpecfsmSuffixProposer(_IndexProposer):
     def _serve_indexes(self, indexes: list, tokens: np.ndarray, offsets: np.ndarray,
                        ks: Any) -> list[list[int]]:
         """One serving step of ``indexes`` (``suffix_index.serve_batch_lists``, nothing
-        recorded), then each draft taken from the longer of the row's own match and the
-        shared cache's, and cut to what that match supports."""
+        recorded; the tries counted), then each draft taken from the longer of the row's
+        own match and the shared cache's, and cut to what that match supports; below
+        ``LONG``, the counted draft instead."""
         b = len(indexes)
         none = self._no_counts(b)
         drafts = suffix_index.serve_batch_lists(indexes, tokens, offsets, none, none, ks)
+        own = self._count(indexes, tokens, offsets) if self.trie_depth else []
         ns = list(map(suffix_index.SuffixIndex.match_length, indexes))
         kk = [ks] * b if not isinstance(ks, np.ndarray) else ks.tolist()
         if self._shared_used and self._shared is not None:
             self._shared_drafts(self._shared, indexes, drafts, ns, kk)
-        f, repeat = self.spec_factor, self.REPEAT
+        f, repeat, long = self.spec_factor, self.REPEAT, self.LONG if self.trie_depth else 0
+        # a short match drafts its counted draft: the row's own trie's, or the worker's
+        # that scores higher (after the row's last trie_depth - 1 tokens)
+        short = [k if n < long else 0 for n, k in zip(ns, kk)]
+        counted = suffix_index.speculate_tries(own, none, short, self._gens, f, self.min_prob) if any(short) else []
         for j, d in enumerate(drafts):
+            if ns[j] < long:
+                drafts[j] = counted[j] if short[j] else []
+                continue
             n = len(d)
             if not n:
                 continue

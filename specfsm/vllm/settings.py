@@ -10,7 +10,8 @@ environment (``SPECFSM_VLLM_MIN_N``, ``SPECFSM_VLLM_MAX_N``, ``SPECFSM_VLLM_PREF
 ``SPECFSM_VLLM_VERIFY``, which must be set in every worker process); class attributes
 (subclass to change them); else vLLM's n-gram defaults (``5..5``,
 ``prefer="earliest"``). Every other setting (``prefer``, ``verify``, the suffix
-proposer's ``spec_factor``, ``shared_tokens`` and ``shared_requests``) comes from the
+proposer's ``spec_factor``, ``shared_tokens``, ``shared_requests``, ``trie_depth``,
+``trie_tokens``, ``trie_window`` and ``min_prob``) comes from the
 keyword, ``additional_config["specfsm"]``, ``SPECFSM_VLLM_<NAME>`` or the class attribute
 (``setting``). Each proposer logs the settings it runs with and where the range
 came from once per worker process (logger ``specfsm.vllm``; inside vLLM, unless
@@ -127,7 +128,8 @@ def additional_settings(vllm_config: Any) -> dict:
 #: the settings ``additional_config["specfsm"]`` may hold for every proposer, and those
 #: only the suffix proposer takes
 INDEX_SETTINGS = ("min_n", "max_n", "prefer", "verify")
-SUFFIX_SETTINGS = ("spec_factor", "shared_tokens", "shared_requests")
+SUFFIX_SETTINGS = ("spec_factor", "shared_tokens", "shared_requests", "trie_depth", "trie_tokens", "trie_window",
+                   "min_prob")
 SETTINGS = INDEX_SETTINGS + SUFFIX_SETTINGS
 
 #: where each settings source is named in the settings log
