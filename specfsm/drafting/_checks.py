@@ -45,6 +45,8 @@ __all__ = [
     "MAX_TRIE_NODES",
     "TRIE_NODE_BYTES",
     "check_trie_args",
+    "check_trie_depth",
+    "check_min_prob",
     "check_trie_seq",
     "check_trie_room",
     "check_trie_speculate",
@@ -281,12 +283,26 @@ def checked_offsets(offsets: object, n_tokens: int) -> np.ndarray:
 def check_trie_args(depth: object, ties: object) -> tuple[int, bool]:
     """``(depth, ties == "last")``, or raise: ``depth`` an integer in
     ``2..MAX_TRIE_DEPTH``, ``ties`` ``"first"`` or ``"last"``."""
-    d = check_count(depth, "depth")
-    if not 2 <= d <= MAX_TRIE_DEPTH:
-        raise ValueError(f"depth must be in 2..{MAX_TRIE_DEPTH}, got {d}")
+    d = check_trie_depth(depth)
     if type(ties) is not str or ties not in ("first", "last"):
         raise ValueError(f"ties must be 'first' or 'last', got {ties!r}")
     return d, ties == "last"
+
+
+def check_trie_depth(depth: object, name: str = "depth") -> int:
+    """``depth`` (named ``name``) as an integer in ``2..MAX_TRIE_DEPTH``, or raise."""
+    d = check_count(depth, name)
+    if not 2 <= d <= MAX_TRIE_DEPTH:
+        raise ValueError(f"{name} must be in 2..{MAX_TRIE_DEPTH}, got {d}")
+    return d
+
+
+def check_min_prob(min_prob: object) -> float:
+    """``min_prob`` as a real in [0, 1], or raise (TypeError, ValueError)."""
+    p = as_real(min_prob, "min_prob")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"min_prob must be in [0, 1], got {p!r}")
+    return p
 
 
 def check_trie_seq(seq: object) -> int:
@@ -321,11 +337,7 @@ def check_trie_speculate(max_k: object, factor: object, min_prob: object, depth:
 def check_trie_draft(factor: object, min_prob: object) -> tuple[float, float]:
     """``(factor, min_prob)``, or raise: ``factor`` a finite real >= 0, ``min_prob`` a
     real in [0, 1]."""
-    f = nonnegative_real(factor, "factor")
-    p = as_real(min_prob, "min_prob")
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"min_prob must be in [0, 1], got {p!r}")
-    return f, p
+    return nonnegative_real(factor, "factor"), check_min_prob(min_prob)
 
 
 def check_trie_list(tries: object, kind: type, name: str) -> list:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..drafting import ngram_index, suffix_index
-from ..drafting._checks import MAX_TRIE_DEPTH
+from ..drafting._checks import check_min_prob, check_trie_depth
 from .rows import RowTrackingProposer
 from .._checks import check_count, nonnegative_real
 from .settings import INDEX_SETTINGS, RANGE_SOURCES, SETTINGS, additional_settings, range_sources, setting
@@ -223,12 +223,9 @@ class SpecfsmSuffixProposer(_IndexProposer):
             setattr(self, name, check_count(setting(name, value, vllm_config, getattr(cls, name), int), name))
         if self.shared_requests < 1:
             raise ValueError(f"shared_requests must be at least 1, got {self.shared_requests}")
-        if self.trie_depth and not 2 <= self.trie_depth <= MAX_TRIE_DEPTH:
-            raise ValueError(f"trie_depth must be 0 (no counted drafts) or in 2..{MAX_TRIE_DEPTH}, "
-                             f"got {self.trie_depth}")
-        self.min_prob = nonnegative_real(setting("min_prob", min_prob, vllm_config, cls.min_prob, float), "min_prob")
-        if self.min_prob > 1.0:
-            raise ValueError(f"min_prob must be in [0, 1], got {self.min_prob!r}")
+        if self.trie_depth:  # (0: no counted drafts)
+            check_trie_depth(self.trie_depth, "trie_depth")
+        self.min_prob = check_min_prob(setting("min_prob", min_prob, vllm_config, cls.min_prob, float))
         self._shared = None
         if self.shared_tokens:
             self._shared = suffix_index.SharedSuffixCache(
@@ -336,7 +333,7 @@ class SpecfsmSuffixProposer(_IndexProposer):
         """A new entry of ``_tries`` for ``ix``, to which this step appended ``new``
         tokens: its own trie (holding the tokens before those) and a sequence key in the
         newest of the worker's tries."""
-        if not self._gens and self.trie_tokens:
+        if not self._gens and self.trie_tokens and self._feeding:
             self._gens.append(suffix_index.SuffixTrie(self.trie_depth, "last"))
         own = suffix_index.SuffixTrie(self.trie_depth, "first")
         held = len(ix) - new
