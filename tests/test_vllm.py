@@ -428,6 +428,43 @@ def test_a_reused_row_never_keeps_the_previous_requests_index(impl, proposer):
         # (the request finishes; the next one takes row 0)
 
 
+def _chat_pair(impl, proposer, seed):
+    """A proposer without request ids and two chat requests (``_chat_rows``) as long as
+    each other, each one token past the template: A quoting [501, 502], B [601, 602]."""
+    rng = np.random.default_rng(seed)
+    system = rng.integers(0, 900, size=200).tolist()
+    template, first = [991, 992, 993, 994, 995], 990
+    p = (make if proposer == "ngram" else make_suffix)(impl, min_n=2, max_n=4, num_speculative_tokens=2,
+                                                       max_model_len=4096)
+    a = _chat_rows(rng, system, template, first, [501, 502]) + [first]
+    b = _chat_rows(rng, system, template, first, [601, 602]) + [first]
+    return p, a, b
+
+
+@pytest.mark.parametrize("proposer", ["ngram", "suffix"])
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_request_moving_into_a_row_of_its_index_length_is_compared(impl, proposer, cut):
+    """Without request ids, two chat requests as long as each other and ending alike:
+    B drafts in row 1 while A, in row 0, either re-prefills (resumed: nothing sampled, so
+    no index and no tail read) or (``cut``) drafts one token longer. Next call they swap
+    rows and each samples one token, A cut back by one first when ``cut``: row 1 now
+    holds A at B's indexed length plus its sampled token, with B's tail there, so only
+    comparing every token tells that B's index is not A's. A row holding no index as long
+    as an index, or an index not confirmed this call (A's), calls for that comparison."""
+    p, a, b = _chat_pair(impl, proposer, 5)
+    if cut:
+        a = a + [7]
+    tok = np.zeros((2, 4096), dtype=np.int32)
+    tok[0, : len(a)], tok[1, : len(b)] = a, b
+    out = p.propose([[7] if cut else [], [b[-1]]], np.array([len(a), len(b)], dtype=np.int32), tok)
+    assert out == [p.rescan(np.asarray(a), 2) if cut else [], p.rescan(np.asarray(b), 2)]
+    a, b = (a[:-1] if cut else a) + [501], b + [601]  # swapped, one token each
+    tok[0, : len(b)], tok[1, : len(a)] = b, a
+    out = p.propose([[601], [501]], np.array([len(b), len(a)], dtype=np.int32), tok)
+    assert out == [p.rescan(np.asarray(b), 2), p.rescan(np.asarray(a), 2)]
+    assert out == [[602, 980], [502, 980]]  # each its own question's continuation
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     seed=st.integers(0, 2**32 - 1),

@@ -14,9 +14,11 @@ else is a movement: the row takes the index that moved with its request (from an
 row or the pool of indexes no row holds, found by length and tail, taken only after
 every token is compared), or a new index. Without ids (a caller outside vLLM that passes
 no ``req_ids``) rows of at most ``SHORT`` (128) tokens and "twins" (rows or kept indexes
-sharing length and tail) are compared in full, and a new request that enters a row as
-long as its previous request plus one token, with its last 8 tokens and spread tokens,
-keeps the old index (a wrong draft costs acceptance, never output); ``verify="full"``
+sharing length and tail, or an index as long as a row that holds none) are compared in
+full, and so is a row whose indexed length and tail are those of an index not confirmed
+this call at that length (its request may have been cut back and moved there); a new
+request that enters a row as long as its previous request plus one token, with its last
+8 tokens and spread tokens, keeps the old index (a wrong draft costs acceptance, never output); ``verify="full"``
 compares every token every step. A step where nothing moved runs the same checks in
 one kernel call (``steady_rows``, compiled or twin) and one serving call.
 """
@@ -165,7 +167,6 @@ class RowTrackingProposer:
         self._twins_stale = False  # calls with ids left the twins unmarked
         self._pool_h = np.zeros(0, dtype=np.uint64)  # the pooled indexes' key hashes
         self._pool_f = np.zeros(0, dtype=np.uint64)  # their (length, last two tokens) filter, sorted
-        self._pool_lens: set = set()  # the pooled indexes' lengths
         # (the per-row token blocks are stored position-major, ``[TAIL, rows]``, and
         # used through their transposes: whole-batch numpy calls then run along rows)
         self._tail = np.zeros((self.TAIL, 0), dtype=np.int64).T  # its last TAIL tokens
@@ -268,16 +269,17 @@ class RowTrackingProposer:
         h += (tails.astype(np.uint64) * self._KEY_MUL[salt : salt + tails.shape[1]]).sum(axis=1, dtype=np.uint64)
         return h
 
-    def _mark_twins(self, b: int, pool_changed: bool, lens: Any = None) -> None:
+    def _mark_twins(self, b: int, pool_changed: bool) -> None:
         """Flag the rows whose key (indexed length, tail) equals another row's or a
         pooled index's: the row rule cannot tell such rows' requests apart, so the next
-        call compares them in full. ``lens``: the rows' indexed lengths as a list, when
-        the caller has one (few rows: Python sets and the pool's own keys). For many rows
-        a cheap filter first, (length, last two tokens) hashed, sorted and compared with its
+        call compares them in full. So are the rows whose indexed length equals that of
+        a row holding no index (a request prefilling or resumed, which sampled nothing):
+        if that request moves into such a row and grows as much as the row's own would,
+        length, growth and tail agree (its tail was not read). For many rows a cheap
+        filter first, (length, last two tokens) hashed, sorted and compared with its
         neighbours and with the pool's; only a batch that passes it hashes whole tails."""
         if pool_changed:
             keys = list(self._pool)
-            self._pool_lens = {k[0] for k in keys}
             if keys:
                 plens = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
                 ptails = np.frombuffer(b"".join(k[1] for k in keys), dtype=np.int64).reshape(len(keys), self.TAIL)
@@ -290,19 +292,14 @@ class RowTrackingProposer:
             self._any_twin = False
         if b == 0:
             return
-        if lens is not None:  # few rows
-            if len(set(lens)) == len(lens) and not self._pool_lens.intersection(lens):
-                return
-            keys = [(n, self._tail[r].tobytes()) for r, n in enumerate(lens)]
-            seen: dict = {}
-            for k in keys:
-                seen[k] = seen.get(k, 0) + 1
-            for r, k in enumerate(keys):
-                if lens[r] >= 0 and (seen[k] > 1 or k in self._pool):
-                    self._twin[r] = True
-                    self._any_twin = True
-            return
         L = self._len[:b]
+        bare = L < 0
+        if bare.any():
+            seen = self._seen[:b][bare]
+            twins = np.flatnonzero(np.isin(L, seen[seen > 0]))
+            if twins.size:
+                self._twin[twins] = True
+                self._any_twin = True
         f = self._key_hash(L, self._tail[:b, -2:], 2)  # the filter: length and last two tokens
         sf = np.sort(f)
         pf = self._pool_f
@@ -497,6 +494,9 @@ class RowTrackingProposer:
         ns = None if int(counts.min()) > 0 else counts
         step = self.stats["steps"]
         self.stats["steps"] = step + 1
+        # (without ids: the indexes of rows past the batch, which may have moved into it)
+        gone = [(int(self._len[r]), self._ix[r]) for r in range(b, self._used)
+                if self._ix[r] is not None] if ids is None and self.verify != "full" else []
         if self._used > b:  # rows past the batch hold no request now
             for r in range(b, self._used):
                 self._release(r)
@@ -521,6 +521,8 @@ class RowTrackingProposer:
         got = self._row_tails(tok, rows, n_old, Lr, lmin)
         grown = counts[sel]
         ok, deep = self._row_rule(tok, rows, sel, every, step, b, got, n_old, Lr, grown, ids)
+        if ids is None and self.verify != "full" and (gone or not ok.all() or not every):
+            self._recheck_for_movers(tok, rows, ok, n_old, b, gone)
         fresh = None
         if ok.all():
             start = n_old
@@ -602,6 +604,33 @@ class RowTrackingProposer:
             r = int(rows[j])
             ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
         return ok, deep
+
+    def _recheck_for_movers(self, tok: np.ndarray, rows: np.ndarray, ok: np.ndarray, n_old: np.ndarray,
+                            b: int, gone: list) -> None:
+        """Without ids: a request whose row's index was not confirmed this call (its row
+        failed the rule, sampled nothing or left the batch, ``gone``) may have moved into
+        another row after being cut back, to that row's indexed length, where it holds the
+        same last tokens: the row rule passes it. So every passing row whose indexed
+        length and tail are those of such an index's history at that length is compared
+        in full (``ok`` updated in place)."""
+        passing = np.zeros(b, dtype=bool)
+        passing[rows[ok]] = True
+        movers = gone + [(int(self._len[r]), self._ix[r]) for r in range(b)
+                         if not passing[r] and self._ix[r] is not None and self._len[r] > 0]
+        if not movers:
+            return
+        n_ok = n_old[ok]
+        at = np.flatnonzero(ok)
+        suspect = np.zeros(at.size, dtype=bool)
+        for m, ix in movers:
+            cand = np.flatnonzero((n_ok < m) & (n_ok > self.SHORT) & ~suspect)
+            if cand.size:
+                held = ix.tokens
+                pos = self._tail_pos(n_ok[cand])
+                suspect[cand] = (held[pos] == self._tail[rows[at[cand]]]).all(axis=1)
+        for j in at[suspect].tolist():
+            r = int(rows[j])
+            ok[j] = self._holds(tok, r, self._ix[r], int(n_old[j]))
 
     def _serve_rows(self, ixs: list, tok: np.ndarray, rows: np.ndarray, Lr: np.ndarray, start: np.ndarray,
                     tail_new: np.ndarray, ks: Any) -> list[list[int]]:
