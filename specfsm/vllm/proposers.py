@@ -6,6 +6,7 @@ their settings, and their index kind's one serving-step policy (``serve`` /
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -249,6 +250,7 @@ class SpecfsmSuffixProposer(_IndexProposer):
         # per index (by identity): [the index, its counted trie, its sequence key in the
         # worker's tries, that sequence's generation]
         self._tries: dict[int, list] = {}
+        self._plan: Any = None  # the last step's rows and tries, while nothing changed them
 
     def _range_of(self, sources: list) -> tuple[Any, Any, str]:
         """Each end from the first source that sets it (``max_n`` None: unbounded)."""
@@ -269,6 +271,7 @@ class SpecfsmSuffixProposer(_IndexProposer):
         e = self._tries.pop(id(index), None)
         if e is not None:
             self._close(e)
+            self._plan = None
 
     def _gen_of(self, e: list) -> Any:
         """The worker's trie that ``e``'s output goes into (None: dropped, or none kept)."""
@@ -286,10 +289,49 @@ class SpecfsmSuffixProposer(_IndexProposer):
         its prompt and one sampled token: only that token is output), two batched calls
         (``extend_tries``). The worker's tries roll over: a new one when the newest holds
         ``trie_tokens / GENERATIONS`` tokens, the oldest dropped when together they hold
-        more than ``trie_tokens``."""
-        tries, cuts = self._tries, offsets.tolist()
-        ents, own, gt, gk, gcut = [], [], [], [], []   # the rows' entries and tries; the worker's: tries, keys, ranges
-        whole = True  # the worker's rows are every row, with all its tokens
+        more than ``trie_tokens``. A step over the same indexes as the last, when no
+        entry, row trie or generation changed since, reuses its plan (``_plan``)."""
+        plan = self._plan
+        if plan is not None and self._feeding and len(plan[0]) == len(indexes) and all(
+                map(operator.is_, plan[0], indexes)):
+            ents, own, gt, gk = plan[1:]
+            gcut: list = []
+            whole = True
+        else:
+            ents, own, gt, gk, gcut, whole = self._count_plan(indexes, offsets.tolist())
+            self._plan = (list(indexes), ents, own, gt, gk) if whole and self._feeding else None
+        b = len(indexes)
+        suffix_index.extend_tries(own, self._no_counts(b), tokens, offsets)  # (zeros: their one key)
+        w = self.trie_window
+        if w:  # a row's trie past twice its window: rebuilt from the last trie_window tokens
+            for j in [j for j, t in enumerate(own) if len(t) > 2 * w]:
+                own[j] = ents[j][1] = suffix_index.SuffixTrie(self.trie_depth, "first")
+                own[j].extend(0, indexes[j].last_tokens(w))
+                self._plan = None
+        if gt:
+            if whole:
+                suffix_index.extend_tries(gt, gk, tokens, offsets)
+            else:
+                part = [tokens[a:z] for a, z in gcut]
+                suffix_index.extend_tries(gt, gk, np.concatenate(part),
+                                          np.cumsum([0] + [len(x) for x in part]))
+        if self._gens and len(self._gens[-1]) * self.GENERATIONS >= max(self.trie_tokens, 1):
+            self._gens.append(suffix_index.SuffixTrie(self.trie_depth, "last"))
+            self._plan = None
+            while len(self._gens) > 1 and sum(map(len, self._gens)) > self.trie_tokens:
+                del self._gens[0]
+                self._gen_base += 1
+        if len(self._tries) > 2 * (b + self.POOL) + 64:
+            self._sweep()
+        return own
+
+    def _count_plan(self, indexes: list, cuts: list) -> tuple:
+        """The step's entries and tries: each row's entry (made for a new index) and own
+        trie; the worker's tries, sequence keys and token ranges of the rows whose output
+        they count; whether those are every row with all its tokens."""
+        tries = self._tries
+        ents, own, gt, gk, gcut = [], [], [], [], []
+        whole = True
         for j, ix in enumerate(indexes):
             e = tries.get(id(ix))
             start = cuts[j]
@@ -306,28 +348,7 @@ class SpecfsmSuffixProposer(_IndexProposer):
                 gcut.append((start, cuts[j + 1]))
             else:
                 whole = False
-        b = len(indexes)
-        suffix_index.extend_tries(own, self._no_counts(b), tokens, offsets)  # (zeros: their one key)
-        w = self.trie_window
-        if w:  # a row's trie past twice its window: rebuilt from the last trie_window tokens
-            for j in [j for j, t in enumerate(own) if len(t) > 2 * w]:
-                own[j] = ents[j][1] = suffix_index.SuffixTrie(self.trie_depth, "first")
-                own[j].extend(0, indexes[j].last_tokens(w))
-        if gt:
-            if whole:
-                suffix_index.extend_tries(gt, gk, tokens, offsets)
-            else:
-                part = [tokens[a:z] for a, z in gcut]
-                suffix_index.extend_tries(gt, gk, np.concatenate(part),
-                                          np.cumsum([0] + [len(x) for x in part]))
-        if self._gens and len(self._gens[-1]) * self.GENERATIONS >= max(self.trie_tokens, 1):
-            self._gens.append(suffix_index.SuffixTrie(self.trie_depth, "last"))
-            while len(self._gens) > 1 and sum(map(len, self._gens)) > self.trie_tokens:
-                del self._gens[0]
-                self._gen_base += 1
-        if len(tries) > 2 * (b + self.POOL) + 64:
-            self._sweep()
-        return own
+        return ents, own, gt, gk, gcut, whole
 
     def _entry(self, ix: Any, new: int) -> list:
         """A new entry of ``_tries`` for ``ix``, to which this step appended ``new``
@@ -361,6 +382,7 @@ class SpecfsmSuffixProposer(_IndexProposer):
         live.update(id(v[0]) for v in self._pool.values())
         for key in [k for k in self._tries if k not in live]:
             self._close(self._tries.pop(key))
+            self._plan = None
 
     def _shared_drafts(self, shared: Any, indexes: list, drafts: list, ns: list, kk: list) -> None:
         """Each row's draft from ``shared`` (the cache) where its match there is longer
