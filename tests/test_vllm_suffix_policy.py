@@ -170,11 +170,11 @@ def test_a_short_match_drafts_its_most_frequent_continuation(impl):
 
 
 def test_a_long_match_copies_from_the_index(impl):
-    # a 13-token suffix occurred before: at least LONG (12), so the index's draft stands
-    body = list(range(100, 113))
+    # a 25-token suffix occurred before: at least LONG (24), so the index's draft stands
+    body = list(range(100, 125))
     hist = [1] + body + [7, 8, 9, 10, 2] + body
     p = make(impl, shared_tokens=0)
-    assert p.LONG == 12
+    assert p.LONG == 24
     assert step(p, [hist]) == [[7, 8, 9, 10]]
 
 

@@ -206,7 +206,7 @@ class SpecfsmSuffixProposer(_IndexProposer):
     trie_window: int = 2048
     min_prob: float = 0.16
     #: a match (own or shared) at least this long drafts from it; a shorter one, from the counts
-    LONG = 12
+    LONG = 24
     #: the worker's counted tries: trie_tokens split over this many, the oldest dropped whole
     GENERATIONS = 4
     _NAME = "SpecfsmSuffixProposer"
