@@ -25,7 +25,7 @@ from specfsm import _impl
 
 IMPLEMENTATIONS = [
     pytest.param("compiled", marks=pytest.mark.compiled, id="compiled"),
-    pytest.param("python", id="python"),
+    pytest.param("python", marks=pytest.mark.twin, id="python"),
 ]
 
 
