@@ -127,7 +127,7 @@ def steady_batch(rng, b, width=400, dtype=np.int32, spare=2):
     spos = np.ascontiguousarray(((anc.reshape(-1, 1) * np.arange(1, S + 1)) // (S + 1)).T)
     spread = np.ascontiguousarray(np.stack([tok[r, spos[:, r]] for r in range(b + spare)]).T.astype(np.int64))
     return [sampled, L, tok, n_old.copy(), n_old.copy(), tail, spos, spread, anc, 0, 3, 16, 10**9,
-            np.zeros(0, dtype=np.uint64), MUL]
+            np.zeros(0, dtype=np.uint64), MUL.copy()]  # (a copy: the hostile tests write into it)
 
 
 def run_all(impl, args):

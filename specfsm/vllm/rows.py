@@ -261,6 +261,7 @@ class RowTrackingProposer:
     _KEY_MUL = np.random.default_rng(0x5EED).integers(0, 2**63, size=TAIL + 1, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
     #: the multipliers of the (length, last two tokens) filter key, as ``steady_rows`` takes them
     _FILTER_MUL = _KEY_MUL[[0, 2, 3]].copy()
+    _KEY_MUL.flags.writeable = _FILTER_MUL.flags.writeable = False  # (shared by every instance)
 
     def _key_hash(self, lens: np.ndarray, tails: np.ndarray, salt: int = 1) -> np.ndarray:
         """One uint64 per (length, tail tokens) key; equal keys hash equal (a collision
