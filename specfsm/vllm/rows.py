@@ -616,8 +616,8 @@ class RowTrackingProposer:
         in full (``ok`` updated in place)."""
         passing = np.zeros(b, dtype=bool)
         passing[rows[ok]] = True
-        movers = gone + [(int(self._len[r]), self._ix[r]) for r in range(b)
-                         if not passing[r] and self._ix[r] is not None and self._len[r] > 0]
+        movers = gone + [(int(self._len[r]), self._ix[r]) for r in np.flatnonzero(~passing & (self._len[:b] > 0))
+                         if self._ix[r] is not None]
         if not movers:
             return
         n_ok = n_old[ok]
