@@ -71,6 +71,18 @@ def kernel_kind(request):
     return request.param
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread while a module's benchmarks run (``pytestmark`` of the torch
+    benchmarks): figures that compare, and CI's cores are shared."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 def repetitive_stream(length: int, vocab: int = 32_000, seed: int = 0) -> np.ndarray:
     """A code-editing-like token stream: spans copied from earlier in the stream (what
     prompt lookup feeds on) interleaved with fresh Zipf-distributed tokens."""

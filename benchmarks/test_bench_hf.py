@@ -27,12 +27,7 @@ NEW = 64
 VOCAB = 256
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=[4096, 32768, 131072], ids=lambda n: f"{n // 1024}k")
