@@ -1,5 +1,5 @@
-"""What the tests of ``specfsm.hf`` share: one torch thread while a module runs, plain
-greedy ``generate`` as the reference output, and ``specfsm generate`` / ``record`` run
+"""What the tests of ``specfsm.hf`` share: one torch thread while a module runs, a tiny
+random Llama, plain greedy ``generate`` as the reference output, and ``specfsm generate`` / ``record`` run
 in-process. Import after ``pytest.importorskip("torch")``; the ``one_thread`` fixture
 applies to a module that imports it."""
 
@@ -18,6 +18,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+def tiny_llama(vocab, impl="sdpa", seed=0, positions=256):
+    """A random two-layer Llama (hidden 32) of ``vocab`` ids, in eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation=impl)
+    return LlamaForCausalLM(cfg).eval()
 
 
 def reference(model, prompt, n, eos=None):

@@ -26,6 +26,7 @@ from specfsm.hf.generate import (  # noqa: E402
 from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
 from hf_helpers import reference as _reference  # noqa: E402
 from hf_helpers import run_cli as _run_cli  # noqa: E402
+from hf_helpers import tiny_llama  # noqa: E402
 
 VOCAB = 64
 
@@ -40,13 +41,7 @@ def _gpt2(vocab=VOCAB):
 
 
 def _llama(vocab=VOCAB):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(vocab)
 
 
 MODELS = {"gpt2": _gpt2, "llama": _llama}

@@ -16,6 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_helpers import tiny_llama  # noqa: E402
+
 from specfsm.hf import loading  # noqa: E402
 from specfsm.hf.evaluate import HeadRows  # noqa: E402
 from specfsm.hf.generate import SpeculativeGenerator  # noqa: E402
@@ -32,13 +34,7 @@ def one_thread():
 
 
 def _tiny_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(VOCAB)
 
 
 def _tiny_tokenizer():

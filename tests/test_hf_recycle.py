@@ -16,19 +16,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
-from hf_helpers import reference, run_cli  # noqa: E402
+from hf_helpers import reference, run_cli, tiny_llama  # noqa: E402
 
 VOCAB = 53
 
 
 def _llama(impl="sdpa", seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation=impl)
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(VOCAB, impl, seed, positions=512)
 
 
 def _prompts(seed, lengths):

@@ -19,18 +19,13 @@ from specfsm.hf.evaluate import RaggedBatch, UnsupportedModel, prefill  # noqa: 
 from specfsm.hf.tree import check_tree_attention, feed_tree, keep_paths, tree_ancestors, tree_depths  # noqa: E402
 from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
 from hf_helpers import reference as _reference  # noqa: E402
+from hf_helpers import tiny_llama  # noqa: E402
 
 VOCAB = 61
 
 
 def _llama(impl):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation=impl)
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(VOCAB, impl)
 
 
 def _gpt2(impl):

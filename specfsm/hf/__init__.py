@@ -34,11 +34,14 @@ __all__ = [
     "AcceptanceByMatch",
     "RequestBackoff",
     "PRIOR_COST",
+    "PRIOR_COSTS",
     "choose_width",
     "choose_batch_width",
     "expected_tokens",
     "load_model",
     "smollm2_gguf",
+    "pack_linears",
+    "unpack_linears",
 ]
 
 _WHERE = {
@@ -57,11 +60,14 @@ _WHERE = {
     "AcceptanceByMatch": "cost",
     "RequestBackoff": "cost",
     "PRIOR_COST": "cost",
+    "PRIOR_COSTS": "cost",
     "choose_width": "cost",
     "choose_batch_width": "cost",
     "expected_tokens": "cost",
     "load_model": "loading",
     "smollm2_gguf": "loading",
+    "pack_linears": "kernels",
+    "unpack_linears": "kernels",
 }
 
 

@@ -43,7 +43,15 @@ import numpy as np
 from ..accept.rules import Exact, SpeculativeSampling
 from ..serving.loop import Request, needs_probs, serve
 from . import DRAFTERS, TREE_DRAFTERS
-from .cost import AcceptanceByMatch, AcceptanceStats, CompactionCost, CostModel, OnlineCostByBatch, padded_prior
+from .cost import (
+    PRIOR_COSTS,
+    AcceptanceByMatch,
+    AcceptanceStats,
+    CompactionCost,
+    CostModel,
+    OnlineCostByBatch,
+    padded_prior,
+)
 from .drafting import StepDrafter
 from .evaluate import (
     SUPPORTED_TRANSFORMERS,
@@ -55,6 +63,7 @@ from .evaluate import (
     first_mismatch,
     measure_costs,
 )
+from .kernels import kernels_of
 from .recycle import TREE_CAP, BudgetStats
 from .target import ModelTarget
 from .tree import check_tree_attention
@@ -195,8 +204,8 @@ class SpeculativeGenerator:
     with K + 1 rows (the forward over the last token and the draft yields them anyway), so
     a fully accepted draft emits K + 1 tokens. ``cost``: a fixed ``CostModel`` for the
     adaptive width; without one, ``calibrate="online"`` (the default) learns it from the
-    run's own forwards for each batch size (``OnlineCostByBatch``, starting from
-    ``PRIOR_COST``'s shape), and
+    run's own forwards for each batch size (``OnlineCostByBatch``, starting from the
+    shape of the model's kernels, ``PRIOR_COSTS``), and
     ``"upfront"`` measures it once before the first step (``calibrate()``).
     ``prefill``: ``"each"`` (the default) runs each prompt of a batch through its own
     forward and gathers the caches into the left-padded batch cache, so no forward
@@ -396,7 +405,7 @@ class SpeculativeGenerator:
         self.calibration = calibrate
         #: the greedy path's cost model learnt from its own forwards by batch size
         #: (``calibrate='online'``), kept across runs
-        self.online = OnlineCostByBatch()
+        self.online = OnlineCostByBatch(PRIOR_COSTS[kernels_of(self.model)])
         self._cost_batch: int | None = None
         compact_fraction = _real(compact_fraction, "compact_fraction")
         if not 0 < compact_fraction <= 1:
