@@ -2,20 +2,19 @@
 
 Speculative decoding pays when a forward over a draft's K rows costs about what a one-row
 decode costs. On the CPU, torch's stock ``nn.Linear`` (MKL's ``sgemm``) does not give
-that: with one thread on this project's 2-core AMD EPYC VM, SmolLM2-135M's linear layers
-take 28.5 ms for one row, 42.5 ms for two and 35-49 ms for three to eight, because
-``sgemm`` repacks the whole weight at every call with more than one row. oneDNN, which
-torch ships, takes the weight packed once (``torch.ops.mkldnn._reorder_linear_weight``,
-what torch's own CPU compiler uses for frozen models) and then evaluates 3-7 rows in
-17.5-18.8 ms; a weight stored transposed takes one row in 17.1 ms (docs/numbers.md,
-"Packed linear layers", has the table and the command).
+that: with one thread on this project's 2-core AMD EPYC VM, SmolLM2-135M's 210 linear
+layers take 35.9 ms for one row and 46.8-55.2 ms for two, four or eight. oneDNN, which
+torch ships, takes each weight packed once (``torch.ops.mkldnn._reorder_linear_weight``,
+what torch's own CPU compiler uses for frozen models) and then evaluates two to eight
+rows in 29.8-37.7 ms; a weight stored transposed takes one row in 33.7 ms
+(``benchmarks/test_bench_kernels.py``; docs/numbers.md, "Packed linear layers").
 
 ``pack_linears(model)`` gives every ``torch.nn.Linear`` of a float32 CPU model that
 forward: one row through the transposed copy, more through oneDNN's packed copy (two
-rows padded to three, which oneDNN evaluates faster: 18.8 ms against 25.3). It is
+rows padded to three, which oneDNN evaluates faster here). It is
 numerically a different summation order (as any change of row count already is with
 ``sgemm``), not an approximation; greedy identity is checked on every output as before.
-It costs two copies of each linear weight in memory (SmolLM2: 2 x 540 MiB) and falls back
+It costs two copies of each linear weight in memory (SmolLM2: about 1 GiB) and falls back
 to the stock forward, per call, wherever the packed one does not apply: gradients
 enabled, an input that is not float32 on the CPU, or a weight that was replaced or
 changed in place since packing. ``load_model`` packs by default (``kernels="stock"``
@@ -85,7 +84,7 @@ def pack_linears(model: Any) -> int:
                     or mod.weight.dtype is not torch.float32 or mod.weight.device.type != "cpu"):
                 continue
             try:
-                mod.forward = _Packed(mod)
+                mod.__dict__["forward"] = _Packed(mod)  # an instance attribute, as nn.Module keeps one
             except RuntimeError:  # a oneDNN build that refuses the layout: stock
                 continue
             n += 1
