@@ -66,8 +66,8 @@ _WHERE = {
     "expected_tokens": "cost",
     "load_model": "loading",
     "smollm2_gguf": "loading",
-    "pack_linears": "kernels",
-    "unpack_linears": "kernels",
+    "pack_linears": "linears",
+    "unpack_linears": "linears",
 }
 
 

@@ -48,7 +48,7 @@ from .compare import (
     converse,
     format_compare,
 )
-from .kernels import KERNELS
+from .linears import LINEARS
 from .prompts import NextTurn, PromptSpec, embedded_prompts, load_prompts, next_turns, per_category, token_ids
 
 __all__ = ["add_parsers", "main", "load_prompts", "PromptSpec"]
@@ -181,7 +181,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line: {"messages": [{"role": ..., "content": ...}, ...]} (chat messages: the model\'s chat template is applied, with the reply\'s opening), {"text": "..."} (raw text, tokenized as it is: NO chat template, so write the template yourself for an instruction-tuned model), {"prompt": [ids]} or {"turns": ["...", ...]} (user turns, each templated after the model\'s own earlier answers, all timed); Spec-Bench\'s question.jsonl reads as it is (its "category" is the kind); text, messages and turns need the model\'s tokenizer; optional "name" and "kind". An empty prompt, text or message list is refused as bad input (the state machine itself accepts an empty prompt, as the original design does)')
     p.add_argument("--requests", type=_count, default=None, metavar="N", help=f"how many prompts, 1..{COUNT_MAX}: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
     p.add_argument("--per-category", type=_count, default=None, metavar="N", help=f"with --prompts: the first N prompts of each kind (a Spec-Bench file's category: --per-category 5 is 65 of its questions), 1..{COUNT_MAX}; --requests then caps the total")
-    p.add_argument("--kernels", choices=KERNELS, default="packed", help="the model's linear layers, the same for every method: packed (default: oneDNN's packed weights, so a few rows cost about one; specfsm.hf.kernels) or stock (torch's nn.Linear as loaded)")
+    p.add_argument("--linears", choices=LINEARS, default="packed", help="the model's linear layers, the same for every method: packed (default: oneDNN's packed weights, so a few rows cost about one; specfsm.hf.linears) or stock (torch's nn.Linear as loaded)")
     p.add_argument("--max-new-tokens", type=_new_tokens, default=256, help=f"most tokens generated per request, 1..{MAX_NEW_TOKENS} (the most a request's suffix index holds; default 256)")
 
 
@@ -493,7 +493,7 @@ def main(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-            model, tokenizer, info = load_model(args.model, kernels=getattr(args, "kernels", "packed"))
+            model, tokenizer, info = load_model(args.model, linears=getattr(args, "linears", "packed"))
             prompts = token_ids(specs, tokenizer, int(model.config.vocab_size), args.prompts or "embedded")
             names = [s.name for s in specs]
             follows = next_turns(specs, tokenizer)

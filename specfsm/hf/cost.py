@@ -126,14 +126,14 @@ _PRIOR_SHAPE = (
 PRIOR_COST = CostModel(
     {**{r + 1: c for r, c in enumerate(_PRIOR_SHAPE)}, 40: 3.75, 48: 4.26, 64: 5.34, 96: 7.52, 128: 9.47}, monotone="cap"
 )
-#: the same shape with the linear layers packed (``kernels.pack_linears``), measured the
+#: the same shape with the linear layers packed (``linears.pack_linears``), measured the
 #: same way (the mean of two measurements, 2026-12-05): 2 to 6 rows cost 1.27-1.35 decodes
 #: where they cost 1.52-2.02 stock; past 16 rows attention and the per-row work dominate
 _PACKED_SHAPE = (
     1.0, 1.35, 1.34, 1.27, 1.30, 1.35, 1.55, 1.58, 1.56, 1.65, 1.67, 1.69, 1.86, 1.89, 2.03, 2.01,
     2.11, 2.14, 2.38, 2.30, 2.36, 2.43, 2.54, 2.56, 2.70, 2.70, 2.78, 2.77, 2.90, 3.01, 3.11, 3.07,
 )
-#: the prior by the model's kernels (``kernels.kernels_of``)
+#: the prior by the model's linear layers (``linears.linears_of``)
 PRIOR_COSTS = {
     "stock": PRIOR_COST,
     "packed": CostModel({**{r + 1: c for r, c in enumerate(_PACKED_SHAPE)}, 40: 3.75, 48: 4.37, 64: 5.33, 96: 7.86,

@@ -360,15 +360,15 @@ class HeadRows:
     @classmethod
     def _key(cls, head: Any) -> str:
         """What a measurement of ``head`` depends on: the CPU, torch's version and thread
-        count, the weight's shape and dtype, its kernels (``kernels.kernels_of``) and the
+        count, the weight's shape and dtype, its linear layers (``linears.linears_of``) and the
         rule's constants."""
         import torch
 
-        from .kernels import kernels_of
+        from .linears import linears_of
 
         w = head.weight
         return (f"{_cpu_name()}|torch {torch.__version__}|threads {torch.get_num_threads()}|"
-                f"{tuple(w.shape)} {str(w.dtype).replace('torch.', '')} {kernels_of(head)}|top {cls.TOP} margin {cls.MARGIN} "
+                f"{tuple(w.shape)} {str(w.dtype).replace('torch.', '')} {linears_of(head)}|top {cls.TOP} margin {cls.MARGIN} "
                 f"floor {cls.FLOOR} tie {cls.TIE}")
 
     @classmethod

@@ -63,7 +63,7 @@ from .evaluate import (
     first_mismatch,
     measure_costs,
 )
-from .kernels import kernels_of
+from .linears import linears_of
 from .recycle import TREE_CAP, BudgetStats
 from .target import ModelTarget
 from .tree import check_tree_attention
@@ -205,7 +205,7 @@ class SpeculativeGenerator:
     a fully accepted draft emits K + 1 tokens. ``cost``: a fixed ``CostModel`` for the
     adaptive width; without one, ``calibrate="online"`` (the default) learns it from the
     run's own forwards for each batch size (``OnlineCostByBatch``, starting from the
-    shape of the model's kernels, ``PRIOR_COSTS``), and
+    shape of the model's linear layers, ``PRIOR_COSTS``), and
     ``"upfront"`` measures it once before the first step (``calibrate()``).
     ``prefill``: ``"each"`` (the default) runs each prompt of a batch through its own
     forward and gathers the caches into the left-padded batch cache, so no forward
@@ -405,7 +405,7 @@ class SpeculativeGenerator:
         self.calibration = calibrate
         #: the greedy path's cost model learnt from its own forwards by batch size
         #: (``calibrate='online'``), kept across runs
-        self.online = OnlineCostByBatch(PRIOR_COSTS[kernels_of(self.model)])
+        self.online = OnlineCostByBatch(PRIOR_COSTS[linears_of(self.model)])
         self._cost_batch: int | None = None
         compact_fraction = _real(compact_fraction, "compact_fraction")
         if not 0 < compact_fraction <= 1:

@@ -80,26 +80,26 @@ def _converted_dir(gguf: str) -> str:
 
 
 def load_model(path: str | None = None, *, use_cache: bool = True,
-               kernels: str = "packed") -> tuple[Any, Any, dict[str, Any]]:
+               linears: str = "packed") -> tuple[Any, Any, dict[str, Any]]:
     """``(model, tokenizer, info)``: the packaged SmolLM2 when ``path`` is None, else the
     transformers checkpoint directory (or ``.gguf`` file) at ``path``. A GGUF model is
     converted once and cached (``use_cache=False`` skips the cache). ``tokenizer`` is
     None when the checkpoint has none. The model is float32, in eval mode, its linear
-    layers packed (``kernels.pack_linears``) unless ``kernels="stock"``; ``info["kernels"]``
+    layers packed (``linears.pack_linears``) unless ``linears="stock"``; ``info["linears"]``
     says which they are."""
-    from .kernels import KERNELS, kernels_of, pack_linears
+    from .linears import LINEARS, linears_of, pack_linears
 
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
+    if linears not in LINEARS:
+        raise ValueError(f"linears must be one of {', '.join(LINEARS)}, not {linears!r}")
     model, tok, info = _load(path, use_cache)
-    if kernels == "packed":
+    if linears == "packed":
         pack_linears(model)
-    info["kernels"] = kernels_of(model)
+    info["linears"] = linears_of(model)
     return model, tok, info
 
 
 def _load(path: str | None, use_cache: bool) -> tuple[Any, Any, dict[str, Any]]:
-    """``load_model`` before its kernels are chosen."""
+    """``load_model`` before its linear layers are chosen."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,4 +1,4 @@
-"""The packed linear layers (``specfsm.hf.kernels``) against torch's stock ``nn.Linear``,
+"""The packed linear layers (``specfsm.hf.linears``) against torch's stock ``nn.Linear``,
 by rows, on one torch thread (needs torch).
 
 The layers are SmolLM2-135M's (30 blocks of q, k, v, o, gate, up and down: 576 wide,
@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specfsm.hf.kernels import pack_linears  # noqa: E402
+from specfsm.hf.linears import pack_linears  # noqa: E402
 
 HIDDEN, INNER, KV, BLOCKS = 576, 1536, 192, 30
 

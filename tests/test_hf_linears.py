@@ -1,4 +1,4 @@
-"""``specfsm.hf.kernels``: the packed linear layers give the stock layer's values (one row
+"""``specfsm.hf.linears``: the packed linear layers give the stock layer's values (one row
 and several, 2-D and 3-D inputs, with and without bias), fall back to the stock forward
 wherever the packed one does not apply (gradients, other dtypes, a weight replaced or
 rewritten after packing), leave greedy decoding and specfsm's outputs equal to plain
@@ -15,7 +15,7 @@ from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
 from hf_helpers import reference, run_cli, tiny_llama  # noqa: E402
 
 from specfsm.hf.evaluate import HeadRows  # noqa: E402
-from specfsm.hf.kernels import KERNELS, kernels_of, pack_linears, unpack_linears  # noqa: E402
+from specfsm.hf.linears import LINEARS, linears_of, pack_linears, unpack_linears  # noqa: E402
 
 VOCAB = 59
 
@@ -39,11 +39,11 @@ def test_a_packed_layer_gives_the_stock_values(bias, shape):
     x = torch.randn(shape)
     with torch.inference_mode():
         want = layer(x)
-        assert pack_linears(layer) == 1 and kernels_of(layer) == "packed"
+        assert pack_linears(layer) == 1 and linears_of(layer) == "packed"
         got = layer(x)
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert unpack_linears(layer) == 1 and kernels_of(layer) == "stock" and "forward" not in layer.__dict__
+    assert unpack_linears(layer) == 1 and linears_of(layer) == "stock" and "forward" not in layer.__dict__
 
 
 @needs_onednn
@@ -102,16 +102,16 @@ def test_greedy_and_specfsm_on_a_packed_model_equal_greedy_on_the_stock_model(im
         assert [o.tokens for o in gen.generate(prompts, 40)] == want
 
 
-def test_load_model_refuses_unknown_kernels_before_loading():
+def test_load_model_refuses_unknown_linears_before_loading():
     from specfsm.hf.loading import load_model
 
-    with pytest.raises(ValueError, match="kernels must be one of packed, stock, not 'fast'"):
-        load_model("/nonexistent", kernels="fast")
-    assert KERNELS == ("packed", "stock")
+    with pytest.raises(ValueError, match="linears must be one of packed, stock, not 'fast'"):
+        load_model("/nonexistent", linears="fast")
+    assert LINEARS == ("packed", "stock")
 
 
 @needs_onednn
-def test_the_head_measurement_is_keyed_by_kernels():
+def test_the_head_measurement_is_keyed_by_linears():
     model = tiny_llama(VOCAB)
     head = model.get_output_embeddings()
     stock = HeadRows._key(head)
@@ -119,17 +119,17 @@ def test_the_head_measurement_is_keyed_by_kernels():
     assert HeadRows._key(head) == stock.replace(" stock|", " packed|") != stock
 
 
-@pytest.mark.parametrize("kernels", KERNELS)
-def test_the_command_line_takes_kernels(tmp_path, capsys, kernels):
+@pytest.mark.parametrize("linears", LINEARS)
+def test_the_command_line_takes_linears(tmp_path, capsys, linears):
     model = tiny_llama(VOCAB)
     model.save_pretrained(tmp_path / "m")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]}\n')
     rc = run_cli(["generate", "--model", str(tmp_path / "m"), "--prompts", str(prompts), "--max-new-tokens", "12",
-                  "--methods", "greedy,specfsm", "--kernels", kernels, "--json"])
+                  "--methods", "greedy,specfsm", "--linears", linears, "--json"])
     assert rc == 0
     import json
 
     summary = json.loads(capsys.readouterr().out)
-    want = kernels if torch.backends.mkldnn.is_available() else "stock"
-    assert summary["model"]["kernels"] == want
+    want = linears if torch.backends.mkldnn.is_available() else "stock"
+    assert summary["model"]["linears"] == want

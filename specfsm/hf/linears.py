@@ -7,7 +7,7 @@ layers take 35.9 ms for one row and 46.8-55.2 ms for two, four or eight. oneDNN,
 torch ships, takes each weight packed once (``torch.ops.mkldnn._reorder_linear_weight``,
 what torch's own CPU compiler uses for frozen models) and then evaluates two to eight
 rows in 29.8-37.7 ms; a weight stored transposed takes one row in 33.7 ms
-(``benchmarks/test_bench_kernels.py``; docs/numbers.md, "Packed linear layers").
+(``benchmarks/test_bench_linears.py``; docs/numbers.md, "Packed linear layers").
 
 ``pack_linears(model)`` gives every ``torch.nn.Linear`` of a float32 CPU model that
 forward: one row through the transposed copy, more through oneDNN's packed copy (two
@@ -17,7 +17,7 @@ numerically a different summation order (as any change of row count already is w
 It costs two copies of each linear weight in memory (SmolLM2: about 1 GiB) and falls back
 to the stock forward, per call, wherever the packed one does not apply: gradients
 enabled, an input that is not float32 on the CPU, or a weight that was replaced or
-changed in place since packing. ``load_model`` packs by default (``kernels="stock"``
+changed in place since packing. ``load_model`` packs by default (``linears="stock"``
 leaves the model as loaded), so every method a comparison runs (greedy, prompt lookup,
 specfsm) evaluates the same layers.
 """
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["KERNELS", "pack_linears", "unpack_linears", "kernels_of"]
+__all__ = ["LINEARS", "pack_linears", "unpack_linears", "linears_of"]
 
-#: the choices ``load_model(kernels=)`` and ``--kernels`` take
-KERNELS = ("packed", "stock")
+#: the choices ``load_model(linears=)`` and ``--linears`` take
+LINEARS = ("packed", "stock")
 
 
 class _Packed:
@@ -102,7 +102,7 @@ def unpack_linears(model: Any) -> int:
     return n
 
 
-def kernels_of(module: Any) -> str:
+def linears_of(module: Any) -> str:
     """``"packed"`` when ``module`` (a layer or a model) has a packed linear layer, else
     ``"stock"``: part of what a measurement of its cost depends on."""
     mods = module.modules() if hasattr(module, "modules") else ()
