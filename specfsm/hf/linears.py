@@ -36,7 +36,7 @@ class _Packed:
     """One linear layer's packed forward: the copies it reads and the weight they came
     from (identity and version), so a replaced or rewritten weight is never read stale."""
 
-    __slots__ = ("module", "weight", "version", "transposed", "packed")
+    __slots__ = ("module", "weight", "version", "storage", "transposed", "packed")
 
     def __init__(self, module: Any) -> None:
         import torch
@@ -45,6 +45,7 @@ class _Packed:
         self.module = module
         self.weight = module.weight
         self.version = module.weight._version
+        self.storage = module.weight.data_ptr()  # ``weight.data = ...`` keeps the version
         self.transposed = w.t().contiguous()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), None)
 
@@ -53,7 +54,8 @@ class _Packed:
 
         mod = self.module
         w, b = mod.weight, mod.bias
-        if (w is not self.weight or w._version != self.version or x.dtype is not torch.float32
+        if (w is not self.weight or w._version != self.version or w.data_ptr() != self.storage
+                or x.dtype is not torch.float32
                 or x.device.type != "cpu" or x.dim() == 0 or x.shape[-1] != self.transposed.shape[0]
                 or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                                  or (b is not None and b.requires_grad)))):
