@@ -70,21 +70,30 @@ def test_gradients_take_the_stock_forward_and_flow():
     torch.testing.assert_close(layer.bias.grad, stock.bias.grad)
 
 
+def _rewrite(layer, change):
+    if change == "in place":
+        layer.weight.mul_(2.0)
+    elif change == "storage":  # new storage, the same version
+        layer.weight.data = torch.randn(40, 24)
+    elif change == "replaced":
+        layer.weight = torch.nn.Parameter(torch.randn(40, 24))
+    else:  # another dtype: the stock forward
+        layer.double()
+
+
 @needs_onednn
+@pytest.mark.parametrize("change", ["in place", "storage", "replaced", "dtype"])
 @pytest.mark.parametrize("rows", [1, 6])
-def test_a_weight_rewritten_or_replaced_after_packing_is_read_as_it_is_now(rows):
+def test_a_weight_rewritten_or_replaced_after_packing_is_read_as_it_is_now(rows, change):
     layer = _layer(False)
     pack_linears(layer)
     x = torch.randn(rows, 24)
     with torch.no_grad():
-        layer.weight.mul_(2.0)
+        layer(x)
+        _rewrite(layer, change)
+        if change == "dtype":
+            x = x.double()
         torch.testing.assert_close(layer(x), x @ layer.weight.T)
-        layer.weight.data = torch.randn(40, 24)  # new storage, the same version
-        torch.testing.assert_close(layer(x), x @ layer.weight.T)
-        layer.weight = torch.nn.Parameter(torch.randn(40, 24))
-        torch.testing.assert_close(layer(x), x @ layer.weight.T)
-        layer.double()  # another dtype: the stock forward
-        torch.testing.assert_close(layer(x.double()), x.double() @ layer.weight.T)
 
 
 @needs_onednn
