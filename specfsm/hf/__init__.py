@@ -42,6 +42,8 @@ __all__ = [
     "smollm2_gguf",
     "pack_linears",
     "unpack_linears",
+    "group_attention",
+    "ungroup_attention",
 ]
 
 _WHERE = {
@@ -68,6 +70,8 @@ _WHERE = {
     "smollm2_gguf": "loading",
     "pack_linears": "linears",
     "unpack_linears": "linears",
+    "group_attention": "attention",
+    "ungroup_attention": "attention",
 }
 
 

@@ -48,6 +48,7 @@ from .compare import (
     converse,
     format_compare,
 )
+from .attention import ATTENTION
 from .linears import LINEARS
 from .prompts import NextTurn, PromptSpec, embedded_prompts, load_prompts, next_turns, per_category, token_ids
 
@@ -182,6 +183,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=_count, default=None, metavar="N", help=f"how many prompts, 1..{COUNT_MAX}: the first N of --prompts FILE (default all), or N of the embedded code-edit prompts, evenly spaced over this Python's usable standard-library modules (default {DEFAULT_REQUESTS}; 67 modules on CPython 3.11: asking for more runs them all, with a note)")
     p.add_argument("--per-category", type=_count, default=None, metavar="N", help=f"with --prompts: the first N prompts of each kind (a Spec-Bench file's category: --per-category 5 is 65 of its questions), 1..{COUNT_MAX}; --requests then caps the total")
     p.add_argument("--linears", choices=LINEARS, default="packed", help="the model's linear layers, the same for every method: packed (default: oneDNN's packed weights, so a few rows cost about one; specfsm.hf.linears) or stock (torch's nn.Linear as loaded)")
+    p.add_argument("--attention", choices=ATTENTION, default="grouped", help="the model's attention, the same for every method: grouped (default: a forward of several rows over the cache attends to the cached keys and values as they are, not to a copy per query head; specfsm.hf.attention) or stock (transformers' sdpa as loaded)")
     p.add_argument("--max-new-tokens", type=_new_tokens, default=256, help=f"most tokens generated per request, 1..{MAX_NEW_TOKENS} (the most a request's suffix index holds; default 256)")
 
 
@@ -493,7 +495,8 @@ def main(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-            model, tokenizer, info = load_model(args.model, linears=getattr(args, "linears", "packed"))
+            model, tokenizer, info = load_model(args.model, linears=getattr(args, "linears", "packed"),
+                                               attention=getattr(args, "attention", "grouped"))
             prompts = token_ids(specs, tokenizer, int(model.config.vocab_size), args.prompts or "embedded")
             names = [s.name for s in specs]
             follows = next_turns(specs, tokenizer)

@@ -115,6 +115,12 @@ class CostModel:
         return "CostModel({" + ", ".join(f"{r}: {c:.3g}" for r, c in zip(self.rows, self.costs)) + "})"
 
 
+def _prior(shape: Sequence[float], wide: Sequence[float]) -> CostModel:
+    """A prior of ``shape`` (1 to 32 rows) and ``wide`` (40, 48, 64, 96 and 128 rows)."""
+    return CostModel({**{r + 1: c for r, c in enumerate(shape)}, **dict(zip((40, 48, 64, 96, 128), wide))},
+                     monotone="cap")
+
+
 #: the shape of a small model's forward cost on a CPU, in units of one decode: SmolLM2-135M,
 #: one torch thread, 900 tokens of context, each row count the fastest of 5 rounds (rows
 #: a multiple of 4 run cheaper kernels: 4 rows cost 1.52 decodes, 3 rows 2.02). What
@@ -123,9 +129,7 @@ _PRIOR_SHAPE = (
     1.0, 1.65, 2.02, 1.52, 1.75, 1.73, 1.96, 1.83, 2.06, 2.04, 2.15, 1.99, 2.23, 2.22, 2.47, 2.35,
     2.47, 2.46, 2.7, 2.54, 2.67, 2.69, 2.96, 2.77, 3.0, 3.07, 3.16, 3.16, 3.4, 3.34, 3.34, 3.2,
 )
-PRIOR_COST = CostModel(
-    {**{r + 1: c for r, c in enumerate(_PRIOR_SHAPE)}, 40: 3.75, 48: 4.26, 64: 5.34, 96: 7.52, 128: 9.47}, monotone="cap"
-)
+PRIOR_COST = _prior(_PRIOR_SHAPE, (3.75, 4.26, 5.34, 7.52, 9.47))
 #: the same shape with the linear layers packed (``linears.pack_linears``), measured the
 #: same way (the mean of two measurements, 2026-12-05): 2 to 6 rows cost 1.27-1.35 decodes
 #: where they cost 1.52-2.02 stock; past 16 rows attention and the per-row work dominate
@@ -133,11 +137,23 @@ _PACKED_SHAPE = (
     1.0, 1.35, 1.34, 1.27, 1.30, 1.35, 1.55, 1.58, 1.56, 1.65, 1.67, 1.69, 1.86, 1.89, 2.03, 2.01,
     2.11, 2.14, 2.38, 2.30, 2.36, 2.43, 2.54, 2.56, 2.70, 2.70, 2.78, 2.77, 2.90, 3.01, 3.11, 3.07,
 )
-#: the prior by the model's linear layers (``linears.linears_of``)
+#: both shapes with the attention grouped too (``attention.group_attention``), measured the
+#: same way (2026-12-06): packed, 2 to 6 rows cost 1.00-1.09 decodes
+_PACKED_GROUPED_SHAPE = (
+    1.00, 1.09, 1.05, 1.00, 1.04, 1.05, 1.21, 1.28, 1.31, 1.36, 1.40, 1.46, 1.60, 1.66, 1.73, 1.73,
+    1.81, 1.88, 1.98, 2.03, 2.07, 2.16, 2.23, 2.28, 2.41, 2.41, 2.49, 2.50, 2.60, 2.69, 2.79, 2.78,
+)
+_STOCK_GROUPED_SHAPE = (
+    1.00, 1.51, 1.85, 1.38, 1.58, 1.61, 1.79, 1.65, 1.85, 1.85, 2.04, 1.89, 2.09, 2.11, 2.29, 2.16,
+    2.37, 2.38, 2.55, 2.42, 2.62, 2.64, 2.80, 2.72, 2.93, 2.91, 3.07, 2.94, 3.13, 3.13, 3.31, 3.19,
+)
+#: the prior by the model's linear layers and attention (``linears.linears_of``,
+#: ``attention.attention_of``)
 PRIOR_COSTS = {
-    "stock": PRIOR_COST,
-    "packed": CostModel({**{r + 1: c for r, c in enumerate(_PACKED_SHAPE)}, 40: 3.75, 48: 4.37, 64: 5.33, 96: 7.86,
-                         128: 10.0}, monotone="cap"),
+    ("stock", "stock"): PRIOR_COST,
+    ("packed", "stock"): _prior(_PACKED_SHAPE, (3.75, 4.37, 5.33, 7.86, 10.0)),
+    ("packed", "grouped"): _prior(_PACKED_GROUPED_SHAPE, (3.32, 3.89, 4.89, 7.12, 9.40)),
+    ("stock", "grouped"): _prior(_STOCK_GROUPED_SHAPE, (3.73, 4.32, 5.16, 7.26, 9.45)),
 }
 
 

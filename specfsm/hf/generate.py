@@ -63,6 +63,7 @@ from .evaluate import (
     first_mismatch,
     measure_costs,
 )
+from .attention import attention_of
 from .linears import linears_of
 from .recycle import TREE_CAP, BudgetStats
 from .target import ModelTarget
@@ -155,9 +156,9 @@ class SpeculativeGenerator:
     chooser picks, with as many nodes as that chain plus those the forward's measured
     cost by rows says are nearly free (at most 5% more); the chain is its main branch
     while the copy agrees with the recent history, else the nodes go to the
-    continuations that recur most; verified as one tree per
-    request, ``specfsm.hf.tree``; eager or sdpa attention; with ``do_sample`` one token is
-    drawn at every row and the tree walked with them, which keeps the target's
+    continuations that recur most; verified as one tree per request, ``specfsm.hf.tree``,
+    with an attention that takes a 4-D mask (``tree.TREE_ATTENTION``); with ``do_sample``
+    one token is drawn at every row and the tree walked with them, which keeps the target's
     distribution exactly for these deterministic drafts, ``specfsm.tree.sampling``),
     ``"recycle"`` (trees from the target's own earlier predictions: one
     ``specfsm.RecyclingTable`` per generator, ``self.recycling``, kept across runs and fed
@@ -166,7 +167,7 @@ class SpeculativeGenerator:
     the one that leads chosen by the match's length and by what each accepted for the
     request; ``specfsm.hf.recycle``; the node budget is ``k`` when fixed, else the one that
     maximises expected tokens per unit of forward cost from what cuts of such trees
-    accepted in the run; eager or sdpa attention),
+    accepted in the run; the same attention),
     ``"ngram"`` (``specfsm.NgramIndex(min_n, max_n, prefer)``, ``max_n`` default 4),
     ``"prompt"`` (``specfsm.prompt_lookup`` with ``max_n``-grams, default 4, over the
     history) or a callable ``(history list, k) -> draft``; proposals from either index
@@ -205,7 +206,7 @@ class SpeculativeGenerator:
     a fully accepted draft emits K + 1 tokens. ``cost``: a fixed ``CostModel`` for the
     adaptive width; without one, ``calibrate="online"`` (the default) learns it from the
     run's own forwards for each batch size (``OnlineCostByBatch``, starting from the
-    shape of the model's linear layers, ``PRIOR_COSTS``), and
+    shape of the model's linear layers and attention, ``PRIOR_COSTS``), and
     ``"upfront"`` measures it once before the first step (``calibrate()``).
     ``prefill``: ``"each"`` (the default) runs each prompt of a batch through its own
     forward and gathers the caches into the left-padded batch cache, so no forward
@@ -405,7 +406,7 @@ class SpeculativeGenerator:
         self.calibration = calibrate
         #: the greedy path's cost model learnt from its own forwards by batch size
         #: (``calibrate='online'``), kept across runs
-        self.online = OnlineCostByBatch(PRIOR_COSTS[linears_of(self.model)])
+        self.online = OnlineCostByBatch(PRIOR_COSTS[linears_of(self.model), attention_of(self.model)])
         self._cost_batch: int | None = None
         compact_fraction = _real(compact_fraction, "compact_fraction")
         if not 0 < compact_fraction <= 1:

@@ -79,27 +79,33 @@ def _converted_dir(gguf: str) -> str:
     return os.path.join(cache_dir(), f"{name}-{key}")
 
 
-def load_model(path: str | None = None, *, use_cache: bool = True,
-               linears: str = "packed") -> tuple[Any, Any, dict[str, Any]]:
+def load_model(path: str | None = None, *, use_cache: bool = True, linears: str = "packed",
+               attention: str = "grouped") -> tuple[Any, Any, dict[str, Any]]:
     """``(model, tokenizer, info)``: the packaged SmolLM2 when ``path`` is None, else the
     transformers checkpoint directory (or ``.gguf`` file) at ``path``. A GGUF model is
     converted once and cached (``use_cache=False`` skips the cache). ``tokenizer`` is
     None when the checkpoint has none. The model is float32, in eval mode, its linear
-    layers packed (``linears.pack_linears``) unless ``linears="stock"``; ``info["linears"]``
-    says which they are."""
+    layers packed (``linears.pack_linears``) unless ``linears="stock"`` and its attention
+    grouped (``attention.group_attention``, where it is on ``sdpa``) unless
+    ``attention="stock"``; ``info["linears"]`` and ``info["attention"]`` say which they are."""
+    from .attention import ATTENTION, attention_of, group_attention
     from .linears import LINEARS, linears_of, pack_linears
 
     if linears not in LINEARS:
         raise ValueError(f"linears must be one of {', '.join(LINEARS)}, not {linears!r}")
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, not {attention!r}")
     model, tok, info = _load(path, use_cache)
     if linears == "packed":
         pack_linears(model)
-    info["linears"] = linears_of(model)
+    if attention == "grouped":
+        group_attention(model)
+    info["linears"], info["attention"] = linears_of(model), attention_of(model)
     return model, tok, info
 
 
 def _load(path: str | None, use_cache: bool) -> tuple[Any, Any, dict[str, Any]]:
-    """``load_model`` before its linear layers are chosen."""
+    """``load_model`` before its linear layers and attention are chosen."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -12,7 +12,7 @@ least value elsewhere) lets each fed column see the request's consumed cache col
 2-D hole mask of ``RaggedBatch``), itself and its ancestors; a request with a smaller
 tree fills its extra columns with copies of the root, which attend as the root does and
 are holes afterwards. Only attention implementations that apply a custom 4-D mask as
-given can do this: ``eager`` and ``sdpa`` (``check_tree_attention`` refuses the others,
+given can do this: ``eager``, ``sdpa`` and specfsm's grouped ``sdpa`` (``check_tree_attention`` refuses the others,
 flash attention and flex attention among them, naming the implementation).
 
 ``keep_paths`` keeps, per request, the root column and the accepted path's node columns:
@@ -30,14 +30,16 @@ from typing import Any
 
 import numpy as np
 
+from .attention import GROUPED
 from .evaluate import RaggedBatch, UnsupportedModel
 
 __all__ = ["TREE_ATTENTION", "check_tree_attention", "tree_depths", "tree_ancestors", "feed_tree", "keep_paths"]
 
 #: The attention implementations that apply a custom 4-D mask as given (transformers 5
 #: passes a 4-D ``attention_mask`` through unchanged; eager adds it to the scores, sdpa
-#: hands it to ``scaled_dot_product_attention`` as an additive mask).
-TREE_ATTENTION = ("eager", "sdpa")
+#: hands it to ``scaled_dot_product_attention`` as an additive mask, the grouped one
+#: tiled for its rows, ``specfsm.hf.attention``).
+TREE_ATTENTION = ("eager", "sdpa", GROUPED)
 
 
 def check_tree_attention(model: Any) -> str:
