@@ -39,6 +39,20 @@ def reference(model, prompt, n, eos=None):
     return out[0, len(prompt):].tolist()
 
 
+def generate_json(tmp_path, capsys, *options):
+    """``specfsm generate --json`` with ``options`` on a saved tiny Llama and one repetitive
+    prompt (greedy and specfsm); its exit status checked, its summary returned."""
+    import json
+
+    tiny_llama(59).save_pretrained(tmp_path / "m")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]}\n')
+    rc = run_cli(["generate", "--model", str(tmp_path / "m"), "--prompts", str(prompts), "--max-new-tokens", "12",
+                  "--methods", "greedy,specfsm", *options, "--json"])
+    assert rc == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def run_cli(argv):
     """``specfsm`` with ``argv`` (a ``generate`` or ``record`` command line); its exit status."""
     from specfsm.hf import cli

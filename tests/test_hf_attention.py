@@ -5,15 +5,13 @@ equal to plain greedy's, verifies trees, and undoes cleanly."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
-from hf_helpers import reference, run_cli, tiny_llama  # noqa: E402
+from hf_helpers import generate_json, reference, tiny_llama  # noqa: E402
 
 from specfsm.hf.attention import (  # noqa: E402
     ATTENTION,
@@ -139,11 +137,4 @@ def test_load_model_refuses_unknown_attention_before_loading():
 
 @pytest.mark.parametrize("attention", ATTENTION)
 def test_the_command_line_takes_attention(tmp_path, capsys, attention):
-    model = tiny_llama(VOCAB)
-    model.save_pretrained(tmp_path / "m")
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"prompt": [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]}\n')
-    rc = run_cli(["generate", "--model", str(tmp_path / "m"), "--prompts", str(prompts), "--max-new-tokens", "12",
-                  "--methods", "greedy,specfsm", "--attention", attention, "--json"])
-    assert rc == 0
-    assert json.loads(capsys.readouterr().out)["model"]["attention"] == attention
+    assert generate_json(tmp_path, capsys, "--attention", attention)["model"]["attention"] == attention

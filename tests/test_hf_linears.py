@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from hf_helpers import one_thread  # noqa: E402, F401 (a module-wide fixture)
-from hf_helpers import reference, run_cli, tiny_llama  # noqa: E402
+from hf_helpers import generate_json, reference, tiny_llama  # noqa: E402
 
 from specfsm.hf.evaluate import HeadRows  # noqa: E402
 from specfsm.hf.linears import LINEARS, linears_of, pack_linears, unpack_linears  # noqa: E402
@@ -131,15 +131,6 @@ def test_the_head_measurement_is_keyed_by_linears():
 
 @pytest.mark.parametrize("linears", LINEARS)
 def test_the_command_line_takes_linears(tmp_path, capsys, linears):
-    model = tiny_llama(VOCAB)
-    model.save_pretrained(tmp_path / "m")
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"prompt": [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]}\n')
-    rc = run_cli(["generate", "--model", str(tmp_path / "m"), "--prompts", str(prompts), "--max-new-tokens", "12",
-                  "--methods", "greedy,specfsm", "--linears", linears, "--json"])
-    assert rc == 0
-    import json
-
-    summary = json.loads(capsys.readouterr().out)
+    summary = generate_json(tmp_path, capsys, "--linears", linears)
     want = linears if torch.backends.mkldnn.is_available() else "stock"
     assert summary["model"]["linears"] == want
