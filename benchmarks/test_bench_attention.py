@@ -15,6 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
+
 from specfsm.hf.attention import _grouped_sdpa  # noqa: E402
 
 HEADS, KV_HEADS, DIM, LAYERS = 9, 3, 64, 30
@@ -28,18 +30,12 @@ class _Layer:
     is_causal = True
 
 
-def _stock(*args, **kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    return sdpa_attention_forward(*args, **kwargs)
-
-
 @pytest.mark.parametrize("context", [300, 900])
 @pytest.mark.parametrize("rows", [1, 4, 8])
 @pytest.mark.parametrize("attention", ["stock", "grouped"])
 def test_attention_by_rows(benchmark, attention, rows, context):
     benchmark.group = f"SmolLM2's attention, {rows} row{'s' if rows > 1 else ''} over {context} tokens"
-    fn = _grouped_sdpa if attention == "grouped" else _stock
+    fn = _grouped_sdpa if attention == "grouped" else sdpa_attention_forward
     g = torch.Generator().manual_seed(0)
     width = context + rows
     q = torch.randn(1, rows, HEADS, DIM, generator=g).transpose(1, 2)
